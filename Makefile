@@ -1,0 +1,31 @@
+# Everything goes through one pinned Bun, installed from the npm registry into .tools/ when absent,
+# so a machine with only Node and npm can run these targets.
+BUN_VERSION := 1.4.5
+TOOLS := $(CURDIR)/.tools
+BUN := $(TOOLS)/node_modules/.bin/bun
+DEPS_STAMP := node_modules/.sluice-deps
+
+.PHONY: run test deps typecheck bench clean
+
+run: deps
+	$(BUN) src/cli/main.ts serve
+
+test: deps
+	$(BUN) test
+
+typecheck: deps
+	$(BUN) x tsc -p tsconfig.json
+
+deps: $(DEPS_STAMP)
+
+$(BUN):
+	@echo "installing bun $(BUN_VERSION) from the npm registry into .tools/"
+	npm install --prefix $(TOOLS) --no-audit --no-fund --no-save bun@$(BUN_VERSION)
+	@$(BUN) --version
+
+$(DEPS_STAMP): package.json bun.lock | $(BUN)
+	$(BUN) install --frozen-lockfile
+	@touch $(DEPS_STAMP)
+
+clean:
+	rm -rf node_modules .tools dist test-output

@@ -1,0 +1,150 @@
+// The engine's public surface: what the api room may know of it. Plain data only; nothing of
+// HTTP, keys or accounts, and nothing of ONNX Runtime leaks through these types.
+
+export type ChatRole = "system" | "developer" | "user" | "assistant" | "tool";
+
+export interface TextPart {
+  type: "text";
+  text: string;
+}
+
+export interface ImagePart {
+  type: "image_url";
+  image_url: { url: string; detail?: "low" | "high" | "auto" };
+}
+
+export type ContentPart = TextPart | ImagePart;
+
+export interface ToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
+}
+
+export interface ChatMessage {
+  role: ChatRole;
+  content: string | ContentPart[] | null;
+  name?: string;
+  tool_calls?: ToolCall[];
+  tool_call_id?: string;
+}
+
+export interface FunctionTool {
+  type: "function";
+  function: {
+    name: string;
+    description?: string;
+    parameters?: Record<string, unknown>;
+    strict?: boolean | null;
+  };
+}
+
+export type ToolChoice =
+  | "none"
+  | "auto"
+  | "required"
+  | { type: "function"; function: { name: string } };
+
+export type ResponseFormat =
+  | { type: "text" }
+  | { type: "json_object" }
+  | {
+      type: "json_schema";
+      json_schema: { name: string; description?: string; schema?: Record<string, unknown>; strict?: boolean | null };
+    };
+
+export interface SamplingParams {
+  /** 0 means greedy. */
+  temperature: number;
+  topP: number;
+  /** 0 or less means disabled. */
+  topK: number;
+  minP: number;
+  presencePenalty: number;
+  frequencyPenalty: number;
+  /** token id -> bias added to its logit, as in the OpenAI API (-100..100). */
+  logitBias: Record<number, number>;
+  seed?: number;
+}
+
+export interface GenerateRequest {
+  requestId: string;
+  modelId: string;
+  messages: ChatMessage[];
+  tools?: FunctionTool[];
+  toolChoice?: ToolChoice;
+  parallelToolCalls?: boolean;
+  responseFormat?: ResponseFormat;
+  sampling: SamplingParams;
+  /** Upper bound on generated tokens per choice; undefined means up to the context length. */
+  maxTokens?: number;
+  stop: string[];
+  n: number;
+  logprobs: boolean;
+  topLogprobs: number;
+  signal: AbortSignal;
+}
+
+export interface TopLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[] | null;
+}
+
+export interface TokenLogprob extends TopLogprob {
+  top_logprobs: TopLogprob[];
+}
+
+export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter";
+
+export type GenerationEvent =
+  | { type: "content"; index: number; text: string; logprobs?: TokenLogprob[] }
+  | { type: "tool_call"; index: number; toolIndex: number; id?: string; name?: string; argumentsDelta: string }
+  | { type: "finish"; index: number; reason: FinishReason; completionTokens: number };
+
+export interface Generation {
+  promptTokens: number;
+  /** Ends after one `finish` event per choice. Aborting the request's signal ends it early. */
+  events: AsyncIterable<GenerationEvent>;
+}
+
+export interface EngineModel {
+  id: string;
+  displayName: string;
+  contextLength: number;
+  supportsImages: boolean;
+  supportsTools: boolean;
+  supportsStructuredOutput: boolean;
+  dir: string;
+  provider: string;
+}
+
+/** A request the engine refuses before generating (maps to a 400 in the api room). */
+export class EngineRequestError extends Error {
+  constructor(
+    message: string,
+    readonly param: string | null = null,
+    readonly code: string | null = null,
+  ) {
+    super(message);
+    this.name = "EngineRequestError";
+  }
+}
+
+/** The engine cannot take more work right now (maps to a 429 with Retry-After). */
+export class EngineBusyError extends Error {
+  constructor(
+    message: string,
+    readonly retryAfterSeconds: number,
+  ) {
+    super(message);
+    this.name = "EngineBusyError";
+  }
+}
+
+export interface Engine {
+  models(): EngineModel[];
+  /** Validates and tokenises; throws EngineRequestError / EngineBusyError before any output. */
+  start(request: GenerateRequest): Promise<Generation>;
+  close(): Promise<void>;
+}
