@@ -1,0 +1,47 @@
+import { ApiError, badRequest } from "./errors.ts";
+
+/** Reads a JSON body under a byte limit, with the errors OpenAI clients expect. */
+export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
+  const type = request.headers.get("content-type") ?? "";
+  if (!/^application\/json\s*(;|$)/i.test(type)) {
+    throw new ApiError(
+      415,
+      `Unsupported content type ${JSON.stringify(type || "(none)")}: send the body as application/json.`,
+      "invalid_request_error",
+      null,
+      "unsupported_content_type",
+    );
+  }
+  const tooLarge = () =>
+    new ApiError(
+      413,
+      `Request body too large: the limit is ${maxBytes} bytes.`,
+      "invalid_request_error",
+      null,
+      "request_too_large",
+    );
+  const declared = Number(request.headers.get("content-length") ?? "NaN");
+  if (Number.isFinite(declared) && declared > maxBytes) throw tooLarge();
+  let bytes: Uint8Array;
+  try {
+    bytes = new Uint8Array(await request.arrayBuffer());
+  } catch {
+    throw badRequest("The request body could not be read completely.", null, "invalid_body");
+  }
+  if (bytes.byteLength > maxBytes) throw tooLarge();
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw badRequest("The request body is not valid UTF-8.", null, "invalid_body");
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw badRequest(
+      `We could not parse the JSON body of your request: ${(e as Error).message}`,
+      null,
+      "invalid_json",
+    );
+  }
+}

@@ -1,0 +1,200 @@
+// POST /v1/chat/completions: authenticate, validate, hand to the engine, answer whole or as SSE,
+// and record usage however the request ends.
+import { EngineBusyError, EngineRequestError, type Engine, type Generation } from "../../engine/types.ts";
+import type { Logger } from "../../log.ts";
+import type { ApiKeyInfo, Store } from "../../store/index.ts";
+import { authenticate } from "../auth.ts";
+import { readJsonBody } from "../body.ts";
+import { ApiError, badRequest, modelNotFound } from "../errors.ts";
+import { ChatCompletionRequest } from "../schemas.ts";
+import { findProblem } from "../validate.ts";
+import { planChat, type ChatPlan } from "./request.ts";
+import { ChoiceAccumulator, chunkChoice, usageOf, type CompletionMeta } from "./response.ts";
+
+export interface ChatDeps {
+  store: Store;
+  engine: Engine;
+  log: Logger;
+  maxBodyBytes: number;
+  systemFingerprint: string;
+}
+
+const encoder = new TextEncoder();
+const sse = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n`);
+
+export async function handleChat(deps: ChatDeps, request: Request, requestId: string): Promise<Response> {
+  const key = authenticate(deps.store, request);
+  const body = await readJsonBody(request, deps.maxBodyBytes);
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw badRequest("The request body must be a JSON object.", null, "invalid_body");
+  }
+  const problem = findProblem(ChatCompletionRequest, body);
+  if (problem) throw badRequest(problem.message, problem.param, "invalid_value");
+  const req = body as ChatCompletionRequest;
+  const model = deps.store.catalog.getForAccount(key.accountId, req.model);
+  if (!model) throw modelNotFound(req.model);
+  const plan = planChat(req, model);
+
+  const started = performance.now();
+  const abort = new AbortController();
+  request.signal.addEventListener("abort", () => abort.abort(), { once: true });
+  let generation: Generation;
+  try {
+    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal });
+  } catch (e) {
+    if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
+    if (e instanceof EngineBusyError) {
+      throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
+        "retry-after": String(e.retryAfterSeconds),
+      });
+    }
+    throw e;
+  }
+  const meta: CompletionMeta = {
+    id: `chatcmpl-${requestId}`,
+    created: Math.floor(Date.now() / 1000),
+    model: model.id,
+    systemFingerprint: deps.systemFingerprint,
+  };
+  const acc = new ChoiceAccumulator(plan.n, plan.logprobs);
+  const record = (status: string) =>
+    recordUsage(deps, key, plan, requestId, model.id, generation.promptTokens, acc, started, status);
+
+  if (!plan.stream) {
+    try {
+      for await (const e of generation.events) acc.add(e);
+    } catch (e) {
+      record("error");
+      throw e;
+    }
+    if (abort.signal.aborted) {
+      record("cancelled");
+      return new Response(null, { status: 499 });
+    }
+    record("ok");
+    return Response.json(acc.toCompletion(meta, generation.promptTokens));
+  }
+  return streamResponse(deps, generation, plan, meta, acc, abort, record);
+}
+
+function streamResponse(
+  deps: ChatDeps,
+  generation: Generation,
+  plan: ChatPlan,
+  meta: CompletionMeta,
+  acc: ChoiceAccumulator,
+  abort: AbortController,
+  record: (status: string) => void,
+): Response {
+  const head = {
+    id: meta.id,
+    object: "chat.completion.chunk",
+    created: meta.created,
+    model: meta.model,
+    system_fingerprint: meta.systemFingerprint,
+    service_tier: "default",
+  };
+  const usageField = plan.includeUsage ? { usage: null } : {};
+  let iterator: AsyncIterator<(typeof generation.events) extends AsyncIterable<infer E> ? E : never> | null = null;
+  let finished = false;
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      // The role delta goes out at once, so headers and a first byte reach the client before prefill.
+      for (let index = 0; index < plan.n; index++) {
+        controller.enqueue(
+          sse({
+            ...head,
+            choices: [{ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }],
+            ...usageField,
+          }),
+        );
+      }
+      iterator = generation.events[Symbol.asyncIterator]();
+    },
+    async pull(controller) {
+      try {
+        const next = await iterator!.next();
+        if (next.done) {
+          if (abort.signal.aborted) {
+            finished = true;
+            record("cancelled");
+            controller.close();
+            return;
+          }
+          if (plan.includeUsage) {
+            controller.enqueue(
+              sse({ ...head, choices: [], usage: usageOf(generation.promptTokens, acc.completionTokens()) }),
+            );
+          }
+          controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+          finished = true;
+          record("ok");
+          controller.close();
+          return;
+        }
+        acc.add(next.value);
+        controller.enqueue(sse({ ...head, choices: [chunkChoice(next.value, plan.logprobs)], ...usageField }));
+      } catch (e) {
+        finished = true;
+        record("error");
+        deps.log.error("generation failed mid-stream", { error: (e as Error).message });
+        // Headers are gone: the error travels as a final SSE event in OpenAI's error shape.
+        controller.enqueue(
+          sse({ error: { message: "The server had an error while generating.", type: "server_error", param: null, code: null } }),
+        );
+        controller.close();
+      }
+    },
+    cancel() {
+      abort.abort();
+      if (!finished) {
+        finished = true;
+        // Drain so the engine sees the abort and the usage row carries the tokens made so far.
+        void (async () => {
+          try {
+            while (iterator && !(await iterator.next()).done) {}
+          } catch {}
+          record("cancelled");
+        })();
+      }
+    },
+  });
+  return new Response(stream, {
+    headers: {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache",
+      connection: "keep-alive",
+      "x-accel-buffering": "no",
+    },
+  });
+}
+
+function recordUsage(
+  deps: ChatDeps,
+  key: ApiKeyInfo,
+  plan: ChatPlan,
+  requestId: string,
+  modelId: string,
+  promptTokens: number,
+  acc: ChoiceAccumulator,
+  started: number,
+  status: string,
+) {
+  try {
+    deps.store.usage.record({
+      requestId,
+      accountId: key.accountId,
+      keyId: key.id,
+      modelId,
+      promptTokens,
+      completionTokens: acc.completionTokens(),
+      latencyMs: performance.now() - started,
+      status,
+      finishReason: acc.finishReason(),
+      user: plan.user,
+      metadata: plan.metadata,
+    });
+  } catch (e) {
+    deps.log.error("could not record usage", { request_id: requestId, error: (e as Error).message });
+  }
+}

@@ -1,0 +1,103 @@
+// Finds model directories under the models root and reads what the catalog needs from them.
+// Loading the ONNX sessions is the runtime's job; this only reads small JSON files.
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { join, relative, sep } from "node:path";
+
+/** Canonical model ids: path-like segments of letters, digits, '.', '_' and '-'. */
+export const MODEL_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;
+
+export function isCanonicalModelId(id: string): boolean {
+  return id.length <= 256 && MODEL_ID.test(id) && !id.split("/").some((s) => s === "." || s === "..");
+}
+
+export interface ModelCard {
+  id?: string;
+  display_name?: string;
+  context_length?: number;
+  description?: string;
+  owned_by?: string;
+  capabilities?: { tools?: boolean; structured_output?: boolean; images?: boolean };
+}
+
+export interface DiscoveredModelDir {
+  id: string;
+  dir: string;
+  card: ModelCard;
+  config: Record<string, unknown>;
+  /** Why the directory cannot be served, when it cannot. */
+  problem: string | null;
+}
+
+const MARKERS = ["config.json", "genai_config.json", "sluice.json"];
+
+function readJson(path: string): Record<string, unknown> | null {
+  if (!existsSync(path)) return null;
+  const value: unknown = JSON.parse(readFileSync(path, "utf8"));
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new Error(`${path} does not hold a JSON object`);
+  }
+  return value as Record<string, unknown>;
+}
+
+function hasOnnx(dir: string): boolean {
+  for (const sub of [dir, join(dir, "onnx")]) {
+    if (existsSync(sub) && readdirSync(sub).some((f) => f.endsWith(".onnx"))) return true;
+  }
+  return false;
+}
+
+function inspect(root: string, dir: string): DiscoveredModelDir {
+  const fallbackId = relative(root, dir).split(sep).join("/");
+  let card: ModelCard = {};
+  let config: Record<string, unknown> = {};
+  try {
+    card = (readJson(join(dir, "sluice.json")) ?? {}) as ModelCard;
+    config = readJson(join(dir, "config.json")) ?? readJson(join(dir, "genai_config.json")) ?? {};
+  } catch (e) {
+    return { id: fallbackId, dir, card, config, problem: `unreadable metadata: ${(e as Error).message}` };
+  }
+  const id = typeof card.id === "string" ? card.id : fallbackId;
+  let problem: string | null = null;
+  if (!isCanonicalModelId(id)) problem = `model id ${JSON.stringify(id)} is not canonical`;
+  else if (!hasOnnx(dir)) problem = "no .onnx file in the directory or its onnx/ folder";
+  else if (!existsSync(join(dir, "tokenizer.json"))) problem = "no tokenizer.json";
+  return { id, dir, card, config, problem };
+}
+
+/**
+ * Every directory below root that holds a model marker file; a model directory's own
+ * subdirectories (onnx/ …) are not searched further.
+ */
+export function discoverModelDirs(root: string): DiscoveredModelDir[] {
+  if (!existsSync(root)) return [];
+  const found: DiscoveredModelDir[] = [];
+  const walk = (dir: string, depth: number) => {
+    const entries = readdirSync(dir);
+    if (dir !== root && MARKERS.some((m) => entries.includes(m))) {
+      found.push(inspect(root, dir));
+      return;
+    }
+    if (depth >= 4) return;
+    for (const e of entries.sort()) {
+      if (e.startsWith(".")) continue;
+      const p = join(dir, e);
+      if (statSync(p).isDirectory()) walk(p, depth + 1);
+    }
+  };
+  walk(root, 0);
+  const seen = new Map<string, DiscoveredModelDir>();
+  for (const m of found) {
+    const prior = seen.get(m.id);
+    if (prior) m.problem = `duplicate model id ${m.id} (also in ${prior.dir})`;
+    else seen.set(m.id, m);
+  }
+  return found;
+}
+
+/** The context length a card or config declares, or the given fallback. */
+export function declaredContextLength(m: DiscoveredModelDir, fallback = 2048): number {
+  const c = m.card.context_length ?? m.config.max_position_embeddings;
+  const search = (m.config.search as { max_length?: number } | undefined)?.max_length;
+  const v = typeof c === "number" ? c : typeof search === "number" ? search : fallback;
+  return Number.isInteger(v) && v > 0 ? v : fallback;
+}

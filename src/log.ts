@@ -1,0 +1,42 @@
+// Structured JSON log lines on stderr. Callers pass fields, never prompt text or keys: those stay
+// out unless the operator turns on SLUICE_LOG_PROMPTS (see `logPrompts`).
+
+export type LogLevel = "debug" | "info" | "warn" | "error";
+const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+
+export interface Logger {
+  debug(msg: string, fields?: Record<string, unknown>): void;
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  error(msg: string, fields?: Record<string, unknown>): void;
+  child(fields: Record<string, unknown>): Logger;
+  readonly logPrompts: boolean;
+}
+
+export interface LoggerOptions {
+  level?: LogLevel;
+  logPrompts?: boolean;
+  write?: (line: string) => void;
+  base?: Record<string, unknown>;
+}
+
+export function createLogger(opts: LoggerOptions = {}): Logger {
+  const min = ORDER[opts.level ?? "info"];
+  const write = opts.write ?? ((line: string) => process.stderr.write(line + "\n"));
+  const base = opts.base ?? {};
+  const emit = (level: LogLevel, msg: string, fields?: Record<string, unknown>) => {
+    if (ORDER[level] < min) return;
+    write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...base, ...fields }));
+  };
+  return {
+    debug: (m, f) => emit("debug", m, f),
+    info: (m, f) => emit("info", m, f),
+    warn: (m, f) => emit("warn", m, f),
+    error: (m, f) => emit("error", m, f),
+    child: (fields) => createLogger({ ...opts, base: { ...base, ...fields } }),
+    logPrompts: opts.logPrompts ?? false,
+  };
+}
+
+/** A logger that drops everything: for tests that do not look at logs. */
+export const silentLogger = (): Logger => createLogger({ write: () => {} });
