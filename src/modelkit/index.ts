@@ -1,0 +1,9 @@
+// The model kit: builds real-layout ONNX model directories (importers, synthetic models, demo).
+
+export { buildSyntheticModel, syntheticPresetNames } from "./synthetic.ts";
+export type { SyntheticPreset, SyntheticSpec, SyntheticShape, SyntheticModelInfo } from "./synthetic.ts";
+export type { SluiceJson, SluiceCapabilities, SluiceGraphInfo } from "./modeldir.ts";
+export type { GraphVariant, WeightDType, LlamaConfig, ModelType } from "./llama/config.ts";
+export type { LlamaWeights, LlamaLayerWeights } from "./llama/weights.ts";
+export { buildDecoderModel, pastKeyName, presentName } from "./llama/graph.ts";
+export { GraphBuilder, serializeModel } from "./onnx/builder.ts";

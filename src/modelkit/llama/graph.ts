@@ -1,0 +1,301 @@
+// The Llama-family decoder as an ONNX graph, in two variants from the same weights.
+//
+// I/O is the Hugging Face / transformers.js decoder contract:
+//   input_ids, attention_mask, position_ids (int64), past_key_values.{i}.key|value
+//   -> logits, present.{i}.key|value (KV cache [batch, kv_heads, seq, head_dim]).
+
+import { type Dim, ExternalDataPlan, GraphBuilder, MS_DOMAIN, type OpsetImport, type SerializedModel, serializeModel } from "../onnx/builder.ts";
+import { floatTensor } from "../onnx/tensor.ts";
+import { type GraphVariant, type LlamaConfig, type WeightDType, validateConfig } from "./config.ts";
+import { type LlamaLayerWeights, type LlamaWeights, checkWeights, inverseFrequencies, rotaryCaches } from "./weights.ts";
+
+export interface DecoderGraphOptions {
+  variant: GraphVariant;
+  dtype: WeightDType;
+  /** Rows of the fused variant's cos/sin caches (the longest sequence it can rotate). */
+  rotaryCacheLength?: number;
+  /** Initializers at least this large go to `externalDataFile` when it is given. */
+  externalDataFile?: string;
+  externalMinBytes?: number;
+}
+
+export const OPSET_ONNX = 17;
+export const OPSET_MS = 1;
+
+/** Masked attention scores get this bias: finite, so a fully padded query row stays NaN-free. */
+const MASK_MIN = -1e9;
+
+const B: Dim = "batch_size";
+const S: Dim = "sequence_length";
+const P: Dim = "past_sequence_length";
+const T: Dim = "total_sequence_length";
+
+export function pastKeyName(i: number, kind: "key" | "value"): string {
+  return `past_key_values.${i}.${kind}`;
+}
+export function presentName(i: number, kind: "key" | "value"): string {
+  return `present.${i}.${kind}`;
+}
+
+interface Ctx {
+  g: GraphBuilder;
+  c: LlamaConfig;
+  dt: WeightDType;
+  /** ONNX TensorProto type code of the activations, for Cast. */
+  dtCode: number;
+}
+
+function weight(ctx: Ctx, name: string, dims: number[], values: Float32Array): string {
+  return ctx.g.initializer(name, floatTensor(ctx.dt, dims, values));
+}
+
+function matmul(ctx: Ctx, x: string, name: string, w: Float32Array, rows: number, cols: number): string {
+  return ctx.g.op("MatMul", [x, weight(ctx, name, [rows, cols], w)]);
+}
+
+function castTo(ctx: Ctx, x: string, code: number): string {
+  return ctx.g.op("Cast", [x], { to: code });
+}
+
+/** RMSNorm from primitive ops, computed in float32 as transformers does for half models. */
+function rmsNormStandard(ctx: Ctx, x: string, w: string): string {
+  const { g } = ctx;
+  const xf = ctx.dt === "float16" ? castTo(ctx, x, 1) : x;
+  const ms = g.op("ReduceMean", [g.op("Mul", [xf, xf])], { axes: [-1], keepdims: 1 });
+  const inv = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [ms, g.f32(ctx.c.rmsNormEps)])])]);
+  let y = g.op("Mul", [xf, inv]);
+  if (ctx.dt === "float16") y = castTo(ctx, y, ctx.dtCode);
+  return g.op("Mul", [y, w]);
+}
+
+function swiglu(ctx: Ctx, x: string, l: LlamaLayerWeights, i: number): string {
+  const { g, c } = ctx;
+  const gate = matmul(ctx, x, `model.layers.${i}.mlp.gate_proj.weight`, l.gate, c.hiddenSize, c.intermediateSize);
+  const up = matmul(ctx, x, `model.layers.${i}.mlp.up_proj.weight`, l.up, c.hiddenSize, c.intermediateSize);
+  const act = g.op("Mul", [gate, g.op("Sigmoid", [gate])]);
+  return matmul(ctx, g.op("Mul", [act, up]), `model.layers.${i}.mlp.down_proj.weight`, l.down, c.intermediateSize, c.hiddenSize);
+}
+
+function lmHead(ctx: Ctx, w: LlamaWeights, embedName: string): string {
+  if (ctx.c.tieWordEmbeddings) {
+    // Transposing the shared table in-graph keeps one copy on disk; ORT folds it at load time.
+    return ctx.g.op("Transpose", [embedName], { perm: [1, 0] });
+  }
+  return weight(ctx, "lm_head.weight", [ctx.c.hiddenSize, ctx.c.vocabSize], w.lmHead as Float32Array);
+}
+
+function declareIo(ctx: Ctx): { ids: string; mask: string; pos: string } {
+  const { g, c, dt } = ctx;
+  const ids = g.input("input_ids", "int64", [B, S]);
+  const mask = g.input("attention_mask", "int64", [B, T]);
+  const pos = g.input("position_ids", "int64", [B, S]);
+  for (let i = 0; i < c.numLayers; i++) {
+    for (const kind of ["key", "value"] as const) g.input(pastKeyName(i, kind), dt, [B, c.numKvHeads, P, c.headDim]);
+  }
+  return { ids, mask, pos };
+}
+
+function declareOutputs(ctx: Ctx, logits: string, presents: [string, string][]): void {
+  const { g, c, dt } = ctx;
+  g.output("logits", dt, [B, S, c.vocabSize], logits);
+  presents.forEach(([k, v], i) => {
+    g.output(presentName(i, "key"), dt, [B, c.numKvHeads, T, c.headDim], k);
+    g.output(presentName(i, "value"), dt, [B, c.numKvHeads, T, c.headDim], v);
+  });
+}
+
+// ---------------------------------------------------------------- standard variant
+
+/** Additive mask [batch, 1, 1, seq, total]: causal over buffer positions, and padding. */
+function attentionBias(ctx: Ctx, ids: string, mask: string): string {
+  const { g } = ctx;
+  const seq = g.op("Gather", [g.op("Shape", [ids]), g.i64(1)], { axis: 0 });
+  const total = g.op("Gather", [g.op("Shape", [mask]), g.i64(1)], { axis: 0 });
+  const past = g.op("Sub", [total, seq]);
+  const keyIdx = g.op("Range", [g.i64(0), total, g.i64(1)]); // [T]
+  const qIdx = g.op("Add", [g.op("Range", [g.i64(0), seq, g.i64(1)]), past]); // [S], absolute
+  const causal = g.op("LessOrEqual", [keyIdx, g.op("Unsqueeze", [qIdx, g.i64([1])])]); // [S, T]
+  const notPad = g.op("Unsqueeze", [g.op("Cast", [mask], { to: 9 }), g.i64([1])]); // [B, 1, T]
+  const allowed = g.op("And", [causal, notPad]); // [B, S, T]
+  const bias = g.op("Where", [allowed, g.f32(0), g.f32(MASK_MIN)]);
+  return g.op("Unsqueeze", [bias, g.i64([1, 2])]);
+}
+
+/** cos/sin [batch, 1, seq, head_dim] from position_ids, computed in float32. */
+function rotaryTables(ctx: Ctx, pos: string): { cos: string; sin: string } {
+  const { g, c } = ctx;
+  const inv = g.initializer("rotary_inv_freq", floatTensor("float32", [c.headDim / 2], inverseFrequencies(c.headDim, c.ropeTheta)));
+  const freqs = g.op("Mul", [g.op("Unsqueeze", [g.op("Cast", [pos], { to: 1 }), g.i64([-1])]), inv]); // [B,S,D/2]
+  const emb = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], { axis: -1 }), g.i64([1])]);
+  let cos = g.op("Cos", [emb]);
+  let sin = g.op("Sin", [emb]);
+  if (ctx.dt === "float16") {
+    cos = castTo(ctx, cos, ctx.dtCode);
+    sin = castTo(ctx, sin, ctx.dtCode);
+  }
+  return { cos, sin };
+}
+
+/** Half-rotation RoPE (transformers' rotate_half) on x [B, heads, S, D]. */
+function applyRotary(ctx: Ctx, x: string, cos: string, sin: string): string {
+  const { g, c } = ctx;
+  const half = c.headDim / 2;
+  const [x1, x2] = g.node("Split", [x, g.i64([half, half])], 2, { axis: -1 });
+  const rotated = g.op("Concat", [g.op("Neg", [x2]), x1], { axis: -1 });
+  return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rotated, sin])]);
+}
+
+/** [B, S, heads*D] -> [B, S, heads, D], optionally RMS-normalised per head. */
+function splitHeads(ctx: Ctx, x: string, heads: number, norm?: string): string {
+  const { g, c } = ctx;
+  const r = g.op("Reshape", [x, g.i64([0, 0, heads, c.headDim])]);
+  return norm ? rmsNormStandard(ctx, r, norm) : r;
+}
+
+function attentionStandard(
+  ctx: Ctx,
+  x: string,
+  l: LlamaLayerWeights,
+  i: number,
+  bias: string,
+  rope: { cos: string; sin: string },
+): { out: string; presentK: string; presentV: string } {
+  const { g, c } = ctx;
+  const qDim = c.numHeads * c.headDim;
+  const kvDim = c.numKvHeads * c.headDim;
+  const groups = c.numHeads / c.numKvHeads;
+  const pre = `model.layers.${i}.self_attn`;
+  const qn = c.qkNorm ? weight(ctx, `${pre}.q_norm.weight`, [c.headDim], l.qNorm as Float32Array) : undefined;
+  const kn = c.qkNorm ? weight(ctx, `${pre}.k_norm.weight`, [c.headDim], l.kNorm as Float32Array) : undefined;
+  const q = splitHeads(ctx, matmul(ctx, x, `${pre}.q_proj.weight`, l.q, c.hiddenSize, qDim), c.numHeads, qn);
+  const k = splitHeads(ctx, matmul(ctx, x, `${pre}.k_proj.weight`, l.k, c.hiddenSize, kvDim), c.numKvHeads, kn);
+  const v = g.op("Reshape", [matmul(ctx, x, `${pre}.v_proj.weight`, l.v, c.hiddenSize, kvDim), g.i64([0, 0, c.numKvHeads, c.headDim])]);
+  const toBhsd = (t: string) => g.op("Transpose", [t], { perm: [0, 2, 1, 3] });
+  const qr = applyRotary(ctx, toBhsd(q), rope.cos, rope.sin);
+  const kr = applyRotary(ctx, toBhsd(k), rope.cos, rope.sin);
+  const presentK = g.op("Concat", [pastKeyName(i, "key"), kr], { axis: 2 });
+  const presentV = g.op("Concat", [pastKeyName(i, "value"), toBhsd(v)], { axis: 2 });
+
+  // Grouped heads without copying K/V: q as [B, KV, G, S, D] against k as [B, KV, 1, D, T].
+  const scale = g.constant(floatTensor(ctx.dt, [], Float32Array.of(1 / Math.sqrt(c.headDim))), "scale");
+  const qg = g.op("Reshape", [g.op("Mul", [qr, scale]), g.i64([0, c.numKvHeads, groups, -1, c.headDim])]);
+  const kt = g.op("Unsqueeze", [g.op("Transpose", [presentK], { perm: [0, 1, 3, 2] }), g.i64([2])]);
+  let scores = g.op("MatMul", [qg, kt]);
+  if (ctx.dt === "float16") scores = castTo(ctx, scores, 1);
+  let probs = g.op("Softmax", [g.op("Add", [scores, bias])], { axis: -1 });
+  if (ctx.dt === "float16") probs = castTo(ctx, probs, ctx.dtCode);
+  const ctxv = g.op("MatMul", [probs, g.op("Unsqueeze", [presentV, g.i64([2])])]); // [B,KV,G,S,D]
+  const merged = g.op("Reshape", [g.op("Transpose", [g.op("Reshape", [ctxv, g.i64([0, c.numHeads, -1, c.headDim])])], { perm: [0, 2, 1, 3] }), g.i64([0, 0, qDim])]);
+  const out = matmul(ctx, merged, `${pre}.o_proj.weight`, l.o, qDim, c.hiddenSize);
+  return { out, presentK, presentV };
+}
+
+function buildStandard(ctx: Ctx, w: LlamaWeights): void {
+  const { g, c } = ctx;
+  const { ids, mask, pos } = declareIo(ctx);
+  const embedName = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], w.embed);
+  let h = g.op("Gather", [embedName, ids], { axis: 0 });
+  const bias = attentionBias(ctx, ids, mask);
+  const rope = rotaryTables(ctx, pos);
+  const presents: [string, string][] = [];
+  w.layers.forEach((l, i) => {
+    const pre = `model.layers.${i}`;
+    const n1 = rmsNormStandard(ctx, h, weight(ctx, `${pre}.input_layernorm.weight`, [c.hiddenSize], l.inputNorm));
+    const att = attentionStandard(ctx, n1, l, i, bias, rope);
+    presents.push([att.presentK, att.presentV]);
+    h = g.op("Add", [h, att.out]);
+    const n2 = rmsNormStandard(ctx, h, weight(ctx, `${pre}.post_attention_layernorm.weight`, [c.hiddenSize], l.postNorm));
+    h = g.op("Add", [h, swiglu(ctx, n2, l, i)]);
+  });
+  const final = rmsNormStandard(ctx, h, weight(ctx, "model.norm.weight", [c.hiddenSize], w.finalNorm));
+  declareOutputs(ctx, g.op("MatMul", [final, lmHead(ctx, w, embedName)]), presents);
+}
+
+// ---------------------------------------------------------------- fused variant
+
+function simplifiedNorm(ctx: Ctx, x: string, w: string): string {
+  return ctx.g.op("SimplifiedLayerNormalization", [x, w], { axis: -1, epsilon: { float: ctx.c.rmsNormEps }, stash_type: 1 });
+}
+
+/** Returns [normed, residual sum] of (x + skip). */
+function skipNorm(ctx: Ctx, x: string, skip: string, w: string): [string, string] {
+  const { g } = ctx;
+  const normed = g.fresh("skipnorm");
+  const sum = g.fresh("residual");
+  g.node("SkipSimplifiedLayerNormalization", [x, skip, w], [normed, "", "", sum], { epsilon: { float: ctx.c.rmsNormEps } }, MS_DOMAIN);
+  return [normed, sum];
+}
+
+function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number): void {
+  const { g, c } = ctx;
+  const { ids, mask } = declareIo(ctx);
+  const qDim = c.numHeads * c.headDim;
+  const kvDim = c.numKvHeads * c.headDim;
+  const embedName = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], w.embed);
+  const embedded = g.op("Gather", [embedName, ids], { axis: 0 });
+
+  // As onnxruntime-genai's builder does: seqlens_k = sum(mask) - 1, total = mask width.
+  const seqlensK = g.op("Cast", [g.op("Sub", [g.op("ReduceSum", [mask, g.i64([1])], { keepdims: 0 }), g.i64(1)])], { to: 6 });
+  const totalLen = g.op("Cast", [g.op("Gather", [g.op("Shape", [mask]), g.i64(1)], { axis: 0 })], { to: 6 });
+  const tables = rotaryCaches(c.headDim, c.ropeTheta, cacheLen);
+  const cosCache = weight(ctx, "cos_cache", [cacheLen, c.headDim / 2], tables.cos);
+  const sinCache = weight(ctx, "sin_cache", [cacheLen, c.headDim / 2], tables.sin);
+
+  const presents: [string, string][] = [];
+  let residual = embedded;
+  let pending: string | null = null; // output to add to the residual before the next norm
+  w.layers.forEach((l, i) => {
+    const pre = `model.layers.${i}`;
+    const w1 = weight(ctx, `${pre}.input_layernorm.weight`, [c.hiddenSize], l.inputNorm);
+    let n1: string;
+    if (pending === null) n1 = simplifiedNorm(ctx, residual, w1);
+    else [n1, residual] = skipNorm(ctx, pending, residual, w1);
+
+    const att = `${pre}.self_attn`;
+    let q = matmul(ctx, n1, `${att}.q_proj.weight`, l.q, c.hiddenSize, qDim);
+    let k = matmul(ctx, n1, `${att}.k_proj.weight`, l.k, c.hiddenSize, kvDim);
+    const v = matmul(ctx, n1, `${att}.v_proj.weight`, l.v, c.hiddenSize, kvDim);
+    if (c.qkNorm) {
+      const perHead = (x: string, heads: number, wn: string) =>
+        g.op("Reshape", [simplifiedNorm(ctx, g.op("Reshape", [x, g.i64([0, 0, heads, c.headDim])]), wn), g.i64([0, 0, heads * c.headDim])]);
+      q = perHead(q, c.numHeads, weight(ctx, `${att}.q_norm.weight`, [c.headDim], l.qNorm as Float32Array));
+      k = perHead(k, c.numKvHeads, weight(ctx, `${att}.k_norm.weight`, [c.headDim], l.kNorm as Float32Array));
+    }
+    const attnOut = g.fresh("gqa");
+    const pk = g.fresh(`present_${i}_key`);
+    const pv = g.fresh(`present_${i}_value`);
+    g.node(
+      "GroupQueryAttention",
+      [q, k, v, pastKeyName(i, "key"), pastKeyName(i, "value"), seqlensK, totalLen, cosCache, sinCache],
+      [attnOut, pk, pv],
+      { num_heads: c.numHeads, kv_num_heads: c.numKvHeads, do_rotary: 1, rotary_interleaved: 0, scale: { float: 1 / Math.sqrt(c.headDim) } },
+      MS_DOMAIN,
+    );
+    presents.push([pk, pv]);
+    const o = matmul(ctx, attnOut, `${att}.o_proj.weight`, l.o, qDim, c.hiddenSize);
+    const w2 = weight(ctx, `${pre}.post_attention_layernorm.weight`, [c.hiddenSize], l.postNorm);
+    const [n2, sum] = skipNorm(ctx, o, residual, w2);
+    residual = sum;
+    pending = swiglu(ctx, n2, l, i);
+  });
+  const wf = weight(ctx, "model.norm.weight", [c.hiddenSize], w.finalNorm);
+  const [final] = skipNorm(ctx, pending as unknown as string, residual, wf);
+  declareOutputs(ctx, g.op("MatMul", [final, lmHead(ctx, w, embedName)]), presents);
+}
+
+export function decoderOpsets(variant: GraphVariant): OpsetImport[] {
+  const base: OpsetImport[] = [{ domain: "", version: OPSET_ONNX }];
+  return variant === "fused" ? [...base, { domain: MS_DOMAIN, version: OPSET_MS }] : base;
+}
+
+/** Builds and serialises the decoder. */
+export function buildDecoderModel(c: LlamaConfig, w: LlamaWeights, opts: DecoderGraphOptions): SerializedModel {
+  validateConfig(c);
+  checkWeights(c, w);
+  const g = new GraphBuilder(`${c.modelType}_decoder_${opts.variant}`);
+  const ctx: Ctx = { g, c, dt: opts.dtype, dtCode: opts.dtype === "float16" ? 10 : 1 };
+  if (opts.variant === "standard") buildStandard(ctx, w);
+  else buildFused(ctx, w, opts.rotaryCacheLength ?? c.maxPositionEmbeddings);
+  const plan = opts.externalDataFile ? new ExternalDataPlan(opts.externalDataFile, opts.externalMinBytes ?? 1024) : undefined;
+  return serializeModel(g, { opsets: decoderOpsets(opts.variant), metadata: { "sluice.variant": opts.variant, "sluice.dtype": opts.dtype } }, plan);
+}

@@ -1,0 +1,90 @@
+// Decoder weights in MatMul layout: every projection is stored [in, out] (y = x W), i.e. the
+// transpose of torch's nn.Linear.weight. Everything is float32 here; the graph converts.
+
+import type { LlamaConfig } from "./config.ts";
+
+export interface LlamaLayerWeights {
+  inputNorm: Float32Array; // [hidden]
+  q: Float32Array; // [hidden, heads*headDim]
+  k: Float32Array; // [hidden, kvHeads*headDim]
+  v: Float32Array; // [hidden, kvHeads*headDim]
+  o: Float32Array; // [heads*headDim, hidden]
+  qNorm?: Float32Array; // [headDim]
+  kNorm?: Float32Array; // [headDim]
+  postNorm: Float32Array; // [hidden]
+  gate: Float32Array; // [hidden, intermediate]
+  up: Float32Array; // [hidden, intermediate]
+  down: Float32Array; // [intermediate, hidden]
+}
+
+export interface LlamaWeights {
+  embed: Float32Array; // [vocab, hidden]
+  layers: LlamaLayerWeights[];
+  finalNorm: Float32Array; // [hidden]
+  /** [hidden, vocab]; absent when the embedding is tied. */
+  lmHead?: Float32Array;
+}
+
+export function checkWeights(c: LlamaConfig, w: LlamaWeights): void {
+  const H = c.hiddenSize;
+  const q = c.numHeads * c.headDim;
+  const kv = c.numKvHeads * c.headDim;
+  const I = c.intermediateSize;
+  const expect = (name: string, a: Float32Array | undefined, n: number) => {
+    if (!a || a.length !== n) throw new Error(`weight ${name}: expected ${n} values, got ${a?.length ?? "none"}`);
+  };
+  expect("embed", w.embed, c.vocabSize * H);
+  expect("finalNorm", w.finalNorm, H);
+  if (!c.tieWordEmbeddings) expect("lmHead", w.lmHead, H * c.vocabSize);
+  if (w.layers.length !== c.numLayers) throw new Error(`expected ${c.numLayers} layers, got ${w.layers.length}`);
+  w.layers.forEach((l, i) => {
+    expect(`layers.${i}.inputNorm`, l.inputNorm, H);
+    expect(`layers.${i}.q`, l.q, H * q);
+    expect(`layers.${i}.k`, l.k, H * kv);
+    expect(`layers.${i}.v`, l.v, H * kv);
+    expect(`layers.${i}.o`, l.o, q * H);
+    expect(`layers.${i}.postNorm`, l.postNorm, H);
+    expect(`layers.${i}.gate`, l.gate, H * I);
+    expect(`layers.${i}.up`, l.up, H * I);
+    expect(`layers.${i}.down`, l.down, I * H);
+    if (c.qkNorm) {
+      expect(`layers.${i}.qNorm`, l.qNorm, c.headDim);
+      expect(`layers.${i}.kNorm`, l.kNorm, c.headDim);
+    }
+  });
+}
+
+/** Transposes a row-major [rows, cols] matrix. */
+export function transpose(m: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(m.length);
+  for (let r = 0; r < rows; r++) {
+    const base = r * cols;
+    for (let c = 0; c < cols; c++) out[c * rows + r] = m[base + c];
+  }
+  return out;
+}
+
+/** Rotary inverse frequencies theta^(-2i/d), computed in float32 as transformers does. */
+export function inverseFrequencies(headDim: number, theta: number): Float32Array {
+  const half = headDim / 2;
+  const out = new Float32Array(half);
+  for (let i = 0; i < half; i++) out[i] = 1 / theta ** ((2 * i) / headDim);
+  return out;
+}
+
+/** cos/sin tables [maxPos, headDim/2] for the fused attention's rotary caches. */
+export function rotaryCaches(headDim: number, theta: number, maxPos: number): { cos: Float32Array; sin: Float32Array } {
+  const inv = inverseFrequencies(headDim, theta);
+  const half = headDim / 2;
+  const cos = new Float32Array(maxPos * half);
+  const sin = new Float32Array(maxPos * half);
+  for (let p = 0; p < maxPos; p++) {
+    for (let i = 0; i < half; i++) {
+      // The angle is rounded to float32 first so the table matches the standard graph's Mul.
+      const a = Math.fround(p * inv[i]);
+      cos[p * half + i] = Math.cos(a);
+      sin[p * half + i] = Math.sin(a);
+    }
+  }
+  return { cos, sin };
+}

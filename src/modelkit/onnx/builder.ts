@@ -1,0 +1,265 @@
+// A small typed builder for ONNX graphs on top of onnx-proto's generated bindings. It keeps
+// names unique, deduplicates small constants, and knows the attribute encodings.
+
+import { onnx } from "onnx-proto";
+import { type DType, ONNX_DTYPE } from "./dtype.ts";
+import { type TensorData, elementCount, int64Tensor, rawBytes, tensor } from "./tensor.ts";
+
+/** A dimension: a fixed size, or a symbolic name such as "batch_size". */
+export type Dim = number | string;
+
+/**
+ * Attribute values. Plain numbers are INT (ONNX has far more int attributes than float ones);
+ * floats must be explicit so `epsilon: 1` can never be mis-encoded.
+ */
+export type AttrValue =
+  | number
+  | string
+  | number[]
+  | { float: number }
+  | { floats: number[] }
+  | { tensor: TensorData };
+
+export type Attrs = Record<string, AttrValue>;
+
+export interface OpsetImport {
+  domain: string;
+  version: number;
+}
+
+export const MS_DOMAIN = "com.microsoft";
+
+interface ValueInfo {
+  name: string;
+  dtype: DType;
+  shape: Dim[];
+}
+
+function encodeAttr(name: string, v: AttrValue): onnx.IAttributeProto {
+  const T = onnx.AttributeProto.AttributeType;
+  if (typeof v === "number") {
+    if (!Number.isInteger(v)) throw new Error(`attribute ${name}: ${v} is not an integer; use { float: ${v} }`);
+    return { name, type: T.INT, i: v };
+  }
+  if (typeof v === "string") return { name, type: T.STRING, s: new TextEncoder().encode(v) };
+  if (Array.isArray(v)) {
+    for (const x of v) if (!Number.isInteger(x)) throw new Error(`attribute ${name}: ints only`);
+    return { name, type: T.INTS, ints: v };
+  }
+  if ("float" in v) return { name, type: T.FLOAT, f: v.float };
+  if ("floats" in v) return { name, type: T.FLOATS, floats: v.floats };
+  return { name, type: T.TENSOR, t: tensorProto(`${name}_value`, v.tensor) };
+}
+
+export function tensorProto(name: string, t: TensorData): onnx.ITensorProto {
+  return { name, dataType: ONNX_DTYPE[t.dtype], dims: t.dims, rawData: rawBytes(t) };
+}
+
+function valueInfoProto(v: ValueInfo): onnx.IValueInfoProto {
+  return {
+    name: v.name,
+    type: {
+      tensorType: {
+        elemType: ONNX_DTYPE[v.dtype],
+        shape: { dim: v.shape.map((d) => (typeof d === "number" ? { dimValue: d } : { dimParam: d })) },
+      },
+    },
+  };
+}
+
+export class GraphBuilder {
+  private readonly nodes: onnx.INodeProto[] = [];
+  private readonly inits = new Map<string, TensorData>();
+  private readonly inputs: ValueInfo[] = [];
+  private readonly outputs: ValueInfo[] = [];
+  private readonly infos: ValueInfo[] = [];
+  private readonly constCache = new Map<string, string>();
+  private readonly used = new Set<string>();
+  private counter = 0;
+
+  constructor(readonly name: string) {}
+
+  /** A fresh value name derived from `hint`. */
+  fresh(hint: string): string {
+    let n = hint;
+    while (this.used.has(n)) n = `${hint}_${++this.counter}`;
+    this.used.add(n);
+    return n;
+  }
+
+  private claim(name: string): string {
+    if (this.used.has(name)) throw new Error(`duplicate value name ${name}`);
+    this.used.add(name);
+    return name;
+  }
+
+  input(name: string, dtype: DType, shape: Dim[]): string {
+    this.inputs.push({ name: this.claim(name), dtype, shape });
+    return name;
+  }
+
+  /** Declares `value` as a graph output, renaming it through Identity when the names differ. */
+  output(name: string, dtype: DType, shape: Dim[], value?: string): string {
+    if (value !== undefined && value !== name) {
+      this.node("Identity", [value], [name]);
+    }
+    this.outputs.push({ name, dtype, shape });
+    return name;
+  }
+
+  valueInfo(name: string, dtype: DType, shape: Dim[]): void {
+    this.infos.push({ name, dtype, shape });
+  }
+
+  initializer(name: string, t: TensorData): string {
+    this.inits.set(this.claim(name), t);
+    return name;
+  }
+
+  /** A deduplicated small constant initializer. */
+  constant(t: TensorData, hint = "const"): string {
+    const key = `${t.dtype}|${t.dims.join(",")}|${Array.from(t.data as ArrayLike<number | bigint>, String).join(",")}`;
+    const hit = this.constCache.get(key);
+    if (hit) return hit;
+    const name = this.fresh(hint);
+    this.inits.set(name, t);
+    this.constCache.set(key, name);
+    return name;
+  }
+
+  /** int64 constant: a scalar when `values` is a number, else a 1-D tensor. */
+  i64(values: number | number[]): string {
+    return typeof values === "number" ? this.constant(int64Tensor([], [values]), "i64") : this.constant(int64Tensor([values.length], values), "i64");
+  }
+
+  f32(values: number | number[]): string {
+    return typeof values === "number"
+      ? this.constant(tensor("float32", [], Float32Array.of(values)), "f32")
+      : this.constant(tensor("float32", [values.length], Float32Array.from(values)), "f32");
+  }
+
+  /**
+   * Adds a node. `outputs` is a count of fresh outputs or explicit names ("" skips an optional
+   * output). Returns the output names.
+   */
+  node(
+    opType: string,
+    inputs: string[],
+    outputs: number | string[] = 1,
+    attrs: Attrs = {},
+    domain = "",
+  ): string[] {
+    const hint = opType.replace(/[^A-Za-z0-9]/g, "").toLowerCase();
+    const outs = typeof outputs === "number" ? Array.from({ length: outputs }, () => this.fresh(hint)) : outputs.map((o) => (o === "" ? "" : this.used.has(o) ? o : this.claim(o)));
+    this.nodes.push({
+      name: this.fresh(`${opType}_node`),
+      opType,
+      domain,
+      input: inputs,
+      output: outs,
+      attribute: Object.entries(attrs).map(([k, v]) => encodeAttr(k, v)),
+    });
+    return outs;
+  }
+
+  /** A single-output node. */
+  op(opType: string, inputs: string[], attrs: Attrs = {}, domain = ""): string {
+    return this.node(opType, inputs, 1, attrs, domain)[0];
+  }
+
+  initializerBytes(): number {
+    let n = 0;
+    for (const t of this.inits.values()) n += t.data.byteLength;
+    return n;
+  }
+
+  toGraph(external?: ExternalDataPlan): onnx.IGraphProto {
+    const initializer: onnx.ITensorProto[] = [];
+    for (const [name, t] of this.inits) {
+      const placed = external?.place(name, t);
+      if (placed) {
+        initializer.push({
+          name,
+          dataType: ONNX_DTYPE[t.dtype],
+          dims: t.dims,
+          dataLocation: onnx.TensorProto.DataLocation.EXTERNAL,
+          externalData: [
+            { key: "location", value: placed.location },
+            { key: "offset", value: String(placed.offset) },
+            { key: "length", value: String(placed.length) },
+          ],
+        });
+      } else {
+        initializer.push(tensorProto(name, t));
+      }
+    }
+    return {
+      name: this.name,
+      node: this.nodes,
+      initializer,
+      input: this.inputs.map(valueInfoProto),
+      output: this.outputs.map(valueInfoProto),
+      valueInfo: this.infos.map(valueInfoProto),
+    };
+  }
+}
+
+/** Collects large initializers into one external data file, 4 KiB aligned as onnx's saver does. */
+export class ExternalDataPlan {
+  private readonly chunks: Uint8Array[] = [];
+  private size = 0;
+
+  constructor(
+    readonly location: string,
+    private readonly minBytes = 1024,
+  ) {}
+
+  place(_name: string, t: TensorData): { location: string; offset: number; length: number } | null {
+    const bytes = rawBytes(t);
+    if (bytes.length < this.minBytes) return null;
+    const pad = (4096 - (this.size % 4096)) % 4096;
+    if (pad) this.chunks.push(new Uint8Array(pad));
+    const offset = this.size + pad;
+    this.chunks.push(bytes);
+    this.size = offset + bytes.length;
+    return { location: this.location, offset, length: bytes.length };
+  }
+
+  get chunksToWrite(): readonly Uint8Array[] {
+    return this.chunks;
+  }
+}
+
+export interface ModelOptions {
+  opsets: OpsetImport[];
+  producerName?: string;
+  producerVersion?: string;
+  docString?: string;
+  metadata?: Record<string, string>;
+}
+
+export interface SerializedModel {
+  /** The ModelProto bytes. */
+  model: Uint8Array;
+  /** Chunks of the external data file (concatenate to write), when external data was used. */
+  externalData: readonly Uint8Array[] | null;
+}
+
+/** ONNX IR version 8 (onnx 1.10+); onnx-proto's schema is that version. */
+export const IR_VERSION = 8;
+
+export function serializeModel(g: GraphBuilder, opts: ModelOptions, external?: ExternalDataPlan): SerializedModel {
+  const model: onnx.IModelProto = {
+    irVersion: IR_VERSION,
+    producerName: opts.producerName ?? "sluice-modelkit",
+    producerVersion: opts.producerVersion ?? "0.1.0",
+    docString: opts.docString ?? "",
+    opsetImport: opts.opsets.map((o) => ({ domain: o.domain, version: o.version })),
+    graph: g.toGraph(external),
+    metadataProps: Object.entries(opts.metadata ?? {}).map(([key, value]) => ({ key, value })),
+  };
+  const bytes = onnx.ModelProto.encode(model).finish();
+  return { model: bytes, externalData: external ? external.chunksToWrite : null };
+}
+
+export { elementCount };

