@@ -1,0 +1,239 @@
+// Loads a Hugging Face model directory's tokenizer and its surrounding configuration (special
+// tokens, EOS ids, chat templates). Encoding and decoding go through the native `tokenizers`
+// package; streaming detokenisation does not (see detokenizer.ts), because each native call is an
+// async round trip that costs tens of microseconds.
+
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { Tokenizer as NativeTokenizer } from "tokenizers";
+import { Detokenizer, compileDecoder, pieceBytes, type DecodePlan, type DecoderConfig } from "./detokenizer.ts";
+import { TokenPieces } from "./token-pieces.ts";
+
+export class TokenizerLoadError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "TokenizerLoadError";
+  }
+}
+
+export interface AddedTokenInfo {
+  id: number;
+  content: string;
+  special: boolean;
+}
+
+/** Chat templates found in the model directory; `default` is what a plain chat renders with. */
+export interface ChatTemplates {
+  default: string | null;
+  /** The template named "tool_use", used when tools are given (as transformers does). */
+  toolUse: string | null;
+  named: Record<string, string>;
+}
+
+type Json = Record<string, unknown>;
+
+function readJson(path: string): Json | null {
+  if (!existsSync(path)) return null;
+  const parsed: unknown = JSON.parse(readFileSync(path, "utf8"));
+  return parsed !== null && typeof parsed === "object" && !Array.isArray(parsed) ? (parsed as Json) : null;
+}
+
+/** A token entry in tokenizer_config / special_tokens_map: a string or an AddedToken object. */
+function tokenContent(value: unknown): string | null {
+  if (typeof value === "string" && value.length > 0) return value;
+  if (value !== null && typeof value === "object" && typeof (value as Json).content === "string") {
+    return (value as Json).content as string;
+  }
+  return null;
+}
+
+function idList(value: unknown): number[] {
+  if (typeof value === "number" && Number.isInteger(value)) return [value];
+  if (Array.isArray(value)) return value.filter((v): v is number => typeof v === "number" && Number.isInteger(v));
+  return [];
+}
+
+function readChatTemplates(dir: string, tokenizerConfig: Json | null): ChatTemplates {
+  const named: Record<string, string> = {};
+  const raw = tokenizerConfig?.chat_template;
+  let single: string | null = null;
+  if (typeof raw === "string") single = raw;
+  else if (Array.isArray(raw)) {
+    for (const entry of raw) {
+      if (entry && typeof entry === "object" && typeof entry.name === "string" && typeof entry.template === "string") {
+        named[entry.name] = entry.template;
+      }
+    }
+  }
+  // Newer checkpoints ship the template as a separate file; transformers prefers it when present.
+  const jinjaPath = join(dir, "chat_template.jinja");
+  if (existsSync(jinjaPath)) single = readFileSync(jinjaPath, "utf8");
+  const jsonPath = join(dir, "chat_template.json");
+  if (single === null && Object.keys(named).length === 0 && existsSync(jsonPath)) {
+    const t = readJson(jsonPath)?.chat_template;
+    if (typeof t === "string") single = t;
+  }
+  return {
+    default: single ?? named.default ?? null,
+    toolUse: named.tool_use ?? null,
+    named,
+  };
+}
+
+export interface EncodeOptions {
+  /** Add BOS/EOS as the tokenizer's post-processor says. Off for chat-templated prompts. */
+  addSpecialTokens?: boolean;
+}
+
+export interface DecodeOptions {
+  skipSpecialTokens?: boolean;
+}
+
+export class TextTokenizer {
+  readonly bosToken: string | null;
+  readonly bosTokenId: number | null;
+  readonly eosToken: string | null;
+  readonly eosTokenId: number | null;
+  /** Every id that ends generation: generation_config, config.json and the tokenizer's eos. */
+  readonly eosTokenIds: readonly number[];
+  readonly padToken: string | null;
+  readonly padTokenId: number | null;
+  readonly unkToken: string | null;
+  readonly addedTokens: readonly AddedTokenInfo[];
+  readonly chatTemplates: ChatTemplates;
+  /** bos_token, eos_token, … as transformers.js hands them to the chat template. */
+  readonly templateTokens: Readonly<Record<string, string>>;
+  /** Number of token ids the tokenizer knows, added tokens included. */
+  readonly vocabSize: number;
+  readonly pieces: TokenPieces;
+  private readonly specialIds: Set<number>;
+  private readonly decodePlan: DecodePlan | Error;
+
+  private constructor(
+    private readonly native: NativeTokenizer,
+    tokenizerJson: Json,
+    tokenizerConfig: Json | null,
+    specialTokensMap: Json | null,
+    generationConfig: Json | null,
+    modelConfig: Json | null,
+    dir: string,
+  ) {
+    this.vocabSize = native.getVocabSize(true);
+    const added: AddedTokenInfo[] = [];
+    for (const t of (tokenizerJson.added_tokens as unknown[] | undefined) ?? []) {
+      const e = t as Json;
+      if (typeof e.id === "number" && typeof e.content === "string") {
+        added.push({ id: e.id, content: e.content, special: e.special === true });
+      }
+    }
+    this.addedTokens = added;
+    this.specialIds = new Set(added.filter((t) => t.special).map((t) => t.id));
+
+    const lookup = (key: string): string | null =>
+      tokenContent(tokenizerConfig?.[key]) ?? tokenContent(specialTokensMap?.[key]);
+    const idOf = (token: string | null): number | null => (token === null ? null : native.tokenToId(token));
+    const fromConfigId = (key: string): string | null => {
+      const id = idList(generationConfig?.[key])[0] ?? idList(modelConfig?.[key])[0];
+      return id === undefined ? null : native.idToToken(id);
+    };
+
+    this.bosToken = lookup("bos_token") ?? fromConfigId("bos_token_id");
+    this.bosTokenId = idOf(this.bosToken);
+    this.eosToken = lookup("eos_token") ?? fromConfigId("eos_token_id");
+    this.eosTokenId = idOf(this.eosToken);
+    this.padToken = lookup("pad_token") ?? fromConfigId("pad_token_id");
+    this.padTokenId = idOf(this.padToken);
+    this.unkToken = lookup("unk_token");
+
+    const eos = new Set<number>([
+      ...idList(generationConfig?.eos_token_id),
+      ...idList(modelConfig?.eos_token_id),
+    ]);
+    if (this.eosTokenId !== null) eos.add(this.eosTokenId);
+    this.eosTokenIds = [...eos];
+
+    // transformers.js passes exactly these attributes (when set) to the template.
+    const templateTokens: Record<string, string> = {};
+    for (const key of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"]) {
+      const v = lookup(key);
+      if (v) templateTokens[key] = v;
+    }
+    this.templateTokens = templateTokens;
+    this.chatTemplates = readChatTemplates(dir, tokenizerConfig);
+
+    this.pieces = new TokenPieces((id) => native.idToToken(id), this.specialIds);
+    let plan: DecodePlan | Error;
+    try {
+      plan = compileDecoder((tokenizerJson.decoder ?? null) as DecoderConfig | null);
+    } catch (err) {
+      plan = err instanceof Error ? err : new Error(String(err));
+    }
+    this.decodePlan = plan;
+  }
+
+  /** Loads `dir/tokenizer.json` and the optional config files next to it. */
+  static load(dir: string): TextTokenizer {
+    const path = join(dir, "tokenizer.json");
+    if (!existsSync(path)) throw new TokenizerLoadError(`no tokenizer.json in ${dir}`);
+    const text = readFileSync(path, "utf8");
+    let native: NativeTokenizer;
+    let json: Json;
+    try {
+      native = NativeTokenizer.fromString(text);
+      json = JSON.parse(text) as Json;
+    } catch (err) {
+      throw new TokenizerLoadError(`cannot load ${path}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    return new TextTokenizer(
+      native,
+      json,
+      readJson(join(dir, "tokenizer_config.json")),
+      readJson(join(dir, "special_tokens_map.json")),
+      readJson(join(dir, "generation_config.json")),
+      readJson(join(dir, "config.json")),
+      dir,
+    );
+  }
+
+  async encode(text: string, options: EncodeOptions = {}): Promise<number[]> {
+    const enc = await this.native.encode(text, null, { addSpecialTokens: options.addSpecialTokens ?? false });
+    return enc.getIds();
+  }
+
+  decode(ids: readonly number[], options: DecodeOptions = {}): Promise<string> {
+    return this.native.decode([...ids], options.skipSpecialTokens ?? false);
+  }
+
+  idToToken(id: number): string | null {
+    return this.native.idToToken(id);
+  }
+
+  tokenToId(token: string): number | null {
+    return this.native.tokenToId(token);
+  }
+
+  isSpecial(id: number): boolean {
+    return this.specialIds.has(id);
+  }
+
+  isEos(id: number): boolean {
+    return this.eosTokenIds.includes(id);
+  }
+
+  /** What one token stands for on its own, as bytes (OpenAI logprobs' `bytes`); null if unknown. */
+  tokenBytes(id: number): Uint8Array | null {
+    const piece = this.pieces.piece(id);
+    if (piece === null) return null;
+    if (this.decodePlan instanceof Error || this.isSpecial(id)) return new TextEncoder().encode(piece);
+    return pieceBytes(this.decodePlan, piece);
+  }
+
+  /**
+   * A streaming decoder whose pieces concatenate to `decode(ids, {skipSpecialTokens: true})`.
+   * Throws if the tokenizer's decoder uses a component the streaming decoder does not model.
+   */
+  createDetokenizer(): Detokenizer {
+    if (this.decodePlan instanceof Error) throw this.decodePlan;
+    return new Detokenizer(this.decodePlan, this.pieces);
+  }
+}
