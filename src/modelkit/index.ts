@@ -7,3 +7,5 @@ export type { GraphVariant, WeightDType, LlamaConfig, ModelType } from "./llama/
 export type { LlamaWeights, LlamaLayerWeights } from "./llama/weights.ts";
 export { buildDecoderModel, pastKeyName, presentName } from "./llama/graph.ts";
 export { GraphBuilder, serializeModel } from "./onnx/builder.ts";
+export { importLlama2c } from "./llama2c/import.ts";
+export type { ImportLlama2cOptions, ImportedModel } from "./llama2c/import.ts";

@@ -3,7 +3,7 @@
 import { mkdirSync, rmSync, writeFileSync, openSync, writeSync, closeSync } from "node:fs";
 import { join } from "node:path";
 import { type GraphVariant, type LlamaConfig, type WeightDType, hfConfigJson } from "./llama/config.ts";
-import { buildDecoderModel } from "./llama/graph.ts";
+import { buildDecoderModel, gqaHeadDim } from "./llama/graph.ts";
 import type { LlamaWeights } from "./llama/weights.ts";
 
 export interface SluiceCapabilities {
@@ -26,6 +26,12 @@ export interface SluiceGraphInfo {
    */
   past_present_share_buffer: boolean;
   max_cache_length: number;
+  /**
+   * Head size of the KV cache tensors. Equals config.json head_dim, except in the fused graph
+   * when head_dim is not a multiple of 16 (GroupQueryAttention's CPU requirement): there the
+   * heads are zero-padded to the next multiple of 16.
+   */
+  kv_head_dim: number;
   external_data: boolean;
 }
 
@@ -102,6 +108,7 @@ export function writeModelDir(outDir: string, m: ModelDirContents): SluiceJson {
     logits_dtype: m.dtype,
     past_present_share_buffer: m.variant === "fused",
     max_cache_length: maxCache,
+    kv_head_dim: m.variant === "fused" ? gqaHeadDim(m.config.headDim) : m.config.headDim,
     external_data: external,
   };
   const sluice: SluiceJson = { ...m.sluice, graph };

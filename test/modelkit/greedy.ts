@@ -24,15 +24,27 @@ export interface GreedyOptions {
   sharedBuffer?: number;
 }
 
+/**
+ * onnxruntime-common turns float16 data into a Float16Array when the runtime has one (Bun does),
+ * and onnxruntime-node's native side then sees zero bytes ("not enough space"). Keeping the
+ * Uint16Array bits as the tensor's storage avoids that.
+ */
+export function float16Tensor(bits: Uint16Array, dims: number[]): ort.Tensor {
+  const t = new ort.Tensor("float16", bits, dims);
+  (t as unknown as { cpuData: Uint16Array }).cpuData = bits;
+  return t;
+}
+
 function emptyCache(batch: number, s: DecoderShape, len: number, dtype: "float32" | "float16"): ort.Tensor {
   const n = batch * s.numKvHeads * len * s.headDim;
   return dtype === "float16"
-    ? new ort.Tensor("float16", new Uint16Array(n), [batch, s.numKvHeads, len, s.headDim])
+    ? float16Tensor(new Uint16Array(n), [batch, s.numKvHeads, len, s.headDim])
     : new ort.Tensor("float32", new Float32Array(n), [batch, s.numKvHeads, len, s.headDim]);
 }
 
 function logitAt(t: ort.Tensor, idx: number): number {
   const d = t.data as Float32Array | Uint16Array;
+  // float16 arrives as Uint16Array bits, or as a native Float16Array where the runtime has one.
   return t.type === "float16" && d instanceof Uint16Array ? fromHalfBits(d[idx]) : (d[idx] as number);
 }
 
@@ -48,6 +60,13 @@ export function argmaxRow(t: ort.Tensor, row: number, seqPos: number, seqLen: nu
     }
   }
   return best;
+}
+
+/** A float16 output fed back as an input needs its bytes as Uint16Array (see float16Tensor). */
+export function asFeedable(t: ort.Tensor): ort.Tensor {
+  if (t.type !== "float16") return t;
+  const d = t.data as unknown as ArrayBufferView;
+  return float16Tensor(new Uint16Array(d.buffer, d.byteOffset, d.byteLength / 2), [...t.dims]);
 }
 
 /** Greedy continuation of each prompt; rows are left-padded to a common length. */
@@ -96,7 +115,7 @@ export async function greedy(session: ort.InferenceSession, shape: DecoderShape,
       mask[b].push(1);
     }
     past = [];
-    for (let i = 0; i < shape.numLayers; i++) past.push(r[`present.${i}.key`], r[`present.${i}.value`]);
+    for (let i = 0; i < shape.numLayers; i++) past.push(asFeedable(r[`present.${i}.key`]), asFeedable(r[`present.${i}.value`]));
     if (opts.sharedBuffer !== undefined) {
       for (const p of past) if (p.dims[2] !== opts.sharedBuffer) throw new Error(`present length ${p.dims[2]} != shared buffer ${opts.sharedBuffer}`);
     }

@@ -84,23 +84,23 @@ function lmHead(ctx: Ctx, w: LlamaWeights, embedName: string): string {
   return weight(ctx, "lm_head.weight", [ctx.c.hiddenSize, ctx.c.vocabSize], w.lmHead as Float32Array);
 }
 
-function declareIo(ctx: Ctx): { ids: string; mask: string; pos: string } {
+function declareIo(ctx: Ctx, kvHeadDim: number): { ids: string; mask: string; pos: string } {
   const { g, c, dt } = ctx;
   const ids = g.input("input_ids", "int64", [B, S]);
   const mask = g.input("attention_mask", "int64", [B, T]);
   const pos = g.input("position_ids", "int64", [B, S]);
   for (let i = 0; i < c.numLayers; i++) {
-    for (const kind of ["key", "value"] as const) g.input(pastKeyName(i, kind), dt, [B, c.numKvHeads, P, c.headDim]);
+    for (const kind of ["key", "value"] as const) g.input(pastKeyName(i, kind), dt, [B, c.numKvHeads, P, kvHeadDim]);
   }
   return { ids, mask, pos };
 }
 
-function declareOutputs(ctx: Ctx, logits: string, presents: [string, string][]): void {
+function declareOutputs(ctx: Ctx, logits: string, presents: [string, string][], kvHeadDim: number): void {
   const { g, c, dt } = ctx;
   g.output("logits", dt, [B, S, c.vocabSize], logits);
   presents.forEach(([k, v], i) => {
-    g.output(presentName(i, "key"), dt, [B, c.numKvHeads, T, c.headDim], k);
-    g.output(presentName(i, "value"), dt, [B, c.numKvHeads, T, c.headDim], v);
+    g.output(presentName(i, "key"), dt, [B, c.numKvHeads, T, kvHeadDim], k);
+    g.output(presentName(i, "value"), dt, [B, c.numKvHeads, T, kvHeadDim], v);
   });
 }
 
@@ -192,7 +192,7 @@ function attentionStandard(
 
 function buildStandard(ctx: Ctx, w: LlamaWeights): void {
   const { g, c } = ctx;
-  const { ids, mask, pos } = declareIo(ctx);
+  const { ids, mask, pos } = declareIo(ctx, c.headDim);
   const embedName = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], w.embed);
   let h = g.op("Gather", [embedName, ids], { axis: 0 });
   const bias = attentionBias(ctx, ids, mask);
@@ -208,7 +208,7 @@ function buildStandard(ctx: Ctx, w: LlamaWeights): void {
     h = g.op("Add", [h, swiglu(ctx, n2, l, i)]);
   });
   const final = rmsNormStandard(ctx, h, weight(ctx, "model.norm.weight", [c.hiddenSize], w.finalNorm));
-  declareOutputs(ctx, g.op("MatMul", [final, lmHead(ctx, w, embedName)]), presents);
+  declareOutputs(ctx, g.op("MatMul", [final, lmHead(ctx, w, embedName)]), presents, c.headDim);
 }
 
 // ---------------------------------------------------------------- fused variant
@@ -226,40 +226,97 @@ function skipNorm(ctx: Ctx, x: string, skip: string, w: string): [string, string
   return [normed, sum];
 }
 
+/**
+ * GroupQueryAttention's CPU kernel wants head_size % 16 == 0. Smaller heads are zero-padded in
+ * the projection weights so no runtime op is needed: real dims [0, d/2) and [d/2, d) go to
+ * [0, d/2) and [dp/2, dp/2 + d/2), keeping each rotary pair (i, i + half) together, and zeros
+ * change neither q.k nor the output. The fused graph's KV cache then has head size dp.
+ */
+export function gqaHeadDim(headDim: number): number {
+  return Math.ceil(headDim / 16) * 16;
+}
+
+function padDimIndex(j: number, d: number, dp: number): number {
+  return j < d / 2 ? j : dp / 2 + (j - d / 2);
+}
+
+/** [rows, heads*d] -> [rows, heads*dp] (column padding). */
+function padColumns(w: Float32Array, rows: number, heads: number, d: number, dp: number): Float32Array {
+  if (d === dp) return w;
+  const out = new Float32Array(rows * heads * dp);
+  for (let r = 0; r < rows; r++) {
+    for (let h = 0; h < heads; h++) {
+      for (let j = 0; j < d; j++) out[r * heads * dp + h * dp + padDimIndex(j, d, dp)] = w[r * heads * d + h * d + j];
+    }
+  }
+  return out;
+}
+
+/** [heads*d, cols] -> [heads*dp, cols] (row padding). */
+function padRows(w: Float32Array, cols: number, heads: number, d: number, dp: number): Float32Array {
+  if (d === dp) return w;
+  const out = new Float32Array(heads * dp * cols);
+  for (let h = 0; h < heads; h++) {
+    for (let j = 0; j < d; j++) out.set(w.subarray((h * d + j) * cols, (h * d + j + 1) * cols), (h * dp + padDimIndex(j, d, dp)) * cols);
+  }
+  return out;
+}
+
 function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number): void {
   const { g, c } = ctx;
-  const { ids, mask } = declareIo(ctx);
-  const qDim = c.numHeads * c.headDim;
-  const kvDim = c.numKvHeads * c.headDim;
+  const D = c.headDim;
+  const Dp = gqaHeadDim(D);
+  const { ids, mask } = declareIo(ctx, Dp);
+  const qDim = c.numHeads * Dp;
+  const kvDim = c.numKvHeads * Dp;
   const embedName = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], w.embed);
   const embedded = g.op("Gather", [embedName, ids], { axis: 0 });
 
   // As onnxruntime-genai's builder does: seqlens_k = sum(mask) - 1, total = mask width.
   const seqlensK = g.op("Cast", [g.op("Sub", [g.op("ReduceSum", [mask, g.i64([1])], { keepdims: 0 }), g.i64(1)])], { to: 6 });
   const totalLen = g.op("Cast", [g.op("Gather", [g.op("Shape", [mask]), g.i64(1)], { axis: 0 })], { to: 6 });
-  const tables = rotaryCaches(c.headDim, c.ropeTheta, cacheLen);
-  const cosCache = weight(ctx, "cos_cache", [cacheLen, c.headDim / 2], tables.cos);
-  const sinCache = weight(ctx, "sin_cache", [cacheLen, c.headDim / 2], tables.sin);
+  const tables = rotaryCaches(D, c.ropeTheta, cacheLen);
+  const cosP = new Float32Array(cacheLen * (Dp / 2)).fill(1);
+  const sinP = new Float32Array(cacheLen * (Dp / 2));
+  for (let p = 0; p < cacheLen; p++) {
+    cosP.set(tables.cos.subarray(p * (D / 2), (p + 1) * (D / 2)), p * (Dp / 2));
+    sinP.set(tables.sin.subarray(p * (D / 2), (p + 1) * (D / 2)), p * (Dp / 2));
+  }
+  const cosCache = weight(ctx, "cos_cache", [cacheLen, Dp / 2], cosP);
+  const sinCache = weight(ctx, "sin_cache", [cacheLen, Dp / 2], sinP);
+
+  // RMSNorm over a padded head: mean(x^2) shrinks by d/dp, so eps and the weights are rescaled
+  // to give exactly the unpadded result.
+  const qkNormWeight = (name: string, wn: Float32Array) => {
+    const out = new Float32Array(Dp);
+    const s = Math.sqrt(D / Dp);
+    for (let j = 0; j < D; j++) out[padDimIndex(j, D, Dp)] = wn[j] * s;
+    return weight(ctx, name, [Dp], out);
+  };
+  const perHeadNorm = (x: string, heads: number, wn: string) =>
+    g.op("Reshape", [
+      g.op("SimplifiedLayerNormalization", [g.op("Reshape", [x, g.i64([0, 0, heads, Dp])]), wn], { axis: -1, epsilon: { float: (c.rmsNormEps * D) / Dp }, stash_type: 1 }),
+      g.i64([0, 0, heads * Dp]),
+    ]);
 
   const presents: [string, string][] = [];
   let residual = embedded;
-  let pending: string | null = null; // output to add to the residual before the next norm
-  w.layers.forEach((l, i) => {
+  let pending = ""; // the previous block's output, added to the residual by the next norm
+  for (let i = 0; i < w.layers.length; i++) {
+    const l = w.layers[i];
     const pre = `model.layers.${i}`;
     const w1 = weight(ctx, `${pre}.input_layernorm.weight`, [c.hiddenSize], l.inputNorm);
     let n1: string;
-    if (pending === null) n1 = simplifiedNorm(ctx, residual, w1);
+    if (pending === "") n1 = simplifiedNorm(ctx, residual, w1);
     else [n1, residual] = skipNorm(ctx, pending, residual, w1);
 
     const att = `${pre}.self_attn`;
-    let q = matmul(ctx, n1, `${att}.q_proj.weight`, l.q, c.hiddenSize, qDim);
-    let k = matmul(ctx, n1, `${att}.k_proj.weight`, l.k, c.hiddenSize, kvDim);
-    const v = matmul(ctx, n1, `${att}.v_proj.weight`, l.v, c.hiddenSize, kvDim);
+    let q = matmul(ctx, n1, `${att}.q_proj.weight`, padColumns(l.q, c.hiddenSize, c.numHeads, D, Dp), c.hiddenSize, qDim);
+    let k = matmul(ctx, n1, `${att}.k_proj.weight`, padColumns(l.k, c.hiddenSize, c.numKvHeads, D, Dp), c.hiddenSize, kvDim);
+    const v = matmul(ctx, n1, `${att}.v_proj.weight`, padColumns(l.v, c.hiddenSize, c.numKvHeads, D, Dp), c.hiddenSize, kvDim);
     if (c.qkNorm) {
-      const perHead = (x: string, heads: number, wn: string) =>
-        g.op("Reshape", [simplifiedNorm(ctx, g.op("Reshape", [x, g.i64([0, 0, heads, c.headDim])]), wn), g.i64([0, 0, heads * c.headDim])]);
-      q = perHead(q, c.numHeads, weight(ctx, `${att}.q_norm.weight`, [c.headDim], l.qNorm as Float32Array));
-      k = perHead(k, c.numKvHeads, weight(ctx, `${att}.k_norm.weight`, [c.headDim], l.kNorm as Float32Array));
+      q = perHeadNorm(q, c.numHeads, qkNormWeight(`${att}.q_norm.weight`, l.qNorm as Float32Array));
+      k = perHeadNorm(k, c.numKvHeads, qkNormWeight(`${att}.k_norm.weight`, l.kNorm as Float32Array));
     }
     const attnOut = g.fresh("gqa");
     const pk = g.fresh(`present_${i}_key`);
@@ -268,19 +325,19 @@ function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number): void {
       "GroupQueryAttention",
       [q, k, v, pastKeyName(i, "key"), pastKeyName(i, "value"), seqlensK, totalLen, cosCache, sinCache],
       [attnOut, pk, pv],
-      { num_heads: c.numHeads, kv_num_heads: c.numKvHeads, do_rotary: 1, rotary_interleaved: 0, scale: { float: 1 / Math.sqrt(c.headDim) } },
+      { num_heads: c.numHeads, kv_num_heads: c.numKvHeads, do_rotary: 1, rotary_interleaved: 0, scale: { float: 1 / Math.sqrt(D) } },
       MS_DOMAIN,
     );
     presents.push([pk, pv]);
-    const o = matmul(ctx, attnOut, `${att}.o_proj.weight`, l.o, qDim, c.hiddenSize);
+    const o = matmul(ctx, attnOut, `${att}.o_proj.weight`, padRows(l.o, c.hiddenSize, c.numHeads, D, Dp), qDim, c.hiddenSize);
     const w2 = weight(ctx, `${pre}.post_attention_layernorm.weight`, [c.hiddenSize], l.postNorm);
     const [n2, sum] = skipNorm(ctx, o, residual, w2);
     residual = sum;
     pending = swiglu(ctx, n2, l, i);
-  });
+  }
   const wf = weight(ctx, "model.norm.weight", [c.hiddenSize], w.finalNorm);
-  const [final] = skipNorm(ctx, pending as unknown as string, residual, wf);
-  declareOutputs(ctx, g.op("MatMul", [final, lmHead(ctx, w, embedName)]), presents);
+  const [final] = skipNorm(ctx, pending, residual, wf);
+  declareOutputs(ctx, g.op("MatMul", [final, lmHead(ctx, w, embedName)]), presents, Dp);
 }
 
 export function decoderOpsets(variant: GraphVariant): OpsetImport[] {
