@@ -1,0 +1,331 @@
+// Byte-level automata: a small regular-expression AST with rule calls, Thompson NFAs, and subset
+// construction into per-rule DFAs. Everything the schema compiler produces goes through here, so
+// patterns, formats, numbers and JSON structure all end up as one kind of object the matcher knows.
+
+import { type ByteSeq, encodeUtf8 } from "./utf8.ts";
+
+export type Re =
+  | { readonly k: "set"; readonly seqs: readonly ByteSeq[] }
+  | { readonly k: "lit"; readonly bytes: readonly number[] }
+  | { readonly k: "seq"; readonly items: readonly Re[] }
+  | { readonly k: "alt"; readonly items: readonly Re[] }
+  | { readonly k: "rep"; readonly item: Re; readonly min: number; readonly max: number }
+  | { readonly k: "call"; readonly rule: number }
+  | { readonly k: "dfa"; readonly dfa: RuleDfa };
+
+export const EMPTY: Re = { k: "seq", items: [] };
+export const seq = (...items: Re[]): Re => (items.length === 1 ? items[0] : { k: "seq", items });
+export const alt = (...items: Re[]): Re => (items.length === 1 ? items[0] : { k: "alt", items });
+export const rep = (item: Re, min: number, max: number): Re => ({ k: "rep", item, min, max });
+export const opt = (item: Re): Re => rep(item, 0, 1);
+export const star = (item: Re): Re => rep(item, 0, Infinity);
+export const call = (rule: number): Re => ({ k: "call", rule });
+export const embed = (dfa: RuleDfa): Re => ({ k: "dfa", dfa });
+export const bytesLit = (bytes: readonly number[]): Re => ({ k: "lit", bytes });
+export function lit(text: string): Re {
+  const bytes: number[] = [];
+  for (const ch of text) bytes.push(...encodeUtf8(ch.codePointAt(0)!));
+  return { k: "lit", bytes };
+}
+/** One byte from the given inclusive ranges. */
+export const byteClass = (...ranges: Array<[number, number]>): Re => ({ k: "set", seqs: ranges.map((r) => [r]) });
+export const charSet = (seqs: readonly ByteSeq[]): Re => ({ k: "set", seqs });
+
+/** Repetitions are expanded into states; beyond this the schema is refused rather than bloated. */
+export const MAX_REPEAT = 4096;
+
+/** A deterministic automaton for one rule: byte transitions plus "call rule r, then go to s". */
+export interface RuleDfa {
+  readonly count: number;
+  /** count*256 entries, -1 = no transition. State 0 is the start. */
+  readonly next: Int32Array;
+  readonly final: Uint8Array;
+  /** Per state, flat pairs [rule, target]. */
+  readonly calls: readonly (readonly number[])[];
+}
+
+class Nfa {
+  readonly eps: number[][] = [];
+  readonly edges: number[][] = [];
+  readonly calls: number[][] = [];
+
+  state(): number {
+    this.eps.push([]);
+    this.edges.push([]);
+    this.calls.push([]);
+    return this.eps.length - 1;
+  }
+
+  emit(re: Re, from: number): number {
+    switch (re.k) {
+      case "lit": {
+        let cur = from;
+        for (const b of re.bytes) {
+          const n = this.state();
+          this.edges[cur].push(b, b, n);
+          cur = n;
+        }
+        return cur;
+      }
+      case "set": {
+        const end = this.state();
+        for (const s of re.seqs) {
+          let cur = from;
+          s.forEach(([lo, hi], i) => {
+            const n = i === s.length - 1 ? end : this.state();
+            this.edges[cur].push(lo, hi, n);
+            cur = n;
+          });
+        }
+        return end;
+      }
+      case "seq": {
+        let cur = from;
+        for (const item of re.items) cur = this.emit(item, cur);
+        return cur;
+      }
+      case "alt": {
+        const end = this.state();
+        for (const item of re.items) {
+          const s = this.state();
+          this.eps[from].push(s);
+          this.eps[this.emit(item, s)].push(end);
+        }
+        return end;
+      }
+      case "rep": {
+        if (re.min > MAX_REPEAT || (re.max !== Infinity && re.max > MAX_REPEAT)) {
+          throw new RangeError(`repetition bound above ${MAX_REPEAT}`);
+        }
+        let cur = from;
+        for (let i = 0; i < re.min; i++) cur = this.emit(re.item, cur);
+        if (re.max === Infinity) {
+          const loop = this.state();
+          this.eps[cur].push(loop);
+          const after = this.emit(re.item, loop);
+          this.eps[after].push(loop);
+          return loop;
+        }
+        const end = this.state();
+        this.eps[cur].push(end);
+        for (let i = re.min; i < re.max; i++) {
+          cur = this.emit(re.item, cur);
+          this.eps[cur].push(end);
+        }
+        return end;
+      }
+      case "call": {
+        const n = this.state();
+        this.calls[from].push(re.rule, n);
+        return n;
+      }
+      case "dfa": {
+        const d = re.dfa;
+        const base = this.eps.length;
+        for (let i = 0; i < d.count; i++) this.state();
+        const end = this.state();
+        this.eps[from].push(base);
+        for (let s = 0; s < d.count; s++) {
+          let b = 0;
+          while (b < 256) {
+            const t = d.next[s * 256 + b];
+            if (t < 0) {
+              b++;
+              continue;
+            }
+            let e = b;
+            while (e + 1 < 256 && d.next[s * 256 + e + 1] === t) e++;
+            this.edges[base + s].push(b, e, base + t);
+            b = e + 1;
+          }
+          const c = d.calls[s];
+          for (let i = 0; i < c.length; i += 2) this.calls[base + s].push(c[i], base + c[i + 1]);
+          if (d.final[s]) this.eps[base + s].push(end);
+        }
+        return end;
+      }
+    }
+  }
+
+  closure(states: number[]): number[] {
+    const seen = new Set<number>();
+    const stack = [...states];
+    while (stack.length) {
+      const s = stack.pop()!;
+      if (seen.has(s)) continue;
+      seen.add(s);
+      for (const t of this.eps[s]) stack.push(t);
+    }
+    return [...seen].sort((a, b) => a - b);
+  }
+}
+
+/** Regular expression (with calls) to a DFA whose dead states are removed. */
+export function compileRe(re: Re): RuleDfa {
+  const nfa = new Nfa();
+  const start = nfa.state();
+  const accept = nfa.emit(re, start);
+  return pruneDead(determinize(nfa, start, accept));
+}
+
+function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
+  const sets: number[][] = [];
+  const ids = new Map<string, number>();
+  const idOf = (set: number[]): number => {
+    const key = set.join(",");
+    let id = ids.get(key);
+    if (id === undefined) {
+      id = sets.length;
+      ids.set(key, id);
+      sets.push(set);
+    }
+    return id;
+  };
+  idOf(nfa.closure([start]));
+  const nextRows: Int32Array[] = [];
+  const finals: number[] = [];
+  const calls: number[][] = [];
+  for (let i = 0; i < sets.length; i++) {
+    const set = sets[i];
+    const row = new Int32Array(256).fill(-1);
+    const raw: (number[] | undefined)[] = new Array(256);
+    const byCall = new Map<number, number[]>();
+    for (const s of set) {
+      const e = nfa.edges[s];
+      for (let j = 0; j < e.length; j += 3) {
+        for (let b = e[j]; b <= e[j + 1]; b++) (raw[b] ??= []).push(e[j + 2]);
+      }
+      const c = nfa.calls[s];
+      for (let j = 0; j < c.length; j += 2) {
+        const list = byCall.get(c[j]);
+        if (list) list.push(c[j + 1]);
+        else byCall.set(c[j], [c[j + 1]]);
+      }
+    }
+    const memo = new Map<string, number>();
+    for (let b = 0; b < 256; b++) {
+      const r = raw[b];
+      if (!r) continue;
+      const k = r.join(",");
+      let id = memo.get(k);
+      if (id === undefined) {
+        id = idOf(nfa.closure(r));
+        memo.set(k, id);
+      }
+      row[b] = id;
+    }
+    const callRow: number[] = [];
+    for (const [rule, targets] of byCall) callRow.push(rule, idOf(nfa.closure(targets)));
+    nextRows.push(row);
+    calls.push(callRow);
+    finals.push(set.includes(accept) ? 1 : 0);
+  }
+  const next = new Int32Array(sets.length * 256);
+  nextRows.forEach((r, i) => next.set(r, i * 256));
+  return { count: sets.length, next, final: Uint8Array.from(finals), calls };
+}
+
+/**
+ * Drops states from which no final state is reachable. A matcher that entered one would accept
+ * tokens leading nowhere, and generation could never finish. Returns count 0 for the empty language.
+ */
+export function pruneDead(d: RuleDfa): RuleDfa {
+  const rev: number[][] = Array.from({ length: d.count }, () => []);
+  for (let s = 0; s < d.count; s++) {
+    for (let b = 0; b < 256; b++) {
+      const t = d.next[s * 256 + b];
+      if (t >= 0) rev[t].push(s);
+    }
+    const c = d.calls[s];
+    for (let i = 0; i < c.length; i += 2) rev[c[i + 1]].push(s);
+  }
+  const live = new Uint8Array(d.count);
+  const work: number[] = [];
+  for (let s = 0; s < d.count; s++) if (d.final[s]) ((live[s] = 1), work.push(s));
+  while (work.length) for (const p of rev[work.pop()!]) if (!live[p]) ((live[p] = 1), work.push(p));
+  if (!live[0]) return { count: 0, next: new Int32Array(0), final: new Uint8Array(0), calls: [] };
+  // Renumber live states reachable from the start.
+  const map = new Int32Array(d.count).fill(-1);
+  const order: number[] = [0];
+  map[0] = 0;
+  for (let i = 0; i < order.length; i++) {
+    const s = order[i];
+    const visit = (t: number) => {
+      if (t >= 0 && live[t] && map[t] < 0) {
+        map[t] = order.length;
+        order.push(t);
+      }
+    };
+    for (let b = 0; b < 256; b++) visit(d.next[s * 256 + b]);
+    const c = d.calls[s];
+    for (let j = 0; j < c.length; j += 2) visit(c[j + 1]);
+  }
+  const next = new Int32Array(order.length * 256).fill(-1);
+  const final = new Uint8Array(order.length);
+  const calls: number[][] = [];
+  order.forEach((s, i) => {
+    for (let b = 0; b < 256; b++) {
+      const t = d.next[s * 256 + b];
+      if (t >= 0 && live[t]) next[i * 256 + b] = map[t];
+    }
+    final[i] = d.final[s];
+    const c = d.calls[s];
+    const row: number[] = [];
+    for (let j = 0; j < c.length; j += 2) if (live[c[j + 1]]) row.push(c[j], map[c[j + 1]]);
+    calls.push(row);
+  });
+  return { count: order.length, next, final, calls };
+}
+
+/** Intersection of two call-free DFAs (product construction), dead states removed. */
+export function intersect(a: RuleDfa, b: RuleDfa): RuleDfa {
+  if (a.count === 0 || b.count === 0) return pruneDead(a.count === 0 ? a : b);
+  const ids = new Map<number, number>();
+  const pairs: number[] = [];
+  const idOf = (x: number, y: number): number => {
+    const key = x * b.count + y;
+    let id = ids.get(key);
+    if (id === undefined) {
+      id = pairs.length / 2;
+      ids.set(key, id);
+      pairs.push(x, y);
+    }
+    return id;
+  };
+  idOf(0, 0);
+  const rows: Int32Array[] = [];
+  const finals: number[] = [];
+  for (let i = 0; i < pairs.length / 2; i++) {
+    const x = pairs[2 * i];
+    const y = pairs[2 * i + 1];
+    const row = new Int32Array(256).fill(-1);
+    for (let c = 0; c < 256; c++) {
+      const tx = a.next[x * 256 + c];
+      const ty = b.next[y * 256 + c];
+      if (tx >= 0 && ty >= 0) row[c] = idOf(tx, ty);
+    }
+    rows.push(row);
+    finals.push(a.final[x] && b.final[y] ? 1 : 0);
+  }
+  const next = new Int32Array(rows.length * 256);
+  rows.forEach((r, i) => next.set(r, i * 256));
+  return pruneDead({ count: rows.length, next, final: Uint8Array.from(finals), calls: rows.map(() => []) });
+}
+
+/** Complement of a call-free DFA over all byte strings (completed with a sink state). */
+export function complement(d: RuleDfa): RuleDfa {
+  const n = Math.max(d.count, 1);
+  const sink = n;
+  const next = new Int32Array((n + 1) * 256).fill(sink);
+  const final = new Uint8Array(n + 1);
+  for (let s = 0; s < d.count; s++) {
+    for (let b = 0; b < 256; b++) {
+      const t = d.next[s * 256 + b];
+      if (t >= 0) next[s * 256 + b] = t;
+    }
+    final[s] = d.final[s] ? 0 : 1;
+  }
+  if (d.count === 0) final[0] = 1;
+  final[sink] = 1;
+  return { count: n + 1, next, final, calls: Array.from({ length: n + 1 }, () => []) };
+}

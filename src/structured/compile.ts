@@ -1,0 +1,48 @@
+// Entry points from schemas / response formats to grammars, cached by canonical content so a
+// schema sent with every request is compiled once.
+
+import { canonicalJson } from "./canonical.ts";
+import { type Grammar, GrammarBuilder } from "./grammar.ts";
+import { ws } from "./json-text.ts";
+import { call, seq } from "./automaton.ts";
+import { DEFAULT_OPTIONS, SchemaCompiler, type SchemaCompileOptions } from "./schema.ts";
+
+const CACHE_LIMIT = 256;
+const cache = new Map<string, Grammar>();
+
+export function cached(key: string, build: () => Grammar): Grammar {
+  const hit = cache.get(key);
+  if (hit) {
+    // Refresh recency: Map iteration order is insertion order.
+    cache.delete(key);
+    cache.set(key, hit);
+    return hit;
+  }
+  const g = build();
+  cache.set(key, g);
+  if (cache.size > CACHE_LIMIT) cache.delete(cache.keys().next().value!);
+  return g;
+}
+
+function rootGrammar(key: string, options: SchemaCompileOptions, rule: (c: SchemaCompiler) => number): Grammar {
+  const builder = new GrammarBuilder();
+  const compiler = new SchemaCompiler(builder, options);
+  const value = rule(compiler);
+  const w = ws(options.maxWhitespace);
+  const root = builder.add(seq(w, call(value), w));
+  return builder.build(root, key);
+}
+
+/** Grammar of JSON texts valid against `schema` (throws UnsupportedSchemaError). */
+export function compileJsonSchema(schema: unknown, options: Partial<SchemaCompileOptions> = {}): Grammar {
+  const opts = { ...DEFAULT_OPTIONS, ...options };
+  const key = `schema:${opts.maxWhitespace}:${canonicalJson(schema)}`;
+  return cached(key, () => rootGrammar(key, opts, (c) => c.rule(schema, schema, "")));
+}
+
+/** Grammar of any JSON object (`response_format: {"type": "json_object"}`). */
+export function jsonObjectGrammar(options: Partial<SchemaCompileOptions> = {}): Grammar {
+  const opts = { ...DEFAULT_OPTIONS, ...options };
+  const key = `json_object:${opts.maxWhitespace}`;
+  return cached(key, () => rootGrammar(key, opts, (c) => c.anyObjectRule()));
+}

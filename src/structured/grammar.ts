@@ -1,0 +1,95 @@
+// A grammar is a set of rules (per-rule DFAs over bytes that may call other rules), flattened into
+// one numbering of states. This flat form is what the matcher walks.
+
+import { compileRe, type Re, type RuleDfa } from "./automaton.ts";
+
+export interface Grammar {
+  /** Canonical content key; equal keys mean equal languages (used for caching). */
+  readonly key: string;
+  readonly stateCount: number;
+  /** stateCount*256 transitions, -1 = none. */
+  readonly next: Int32Array;
+  /** 1 when the state has at least one byte transition. */
+  readonly hasBytes: Uint8Array;
+  /** 1 when the state's rule may end here. */
+  readonly final: Uint8Array;
+  /** Calls of state s are pairs at callOffset[s]..callOffset[s+1] in callStart/callReturn. */
+  readonly callOffset: Int32Array;
+  readonly callStart: Int32Array;
+  readonly callReturn: Int32Array;
+  /** Start state of the root rule; the text is complete when the root rule ends with an empty stack. */
+  readonly start: number;
+}
+
+export class GrammarError extends Error {}
+
+/** Collects rules (which may refer to each other by id, recursively) and flattens them. */
+export class GrammarBuilder {
+  private readonly rules: (RuleDfa | null)[] = [];
+
+  /** A rule id to call before its body is defined (for recursion). */
+  reserve(): number {
+    this.rules.push(null);
+    return this.rules.length - 1;
+  }
+
+  define(id: number, body: Re): void {
+    const dfa = compileRe(body);
+    if (dfa.count === 0) throw new GrammarError(`rule ${id} matches nothing`);
+    this.rules[id] = dfa;
+  }
+
+  add(body: Re): number {
+    const id = this.reserve();
+    this.define(id, body);
+    return id;
+  }
+
+  build(root: number, key: string): Grammar {
+    const base: number[] = [];
+    let total = 0;
+    this.rules.forEach((r, i) => {
+      if (!r) throw new GrammarError(`rule ${i} was reserved but never defined`);
+      base.push(total);
+      total += r.count;
+    });
+    const next = new Int32Array(total * 256).fill(-1);
+    const hasBytes = new Uint8Array(total);
+    const final = new Uint8Array(total);
+    const callOffset = new Int32Array(total + 1);
+    const starts: number[] = [];
+    const returns: number[] = [];
+    this.rules.forEach((r, i) => {
+      const b = base[i];
+      for (let s = 0; s < r!.count; s++) {
+        const g = b + s;
+        for (let c = 0; c < 256; c++) {
+          const t = r!.next[s * 256 + c];
+          if (t >= 0) {
+            next[g * 256 + c] = b + t;
+            hasBytes[g] = 1;
+          }
+        }
+        final[g] = r!.final[s];
+        callOffset[g] = starts.length;
+        const calls = r!.calls[s];
+        for (let j = 0; j < calls.length; j += 2) {
+          starts.push(base[calls[j]]);
+          returns.push(b + calls[j + 1]);
+        }
+      }
+    });
+    callOffset[total] = starts.length;
+    return {
+      key,
+      stateCount: total,
+      next,
+      hasBytes,
+      final,
+      callOffset,
+      callStart: Int32Array.from(starts),
+      callReturn: Int32Array.from(returns),
+      start: base[root],
+    };
+  }
+}

@@ -1,0 +1,332 @@
+// Token masks from a grammar. The parser state is a small set of configurations: a resting DFA
+// state plus a stack of return states (persistent, interned). For every resting state we compute
+// once, over the whole vocabulary trie, which tokens are valid whatever the stack holds
+// (context-independent: they never leave the state's rule) and which trie nodes are points where
+// the rule may end mid-token; only the subtrees below those points are walked per step, against
+// the real stack. This is the adaptive token mask cache idea of xgrammar.
+
+import type { Grammar } from "./grammar.ts";
+import type { TokenVocabulary } from "./token-bytes.ts";
+import type { TokenTrie } from "./trie.ts";
+
+class Stack {
+  constructor(
+    readonly ret: number,
+    readonly next: Stack | null,
+    readonly id: number,
+    readonly size: number,
+  ) {}
+}
+
+/** Interns stacks so equal stacks are the same object (cheap dedup of configurations). */
+class StackPool {
+  private readonly table = new Map<number, Stack>();
+  private counter = 1;
+  constructor(private readonly stateCount: number) {}
+
+  push(ret: number, next: Stack | null): Stack {
+    const key = (next ? next.id : 0) * this.stateCount + ret;
+    let s = this.table.get(key);
+    if (!s) {
+      s = new Stack(ret, next, this.counter++, (next?.size ?? 0) + 1);
+      this.table.set(key, s);
+    }
+    return s;
+  }
+}
+
+/** Recursion deeper than this is cut (it only arises from left-recursive schemas). */
+const MAX_STACK = 4096;
+
+class Configs {
+  readonly states: number[] = [];
+  readonly stacks: (Stack | null)[] = [];
+  /** The bottom of the stack was reached: the root is complete (or, locally, the rule ended). */
+  bottom = false;
+  private readonly seenS: number[] = [];
+  private readonly seenK: (Stack | null)[] = [];
+
+  clear(): void {
+    this.states.length = 0;
+    this.stacks.length = 0;
+    this.seenS.length = 0;
+    this.seenK.length = 0;
+    this.bottom = false;
+  }
+
+  get size(): number {
+    return this.states.length;
+  }
+
+  /** Adds (s, st) and everything reachable from it without consuming a byte. */
+  addClosure(g: Grammar, pool: StackPool, s: number, st: Stack | null): void {
+    const seenS = this.seenS;
+    const seenK = this.seenK;
+    for (let i = 0; i < seenS.length; i++) if (seenS[i] === s && seenK[i] === st) return;
+    seenS.push(s);
+    seenK.push(st);
+    if (g.hasBytes[s]) {
+      this.states.push(s);
+      this.stacks.push(st);
+    }
+    const cEnd = g.callOffset[s + 1];
+    for (let c = g.callOffset[s]; c < cEnd; c++) {
+      if (st && st.size >= MAX_STACK) continue;
+      this.addClosure(g, pool, g.callStart[c], pool.push(g.callReturn[c], st));
+    }
+    if (g.final[s]) {
+      if (st === null) this.bottom = true;
+      else this.addClosure(g, pool, st.ret, st.next);
+    }
+  }
+
+  /** This set advanced by one byte, into `out`. */
+  step(g: Grammar, pool: StackPool, byte: number, out: Configs): void {
+    out.clear();
+    const next = g.next;
+    for (let i = 0; i < this.states.length; i++) {
+      const t = next[this.states[i] * 256 + byte];
+      if (t >= 0) out.addClosure(g, pool, t, this.stacks[i]);
+    }
+  }
+
+  copy(): Configs {
+    const c = new Configs();
+    c.states.push(...this.states);
+    c.stacks.push(...this.stacks);
+    c.bottom = this.bottom;
+    return c;
+  }
+}
+
+/** What one resting state allows, independent of the stack below it. */
+interface StateMask {
+  readonly accepted: Uint32Array;
+  /** Trie nodes after which the state's rule may have ended with bytes of the token left over. */
+  readonly boundaries: Int32Array;
+}
+
+const setBit = (mask: Uint32Array, id: number) => {
+  mask[id >>> 5] |= 1 << (id & 31);
+};
+
+function markTokens(trie: TokenTrie, node: number, mask: Uint32Array): void {
+  const n = trie.tokCount[node];
+  if (n === 0) return;
+  const start = trie.tokStart[node];
+  for (let k = 0; k < n; k++) setBit(mask, trie.sortedIds[start + k]);
+}
+
+/** Reusable per-depth configuration sets for trie walks. */
+class Levels {
+  private readonly sets: Configs[] = [];
+  at(d: number): Configs {
+    while (this.sets.length <= d) this.sets.push(new Configs());
+    return this.sets[d];
+  }
+}
+
+/**
+ * Walks the subtree below `root` (exclusive) starting from `start`; marks tokens that can be fully
+ * consumed. With `boundaries`, reaching the bottom of the stack mid-token is recorded instead of
+ * counting as an ending (the local, stack-independent walk).
+ */
+function walk(
+  g: Grammar,
+  trie: TokenTrie,
+  pool: StackPool,
+  levels: Levels,
+  root: number,
+  start: Configs,
+  mask: Uint32Array,
+  boundaries: number[] | null,
+): void {
+  const base = trie.depth[root];
+  const stop = trie.end[root];
+  const { byte, depth, end } = trie;
+  let i = root + 1;
+  while (i < stop) {
+    const d = depth[i] - base;
+    const parent = d === 1 ? start : levels.at(d - 1);
+    const cur = levels.at(d);
+    parent.step(g, pool, byte[i], cur);
+    if (cur.size > 0 || cur.bottom) markTokens(trie, i, mask);
+    if (boundaries && cur.bottom && end[i] > i + 1) boundaries.push(i);
+    i = cur.size > 0 ? i + 1 : end[i];
+  }
+}
+
+const maskCaches = new WeakMap<Grammar, WeakMap<TokenVocabulary, (StateMask | undefined)[]>>();
+
+function stateMasks(g: Grammar, vocab: TokenVocabulary): (StateMask | undefined)[] {
+  let byVocab = maskCaches.get(g);
+  if (!byVocab) maskCaches.set(g, (byVocab = new WeakMap()));
+  let list = byVocab.get(vocab);
+  if (!list) byVocab.set(vocab, (list = new Array(g.stateCount)));
+  return list;
+}
+
+function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
+  const words = (vocab.size + 31) >>> 5;
+  const accepted = new Uint32Array(words);
+  const boundaries: number[] = [];
+  const start = new Configs();
+  start.states.push(s);
+  start.stacks.push(null);
+  walk(g, vocab.trie, new StackPool(g.stateCount), new Levels(), 0, start, accepted, boundaries);
+  return { accepted, boundaries: Int32Array.from(boundaries) };
+}
+
+export interface MatcherOptions {
+  /** Tokens that end generation (EOS, end of turn): allowed only when the text is complete. */
+  readonly stopTokenIds?: readonly number[];
+}
+
+/** Parser state for one generation; tells which tokens may come next. */
+export class GrammarMatcher {
+  private readonly pool: StackPool;
+  private readonly masks: (StateMask | undefined)[];
+  private readonly levels = new Levels();
+  private readonly stopIds: ReadonlySet<number>;
+  private history: Configs[];
+  private terminated = false;
+
+  constructor(
+    readonly grammar: Grammar,
+    readonly vocab: TokenVocabulary,
+    options: MatcherOptions = {},
+    initial?: { pool: StackPool; history: Configs[]; terminated: boolean },
+  ) {
+    this.masks = stateMasks(grammar, vocab);
+    this.stopIds = new Set(options.stopTokenIds ?? []);
+    if (initial) {
+      this.pool = initial.pool;
+      this.history = [...initial.history];
+      this.terminated = initial.terminated;
+    } else {
+      this.pool = new StackPool(grammar.stateCount);
+      const first = new Configs();
+      first.addClosure(grammar, this.pool, grammar.start, null);
+      this.history = [first];
+    }
+  }
+
+  private get current(): Configs {
+    return this.history[this.history.length - 1];
+  }
+
+  /** Words needed for a mask over this vocabulary. */
+  get maskWords(): number {
+    return (this.vocab.size + 31) >>> 5;
+  }
+
+  /** The value is complete: a stop token would be accepted now. */
+  isComplete(): boolean {
+    return !this.terminated && this.current.bottom;
+  }
+
+  /** A stop token was accepted; nothing more may follow. */
+  isTerminated(): boolean {
+    return this.terminated;
+  }
+
+  /**
+   * Sets bit i of `mask` (word i>>5, bit i&31) for every token allowed next, clears the others.
+   * Ids at or beyond the vocabulary size (padding rows of the logits) are never allowed.
+   */
+  fillNextTokenBitmask(mask: Uint32Array): void {
+    mask.fill(0);
+    if (this.terminated) return;
+    const cur = this.current;
+    const g = this.grammar;
+    const words = Math.min(mask.length, this.maskWords);
+    for (let i = 0; i < cur.size; i++) {
+      const s = cur.states[i];
+      let m = this.masks[s];
+      if (!m) m = this.masks[s] = computeStateMask(g, this.vocab, s);
+      const acc = m.accepted;
+      for (let w = 0; w < words; w++) mask[w] |= acc[w];
+      const st = cur.stacks[i];
+      if (m.boundaries.length === 0 || st === null) continue;
+      const parent = new Configs();
+      parent.addClosure(g, this.pool, st.ret, st.next);
+      if (parent.size === 0) continue;
+      for (const node of m.boundaries) walk(g, this.vocab.trie, this.pool, this.levels, node, parent, mask, null);
+    }
+    if (cur.bottom) for (const id of this.stopIds) if (id >>> 5 < mask.length) setBit(mask, id);
+  }
+
+  /** Whether `id` is allowed next (without computing the whole mask). */
+  isAllowed(id: number): boolean {
+    return this.advance(id) !== null;
+  }
+
+  private advance(id: number): Configs | "stop" | null {
+    if (this.terminated) return null;
+    if (this.stopIds.has(id)) return this.current.bottom ? "stop" : null;
+    const bytes = this.vocab.bytes[id];
+    if (!bytes) return null;
+    let cur = this.current;
+    for (let k = 0; k < bytes.length; k++) {
+      const next = new Configs();
+      cur.step(this.grammar, this.pool, bytes[k], next);
+      if (next.size === 0 && !(k === bytes.length - 1 && next.bottom)) return null;
+      cur = next;
+    }
+    return cur;
+  }
+
+  /** Advances by one token; false (and no change) when the token is not allowed. */
+  acceptToken(id: number): boolean {
+    const r = this.advance(id);
+    if (r === null) return false;
+    if (r === "stop") {
+      this.history.push(this.current);
+      this.terminated = true;
+    } else this.history.push(r);
+    return true;
+  }
+
+  /** Advances over raw text (e.g. a forced prefix); false and no change if it does not fit. */
+  acceptString(text: string): boolean {
+    const bytes = new TextEncoder().encode(text);
+    let cur = this.current;
+    for (let k = 0; k < bytes.length; k++) {
+      const next = new Configs();
+      cur.step(this.grammar, this.pool, bytes[k], next);
+      if (next.size === 0 && !(k === bytes.length - 1 && next.bottom)) return false;
+      cur = next;
+    }
+    this.history.push(cur);
+    return true;
+  }
+
+  /** Undoes the last `count` accepted tokens (e.g. after speculative decoding). */
+  rollback(count: number): void {
+    if (count < 0 || count >= this.history.length) throw new RangeError(`cannot roll back ${count} tokens`);
+    this.history.length -= count;
+    if (count > 0) this.terminated = false;
+  }
+
+  /** An independent matcher in the same state (for n > 1 choices or beam search). */
+  clone(): GrammarMatcher {
+    return new GrammarMatcher(this.grammar, this.vocab, { stopTokenIds: [...this.stopIds] }, {
+      pool: this.pool,
+      history: this.history,
+      terminated: this.terminated,
+    });
+  }
+
+  /** Computes the per-state caches of every state reachable so far (e.g. to warm up). */
+  warm(): void {
+    const mask = new Uint32Array(this.maskWords);
+    this.fillNextTokenBitmask(mask);
+  }
+}
+
+/** Makes a fresh mask buffer sized for the vocabulary (or for a larger logits row). */
+export function allocateTokenBitmask(size: number): Uint32Array {
+  return new Uint32Array((size + 31) >>> 5);
+}
+
+export type { Configs as MatcherConfigs };

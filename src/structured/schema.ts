@@ -1,0 +1,470 @@
+// JSON Schema to grammar rules. Each subschema becomes one rule (a byte DFA that calls the rules of
+// its children), so recursion through $ref is just a rule calling itself. Every keyword that
+// constrains values is either enforced or refused with UnsupportedSchemaError; none is ignored.
+
+import {
+  alt,
+  call,
+  compileRe,
+  complement,
+  EMPTY,
+  embed,
+  intersect,
+  lit,
+  opt,
+  type Re,
+  rep,
+  type RuleDfa,
+  seq,
+  star,
+} from "./automaton.ts";
+import { canonicalJson } from "./canonical.ts";
+import { pointerAppend, UnsupportedSchemaError } from "./errors.ts";
+import { formatRe, SUPPORTED_FORMATS } from "./formats.ts";
+import { type GrammarBuilder } from "./grammar.ts";
+import { JSON_CHAR, jsonLiteral as jsonLit, PLAIN_JSON_CHAR, ws } from "./json-text.ts";
+import { integerRe, type NumericBounds, numberRe } from "./numbers.ts";
+import { patternToRe, RegexUnsupportedError } from "./regex.ts";
+
+export type JsonSchema = boolean | { readonly [key: string]: unknown };
+type SchemaObject = { readonly [key: string]: unknown };
+
+export interface SchemaCompileOptions {
+  /** Longest run of whitespace allowed between tokens of the JSON text. */
+  readonly maxWhitespace: number;
+}
+
+export const DEFAULT_OPTIONS: SchemaCompileOptions = { maxWhitespace: 8 };
+
+/** Keywords that only annotate: accepted and skipped (zod, pydantic and SDK helpers emit them). */
+const ANNOTATIONS = new Set([
+  "$schema", "$id", "$anchor", "$comment", "title", "description", "examples", "default",
+  "readOnly", "writeOnly", "deprecated", "contentEncoding", "contentMediaType", "discriminator",
+  "$defs", "definitions",
+]);
+
+const SUPPORTED = new Set([
+  "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf",
+  "allOf", "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
+  "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+]);
+
+const TYPES = ["null", "boolean", "object", "array", "number", "integer", "string"] as const;
+type JsonType = (typeof TYPES)[number];
+
+const OBJECT_KEYWORDS = ["properties", "required", "additionalProperties"];
+const ARRAY_KEYWORDS = ["items", "prefixItems", "minItems", "maxItems"];
+const STRING_KEYWORDS = ["minLength", "maxLength", "pattern", "format"];
+const NUMBER_KEYWORDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
+
+const isObject = (v: unknown): v is SchemaObject => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** Compiles schemas of one document (for $ref resolution) into rules of a GrammarBuilder. */
+export class SchemaCompiler {
+  private readonly byIdentity = new Map<unknown, number>();
+  private readonly byContent = new Map<string, number>();
+  private anyValue: number | undefined;
+  private anyString: number | undefined;
+  private readonly wsRe: Re;
+
+  constructor(
+    private readonly builder: GrammarBuilder,
+    private readonly options: SchemaCompileOptions = DEFAULT_OPTIONS,
+  ) {
+    this.wsRe = ws(options.maxWhitespace);
+  }
+
+  /** The rule for values valid against `schema`; `root` is the document $refs resolve in. */
+  rule(schema: unknown, root: unknown = schema, pointer = ""): number {
+    if (schema === true || (isObject(schema) && Object.keys(schema).every((k) => ANNOTATIONS.has(k)))) {
+      return this.anyValueRule();
+    }
+    if (schema === false) throw new UnsupportedSchemaError("false", pointer, "the schema allows no value");
+    if (!isObject(schema)) throw new UnsupportedSchemaError("type", pointer, "a schema must be an object or a boolean");
+    const known = this.byIdentity.get(schema);
+    if (known !== undefined) return known;
+    // Content-equal schemas without references share one rule (and the matcher's caches for it).
+    const text = canonicalJson(schema);
+    const contentKey = text.includes('"$ref"') ? undefined : text;
+    if (contentKey !== undefined) {
+      const shared = this.byContent.get(contentKey);
+      if (shared !== undefined) return shared;
+    }
+    const id = this.builder.reserve();
+    this.byIdentity.set(schema, id);
+    if (contentKey !== undefined) this.byContent.set(contentKey, id);
+    this.builder.define(id, this.body(schema, root, pointer));
+    return id;
+  }
+
+  anyValueRule(): number {
+    if (this.anyValue !== undefined) return this.anyValue;
+    const value = this.builder.reserve();
+    this.anyValue = value;
+    const str = this.anyStringRule();
+    const w = this.wsRe;
+    const sep = seq(w, lit(","), w);
+    const member = seq(call(str), w, lit(":"), w, call(value));
+    const object = this.builder.add(seq(lit("{"), w, opt(seq(member, star(seq(sep, member)))), w, lit("}")));
+    const array = this.builder.add(seq(lit("["), w, opt(seq(call(value), star(seq(sep, call(value))))), w, lit("]")));
+    const num = numberRe({})!;
+    this.builder.define(value, alt(call(object), call(array), call(str), num, lit("true"), lit("false"), lit("null")));
+    return value;
+  }
+
+  /** Any JSON object, as `response_format: json_object` asks for. */
+  anyObjectRule(): number {
+    return this.rule({ type: "object" });
+  }
+
+  private anyStringRule(): number {
+    this.anyString ??= this.builder.add(seq(lit('"'), star(JSON_CHAR), lit('"')));
+    return this.anyString;
+  }
+
+  private body(schema: SchemaObject, root: unknown, pointer: string): Re {
+    for (const key of Object.keys(schema)) {
+      if (ANNOTATIONS.has(key) || SUPPORTED.has(key) || key.startsWith("x-")) continue;
+      throw new UnsupportedSchemaError(key, pointer);
+    }
+    const constraining = Object.keys(schema).filter((k) => SUPPORTED.has(k));
+
+    if ("$ref" in schema) {
+      const others = constraining.filter((k) => k !== "$ref");
+      if (others.length) throw new UnsupportedSchemaError(others[0], pointer, "keywords next to $ref");
+      const ref = schema.$ref;
+      if (typeof ref !== "string") throw new UnsupportedSchemaError("$ref", pointer, "not a string");
+      const target = resolveRef(root, ref, pointer);
+      return call(this.rule(target, root, ref.slice(1)));
+    }
+    if ("allOf" in schema) return this.body(mergeAllOf(schema, root, pointer), root, pointer);
+    for (const key of ["anyOf", "oneOf"] as const) {
+      if (!(key in schema)) continue;
+      const branches = schema[key];
+      if (!Array.isArray(branches) || branches.length === 0) throw new UnsupportedSchemaError(key, pointer, "must be a non-empty array");
+      const siblings = Object.fromEntries(Object.entries(schema).filter(([k]) => k !== key && SUPPORTED.has(k)));
+      const combinator = key;
+      if ("anyOf" in schema && "oneOf" in schema) throw new UnsupportedSchemaError("oneOf", pointer, "together with anyOf");
+      // oneOf is generated like anyOf: outputs are valid when the branches do not overlap, which
+      // is how tagged unions (the common use) are written.
+      return alt(
+        ...branches.map((b, i) => {
+          const p = pointerAppend(pointerAppend(pointer, combinator), i);
+          const branch = Object.keys(siblings).length ? mergeSchemas(siblings, b, root, p) : b;
+          return call(this.rule(branch, root, p));
+        }),
+      );
+    }
+    if ("const" in schema || "enum" in schema) return this.literals(schema, pointer, constraining);
+
+    const types = this.types(schema, pointer);
+    const parts: Re[] = [];
+    for (const t of types) {
+      const re = this.typed(t, schema, root, pointer);
+      if (re) parts.push(re);
+    }
+    if (parts.length === 0) {
+      const keyword = constraining.find((k) => NUMBER_KEYWORDS.includes(k)) ?? "type";
+      throw new UnsupportedSchemaError(keyword, pointer, "no value satisfies the constraints");
+    }
+    return alt(...parts);
+  }
+
+  private literals(schema: SchemaObject, pointer: string, constraining: string[]): Re {
+    const extra = constraining.filter((k) => k !== "const" && k !== "enum" && k !== "type");
+    if (extra.length) throw new UnsupportedSchemaError(extra[0], pointer, "combined with enum/const");
+    let values: unknown[];
+    if ("const" in schema) values = [schema.const];
+    else if (Array.isArray(schema.enum)) values = schema.enum;
+    else throw new UnsupportedSchemaError("enum", pointer, "must be an array");
+    if ("const" in schema && "enum" in schema) {
+      const c = canonicalJson(schema.const);
+      values = (schema.enum as unknown[]).some((v) => canonicalJson(v) === c) ? [schema.const] : [];
+    }
+    if ("type" in schema) {
+      const types = this.types(schema, pointer);
+      values = values.filter((v) => types.some((t) => hasType(v, t)));
+    }
+    if (values.length === 0) throw new UnsupportedSchemaError("enum" in schema ? "enum" : "const", pointer, "no value allowed");
+    return alt(...values.map((v) => jsonLit(v)));
+  }
+
+  private types(schema: SchemaObject, pointer: string): JsonType[] {
+    const t = schema.type;
+    if (t === undefined) {
+      // Without `type`, a keyword only constrains values of its own type; producing only values of
+      // the types the keywords speak about stays within the schema.
+      const has = (list: string[]) => list.some((k) => k in schema);
+      const inferred: JsonType[] = [];
+      if (has(OBJECT_KEYWORDS)) inferred.push("object");
+      if (has(ARRAY_KEYWORDS)) inferred.push("array");
+      if (has(STRING_KEYWORDS)) inferred.push("string");
+      if (has(NUMBER_KEYWORDS)) inferred.push("number");
+      return inferred.length ? inferred : [...TYPES].filter((x) => x !== "integer");
+    }
+    const list = Array.isArray(t) ? t : [t];
+    for (const x of list) {
+      if (!TYPES.includes(x as JsonType)) throw new UnsupportedSchemaError("type", pointer, `unknown type ${JSON.stringify(x)}`);
+    }
+    const out = list as JsonType[];
+    return out.includes("number") ? out.filter((x) => x !== "integer") : out;
+  }
+
+  private typed(t: JsonType, schema: SchemaObject, root: unknown, pointer: string): Re | null {
+    switch (t) {
+      case "null":
+        return lit("null");
+      case "boolean":
+        return alt(lit("true"), lit("false"));
+      case "integer":
+        return integerRe(this.bounds(schema, pointer));
+      case "number":
+        return numberRe(this.bounds(schema, pointer));
+      case "string":
+        return this.string(schema, pointer);
+      case "object":
+        return this.object(schema, root, pointer);
+      case "array":
+        return this.array(schema, root, pointer);
+    }
+  }
+
+  private bounds(schema: SchemaObject, pointer: string): NumericBounds {
+    const out: Record<string, number> = {};
+    for (const k of NUMBER_KEYWORDS) {
+      if (!(k in schema)) continue;
+      const v = schema[k];
+      if (typeof v !== "number" || !Number.isFinite(v)) throw new UnsupportedSchemaError(k, pointer, "must be a finite number");
+      out[k] = v;
+    }
+    return out;
+  }
+
+  private string(schema: SchemaObject, pointer: string): Re {
+    const minLength = nonNegativeInt(schema, "minLength", pointer) ?? 0;
+    const maxLength = nonNegativeInt(schema, "maxLength", pointer) ?? Infinity;
+    const dfas: Array<[string, RuleDfa]> = [];
+    const guard = (keyword: string, f: () => RuleDfa) => {
+      try {
+        dfas.push([keyword, f()]);
+      } catch (e) {
+        if (e instanceof RegexUnsupportedError || e instanceof RangeError) {
+          throw new UnsupportedSchemaError(keyword, pointer, e.message);
+        }
+        throw e;
+      }
+    };
+    if ("format" in schema) {
+      const f = formatRe(String(schema.format));
+      if (!f) {
+        throw new UnsupportedSchemaError("format", pointer, `format ${JSON.stringify(schema.format)} (supported: ${SUPPORTED_FORMATS.join(", ")})`);
+      }
+      guard("format", () => compileRe(f));
+    }
+    if ("pattern" in schema) {
+      if (typeof schema.pattern !== "string") throw new UnsupportedSchemaError("pattern", pointer, "must be a string");
+      const p = schema.pattern;
+      guard("pattern", () => compileRe(patternToRe(p)));
+    }
+    if (minLength > 0 || maxLength !== Infinity) {
+      guard(maxLength !== Infinity ? "maxLength" : "minLength", () => compileRe(rep(JSON_CHAR, minLength, maxLength)));
+    }
+    if (dfas.length === 0) return seq(lit('"'), star(JSON_CHAR), lit('"'));
+    let content = dfas[0][1];
+    for (let i = 1; i < dfas.length; i++) content = intersect(content, dfas[i][1]);
+    if (content.count === 0) {
+      throw new UnsupportedSchemaError(dfas[dfas.length - 1][0], pointer, "no string satisfies the constraints together");
+    }
+    return seq(lit('"'), embed(content), lit('"'));
+  }
+
+  private object(schema: SchemaObject, root: unknown, pointer: string): Re {
+    const w = this.wsRe;
+    const sep = seq(w, lit(","), w);
+    const properties = schema.properties ?? {};
+    if (!isObject(properties)) throw new UnsupportedSchemaError("properties", pointer, "must be an object");
+    const required = schema.required ?? [];
+    if (!Array.isArray(required) || !required.every((r) => typeof r === "string")) {
+      throw new UnsupportedSchemaError("required", pointer, "must be an array of strings");
+    }
+    const additional = schema.additionalProperties;
+    const names = Object.keys(properties);
+    // Absent additionalProperties next to declared properties: only the declared ones are
+    // produced (valid either way, and what callers of structured outputs expect).
+    const extraSchema: unknown = additional === undefined ? (names.length ? false : true) : additional;
+    const entries: Array<{ name: string; schema: unknown; required: boolean; pointer: string }> = names.map((n) => ({
+      name: n,
+      schema: properties[n],
+      required: required.includes(n),
+      pointer: pointerAppend(pointerAppend(pointer, "properties"), n),
+    }));
+    for (const r of required as string[]) {
+      if (names.includes(r)) continue;
+      if (extraSchema === false) throw new UnsupportedSchemaError("required", pointer, `"${r}" is required but not allowed`);
+      entries.push({ name: r, schema: extraSchema, required: true, pointer: pointerAppend(pointer, "additionalProperties") });
+    }
+    const member = entries.map((e) => seq(jsonLit(e.name), w, lit(":"), w, call(this.rule(e.schema, root, e.pointer))));
+    let extra: Re | null = null;
+    if (extraSchema !== false) {
+      const valueRule = this.rule(extraSchema, root, pointerAppend(pointer, "additionalProperties"));
+      extra = seq(lit('"'), embed(this.extraKeyContent(entries.map((e) => e.name))), lit('"'), w, lit(":"), w, call(valueRule));
+    }
+    // After member i was written, the rest: required members follow with a comma, optional ones may.
+    const rest = (from: number): Re => {
+      const items: Re[] = [];
+      for (let j = from; j < entries.length; j++) {
+        const m = seq(sep, member[j]);
+        items.push(entries[j].required ? m : opt(m));
+      }
+      if (extra) items.push(star(seq(sep, extra)));
+      return seq(...items);
+    };
+    const firstRequired = entries.findIndex((e) => e.required);
+    const lastFirst = firstRequired < 0 ? entries.length - 1 : firstRequired;
+    const options: Re[] = [];
+    for (let j = 0; j <= lastFirst; j++) options.push(seq(member[j], rest(j + 1)));
+    if (firstRequired < 0) {
+      if (extra) options.push(seq(extra, star(seq(sep, extra))));
+      options.push(EMPTY);
+    }
+    return seq(lit("{"), w, alt(...options), w, lit("}"));
+  }
+
+  /** Key text (between quotes) differing from every declared name; escapes are not produced. */
+  private extraKeyContent(declared: string[]): RuleDfa {
+    const plain = compileRe(star(PLAIN_JSON_CHAR));
+    if (declared.length === 0) return plain;
+    const names = compileRe(alt(...declared.map((n) => lit(JSON.stringify(n).slice(1, -1)))));
+    return intersect(plain, complement(names));
+  }
+
+  private array(schema: SchemaObject, root: unknown, pointer: string): Re {
+    const w = this.wsRe;
+    const sep = seq(w, lit(","), w);
+    const prefix = schema.prefixItems ?? [];
+    if (!Array.isArray(prefix)) throw new UnsupportedSchemaError("prefixItems", pointer, "must be an array");
+    const items = schema.items;
+    const n = prefix.length;
+    const min = nonNegativeInt(schema, "minItems", pointer) ?? 0;
+    let max = nonNegativeInt(schema, "maxItems", pointer) ?? Infinity;
+    // Items past prefixItems: `items: false` forbids them, an absent `items` allows any value but
+    // we produce none unless minItems needs them.
+    const extraSchema: unknown = items === false ? null : items === undefined ? (n === 0 || min > n ? true : null) : items;
+    if (extraSchema === null) max = Math.min(max, n);
+    if (min > max) throw new UnsupportedSchemaError("minItems", pointer, "no array length satisfies the constraints");
+    if (Math.max(min, n) > 1024 || (max !== Infinity && max > 1024)) {
+      if (max !== Infinity && max > 1024 && min <= 1024) max = Infinity;
+      else throw new UnsupportedSchemaError("minItems", pointer, "more than 1024 items");
+    }
+    const prefixRules = prefix.map((p, i) => this.rule(p, root, pointerAppend(pointerAppend(pointer, "prefixItems"), i)));
+    const extraRule = extraSchema === null ? -1 : this.rule(extraSchema, root, pointerAppend(pointer, "items"));
+    const element = (i: number): Re => call(i < n ? prefixRules[i] : extraRule);
+    const tail = (i: number): Re => {
+      if (i >= max) return EMPTY;
+      if (i >= n && i >= min) return rep(seq(sep, element(i)), 0, max - i);
+      const item = seq(sep, element(i), tail(i + 1));
+      return i < min ? item : opt(item);
+    };
+    if (max === 0) return seq(lit("["), w, lit("]"));
+    const body = seq(element(0), tail(1));
+    return seq(lit("["), w, min > 0 ? body : opt(body), w, lit("]"));
+  }
+}
+
+function nonNegativeInt(schema: SchemaObject, key: string, pointer: string): number | undefined {
+  if (!(key in schema)) return undefined;
+  const v = schema[key];
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 0) throw new UnsupportedSchemaError(key, pointer, "must be a non-negative integer");
+  return v;
+}
+
+function hasType(v: unknown, t: JsonType): boolean {
+  switch (t) {
+    case "null":
+      return v === null;
+    case "boolean":
+      return typeof v === "boolean";
+    case "integer":
+      return typeof v === "number" && Number.isInteger(v);
+    case "number":
+      return typeof v === "number";
+    case "string":
+      return typeof v === "string";
+    case "array":
+      return Array.isArray(v);
+    case "object":
+      return isObject(v);
+  }
+}
+
+function resolveRef(root: unknown, ref: string, pointer: string): unknown {
+  if (!ref.startsWith("#")) throw new UnsupportedSchemaError("$ref", pointer, `only local references ("#/...") are supported, got ${ref}`);
+  let node: unknown = root;
+  const path = ref.slice(1);
+  if (path === "") return root;
+  if (!path.startsWith("/")) throw new UnsupportedSchemaError("$ref", pointer, `anchors are not supported: ${ref}`);
+  for (const raw of path.slice(1).split("/")) {
+    const token = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
+    if (Array.isArray(node)) node = node[Number(token)];
+    else if (isObject(node)) node = node[token];
+    else node = undefined;
+    if (node === undefined) throw new UnsupportedSchemaError("$ref", pointer, `unresolvable reference ${ref}`);
+  }
+  return node;
+}
+
+/** allOf folded into its parent: conjunction of keywords, refused where two keywords collide. */
+function mergeAllOf(schema: SchemaObject, root: unknown, pointer: string): SchemaObject {
+  const all = schema.allOf;
+  if (!Array.isArray(all)) throw new UnsupportedSchemaError("allOf", pointer, "must be an array");
+  let merged: SchemaObject = Object.fromEntries(Object.entries(schema).filter(([k]) => k !== "allOf"));
+  all.forEach((sub, i) => {
+    merged = mergeSchemas(merged, sub, root, pointerAppend(pointerAppend(pointer, "allOf"), i));
+  });
+  return merged;
+}
+
+function mergeSchemas(a: SchemaObject, bIn: unknown, root: unknown, pointer: string): SchemaObject {
+  let b = bIn;
+  const seen = new Set<unknown>();
+  while (isObject(b) && typeof b.$ref === "string" && Object.keys(b).every((k) => k === "$ref" || ANNOTATIONS.has(k))) {
+    if (seen.has(b)) throw new UnsupportedSchemaError("$ref", pointer, "reference cycle");
+    seen.add(b);
+    b = resolveRef(root, b.$ref, pointer);
+  }
+  if (b === true) return a;
+  if (!isObject(b)) throw new UnsupportedSchemaError("allOf", pointer, "cannot combine with a boolean false schema");
+  const out: Record<string, unknown> = { ...a };
+  for (const [k, v] of Object.entries(b)) {
+    if (ANNOTATIONS.has(k)) continue;
+    if (!(k in out)) {
+      out[k] = v;
+      continue;
+    }
+    if (k === "required" && Array.isArray(v) && Array.isArray(out[k])) {
+      out[k] = [...new Set([...(out[k] as unknown[]), ...v])];
+    } else if (k === "properties" && isObject(v) && isObject(out[k])) {
+      const left = out[k] as SchemaObject;
+      for (const p of Object.keys(v)) {
+        if (p in left && canonicalJson(left[p]) !== canonicalJson(v[p])) {
+          throw new UnsupportedSchemaError("allOf", pointer, `property "${p}" constrained twice`);
+        }
+      }
+      out[k] = { ...left, ...v };
+    } else if (canonicalJson(out[k]) !== canonicalJson(v)) {
+      throw new UnsupportedSchemaError("allOf", pointer, `keyword "${k}" appears in more than one combined schema`);
+    }
+  }
+  // additionalProperties is relative to the properties next to it; combining it with properties
+  // from another schema would change its meaning.
+  if ("additionalProperties" in out && out.additionalProperties !== true) {
+    const pa = Object.keys((a.properties as SchemaObject | undefined) ?? {}).sort().join();
+    const pb = Object.keys(((b as SchemaObject).properties as SchemaObject | undefined) ?? {}).sort().join();
+    const hasA = "additionalProperties" in a;
+    const hasB = "additionalProperties" in (b as SchemaObject);
+    if ((hasA && !hasB && pb && pb !== pa) || (hasB && !hasA && pa && pa !== pb)) {
+      throw new UnsupportedSchemaError("additionalProperties", pointer, "combined with properties of another schema");
+    }
+  }
+  return out;
+}
