@@ -9,3 +9,4 @@ export { buildDecoderModel, pastKeyName, presentName } from "./llama/graph.ts";
 export { GraphBuilder, serializeModel } from "./onnx/builder.ts";
 export { importLlama2c } from "./llama2c/import.ts";
 export type { ImportLlama2cOptions, ImportedModel } from "./llama2c/import.ts";
+export { buildDemoModel, buildDemoModelInfo, demoModelDir, DEMO_MODEL_ID } from "./demo.ts";
