@@ -1,0 +1,84 @@
+// The per-request sampler: logits processors (bias, penalties), the allowed-token mask, then
+// greedy argmax or temperature sampling with top-k / top-p / min-p.
+
+import type { SamplingParams } from "../types.ts";
+import { Candidates, maxLogit } from "./candidates.ts";
+import { computeLogprobs, type LogprobsResult } from "./logprobs.ts";
+import type { TokenMask } from "./mask.ts";
+import { LogitsEdits, buildProcessors, type LogitsProcessor, type TokenCounts } from "./processors.ts";
+import { createRandom, type Random } from "./rng.ts";
+
+export class NoAllowedTokenError extends Error {
+  constructor() {
+    super("no token is allowed: the mask and logit_bias exclude every token");
+    this.name = "NoAllowedTokenError";
+  }
+}
+
+export interface SamplerOptions {
+  /** Separate random stream per choice, so n>1 choices differ under one seed. */
+  stream?: number;
+  /** Overrides the seeded generator (tests). */
+  random?: Random;
+}
+
+export interface Sampler {
+  /**
+   * Picks the next token from one row of logits. The row is left as given (edits are undone).
+   * `counts` are the generated tokens so far (for penalties); `mask` the allowed ids, if any.
+   */
+  sample(logits: Float32Array, counts?: TokenCounts | null, mask?: TokenMask | null): number;
+  /** OpenAI logprobs for a chosen token, from the model's raw logits. */
+  logprobs(logits: Float32Array, tokenId: number, topN: number): LogprobsResult;
+}
+
+class LogitsSampler implements Sampler {
+  private readonly processors: LogitsProcessor[];
+  private readonly candidates: Candidates;
+  private readonly random: Random;
+  private readonly greedy: boolean;
+
+  constructor(
+    private readonly params: SamplingParams,
+    private readonly vocabSize: number,
+    options: SamplerOptions,
+  ) {
+    this.processors = buildProcessors(params, vocabSize);
+    this.greedy = params.temperature <= 0 || params.topK === 1;
+    this.candidates = new Candidates(this.greedy ? 0 : vocabSize);
+    this.random = options.random ?? createRandom(params.seed, options.stream ?? 0);
+  }
+
+  sample(logits: Float32Array, counts: TokenCounts | null = null, mask: TokenMask | null = null): number {
+    const size = Math.min(this.vocabSize, logits.length);
+    const edits = new LogitsEdits(logits);
+    try {
+      for (const p of this.processors) p.apply(edits, counts);
+      const best = maxLogit(logits, size, mask);
+      if (best.id < 0 || best.value === -Infinity) throw new NoAllowedTokenError();
+      if (this.greedy) return best.id;
+
+      const c = this.candidates;
+      c.collect(logits, size, mask, best.value, this.params.temperature);
+      if (this.params.topK > 0) c.topK(this.params.topK);
+      if (this.params.topP < 1) c.topP(this.params.topP);
+      if (this.params.minP > 0) c.minP(this.params.minP);
+      return c.draw(this.random());
+    } finally {
+      edits.undo();
+    }
+  }
+
+  logprobs(logits: Float32Array, tokenId: number, topN: number): LogprobsResult {
+    return computeLogprobs(logits, tokenId, topN, Math.min(this.vocabSize, logits.length));
+  }
+}
+
+export function createSampler(params: SamplingParams, vocabSize: number, options: SamplerOptions = {}): Sampler {
+  return new LogitsSampler(params, vocabSize, options);
+}
+
+/** Adds one generated token to the counts the penalties read. */
+export function countToken(counts: Map<number, number>, id: number): void {
+  counts.set(id, (counts.get(id) ?? 0) + 1);
+}
