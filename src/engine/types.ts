@@ -142,7 +142,25 @@ export class EngineBusyError extends Error {
   }
 }
 
+/** A model directory the catalog wants served. */
+export interface ModelSource {
+  id: string;
+  dir: string;
+}
+
+export interface ModelLoadResult {
+  id: string;
+  model: EngineModel | null;
+  /** Why the directory could not be loaded; the model is then left out. */
+  error: string | null;
+}
+
 export interface Engine {
+  /**
+   * Makes exactly these models the served set: loads new ones, keeps loaded ones whose directory
+   * did not change, unloads the rest. Never throws for one bad directory: it is reported.
+   */
+  load(sources: ModelSource[]): Promise<ModelLoadResult[]>;
   models(): EngineModel[];
   /** Validates and tokenises; throws EngineRequestError / EngineBusyError before any output. */
   start(request: GenerateRequest): Promise<Generation>;

@@ -1,0 +1,209 @@
+// The operator's commands. Each opens the same SQLite file the server uses (WAL mode allows
+// this while the server runs); catalog changes take effect on the server's next request.
+import { join } from "node:path";
+import { openSqliteStore, type Store } from "../store/index.ts";
+import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
+
+export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
+const JSON_OPTION: OptionSpec = { name: "json", type: "boolean", help: "Print JSON instead of a table", env: "SLUICE_JSON" };
+
+export function openStoreFor(args: CommandArgs): Store {
+  return openSqliteStore(join(String(args.values.data), "sluice.db"));
+}
+
+function withStore<T>(args: CommandArgs, fn: (store: Store) => T): T {
+  const store = openStoreFor(args);
+  try {
+    return fn(store);
+  } finally {
+    store.close();
+  }
+}
+
+function table(rows: Record<string, unknown>[], columns: string[]): string {
+  if (rows.length === 0) return "(none)";
+  const cell = (v: unknown) => (v === null || v === undefined ? "-" : String(v));
+  const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
+  const line = (vals: string[]) => vals.map((v, i) => v.padEnd(widths[i]!)).join("  ").trimEnd();
+  return [line(columns), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join("\n");
+}
+
+const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: string[]) =>
+  console.log(args.values.json ? JSON.stringify(rows, null, 2) : table(rows, columns));
+
+const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
+
+function accountId(store: Store, name: string): number {
+  const a = store.accounts.get(name);
+  if (!a) throw new UsageError(`no account named ${name} (see: sluice accounts list)`);
+  return a.id;
+}
+
+export const storeCommands: Command[] = [
+  {
+    path: ["accounts", "create"],
+    usage: "NAME",
+    summary: "Create an account.",
+    options: [DATA_OPTION],
+    run: (args) =>
+      withStore(args, (s) => {
+        const a = s.accounts.create(positional(args, 0, "account NAME"));
+        console.log(`created account ${a.name}`);
+        return 0;
+      }),
+  },
+  {
+    path: ["accounts", "list"],
+    usage: "",
+    summary: "List accounts.",
+    options: [DATA_OPTION, JSON_OPTION],
+    run: (args) =>
+      withStore(args, (s) => {
+        const rows = s.accounts.list().map((a) => ({
+          name: a.name,
+          model_access: a.modelAccess,
+          keys: s.keys.count(a.id),
+          created: date(a.createdAt),
+        }));
+        print(args, rows, ["name", "model_access", "keys", "created"]);
+        return 0;
+      }),
+  },
+  {
+    path: ["keys", "create"],
+    usage: "--account NAME [--label L]",
+    summary: "Create an API key. The key is printed once; only its hash is stored.",
+    options: [
+      DATA_OPTION,
+      { name: "account", type: "string", help: "Account that owns the key" },
+      { name: "label", type: "string", help: "A label to recognise the key by" },
+    ],
+    run: (args) =>
+      withStore(args, (s) => {
+        const id = accountId(s, requireString(args, "account"));
+        const label = typeof args.values.label === "string" ? args.values.label : null;
+        const { key, info } = s.keys.create(id, label);
+        console.error(`created key ${info.id} for account ${info.accountName}; it is shown only this once:`);
+        console.log(key);
+        return 0;
+      }),
+  },
+  {
+    path: ["keys", "list"],
+    usage: "[--account NAME]",
+    summary: "List API keys (never the keys themselves: their id and display prefix).",
+    options: [DATA_OPTION, JSON_OPTION, { name: "account", type: "string", help: "Only this account's keys" }],
+    run: (args) =>
+      withStore(args, (s) => {
+        const acct = typeof args.values.account === "string" ? accountId(s, args.values.account) : undefined;
+        const rows = s.keys.list(acct).map((k) => ({
+          id: k.id,
+          account: k.accountName,
+          prefix: k.prefix + "…",
+          label: k.label,
+          created: date(k.createdAt),
+          last_used: date(k.lastUsedAt),
+          revoked: date(k.revokedAt),
+        }));
+        print(args, rows, ["id", "account", "prefix", "label", "created", "last_used", "revoked"]);
+        return 0;
+      }),
+  },
+  {
+    path: ["keys", "revoke"],
+    usage: "ID",
+    summary: "Revoke an API key; it stops working on the next request.",
+    options: [DATA_OPTION],
+    run: (args) =>
+      withStore(args, (s) => {
+        const id = positional(args, 0, "key ID");
+        if (!s.keys.revoke(id)) throw new UsageError(`no active key ${id} (see: sluice keys list)`);
+        console.log(`revoked ${id}`);
+        return 0;
+      }),
+  },
+  {
+    path: ["models", "list"],
+    usage: "",
+    summary: "List the model catalog, including models that are disabled or failed to load.",
+    options: [DATA_OPTION, JSON_OPTION],
+    run: (args) =>
+      withStore(args, (s) => {
+        const rows = s.catalog.list().map((m) => ({
+          id: m.id,
+          status: m.status,
+          served: m.status === "active" && m.present && !m.loadError ? "yes" : "no",
+          context: m.contextLength,
+          "in$/M": m.inputPricePerMTok,
+          "out$/M": m.outputPricePerMTok,
+          images: m.supportsImages ? "yes" : "no",
+          problem: m.loadError ?? (m.present ? null : "directory missing"),
+          dir: m.sourceDir,
+        }));
+        print(args, rows, ["id", "status", "served", "context", "in$/M", "out$/M", "images", "problem", "dir"]);
+        return 0;
+      }),
+  },
+  ...(["enable", "disable"] as const).map(
+    (verb): Command => ({
+      path: ["models", verb],
+      usage: "ID",
+      summary: verb === "enable" ? "Serve a model again." : "Stop serving a model (it stays in the catalog).",
+      options: [DATA_OPTION],
+      run: (args) =>
+        withStore(args, (s) => {
+          const id = positional(args, 0, "model ID");
+          if (!s.catalog.setStatus(id, verb === "enable" ? "active" : "inactive")) {
+            throw new UsageError(`no model ${id} in the catalog (see: sluice models list)`);
+          }
+          console.log(`${verb}d ${id}`);
+          return 0;
+        }),
+    }),
+  ),
+  ...(["grant", "revoke"] as const).map(
+    (verb): Command => ({
+      path: ["models", verb],
+      usage: "ID --account NAME",
+      summary:
+        verb === "grant"
+          ? "Allow an account to use a model. An account sees every model until its access is restricted; the first grant or revoke restricts it to an explicit list (starting from what it could use)."
+          : "Take a model away from an account (restricting the account to an explicit list).",
+      options: [DATA_OPTION, { name: "account", type: "string", help: "The account" }],
+      run: (args) =>
+        withStore(args, (s) => {
+          const id = positional(args, 0, "model ID");
+          const acct = accountId(s, requireString(args, "account"));
+          try {
+            s.catalog[verb](acct, id);
+          } catch (e) {
+            throw new UsageError((e as Error).message);
+          }
+          console.log(`${verb === "grant" ? "granted" : "revoked"} ${id} ${verb === "grant" ? "to" : "from"} ${args.values.account}; it now has: ${s.catalog.grants(acct).join(", ") || "(nothing)"}`);
+          return 0;
+        }),
+    }),
+  ),
+  {
+    path: ["models", "price"],
+    usage: "ID --input USD --output USD",
+    summary: "Set a model's prices in USD per million input and output tokens.",
+    options: [
+      DATA_OPTION,
+      { name: "input", type: "string", help: "USD per million prompt tokens" },
+      { name: "output", type: "string", help: "USD per million completion tokens" },
+    ],
+    run: (args) =>
+      withStore(args, (s) => {
+        const id = positional(args, 0, "model ID");
+        const num = (n: string) => {
+          const v = Number(requireString(args, n));
+          if (!Number.isFinite(v) || v < 0) throw new UsageError(`--${n} must be a number ≥ 0`);
+          return v;
+        };
+        if (!s.catalog.setPrices(id, num("input"), num("output"))) throw new UsageError(`no model ${id} in the catalog`);
+        console.log(`priced ${id}`);
+        return 0;
+      }),
+  },
+];

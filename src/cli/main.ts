@@ -1,0 +1,59 @@
+#!/usr/bin/env bun
+// `sluice`: the one entry point, in development (`bun src/cli/main.ts …`) and in the binary.
+import { VERSION } from "../version.ts";
+import { storeCommands } from "./commands.ts";
+import { commandHelp, parseCommand, UsageError, type Command } from "./framework.ts";
+import { serveCommand } from "./serve.ts";
+import { extraCommands } from "./extra.ts";
+
+const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands];
+
+function overview(): string {
+  const lines = [`sluice ${VERSION}: an OpenAI-compatible gateway that serves ONNX language models`, "", "Commands:"];
+  for (const c of COMMANDS) lines.push(`  ${`sluice ${c.path.join(" ")} ${c.usage}`.padEnd(52)} ${c.summary.split(". ")[0]}`);
+  lines.push("", "Run 'sluice <command> --help' for a command's options. Every option also reads SLUICE_<OPTION>.");
+  return lines.join("\n");
+}
+
+export async function main(argv: string[]): Promise<number> {
+  if (argv.length === 0 || argv[0] === "--help" || argv[0] === "-h" || argv[0] === "help") {
+    console.log(overview());
+    return 0;
+  }
+  if (argv[0] === "--version" || argv[0] === "-v" || argv[0] === "version") {
+    console.log(`sluice ${VERSION}`);
+    return 0;
+  }
+  const command = COMMANDS.filter((c) => c.path.every((p, i) => argv[i] === p)).sort(
+    (a, b) => b.path.length - a.path.length,
+  )[0];
+  if (!command) {
+    const group = COMMANDS.filter((c) => c.path[0] === argv[0]);
+    if (group.length && (argv.length === 1 || argv.includes("--help"))) {
+      console.log(group.map((c) => `sluice ${c.path.join(" ")} ${c.usage}\n    ${c.summary}`).join("\n"));
+      return argv.length === 1 ? 2 : 0;
+    }
+    console.error(`sluice: unknown command '${argv.join(" ")}'. Run 'sluice --help'.`);
+    return 2;
+  }
+  const rest = argv.slice(command.path.length);
+  if (rest.includes("--help") || rest.includes("-h")) {
+    console.log(commandHelp(command));
+    return 0;
+  }
+  try {
+    return await command.run(parseCommand(command, rest, process.env));
+  } catch (e) {
+    if (e instanceof UsageError) {
+      console.error(`sluice ${command.path.join(" ")}: ${e.message}`);
+      return 2;
+    }
+    console.error(`sluice ${command.path.join(" ")}: ${(e as Error).message}`);
+    return 1;
+  }
+}
+
+if (import.meta.main) {
+  const code = await main(process.argv.slice(2));
+  process.exit(code);
+}

@@ -1,0 +1,77 @@
+import { createEngine } from "../engine/index.ts";
+import { createLogger, type LogLevel } from "../log.ts";
+import { buildDemoModel } from "../modelkit/index.ts";
+import { DEFAULT_ACCOUNT, startServer } from "../server.ts";
+import { DATA_OPTION } from "./commands.ts";
+import { UsageError, type Command } from "./framework.ts";
+
+const LEVELS = ["debug", "info", "warn", "error"];
+
+export const serveCommand: Command = {
+  path: ["serve"],
+  usage: "[options]",
+  summary: "Start the gateway: the OpenAI-compatible API under /v1, served from the models directory.",
+  options: [
+    { name: "host", type: "string", help: "Interface to listen on", default: "127.0.0.1" },
+    { name: "port", type: "string", help: "TCP port (0: any free port)", default: "8080" },
+    DATA_OPTION,
+    { name: "models", type: "string", help: "Models directory", default: "./models" },
+    { name: "public-url", type: "string", help: "Public base URL announced by /v1/integrations (without /v1)" },
+    { name: "log-level", type: "string", help: "debug, info, warn or error", default: "info" },
+    { name: "log-prompts", type: "boolean", help: "Include prompt text in debug logs (off: never logged)" },
+    { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
+    { name: "threads", type: "string", help: "Intra-op threads per model (0: ONNX Runtime's default)", default: "0" },
+    { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
+  ],
+  async run(args) {
+    const port = Number(args.values.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError("--port must be 0..65535");
+    const level = String(args.values["log-level"]);
+    if (!LEVELS.includes(level)) throw new UsageError(`--log-level must be one of ${LEVELS.join(", ")}`);
+    const threads = Number(args.values.threads);
+    if (!Number.isInteger(threads) || threads < 0) throw new UsageError("--threads must be an integer ≥ 0");
+    const device = String(args.values.device);
+    if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
+    const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
+    const engine = await createEngine({ log, threads, device: device as "auto" | "cuda" | "cpu" });
+    const server = await startServer({
+      host: String(args.values.host),
+      port,
+      dataDir: String(args.values.data),
+      modelsDir: String(args.values.models),
+      publicUrl: typeof args.values["public-url"] === "string" ? args.values["public-url"] : undefined,
+      demoModel: args.values["no-demo"] !== true,
+      buildDemoModel,
+      log,
+      engine,
+    });
+    const served = server.store.catalog.listServed().map((m) => m.id);
+    const lines = [
+      "",
+      `Sluice is serving ${served.length ? served.join(", ") : "no models"} at ${server.url}/v1`,
+    ];
+    if (server.firstKey) {
+      lines.push(
+        `First start: created account '${DEFAULT_ACCOUNT}' and this API key (shown once, keep it):`,
+        "",
+        `  ${server.firstKey}`,
+        "",
+        `Try: curl ${server.url}/v1/models -H "Authorization: Bearer ${server.firstKey}"`,
+      );
+    } else {
+      lines.push(`Create an API key with: sluice keys create --account ${DEFAULT_ACCOUNT} --data ${args.values.data}`);
+    }
+    console.log(lines.join("\n") + "\n");
+    let stopping = false;
+    const stop = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log.info("shutting down", { signal });
+      await server.stop();
+      process.exit(0);
+    };
+    process.on("SIGINT", () => void stop("SIGINT"));
+    process.on("SIGTERM", () => void stop("SIGTERM"));
+    return new Promise<number>(() => {});
+  },
+};

@@ -1,0 +1,239 @@
+// The engine as the HTTP thread sees it: one worker per model, requests and events passed as
+// messages, so a model computing never blocks /health or /v1/models.
+import type { Logger } from "../log.ts";
+import type { Device } from "./providers.ts";
+import {
+  EngineBusyError,
+  EngineRequestError,
+  type Engine,
+  type EngineModel,
+  type GenerateRequest,
+  type Generation,
+  type GenerationEvent,
+  type ModelLoadResult,
+  type ModelSource,
+} from "./types.ts";
+import type { HostMessage, RejectInfo, WorkerMessage } from "./worker/protocol.ts";
+
+export interface EngineOptions {
+  log: Logger;
+  device: Device;
+  threads: number;
+  /** Worker entry; overridable so the compiled binary can point at its embedded copy. */
+  workerUrl?: string | URL;
+}
+
+/** An async queue of events fed by worker messages and drained by the API. */
+class EventChannel implements AsyncIterable<GenerationEvent> {
+  private buffer: GenerationEvent[] = [];
+  private waiting: ((r: IteratorResult<GenerationEvent>) => void) | null = null;
+  private failed: ((e: Error) => void) | null = null;
+  private ended = false;
+  private error: Error | null = null;
+
+  push(events: GenerationEvent[]) {
+    for (const e of events) {
+      if (this.waiting) {
+        const w = this.waiting;
+        this.waiting = this.failed = null;
+        w({ value: e, done: false });
+      } else this.buffer.push(e);
+    }
+  }
+
+  end(error?: Error) {
+    this.ended = true;
+    this.error = error ?? null;
+    if (this.waiting) {
+      const w = this.waiting;
+      const f = this.failed!;
+      this.waiting = this.failed = null;
+      if (this.error) f(this.error);
+      else w({ value: undefined, done: true });
+    }
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<GenerationEvent> {
+    return {
+      next: () => {
+        const e = this.buffer.shift();
+        if (e) return Promise.resolve({ value: e, done: false });
+        if (this.ended) return this.error ? Promise.reject(this.error) : Promise.resolve({ value: undefined, done: true });
+        return new Promise((resolve, reject) => {
+          this.waiting = resolve;
+          this.failed = reject;
+        });
+      },
+    };
+  }
+}
+
+interface Pending {
+  started: (promptTokens: number) => void;
+  rejected: (e: Error) => void;
+  channel: EventChannel;
+}
+
+class ModelWorker {
+  private nextRid = 1;
+  private pending = new Map<number, Pending>();
+  model: EngineModel | null = null;
+
+  private constructor(
+    readonly source: ModelSource,
+    private readonly worker: Worker,
+    private readonly log: Logger,
+  ) {
+    worker.onmessage = (e: MessageEvent<WorkerMessage>) => this.onMessage(e.data);
+    worker.onerror = (e) => {
+      log.error("model worker crashed", { model: source.id, error: e.message });
+      for (const p of this.pending.values()) {
+        p.rejected(new Error("model worker crashed"));
+        p.channel.end(new Error("model worker crashed"));
+      }
+      this.pending.clear();
+    };
+  }
+
+  static spawn(source: ModelSource, opts: EngineOptions): Promise<{ worker: ModelWorker | null; error: string | null }> {
+    const url = opts.workerUrl ?? new URL("./worker/model-worker.ts", import.meta.url);
+    const w = new Worker(url);
+    const mw = new ModelWorker(source, w, opts.log.child({ model: source.id }));
+    return new Promise((resolve) => {
+      mw.onLoaded = (model, error) => {
+        if (model) {
+          mw.model = model;
+          resolve({ worker: mw, error: null });
+        } else {
+          w.terminate();
+          resolve({ worker: null, error });
+        }
+      };
+      mw.post({ type: "load", options: { id: source.id, dir: source.dir, device: opts.device, threads: opts.threads } });
+    });
+  }
+
+  private onLoaded: (model: EngineModel | null, error: string | null) => void = () => {};
+
+  private post(m: HostMessage) {
+    this.worker.postMessage(m);
+  }
+
+  private onMessage(m: WorkerMessage) {
+    switch (m.type) {
+      case "loaded":
+        for (const note of m.notes) this.log.info(note);
+        this.onLoaded(m.model, null);
+        return;
+      case "load-failed":
+        this.onLoaded(null, m.error);
+        return;
+      case "log":
+        this.log[m.level](m.msg, m.fields);
+        return;
+      case "started":
+        this.pending.get(m.rid)?.started(m.promptTokens);
+        return;
+      case "rejected": {
+        const p = this.pending.get(m.rid);
+        this.pending.delete(m.rid);
+        p?.rejected(toError(m.error));
+        return;
+      }
+      case "events":
+        this.pending.get(m.rid)?.channel.push(m.events);
+        return;
+      case "done": {
+        const p = this.pending.get(m.rid);
+        this.pending.delete(m.rid);
+        p?.channel.end(m.error ? new Error(m.error) : undefined);
+        return;
+      }
+      case "closed":
+        return;
+    }
+  }
+
+  start(request: GenerateRequest): Promise<Generation> {
+    const rid = this.nextRid++;
+    const { signal, ...wire } = request;
+    const channel = new EventChannel();
+    return new Promise<Generation>((resolve, reject) => {
+      this.pending.set(rid, {
+        started: (promptTokens) => resolve({ promptTokens, events: channel }),
+        rejected: reject,
+        channel,
+      });
+      const onAbort = () => this.post({ type: "cancel", rid });
+      if (signal.aborted) onAbort();
+      else signal.addEventListener("abort", onAbort, { once: true });
+      this.post({ type: "start", rid, request: wire });
+    });
+  }
+
+  async close(): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, 2000);
+      const prev = this.worker.onmessage;
+      this.worker.onmessage = (e: MessageEvent<WorkerMessage>) => {
+        if (e.data.type === "closed") {
+          clearTimeout(t);
+          resolve();
+        } else prev?.call(this.worker, e);
+      };
+      this.post({ type: "close" });
+    });
+    this.worker.terminate();
+  }
+}
+
+function toError(r: RejectInfo): Error {
+  if (r.kind === "request") return new EngineRequestError(r.message, r.param, r.code);
+  if (r.kind === "busy") return new EngineBusyError(r.message, r.retryAfterSeconds ?? 1);
+  return new Error(r.message);
+}
+
+export class WorkerEngine implements Engine {
+  private workers = new Map<string, ModelWorker>();
+
+  constructor(private readonly opts: EngineOptions) {}
+
+  async load(sources: ModelSource[]): Promise<ModelLoadResult[]> {
+    const wanted = new Map(sources.map((s) => [s.id, s]));
+    for (const [id, w] of this.workers) {
+      const s = wanted.get(id);
+      if (!s || s.dir !== w.source.dir) {
+        this.workers.delete(id);
+        await w.close();
+      }
+    }
+    const results: ModelLoadResult[] = [];
+    for (const s of sources) {
+      const existing = this.workers.get(s.id);
+      if (existing) {
+        results.push({ id: s.id, model: existing.model, error: null });
+        continue;
+      }
+      const { worker, error } = await ModelWorker.spawn(s, this.opts);
+      if (worker) this.workers.set(s.id, worker);
+      results.push({ id: s.id, model: worker?.model ?? null, error });
+    }
+    return results;
+  }
+
+  models(): EngineModel[] {
+    return [...this.workers.values()].map((w) => w.model!);
+  }
+
+  start(request: GenerateRequest): Promise<Generation> {
+    const w = this.workers.get(request.modelId);
+    if (!w) return Promise.reject(new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found"));
+    return w.start(request);
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.workers.values()];
+    this.workers.clear();
+    await Promise.all(all.map((w) => w.close()));
+  }
+}

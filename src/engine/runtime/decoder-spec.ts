@@ -1,0 +1,139 @@
+// What the engine must know to drive a decoder graph, read from the session's own metadata and
+// the directory's config.json / genai_config.json rather than assumed.
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+export type KvDType = "float32" | "float16";
+
+export interface TensorInfo {
+  name: string;
+  type: string;
+  shape: (number | string)[];
+}
+
+export interface DecoderSpec {
+  inputIds: string;
+  attentionMask: string | null;
+  positionIds: string | null;
+  logits: string;
+  logitsType: KvDType;
+  /** Per layer: [past key input, past value input, present key output, present value output]. */
+  layers: { pastKey: string; pastValue: string; presentKey: string; presentValue: string }[];
+  kvType: KvDType;
+  kvHeads: number;
+  headDim: number;
+  vocabSize: number;
+  contextLength: number;
+}
+
+export interface ModelFiles {
+  onnxPath: string;
+  config: Record<string, unknown>;
+  genai: GenaiConfig | null;
+}
+
+interface GenaiConfig {
+  model?: {
+    context_length?: number;
+    vocab_size?: number;
+    eos_token_id?: number | number[];
+    bos_token_id?: number;
+    decoder?: {
+      filename?: string;
+      head_size?: number;
+      num_key_value_heads?: number;
+      inputs?: Record<string, string>;
+      outputs?: Record<string, string>;
+    };
+  };
+}
+
+function readJson<T>(path: string): T | null {
+  return existsSync(path) ? (JSON.parse(readFileSync(path, "utf8")) as T) : null;
+}
+
+/** The ONNX file and JSON configs of a model directory. */
+export function locateModelFiles(dir: string): ModelFiles {
+  const genai = readJson<GenaiConfig>(join(dir, "genai_config.json"));
+  const config = readJson<Record<string, unknown>>(join(dir, "config.json")) ?? {};
+  const candidates = [
+    genai?.model?.decoder?.filename ? join(dir, genai.model.decoder.filename) : null,
+    join(dir, "onnx", "model.onnx"),
+    join(dir, "model.onnx"),
+    join(dir, "onnx", "decoder_model_merged.onnx"),
+  ].filter((p): p is string => p !== null);
+  const onnxPath = candidates.find((p) => existsSync(p));
+  if (!onnxPath) throw new Error(`no decoder ONNX file (looked for ${candidates.map((c) => c.slice(dir.length + 1)).join(", ")})`);
+  return { onnxPath, config, genai };
+}
+
+const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
+
+function dtypeOf(t: TensorInfo, what: string): KvDType {
+  if (t.type === "float32" || t.type === "float16") return t.type;
+  throw new Error(`${what} ${t.name} has type ${t.type}; only float32 and float16 are supported`);
+}
+
+/** Builds the spec from session metadata; throws with a precise reason when the graph is unusable. */
+export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: TensorInfo[]): DecoderSpec {
+  const gi = files.genai?.model?.decoder?.inputs ?? {};
+  const go = files.genai?.model?.decoder?.outputs ?? {};
+  const inputByName = new Map(inputs.map((i) => [i.name, i]));
+  const outputByName = new Map(outputs.map((o) => [o.name, o]));
+  const pick = (names: string[]) => names.find((n) => inputByName.has(n)) ?? null;
+
+  const inputIds = pick([gi.input_ids ?? "input_ids"]);
+  if (!inputIds) throw new Error(`the graph has no input_ids input (inputs: ${inputs.map((i) => i.name).join(", ")})`);
+  const logitsName = go.logits ?? "logits";
+  const logits = outputByName.get(logitsName);
+  if (!logits) throw new Error(`the graph has no ${logitsName} output`);
+
+  // Past/present names: genai_config templates ("past_key_values.%d.key") or the HF export names.
+  const pastKeyT = gi.past_key_names ?? "past_key_values.%d.key";
+  const pastValueT = gi.past_value_names ?? "past_key_values.%d.value";
+  const presentKeyT = go.present_key_names ?? "present.%d.key";
+  const presentValueT = go.present_value_names ?? "present.%d.value";
+  const layers: DecoderSpec["layers"] = [];
+  for (let i = 0; ; i++) {
+    const names = [pastKeyT, pastValueT, presentKeyT, presentValueT].map((t) => t.replace("%d", String(i)));
+    const [pk, pv, ck, cv] = names as [string, string, string, string];
+    if (!inputByName.has(pk)) break;
+    if (!inputByName.has(pv) || !outputByName.has(ck) || !outputByName.has(cv)) {
+      throw new Error(`layer ${i}: expected inputs ${pk}, ${pv} and outputs ${ck}, ${cv}`);
+    }
+    layers.push({ pastKey: pk, pastValue: pv, presentKey: ck, presentValue: cv });
+  }
+  if (layers.length === 0) throw new Error(`the graph has no KV cache inputs named like ${pastKeyT}`);
+
+  const first = inputByName.get(layers[0]!.pastKey)!;
+  const kvType = dtypeOf(first, "KV input");
+  const cfg = files.config;
+  const heads = num(cfg.num_attention_heads);
+  const shapeHeads = num(first.shape[1]);
+  const shapeDim = num(first.shape[3]);
+  const kvHeads = shapeHeads ?? num(files.genai?.model?.decoder?.num_key_value_heads) ?? num(cfg.num_key_value_heads) ?? heads;
+  const headDim =
+    shapeDim ??
+    num(files.genai?.model?.decoder?.head_size) ??
+    num(cfg.head_dim) ??
+    (num(cfg.hidden_size) && heads ? num(cfg.hidden_size)! / heads : null);
+  if (!kvHeads || !headDim) throw new Error("cannot tell the KV heads and head size from the graph or config.json");
+  const vocabSize = num(logits.shape[2]) ?? num(files.genai?.model?.vocab_size) ?? num(cfg.vocab_size);
+  if (!vocabSize) throw new Error("cannot tell the vocabulary size from the logits shape or config.json");
+  const contextLength =
+    num(files.genai?.model?.context_length) ?? num(cfg.max_position_embeddings) ?? num(cfg.n_positions) ?? 2048;
+
+  return {
+    inputIds,
+    attentionMask: pick([gi.attention_mask ?? "attention_mask"]),
+    positionIds: pick([gi.position_ids ?? "position_ids"]),
+    logits: logitsName,
+    logitsType: dtypeOf(logits, "logits output"),
+    layers,
+    kvType,
+    kvHeads,
+    headDim,
+    vocabSize,
+    contextLength,
+  };
+}

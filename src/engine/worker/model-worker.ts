@@ -1,0 +1,62 @@
+// Worker entry: owns one model. ONNX Runtime's runs happen here, off the HTTP thread.
+import { EngineBusyError, EngineRequestError } from "../types.ts";
+import { ModelRunner } from "./model-runner.ts";
+import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
+import { Scheduler } from "./scheduler.ts";
+
+declare const self: Worker;
+
+const post = (m: WorkerMessage) => self.postMessage(m);
+let runner: ModelRunner | null = null;
+let scheduler: Scheduler | null = null;
+
+function rejectInfo(e: unknown): RejectInfo {
+  if (e instanceof EngineRequestError) return { kind: "request", message: e.message, param: e.param, code: e.code };
+  if (e instanceof EngineBusyError) {
+    return { kind: "busy", message: e.message, param: null, code: null, retryAfterSeconds: e.retryAfterSeconds };
+  }
+  post({ type: "log", level: "error", msg: "request failed in the model worker", fields: { error: String((e as Error)?.stack ?? e) } });
+  return { kind: "internal", message: "internal error in the model worker", param: null, code: null };
+}
+
+self.onmessage = async (e: MessageEvent<HostMessage>) => {
+  const m = e.data;
+  switch (m.type) {
+    case "load": {
+      try {
+        runner = await ModelRunner.load(m.options);
+        scheduler = new Scheduler(runner, {
+          events: (rid, events) => post({ type: "events", rid, events }),
+          done: (rid, error) => post({ type: "done", rid, error }),
+        });
+        void scheduler.run();
+        const notes = [`model loaded on ${runner.info.provider}`];
+        post({ type: "loaded", model: runner.info, notes });
+      } catch (err) {
+        post({ type: "load-failed", error: (err as Error).message });
+      }
+      return;
+    }
+    case "start": {
+      if (!scheduler) {
+        post({ type: "rejected", rid: m.rid, error: { kind: "internal", message: "model not loaded", param: null, code: null } });
+        return;
+      }
+      try {
+        const promptTokens = await scheduler.admit(m.rid, m.request);
+        post({ type: "started", rid: m.rid, promptTokens });
+      } catch (err) {
+        post({ type: "rejected", rid: m.rid, error: rejectInfo(err) });
+      }
+      return;
+    }
+    case "cancel":
+      scheduler?.cancel(m.rid);
+      return;
+    case "close":
+      scheduler?.stop();
+      await runner?.decoder.release();
+      post({ type: "closed" });
+      return;
+  }
+};

@@ -1,0 +1,36 @@
+// Messages between the engine host (HTTP thread) and a model's worker. Structured-clone data only.
+import type { Device } from "../providers.ts";
+import type { EngineModel, GenerateRequest, GenerationEvent } from "../types.ts";
+
+export type WireRequest = Omit<GenerateRequest, "signal">;
+
+export interface WorkerOptions {
+  id: string;
+  dir: string;
+  device: Device;
+  threads: number;
+}
+
+export type HostMessage =
+  | { type: "load"; options: WorkerOptions }
+  | { type: "start"; rid: number; request: WireRequest }
+  | { type: "cancel"; rid: number }
+  | { type: "close" };
+
+export interface RejectInfo {
+  kind: "request" | "busy" | "internal";
+  message: string;
+  param: string | null;
+  code: string | null;
+  retryAfterSeconds?: number;
+}
+
+export type WorkerMessage =
+  | { type: "loaded"; model: EngineModel; notes: string[] }
+  | { type: "load-failed"; error: string }
+  | { type: "started"; rid: number; promptTokens: number }
+  | { type: "rejected"; rid: number; error: RejectInfo }
+  | { type: "events"; rid: number; events: GenerationEvent[] }
+  | { type: "done"; rid: number; error?: string }
+  | { type: "log"; level: "debug" | "info" | "warn" | "error"; msg: string; fields?: Record<string, unknown> }
+  | { type: "closed" };

@@ -1,0 +1,134 @@
+// The composition root: store + engine + api, with catalog synchronisation at start and on SIGHUP.
+import { join, resolve } from "node:path";
+import { createApi, DEFAULT_MAX_BODY_BYTES } from "./api/app.ts";
+import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
+import type { Engine } from "./engine/types.ts";
+import type { Logger } from "./log.ts";
+import { openSqliteStore, type DiscoveredModel, type Store } from "./store/index.ts";
+import { VERSION } from "./version.ts";
+
+export interface ServeOptions {
+  host: string;
+  port: number;
+  dataDir: string;
+  modelsDir: string;
+  publicUrl?: string;
+  maxBodyBytes?: number;
+  /** Generate and serve the demo model when the models directory holds none. */
+  demoModel: boolean;
+  log: Logger;
+  engine: Engine;
+  /** Writes the demo model's directory under the given root; returns nothing, the scan finds it. */
+  buildDemoModel?: (root: string) => Promise<void> | void;
+}
+
+export interface RunningServer {
+  url: string;
+  port: number;
+  store: Store;
+  /** The key created on the very first start, once; null on later starts. */
+  firstKey: string | null;
+  syncCatalog(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export const DEFAULT_ACCOUNT = "local";
+
+function ensureLocalAccount(store: Store): string | null {
+  if (store.accounts.get(DEFAULT_ACCOUNT)) return null;
+  const account = store.accounts.create(DEFAULT_ACCOUNT);
+  return store.keys.create(account.id, "created at first start").key;
+}
+
+export async function startServer(opts: ServeOptions): Promise<RunningServer> {
+  const { log, engine } = opts;
+  const store = openSqliteStore(join(opts.dataDir, "sluice.db"));
+  const firstKey = ensureLocalAccount(store);
+  let ready = false;
+
+  const scan = async (): Promise<DiscoveredModelDir[]> => {
+    let found = discoverModelDirs(resolve(opts.modelsDir));
+    if (found.length === 0 && opts.demoModel && opts.buildDemoModel) {
+      const demoRoot = resolve(opts.dataDir, "demo-models");
+      if (discoverModelDirs(demoRoot).length === 0) {
+        log.info("models directory is empty: generating the demo model (random weights)", { dir: demoRoot });
+        await opts.buildDemoModel(demoRoot);
+      }
+      found = discoverModelDirs(demoRoot);
+    }
+    return found;
+  };
+
+  const syncCatalog = async () => {
+    const found = await scan();
+    const loadable = found.filter((m) => m.problem === null);
+    const results = await engine.load(loadable.map((m) => ({ id: m.id, dir: m.dir })));
+    const byId = new Map(results.map((r) => [r.id, r]));
+    const entries: DiscoveredModel[] = found.map((m) => {
+      const loaded = byId.get(m.id);
+      const loadError = m.problem ?? loaded?.error ?? (loaded?.model ? null : "not loaded");
+      if (loadError) log.warn("model left out of the catalog", { model: m.id, dir: m.dir, reason: loadError });
+      const caps = m.card.capabilities ?? {};
+      return {
+        id: m.id,
+        displayName: loaded?.model?.displayName ?? m.card.display_name ?? m.id,
+        contextLength: loaded?.model?.contextLength ?? declaredContextLength(m),
+        sourceDir: m.dir,
+        supportsImages: loaded?.model?.supportsImages ?? caps.images ?? false,
+        supportsTools: loaded?.model?.supportsTools ?? caps.tools ?? false,
+        supportsStructured: loaded?.model?.supportsStructuredOutput ?? caps.structured_output ?? false,
+        ownedBy: m.card.owned_by ?? (m.id.includes("/") ? m.id.split("/")[0]! : "sluice"),
+        loadError,
+      };
+    });
+    const change = store.catalog.sync(entries);
+    log.info("catalog synchronised", {
+      served: store.catalog.listServed().map((m) => m.id),
+      added: change.added,
+      missing: change.missing,
+    });
+  };
+
+  await syncCatalog();
+  const api = createApi({
+    store,
+    engine,
+    log,
+    publicUrl: opts.publicUrl,
+    maxBodyBytes: opts.maxBodyBytes,
+    ready: () => ready,
+    version: VERSION,
+  });
+  api.listen({
+    hostname: opts.host,
+    port: opts.port,
+    // A hard cap above the API's own limit, so oversized bodies are refused before buffering.
+    maxRequestBodySize: (opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES) + 1024 * 1024,
+    idleTimeout: 255,
+  });
+  const server = api.server!;
+  ready = true;
+  const url = `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${server.port}`;
+  log.info("listening", { url, version: VERSION });
+
+  const onHup = () => {
+    log.info("SIGHUP: synchronising the catalog");
+    syncCatalog().catch((e) => log.error("catalog synchronisation failed", { error: (e as Error).message }));
+  };
+  process.on("SIGHUP", onHup);
+
+  return {
+    url,
+    port: server.port!,
+    store,
+    firstKey,
+    syncCatalog,
+    async stop() {
+      ready = false;
+      process.off("SIGHUP", onHup);
+      await api.stop(true);
+      await engine.close();
+      store.close();
+    },
+  };
+}

@@ -1,0 +1,28 @@
+// Generated model directories for tests, built once per run (or reused from .cache/ when the
+// model kit's output for the same spec is already there).
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { buildSyntheticModel, type SyntheticSpec } from "../../src/modelkit/index.ts";
+import { cacheDir } from "./paths.ts";
+
+const built = new Map<string, Promise<string>>();
+
+/** Builds (or reuses) a synthetic model into `root/<relPath>`. */
+export function syntheticModel(root: string, relPath: string, spec: SyntheticSpec): Promise<string> {
+  const dir = join(root, relPath);
+  const key = `${dir}:${JSON.stringify(spec)}`;
+  let p = built.get(key);
+  if (!p) {
+    p = (async () => {
+      const stamp = join(dir, "sluice.json");
+      if (existsSync(stamp) && JSON.parse(readFileSync(stamp, "utf8")).id === spec.id) return dir;
+      await buildSyntheticModel(dir, spec);
+      return dir;
+    })();
+    built.set(key, p);
+  }
+  return p;
+}
+
+/** A shared tiny byte-level chat model for API tests. */
+export const tinyModelsRoot = () => cacheDir("test-models");
