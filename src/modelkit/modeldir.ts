@@ -49,6 +49,7 @@ export interface ModelDirContents {
   weights: LlamaWeights;
   variant: GraphVariant;
   dtype: WeightDType;
+  /** An object to serialise, or text written verbatim. */
   tokenizerJson: unknown;
   tokenizerConfig: Record<string, unknown>;
   specialTokensMap: Record<string, unknown>;
@@ -114,7 +115,8 @@ export function writeModelDir(outDir: string, m: ModelDirContents): SluiceJson {
   const sluice: SluiceJson = { ...m.sluice, graph };
   writeJson(join(outDir, "config.json"), hfConfigJson(m.config, m.dtype));
   writeJson(join(outDir, "generation_config.json"), m.generationConfig);
-  writeJson(join(outDir, "tokenizer.json"), m.tokenizerJson);
+  if (typeof m.tokenizerJson === "string") writeFileSync(join(outDir, "tokenizer.json"), m.tokenizerJson);
+  else writeJson(join(outDir, "tokenizer.json"), m.tokenizerJson);
   writeJson(join(outDir, "tokenizer_config.json"), m.tokenizerConfig);
   writeJson(join(outDir, "special_tokens_map.json"), m.specialTokensMap);
   writeJson(join(outDir, "sluice.json"), sluice);

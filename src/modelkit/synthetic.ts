@@ -36,6 +36,8 @@ export interface SyntheticSpec {
   description?: string;
   capabilities?: Partial<SluiceCapabilities>;
   shape?: Partial<SyntheticShape>;
+  /** Per-head q/k RMSNorm (default: the preset's, i.e. on for tiny-qwen3). */
+  qkNorm?: boolean;
   readme?: string;
   externalDataThreshold?: number;
   genaiConfig?: boolean;
@@ -82,6 +84,7 @@ const PRESETS: Record<SyntheticPreset, Preset> = {
 };
 
 interface TokenizerFiles {
+  /** tokenizer.json as an object, or as text to write verbatim. */
   json: unknown;
   config: Record<string, unknown>;
   specialTokensMap: Record<string, unknown>;
@@ -98,7 +101,8 @@ function qwen3Dir(): string {
 
 function qwen3Tokenizer(): TokenizerFiles {
   const dir = qwen3Dir();
-  const json = JSON.parse(readFileSync(join(dir, "tokenizer.json"), "utf8")) as { model: { vocab: Record<string, number> }; added_tokens: AddedToken[] };
+  const raw = readFileSync(join(dir, "tokenizer.json"), "utf8");
+  const json = JSON.parse(raw) as { model: { vocab: Record<string, number> }; added_tokens: AddedToken[] };
   const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8")) as Record<string, unknown>;
   const size = Object.keys(json.model.vocab).length + json.added_tokens.length;
   const id = (content: string) => {
@@ -108,7 +112,8 @@ function qwen3Tokenizer(): TokenizerFiles {
   };
   const entry = (content: string) => ({ content, lstrip: false, normalized: false, rstrip: false, single_word: false });
   return {
-    json,
+    // Copied verbatim: the file is the real Qwen3 tokenizer and stays byte-identical to it.
+    json: raw,
     config,
     specialTokensMap: {
       additional_special_tokens: config.additional_special_tokens,
@@ -166,7 +171,7 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
     rmsNormEps: 1e-6,
     ropeTheta: 10000,
     tieWordEmbeddings: shape.tieWordEmbeddings,
-    qkNorm: preset.qkNorm,
+    qkNorm: spec.qkNorm ?? preset.qkNorm,
     bosTokenId: tok.bos,
     eosTokenId: tok.eos[0],
     padTokenId: tok.pad,

@@ -22,6 +22,12 @@ export interface GreedyOptions {
    * the valid length from attention_mask (GroupQueryAttention's shared-buffer mode).
    */
   sharedBuffer?: number;
+  /**
+   * "left" (default): the standard graph's HF convention. "right": the fused graph's convention
+   * (GroupQueryAttention keeps each row's tokens at [0, length) of the cache and finds the length
+   * from attention_mask's sum), so each row's ones are packed to the left of its mask.
+   */
+  padSide?: "left" | "right";
 }
 
 /**
@@ -69,34 +75,42 @@ export function asFeedable(t: ort.Tensor): ort.Tensor {
   return float16Tensor(new Uint16Array(d.buffer, d.byteOffset, d.byteLength / 2), [...t.dims]);
 }
 
-/** Greedy continuation of each prompt; rows are left-padded to a common length. */
+/** Greedy continuation of each prompt, batched with padding. */
 export async function greedy(session: ort.InferenceSession, shape: DecoderShape, prompts: number[][], opts: GreedyOptions): Promise<number[][]> {
   const dtype = opts.dtype ?? "float32";
+  const right = opts.padSide === "right";
   const batch = prompts.length;
   const maxLen = Math.max(...prompts.map((p) => p.length));
   const pad = opts.padId ?? 0;
-  const mask: number[][] = prompts.map((p) => [...new Array(maxLen - p.length).fill(0), ...new Array(p.length).fill(1)]);
-  let cur: number[][] = prompts.map((p) => [...new Array(maxLen - p.length).fill(pad), ...p]);
-  const nextPos = prompts.map(() => 0);
+  const fill = (n: number, v: number) => new Array<number>(n).fill(v);
+  const lengths = prompts.map((p) => p.length); // real tokens seen so far, per row
+  let cur: number[][] = prompts.map((p) => (right ? [...p, ...fill(maxLen - p.length, pad)] : [...fill(maxLen - p.length, pad), ...p]));
+  let total = maxLen;
+  // Left padding keeps a growing mask row; right padding packs ones to the left.
+  const leftMask: number[][] = prompts.map((p) => [...fill(maxLen - p.length, 0), ...fill(p.length, 1)]);
   const out: number[][] = prompts.map(() => []);
   const done = prompts.map(() => false);
   const cacheLen = opts.sharedBuffer ?? 0;
   let past: ort.Tensor[] = [];
   for (let i = 0; i < shape.numLayers * 2; i++) past.push(emptyCache(batch, shape, cacheLen, dtype));
+  let first = true;
   for (let step = 0; step < opts.steps && !done.every(Boolean); step++) {
     const S = cur[0].length;
-    const total = mask[0].length;
+    const mask: number[] = [];
     const pos: number[] = [];
     for (let b = 0; b < batch; b++) {
-      // Positions count only real tokens (HF: cumsum(mask) - 1, pads clamped to 0 -> here 1).
-      for (let j = 0; j < S; j++) {
-        const m = mask[b][total - S + j];
-        pos.push(m ? nextPos[b]++ : 1);
+      if (right) {
+        mask.push(...fill(lengths[b], 1), ...fill(total - lengths[b], 0));
+        for (let j = 0; j < S; j++) pos.push(first ? Math.min(j, lengths[b] - 1) : lengths[b] - 1);
+      } else {
+        mask.push(...leftMask[b]);
+        const start = lengths[b] - (first ? prompts[b].length : 1);
+        for (let j = 0; j < S; j++) pos.push(first ? Math.max(0, start + j - (maxLen - prompts[b].length)) : lengths[b] - 1);
       }
     }
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor("int64", BigInt64Array.from(cur.flat(), BigInt), [batch, S]),
-      attention_mask: new ort.Tensor("int64", BigInt64Array.from(mask.flat(), BigInt), [batch, total]),
+      attention_mask: new ort.Tensor("int64", BigInt64Array.from(mask, BigInt), [batch, total]),
       position_ids: new ort.Tensor("int64", BigInt64Array.from(pos, BigInt), [batch, S]),
     };
     for (let i = 0; i < shape.numLayers; i++) {
@@ -106,14 +120,18 @@ export async function greedy(session: ort.InferenceSession, shape: DecoderShape,
     const r = await session.run(feeds);
     const next: number[][] = [];
     for (let b = 0; b < batch; b++) {
-      const tok = argmaxRow(r.logits, b, S - 1, S, shape.vocabSize);
+      const at = right && first ? lengths[b] - 1 : S - 1;
+      const tok = argmaxRow(r.logits, b, at, S, shape.vocabSize);
       if (!done[b]) {
         if (opts.stopIds?.includes(tok)) done[b] = true;
         else out[b].push(tok);
       }
       next.push([tok]);
-      mask[b].push(1);
+      lengths[b]++;
+      leftMask[b].push(1);
     }
+    total++;
+    first = false;
     past = [];
     for (let i = 0; i < shape.numLayers; i++) past.push(asFeedable(r[`present.${i}.key`]), asFeedable(r[`present.${i}.value`]));
     if (opts.sharedBuffer !== undefined) {
