@@ -1,0 +1,146 @@
+// The `sluice` command line, run as a real process.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { openSqliteStore } from "../../src/store/index.ts";
+import { BUN, REPO, tempDir } from "../helpers/paths.ts";
+
+const MAIN = join(REPO, "src/cli/main.ts");
+let data: ReturnType<typeof tempDir>;
+
+function sluice(args: string[], env: Record<string, string> = {}) {
+  const p = Bun.spawnSync([BUN, MAIN, ...args], { env: { ...process.env, ...env }, cwd: REPO });
+  return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
+}
+const d = () => ["--data", data.path];
+
+beforeAll(() => {
+  data = tempDir("sluice-cli-");
+});
+afterAll(() => data.remove());
+
+describe("sluice CLI", () => {
+  test("--version, --help, and --help on every command", () => {
+    expect(sluice(["--version"]).out).toMatch(/^sluice \d+\.\d+\.\d+/);
+    const help = sluice(["--help"]).out;
+    for (const c of ["serve", "accounts create", "keys create", "keys revoke", "models grant", "models import llama2c", "doctor"]) {
+      expect(help).toContain(`sluice ${c}`);
+    }
+    for (const c of [["serve"], ["accounts", "list"], ["keys", "create"], ["models", "disable"], ["models", "import", "llama2c"]]) {
+      const r = sluice([...c, "--help"]);
+      expect(r.code).toBe(0);
+      expect(r.out).toContain(`Usage: sluice ${c.join(" ")}`);
+      expect(r.out).toContain("SLUICE_");
+    }
+  });
+
+  test("accounts and keys: create prints the key once, list never shows it, revoke works", () => {
+    expect(sluice(["accounts", "create", "acme", ...d()]).code).toBe(0);
+    expect(sluice(["accounts", "create", "acme", ...d()]).code).toBe(1);
+    const created = sluice(["keys", "create", "--account", "acme", "--label", "laptop", ...d()]);
+    expect(created.code).toBe(0);
+    const key = created.out.trim();
+    expect(key).toMatch(/^sk-sluice-[0-9A-Za-z]{32,}$/);
+    const list = sluice(["keys", "list", "--account", "acme", "--json", ...d()]);
+    expect(list.out).not.toContain(key);
+    const rows = JSON.parse(list.out) as { id: string; label: string; prefix: string; revoked: string | null }[];
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ label: "laptop", prefix: key.slice(0, 14) + "…", revoked: null });
+    expect(sluice(["keys", "revoke", rows[0]!.id, ...d()]).code).toBe(0);
+    expect(sluice(["keys", "revoke", rows[0]!.id, ...d()]).code).toBe(2);
+    const after = JSON.parse(sluice(["keys", "list", "--json", ...d()]).out) as { revoked: string | null }[];
+    expect(after[0]!.revoked).not.toBeNull();
+    const accounts = JSON.parse(sluice(["accounts", "list", "--json", ...d()]).out) as { name: string; keys: number }[];
+    expect(accounts).toEqual([expect.objectContaining({ name: "acme", keys: 0 })]);
+  });
+
+  test("options also come from SLUICE_* environment variables", () => {
+    const r = sluice(["accounts", "list", "--json"], { SLUICE_DATA: data.path });
+    expect(JSON.parse(r.out).map((a: { name: string }) => a.name)).toContain("acme");
+  });
+
+  test("models: enable, disable, grant, revoke, price", () => {
+    const store = openSqliteStore(join(data.path, "sluice.db"));
+    const m = (id: string) => ({ id, displayName: id, contextLength: 256, sourceDir: "/x", supportsImages: false, supportsTools: false, supportsStructured: false, ownedBy: "t", loadError: null });
+    store.catalog.sync([m("t/one-1.0"), m("t/two")]);
+    store.close();
+    expect(sluice(["models", "disable", "t/one-1.0", ...d()]).code).toBe(0);
+    let list = JSON.parse(sluice(["models", "list", "--json", ...d()]).out) as { id: string; status: string; served: string }[];
+    expect(list.find((x) => x.id === "t/one-1.0")).toMatchObject({ status: "inactive", served: "no" });
+    expect(sluice(["models", "enable", "t/one-1.0", ...d()]).code).toBe(0);
+    expect(sluice(["models", "enable", "t/none", ...d()]).code).toBe(2);
+    const revoked = sluice(["models", "revoke", "t/two", "--account", "acme", ...d()]);
+    expect(revoked.code).toBe(0);
+    expect(revoked.out).toContain("t/one-1.0");
+    const check = openSqliteStore(join(data.path, "sluice.db"));
+    const acme = check.accounts.get("acme")!;
+    expect(check.catalog.listForAccount(acme.id).map((x) => x.id)).toEqual(["t/one-1.0"]);
+    check.close();
+    expect(sluice(["models", "grant", "t/two", "--account", "acme", ...d()]).code).toBe(0);
+    expect(sluice(["models", "grant", "t/two", "--account", "nobody", ...d()]).code).toBe(2);
+    expect(sluice(["models", "price", "t/two", "--input", "0.5", "--output", "2", ...d()]).code).toBe(0);
+    expect(sluice(["models", "price", "t/two", "--input", "-1", "--output", "2", ...d()]).code).toBe(2);
+    list = JSON.parse(sluice(["models", "list", "--json", ...d()]).out);
+    expect(list.find((x) => x.id === "t/two")).toMatchObject({ "in$/M": 0.5, "out$/M": 2 });
+  });
+
+  test("usage errors are one line with exit code 2", () => {
+    const r = sluice(["keys", "create", ...d()]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--account is required");
+    expect(sluice(["keys", "create", "--bogus", ...d()]).code).toBe(2);
+    expect(sluice(["frobnicate"]).code).toBe(2);
+  });
+
+  test("doctor reports providers and the CUDA fallback reason", () => {
+    const r = sluice(["doctor", ...d(), "--models", join(data.path, "none")]);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("execution providers: cpu");
+    expect(r.out).toMatch(/missing +NVIDIA driver/);
+  });
+});
+
+describe("sluice serve", () => {
+  async function serveOnce(dir: string): Promise<string> {
+    const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0", "--data", dir, "--models", join(dir, "models")], {
+      cwd: REPO,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const reader = proc.stdout.getReader();
+    let out = "";
+    const deadline = Date.now() + 60_000;
+    while (!out.includes("/v1") || !/\n\n$/.test(out)) {
+      const { value, done } = await reader.read();
+      if (done || Date.now() > deadline) break;
+      out += new TextDecoder().decode(value);
+    }
+    const url = /at (http:\/\/[^ ]+)\/v1/.exec(out)?.[1];
+    expect(url).toBeTruthy();
+    const ready = await fetch(`${url}/ready`);
+    expect(ready.status).toBe(200);
+    const key = /(sk-sluice-[0-9A-Za-z]+)/.exec(out)?.[1];
+    if (key) {
+      const models = (await (await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as {
+        data: { id: string }[];
+      };
+      expect(models.data.map((m) => m.id)).toEqual(["sluice/demo"]);
+    }
+    proc.kill("SIGTERM");
+    expect(await proc.exited).toBe(0);
+    return out;
+  }
+
+  test("first start creates 'local' with one printed key and the demo model; later starts print none", async () => {
+    const dir = tempDir("sluice-serve-");
+    try {
+      const first = await serveOnce(dir.path);
+      expect(first).toContain("sluice/demo");
+      expect(first.match(/sk-sluice-[0-9A-Za-z]{32,}/g)?.length).toBeGreaterThanOrEqual(1);
+      const second = await serveOnce(dir.path);
+      expect(second).not.toMatch(/sk-sluice-[0-9A-Za-z]{32,}/);
+      expect(second).toContain("keys create --account local");
+    } finally {
+      dir.remove();
+    }
+  }, 120_000);
+});
