@@ -10,3 +10,5 @@ export { GraphBuilder, serializeModel } from "./onnx/builder.ts";
 export { importLlama2c } from "./llama2c/import.ts";
 export type { ImportLlama2cOptions, ImportedModel } from "./llama2c/import.ts";
 export { buildDemoModel, buildDemoModelInfo, demoModelDir, DEMO_MODEL_ID } from "./demo.ts";
+export { gqaHeadDim } from "./llama/graph.ts";
+export { float32ToHalf, halfToFloat32, toHalfBits, fromHalfBits } from "./onnx/dtype.ts";

@@ -78,8 +78,8 @@ const PRESETS: Record<SyntheticPreset, Preset> = {
     modelType: "llama",
     qkNorm: false,
     tokenizer: { merges: 2000, targetSize: 32000 - CHATML_SPECIALS.length },
-    // 32000*512 embed (tied) + 8 layers * (4*512*512 + 3*512*1536 ... ) ~ 50M parameters.
-    shape: { hiddenSize: 512, intermediateSize: 2048, numLayers: 10, numHeads: 8, numKvHeads: 4, headDim: 64, contextLength: 2048, tieWordEmbeddings: true },
+    // 32000*512 tied embedding + 9 layers of (2*512*512 + 2*512*256 + 3*512*2048): about 52M parameters.
+    shape: { hiddenSize: 512, intermediateSize: 2048, numLayers: 9, numHeads: 8, numKvHeads: 4, headDim: 64, contextLength: 2048, tieWordEmbeddings: true },
   },
 };
 
