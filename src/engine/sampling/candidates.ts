@@ -2,10 +2,11 @@
 // vocabulary: tokens whose probability is within e^-30 of the best one (anything below cannot
 // change a float sample). Selection uses partitioning, never a full sort.
 
+import { expNonPositive } from "./fast-exp.ts";
 import type { TokenMask } from "./mask.ts";
 
 /** Below max·e^-30 a token's share is under 1e-13 per token: it cannot be drawn in practice. */
-const NEGLIGIBLE = 30;
+export const NEGLIGIBLE = 30;
 
 export class Candidates {
   readonly ids: Int32Array;
@@ -18,9 +19,8 @@ export class Candidates {
     this.weights = new Float64Array(capacity);
   }
 
-  /** Gathers allowed tokens near the maximum and weighs them at temperature `t`. */
-  collect(logits: Float32Array, size: number, mask: TokenMask | null, max: number, t: number): void {
-    const cutoff = max - NEGLIGIBLE * t;
+  /** Gathers every allowed token with logit >= cutoff, weighed at temperature `t`. */
+  collect(logits: Float32Array, size: number, mask: TokenMask | null, max: number, t: number, cutoff: number): void {
     const ids = this.ids;
     let n = 0;
     if (mask) {
@@ -32,7 +32,54 @@ export class Candidates {
     }
     const w = this.weights;
     const inv = 1 / t;
-    for (let j = 0; j < n; j++) w[j] = Math.exp((logits[ids[j]!]! - max) * inv);
+    for (let j = 0; j < n; j++) w[j] = expNonPositive((logits[ids[j]!]! - max) * inv);
+    this.n = n;
+  }
+
+  /**
+   * Gathers the k allowed tokens with the largest logits (>= cutoff) with a min-heap: one pass in
+   * which nearly every token fails a single comparison.
+   */
+  collectTopK(logits: Float32Array, size: number, mask: TokenMask | null, max: number, t: number, cutoff: number, k: number): void {
+    const ids = this.ids;
+    const heap = this.weights; // logits while selecting, weights afterwards
+    let n = 0;
+    let floor = cutoff;
+    for (let i = 0; i < size; i++) {
+      const v = logits[i]!;
+      if (!(v >= floor) || (n === k && v === floor)) continue;
+      if (mask && ((mask[i >>> 5]! >>> (i & 31)) & 1) === 0) continue;
+      if (n < k) {
+        let j = n++;
+        while (j > 0) {
+          const parent = (j - 1) >> 1;
+          if (heap[parent]! <= v) break;
+          heap[j] = heap[parent]!;
+          ids[j] = ids[parent]!;
+          j = parent;
+        }
+        heap[j] = v;
+        ids[j] = i;
+        if (n === k) floor = heap[0]!;
+      } else {
+        let j = 0;
+        for (;;) {
+          const l = 2 * j + 1;
+          if (l >= k) break;
+          const r = l + 1;
+          const c = r < k && heap[r]! < heap[l]! ? r : l;
+          if (heap[c]! >= v) break;
+          heap[j] = heap[c]!;
+          ids[j] = ids[c]!;
+          j = c;
+        }
+        heap[j] = v;
+        ids[j] = i;
+        floor = heap[0]!;
+      }
+    }
+    const inv = 1 / t;
+    for (let j = 0; j < n; j++) heap[j] = Math.exp((heap[j]! - max) * inv);
     this.n = n;
   }
 
@@ -87,12 +134,17 @@ export class Candidates {
     this.n = k;
   }
 
-  /** Keeps the smallest set of heaviest candidates whose share of the total is at least p. */
-  topP(p: number): void {
+  /**
+   * Keeps the smallest set of heaviest candidates whose share of `total` (by default the
+   * candidates' own sum) is at least p.
+   */
+  topP(p: number, total = -1): void {
     if (p >= 1 || this.n <= 1) return;
     const w = this.weights;
-    let total = 0;
-    for (let i = 0; i < this.n; i++) total += w[i]!;
+    if (total < 0) {
+      total = 0;
+      for (let i = 0; i < this.n; i++) total += w[i]!;
+    }
     let need = p * total;
     let lo = 0;
     let hi = this.n;

@@ -2,11 +2,15 @@
 // greedy argmax or temperature sampling with top-k / top-p / min-p.
 
 import type { SamplingParams } from "../types.ts";
-import { Candidates, maxLogit } from "./candidates.ts";
+import { Candidates, NEGLIGIBLE, maxLogit } from "./candidates.ts";
 import { computeLogprobs, type LogprobsResult } from "./logprobs.ts";
 import type { TokenMask } from "./mask.ts";
 import { LogitsEdits, buildProcessors, type LogitsProcessor, type TokenCounts } from "./processors.ts";
 import { createRandom, type Random } from "./rng.ts";
+import { VocabWeights } from "./vocab-weights.ts";
+
+/** Up to this k, top-k selects with a heap in one pass over the logits. */
+const HEAP_TOP_K = 4096;
 
 export class NoAllowedTokenError extends Error {
   constructor() {
@@ -35,6 +39,7 @@ export interface Sampler {
 class LogitsSampler implements Sampler {
   private readonly processors: LogitsProcessor[];
   private readonly candidates: Candidates;
+  private readonly vocabWeights: VocabWeights | null;
   private readonly random: Random;
   private readonly greedy: boolean;
 
@@ -46,6 +51,7 @@ class LogitsSampler implements Sampler {
     this.processors = buildProcessors(params, vocabSize);
     this.greedy = params.temperature <= 0 || params.topK === 1;
     this.candidates = new Candidates(this.greedy ? 0 : vocabSize);
+    this.vocabWeights = this.greedy || (params.topK > 0 && params.topK <= HEAP_TOP_K) ? null : new VocabWeights(vocabSize);
     this.random = options.random ?? createRandom(params.seed, options.stream ?? 0);
   }
 
@@ -58,11 +64,25 @@ class LogitsSampler implements Sampler {
       if (best.id < 0 || best.value === -Infinity) throw new NoAllowedTokenError();
       if (this.greedy) return best.id;
 
+      // Order as vLLM: min-p (a logit threshold, which also spares work), then top-k, then top-p.
+      const { temperature: t, topK, topP, minP } = this.params;
+      const max = best.value;
+      let cutoff = max - NEGLIGIBLE * t;
+      if (minP > 0) cutoff = Math.max(cutoff, max + t * Math.log(minP));
       const c = this.candidates;
-      c.collect(logits, size, mask, best.value, this.params.temperature);
-      if (this.params.topK > 0) c.topK(this.params.topK);
-      if (this.params.topP < 1) c.topP(this.params.topP);
-      if (this.params.minP > 0) c.minP(this.params.minP);
+      const vw = this.vocabWeights;
+      if (vw === null) {
+        c.collectTopK(logits, size, mask, max, t, cutoff, topK);
+      } else if (topK > 0) {
+        c.collect(logits, size, mask, max, t, cutoff);
+        c.topK(topK);
+      } else {
+        vw.weigh(logits, size, mask, max, t, cutoff, topP < 1);
+        if (topP >= 1) return vw.draw(this.random(), size);
+        vw.nucleus(topP, c, logits, size, max, t);
+        return c.draw(this.random());
+      }
+      if (topP < 1) c.topP(topP);
       return c.draw(this.random());
     } finally {
       edits.undo();

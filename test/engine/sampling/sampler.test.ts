@@ -127,6 +127,53 @@ describe("filters", () => {
   });
 });
 
+describe("large vocabularies", () => {
+  const v = 20_000;
+  const r = createRandom(5);
+  const row = Float32Array.from({ length: v }, () => r() * 12);
+  const order = Array.from(row, (l, id) => ({ id, l })).sort((a, b) => b.l - a.l);
+
+  test("top_p over the whole vocabulary samples only from the exact nucleus", () => {
+    const m = order[0]!.l;
+    const w = order.map((o) => Math.exp(o.l - m));
+    const total = w.reduce((a, b) => a + b, 0);
+    let acc = 0;
+    let k = 0;
+    while (acc < 0.3 * total) acc += w[k++]!;
+    const nucleus = new Set(order.slice(0, k).map((o) => o.id));
+    const s = createSampler(params({ topP: 0.3, seed: 8 }), v);
+    const seen = new Set<number>();
+    for (let i = 0; i < 3000; i++) {
+      const id = s.sample(row);
+      expect(nucleus.has(id)).toBe(true);
+      seen.add(id);
+    }
+    // The boundary token is reachable too (it has a sizeable share of the nucleus).
+    expect(seen.size).toBeGreaterThan(k * 0.8);
+  });
+
+  test("top_k beyond the heap limit partitions instead, never leaving the k best", () => {
+    const k = 5000;
+    const best = new Set(order.slice(0, k).map((o) => o.id));
+    const s = createSampler(params({ topK: k, temperature: 3, seed: 9 }), v);
+    for (let i = 0; i < 500; i++) expect(best.has(s.sample(row))).toBe(true);
+  });
+
+  test("pure temperature sampling over the whole vocabulary follows softmax", () => {
+    const small = Float32Array.from({ length: v }, (_, i) => (i < 4 ? 10 - i : -5));
+    const probs = softmax(Array.from(small));
+    const s = createSampler(params({ seed: 10 }), v);
+    const f = new Array(5).fill(0);
+    const draws = 3000;
+    for (let i = 0; i < draws; i++) {
+      const id = s.sample(small);
+      f[Math.min(id, 4)]++;
+    }
+    const tail = probs.slice(4).reduce((a, b) => a + b, 0);
+    expectClose(f.map((x) => x / draws), [...probs.slice(0, 4), tail], draws);
+  });
+});
+
 describe("penalties and logit_bias", () => {
   test("presence and frequency penalties change the argmax when they should", () => {
     const row = Float32Array.from([2.0, 1.9, 0.5]);
