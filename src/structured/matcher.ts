@@ -117,13 +117,38 @@ function markTokens(trie: TokenTrie, node: number, mask: Uint32Array): void {
   for (let k = 0; k < n; k++) setBit(mask, trie.sortedIds[start + k]);
 }
 
-/** Reusable per-depth configuration sets for trie walks. */
+/**
+ * Reusable per-depth state for trie walks. Most levels hold a single configuration whose state
+ * has no calls and cannot end its rule ("simple"): those are kept as plain numbers (the fast path,
+ * which is what makes walking the whole vocabulary for string contents cheap).
+ */
 class Levels {
   private readonly sets: Configs[] = [];
+  fastState = new Int32Array(64);
+  fastStack: (Stack | null)[] = [];
   at(d: number): Configs {
     while (this.sets.length <= d) this.sets.push(new Configs());
+    if (d >= this.fastState.length) {
+      const grown = new Int32Array(this.fastState.length * 2);
+      grown.set(this.fastState);
+      this.fastState = grown;
+    }
     return this.sets[d];
   }
+}
+
+const simpleCache = new WeakMap<Grammar, Uint8Array>();
+/** States with byte transitions, no calls and not final: stepping into them needs no closure. */
+function simpleStates(g: Grammar): Uint8Array {
+  let s = simpleCache.get(g);
+  if (!s) {
+    s = new Uint8Array(g.stateCount);
+    for (let i = 0; i < g.stateCount; i++) {
+      s[i] = g.hasBytes[i] && !g.final[i] && g.callOffset[i] === g.callOffset[i + 1] ? 1 : 0;
+    }
+    simpleCache.set(g, s);
+  }
+  return s;
 }
 
 /**
@@ -144,15 +169,51 @@ function walk(
   const base = trie.depth[root];
   const stop = trie.end[root];
   const { byte, depth, end } = trie;
+  const next = g.next;
+  const simple = simpleStates(g);
+  levels.at(trie.maxDepth + 1);
+  const fastState = levels.fastState;
+  const fastStack = levels.fastStack;
+  // Level 0 is `start`; fastState[d] >= 0 marks a level held as one simple configuration.
+  fastState[0] = start.size === 1 && !start.bottom && simple[start.states[0]] ? start.states[0] : -1;
+  fastStack[0] = start.stacks[0] ?? null;
   let i = root + 1;
   while (i < stop) {
     const d = depth[i] - base;
-    const parent = d === 1 ? start : levels.at(d - 1);
-    const cur = levels.at(d);
-    parent.step(g, pool, byte[i], cur);
+    const b = byte[i];
+    const ps = fastState[d - 1];
+    let cur: Configs;
+    if (ps >= 0) {
+      const t = next[ps * 256 + b];
+      if (t < 0) {
+        i = end[i];
+        continue;
+      }
+      if (simple[t]) {
+        fastState[d] = t;
+        fastStack[d] = fastStack[d - 1];
+        if (trie.tokCount[i]) markTokens(trie, i, mask);
+        i++;
+        continue;
+      }
+      cur = levels.at(d);
+      cur.clear();
+      cur.addClosure(g, pool, t, fastStack[d - 1]);
+    } else {
+      cur = levels.at(d);
+      (d === 1 ? start : levels.at(d - 1)).step(g, pool, b, cur);
+    }
     if (cur.size > 0 || cur.bottom) markTokens(trie, i, mask);
     if (boundaries && cur.bottom && end[i] > i + 1) boundaries.push(i);
-    i = cur.size > 0 ? i + 1 : end[i];
+    if (cur.size === 0) {
+      i = end[i];
+      continue;
+    }
+    if (cur.size === 1 && !cur.bottom && simple[cur.states[0]]) {
+      fastState[d] = cur.states[0];
+      fastStack[d] = cur.stacks[0];
+    } else fastState[d] = -1;
+    i++;
   }
 }
 
@@ -175,6 +236,38 @@ function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
   start.stacks.push(null);
   walk(g, vocab.trie, new StackPool(g.stateCount), new Levels(), 0, start, accepted, boundaries);
   return { accepted, boundaries: Int32Array.from(boundaries) };
+}
+
+const distanceCache = new WeakMap<Grammar, Float64Array>();
+/** Per state, the fewest bytes that end its rule (shortest paths, solved to a fixed point). */
+function completionDistances(g: Grammar): Float64Array {
+  const cached = distanceCache.get(g);
+  if (cached) return cached;
+  const n = g.stateCount;
+  const targets: number[][] = [];
+  for (let s = 0; s < n; s++) {
+    const set = new Set<number>();
+    for (let b = 0; b < 256; b++) {
+      const t = g.next[s * 256 + b];
+      if (t >= 0) set.add(t);
+    }
+    targets.push([...set]);
+  }
+  const dist = new Float64Array(n).fill(Infinity);
+  for (let changed = true; changed; ) {
+    changed = false;
+    for (let s = 0; s < n; s++) {
+      let d = g.final[s] ? 0 : Infinity;
+      for (const t of targets[s]) d = Math.min(d, 1 + dist[t]);
+      for (let c = g.callOffset[s]; c < g.callOffset[s + 1]; c++) d = Math.min(d, dist[g.callStart[c]] + dist[g.callReturn[c]]);
+      if (d < dist[s]) {
+        dist[s] = d;
+        changed = true;
+      }
+    }
+  }
+  distanceCache.set(g, dist);
+  return dist;
 }
 
 export interface MatcherOptions {
@@ -315,6 +408,30 @@ export class GrammarMatcher {
       history: this.history,
       terminated: this.terminated,
     });
+  }
+
+  /** Identifies the parser state (equal keys: same continuations); for search and caching. */
+  stateKey(): string {
+    const c = this.current;
+    const parts = c.states.map((s, i) => `${s}:${c.stacks[i]?.id ?? 0}`).sort();
+    return `${parts.join(",")}${c.bottom ? "!" : ""}${this.terminated ? "#" : ""}`;
+  }
+
+  /**
+   * Fewest bytes that complete the value from here (0 when complete). Lets a caller steer to an
+   * end, e.g. when the token budget runs out.
+   */
+  distanceToComplete(): number {
+    const c = this.current;
+    if (c.bottom) return 0;
+    const dist = completionDistances(this.grammar);
+    let best = Infinity;
+    for (let i = 0; i < c.size; i++) {
+      let d = dist[c.states[i]];
+      for (let st = c.stacks[i]; st && d < best; st = st.next) d += dist[st.ret];
+      best = Math.min(best, d);
+    }
+    return best;
   }
 
   /** Computes the per-state caches of every state reachable so far (e.g. to warm up). */
