@@ -2,7 +2,7 @@
 // ONNX Runtime during generation.
 import * as ort from "onnxruntime-node";
 import { decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
-import { halfToFloat } from "./half.ts";
+import { floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
 
 export interface SessionOptions {
   providers: ("cuda" | "cpu")[];
@@ -14,9 +14,6 @@ export interface KvCache {
   length: number;
   tensors: ort.Tensor[];
 }
-
-const int64 = (values: number[], dims: number[]) =>
-  new ort.Tensor("int64", BigInt64Array.from(values, (v) => BigInt(v)), dims);
 
 export class DecoderSession {
   private constructor(
@@ -49,9 +46,7 @@ export class DecoderSession {
     const dims = [1, kvHeads, 0, headDim];
     const tensors: ort.Tensor[] = [];
     for (let i = 0; i < this.spec.layers.length * 2; i++) {
-      tensors.push(
-        kvType === "float16" ? new ort.Tensor("float16", new Uint16Array(0), dims) : new ort.Tensor("float32", new Float32Array(0), dims),
-      );
+      tensors.push(floatTensor(kvType, kvType === "float16" ? new Uint16Array(0) : new Float32Array(0), dims));
     }
     return { length: 0, tensors };
   }
@@ -60,7 +55,11 @@ export class DecoderSession {
   cloneCache(kv: KvCache): KvCache {
     return {
       length: kv.length,
-      tensors: kv.tensors.map((t) => new ort.Tensor(t.type as "float32", (t.data as Float32Array).slice(), t.dims)),
+      tensors: kv.tensors.map((t) =>
+        t.type === "float16"
+          ? floatTensor("float16", halfBits(t.data).slice(), t.dims)
+          : floatTensor("float32", (t.data as Float32Array).slice(), t.dims),
+      ),
     };
   }
 
@@ -72,26 +71,21 @@ export class DecoderSession {
     const { spec } = this;
     const past = kv.length;
     const total = past + tokens.length;
-    const feeds: Record<string, ort.Tensor> = { [spec.inputIds]: int64(tokens, [1, tokens.length]) };
-    if (spec.attentionMask) feeds[spec.attentionMask] = int64(new Array(total).fill(1), [1, total]);
-    if (spec.positionIds) feeds[spec.positionIds] = int64(tokens.map((_, i) => past + i), [1, tokens.length]);
+    const feeds: Record<string, ort.Tensor> = { [spec.inputIds]: int64Tensor(tokens, [1, tokens.length]) };
+    if (spec.attentionMask) feeds[spec.attentionMask] = int64Tensor(new Array(total).fill(1), [1, total]);
+    if (spec.positionIds) feeds[spec.positionIds] = int64Tensor(tokens.map((_, i) => past + i), [1, tokens.length]);
     spec.layers.forEach((l, i) => {
       feeds[l.pastKey] = kv.tensors[2 * i]!;
       feeds[l.pastValue] = kv.tensors[2 * i + 1]!;
     });
     const out = await this.session.run(feeds);
     spec.layers.forEach((l, i) => {
-      kv.tensors[2 * i] = out[l.presentKey]!;
-      kv.tensors[2 * i + 1] = out[l.presentValue]!;
+      kv.tensors[2 * i] = reusable(out[l.presentKey]!);
+      kv.tensors[2 * i + 1] = reusable(out[l.presentValue]!);
     });
     kv.length = total;
-    const logits = out[spec.logits]!;
     const vocab = spec.vocabSize;
-    const offset = (tokens.length - 1) * vocab;
-    if (spec.logitsType === "float16") {
-      return halfToFloat((logits.data as Uint16Array).subarray(offset, offset + vocab));
-    }
-    return (logits.data as Float32Array).slice(offset, offset + vocab);
+    return floatSlice(out[spec.logits]!, (tokens.length - 1) * vocab, vocab);
   }
 
   async release(): Promise<void> {

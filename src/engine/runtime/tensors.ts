@@ -1,0 +1,38 @@
+// Tensor construction that survives Bun: onnxruntime-common wraps float16 data in a native
+// Float16Array where the runtime has one, and onnxruntime-node's native side then sees no bytes
+// ("not enough space"). Keeping the raw Uint16Array bits as the tensor's storage avoids that.
+import * as ort from "onnxruntime-node";
+import { halfToFloat } from "./half.ts";
+
+export type FloatType = "float32" | "float16";
+
+/** The float16 bits of a tensor's data, whichever typed array onnxruntime returned. */
+export function halfBits(data: ort.Tensor["data"]): Uint16Array {
+  const d = data as unknown as ArrayBufferView & { length: number };
+  return new Uint16Array(d.buffer, d.byteOffset, d.length);
+}
+
+export function floatTensor(type: FloatType, data: Float32Array | Uint16Array, dims: readonly number[]): ort.Tensor {
+  if (type === "float32") return new ort.Tensor("float32", data as Float32Array, dims);
+  const bits = data as Uint16Array;
+  const t = new ort.Tensor("float16", bits, dims);
+  (t as unknown as { cpuData: Uint16Array }).cpuData = bits;
+  return t;
+}
+
+/** An output tensor made safe to feed back as an input (float16 outputs come back as Float16Array). */
+export function reusable(t: ort.Tensor): ort.Tensor {
+  return t.type === "float16" ? floatTensor("float16", halfBits(t.data), t.dims) : t;
+}
+
+export function int64Tensor(values: ArrayLike<number>, dims: readonly number[]): ort.Tensor {
+  const data = new BigInt64Array(values.length);
+  for (let i = 0; i < values.length; i++) data[i] = BigInt(values[i]!);
+  return new ort.Tensor("int64", data, dims);
+}
+
+/** Rows [offset, offset+length) of float logits as float32. */
+export function floatSlice(t: ort.Tensor, offset: number, length: number): Float32Array {
+  if (t.type === "float16") return halfToFloat(halfBits(t.data).subarray(offset, offset + length));
+  return (t.data as Float32Array).slice(offset, offset + length);
+}
