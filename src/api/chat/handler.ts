@@ -152,7 +152,7 @@ function streamResponse(
         // Drain so the engine sees the abort and the usage row carries the tokens made so far.
         void (async () => {
           try {
-            while (iterator && !(await iterator.next()).done) {}
+            for (let next = await iterator!.next(); !next.done; next = await iterator!.next()) acc.add(next.value);
           } catch {}
           record("cancelled");
         })();
