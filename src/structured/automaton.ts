@@ -188,12 +188,15 @@ function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
   for (let i = 0; i < sets.length; i++) {
     const set = sets[i];
     const row = new Int32Array(256).fill(-1);
-    const raw: (number[] | undefined)[] = new Array(256);
+    const edges: number[] = [];
+    const cuts = new Set<number>([0, 256]);
     const byCall = new Map<number, number[]>();
     for (const s of set) {
       const e = nfa.edges[s];
       for (let j = 0; j < e.length; j += 3) {
-        for (let b = e[j]; b <= e[j + 1]; b++) (raw[b] ??= []).push(e[j + 2]);
+        edges.push(e[j], e[j + 1], e[j + 2]);
+        cuts.add(e[j]);
+        cuts.add(e[j + 1] + 1);
       }
       const c = nfa.calls[s];
       for (let j = 0; j < c.length; j += 2) {
@@ -202,17 +205,15 @@ function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
         else byCall.set(c[j], [c[j + 1]]);
       }
     }
-    const memo = new Map<string, number>();
-    for (let b = 0; b < 256; b++) {
-      const r = raw[b];
-      if (!r) continue;
-      const k = r.join(",");
-      let id = memo.get(k);
-      if (id === undefined) {
-        id = idOf(nfa.closure(r));
-        memo.set(k, id);
-      }
-      row[b] = id;
+    // Bytes between consecutive cut points share their target set: one closure per segment.
+    const points = [...cuts].sort((a, b) => a - b);
+    for (let k = 0; k + 1 < points.length; k++) {
+      const lo = points[k];
+      const targets: number[] = [];
+      for (let j = 0; j < edges.length; j += 3) if (edges[j] <= lo && lo <= edges[j + 1]) targets.push(edges[j + 2]);
+      if (targets.length === 0) continue;
+      const id = idOf(nfa.closure(targets));
+      row.fill(id, lo, points[k + 1]);
     }
     const callRow: number[] = [];
     for (const [rule, targets] of byCall) callRow.push(rule, idOf(nfa.closure(targets)));

@@ -29,6 +29,12 @@ export const JSON_CHAR: Re = alt(
   UNICODE_ESCAPE,
 );
 
+/** One character, escaped only in the short forms (where characters are counted). */
+export const COUNTED_CHAR: Re = alt(
+  charSet([...utf8Sequences(0x20, 0x21), ...utf8Sequences(0x23, 0x5b), ...utf8Sequences(0x5d, MAX_CODE_POINT)]),
+  seq(lit("\\"), byteClass([0x22, 0x22], [0x5c, 0x5c], [0x2f, 0x2f], [0x62, 0x62], [0x66, 0x66], [0x6e, 0x6e], [0x72, 0x72], [0x74, 0x74])),
+);
+
 /** JSON string content characters without backslash escapes (used for keys that must differ from declared names). */
 export const PLAIN_JSON_CHAR: Re = charSet([...utf8Sequences(0x20, 0x21), ...utf8Sequences(0x23, 0x5b), ...utf8Sequences(0x5d, MAX_CODE_POINT)]);
 

@@ -227,6 +227,62 @@ function stateMasks(g: Grammar, vocab: TokenVocabulary): (StateMask | undefined)
   return list;
 }
 
+/** States reachable from a state beyond which its signature is not computed (no sharing). */
+const SIGNATURE_LIMIT = 64;
+
+/**
+ * A canonical description of everything reachable from state s (transitions, calls, finals,
+ * renumbered in discovery order). The stack-independent mask of s depends on nothing else, so
+ * equal signatures share one mask across grammars: the string contents of every schema on a
+ * vocabulary are computed once.
+ */
+function signature(g: Grammar, s: number): string | null {
+  const order = new Map<number, number>([[s, 0]]);
+  const queue = [s];
+  const parts: string[] = [];
+  const id = (t: number): number => {
+    let n = order.get(t);
+    if (n === undefined) {
+      n = order.size;
+      order.set(t, n);
+      queue.push(t);
+    }
+    return n;
+  };
+  for (let q = 0; q < queue.length; q++) {
+    if (order.size > SIGNATURE_LIMIT) return null;
+    const x = queue[q];
+    let row = g.final[x] ? "F" : "";
+    let b = 0;
+    while (b < 256) {
+      const t = g.next[x * 256 + b];
+      if (t < 0) {
+        b++;
+        continue;
+      }
+      let e = b;
+      while (e + 1 < 256 && g.next[x * 256 + e + 1] === t) e++;
+      row += `${b}-${e}>${id(t)};`;
+      b = e + 1;
+    }
+    for (let c = g.callOffset[x]; c < g.callOffset[x + 1]; c++) row += `C${id(g.callStart[c])}>${id(g.callReturn[c])};`;
+    parts.push(row);
+  }
+  return parts.join("|");
+}
+
+const sharedMasks = new WeakMap<TokenVocabulary, Map<string, StateMask>>();
+
+function stateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
+  const sig = signature(g, s);
+  if (sig === null) return computeStateMask(g, vocab, s);
+  let shared = sharedMasks.get(vocab);
+  if (!shared) sharedMasks.set(vocab, (shared = new Map()));
+  let m = shared.get(sig);
+  if (!m) shared.set(sig, (m = computeStateMask(g, vocab, s)));
+  return m;
+}
+
 function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
   const words = (vocab.size + 31) >>> 5;
   const accepted = new Uint32Array(words);
@@ -336,7 +392,7 @@ export class GrammarMatcher {
     for (let i = 0; i < cur.size; i++) {
       const s = cur.states[i];
       let m = this.masks[s];
-      if (!m) m = this.masks[s] = computeStateMask(g, this.vocab, s);
+      if (!m) m = this.masks[s] = stateMask(g, this.vocab, s);
       const acc = m.accepted;
       for (let w = 0; w < words; w++) mask[w] |= acc[w];
       const st = cur.stacks[i];

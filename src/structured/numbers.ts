@@ -27,6 +27,8 @@ export function uintRange(a: number, b: number): Re {
 function sameLength(a: string, b: string): Re {
   const n = a.length;
   if (n === 1) return digitRange(Number(a), Number(b));
+  // Full ranges collapse; without this the split below is exponential in the digit count.
+  if (/^0+$/.test(a) && /^9+$/.test(b)) return rep(D, n, n);
   if (a[0] === b[0]) return seq(lit(a[0]), sameLength(a.slice(1), b.slice(1)));
   const a0 = Number(a[0]);
   const b0 = Number(b[0]);

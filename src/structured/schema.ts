@@ -22,7 +22,7 @@ import { canonicalJson } from "./canonical.ts";
 import { pointerAppend, UnsupportedSchemaError } from "./errors.ts";
 import { formatRe, SUPPORTED_FORMATS } from "./formats.ts";
 import { type GrammarBuilder } from "./grammar.ts";
-import { JSON_CHAR, jsonLiteral as jsonLit, PLAIN_JSON_CHAR, ws } from "./json-text.ts";
+import { COUNTED_CHAR, JSON_CHAR, jsonLiteral as jsonLit, PLAIN_JSON_CHAR, ws } from "./json-text.ts";
 import { integerRe, type NumericBounds, numberRe } from "./numbers.ts";
 import { patternToRe, RegexUnsupportedError } from "./regex.ts";
 
@@ -34,7 +34,9 @@ export interface SchemaCompileOptions {
   readonly maxWhitespace: number;
 }
 
-export const DEFAULT_OPTIONS: SchemaCompileOptions = { maxWhitespace: 8 };
+// Enough for pretty-printed JSON nested several levels deep (newline plus indentation), small
+// enough that a model cannot spend its whole budget on whitespace.
+export const DEFAULT_OPTIONS: SchemaCompileOptions = { maxWhitespace: 20 };
 
 /** Keywords that only annotate: accepted and skipped (zod, pydantic and SDK helpers emit them). */
 const ANNOTATIONS = new Set([
@@ -243,10 +245,26 @@ export class SchemaCompiler {
   private string(schema: SchemaObject, pointer: string): Re {
     const minLength = nonNegativeInt(schema, "minLength", pointer) ?? 0;
     const maxLength = nonNegativeInt(schema, "maxLength", pointer) ?? Infinity;
-    const dfas: Array<[string, RuleDfa]> = [];
-    const guard = (keyword: string, f: () => RuleDfa) => {
+    const parts: Array<[string, () => Re]> = [];
+    if ("format" in schema) {
+      const f = formatRe(String(schema.format));
+      if (!f) {
+        throw new UnsupportedSchemaError("format", pointer, `format ${JSON.stringify(schema.format)} (supported: ${SUPPORTED_FORMATS.join(", ")})`);
+      }
+      parts.push(["format", () => f]);
+    }
+    if ("pattern" in schema) {
+      if (typeof schema.pattern !== "string") throw new UnsupportedSchemaError("pattern", pointer, "must be a string");
+      const p = schema.pattern;
+      parts.push(["pattern", () => patternToRe(p)]);
+    }
+    if (minLength > 0 || maxLength !== Infinity) {
+      // Counted characters use the short escapes only: same strings, a third fewer states.
+      parts.push([maxLength !== Infinity ? "maxLength" : "minLength", () => rep(COUNTED_CHAR, minLength, maxLength)]);
+    }
+    const guard = <T>(keyword: string, f: () => T): T => {
       try {
-        dfas.push([keyword, f()]);
+        return f();
       } catch (e) {
         if (e instanceof RegexUnsupportedError || e instanceof RangeError) {
           throw new UnsupportedSchemaError(keyword, pointer, e.message);
@@ -254,28 +272,16 @@ export class SchemaCompiler {
         throw e;
       }
     };
-    if ("format" in schema) {
-      const f = formatRe(String(schema.format));
-      if (!f) {
-        throw new UnsupportedSchemaError("format", pointer, `format ${JSON.stringify(schema.format)} (supported: ${SUPPORTED_FORMATS.join(", ")})`);
-      }
-      guard("format", () => compileRe(f));
+    if (parts.length === 0) return seq(lit('"'), star(JSON_CHAR), lit('"'));
+    // A single constraint goes straight into the rule; several are intersected as DFAs first.
+    if (parts.length === 1) return seq(lit('"'), guard(parts[0][0], parts[0][1]), lit('"'));
+    let content: RuleDfa | null = null;
+    for (const [keyword, make] of parts) {
+      const d = guard(keyword, () => compileRe(make()));
+      content = content ? intersect(content, d) : d;
+      if (content.count === 0) throw new UnsupportedSchemaError(keyword, pointer, "no string satisfies the constraints together");
     }
-    if ("pattern" in schema) {
-      if (typeof schema.pattern !== "string") throw new UnsupportedSchemaError("pattern", pointer, "must be a string");
-      const p = schema.pattern;
-      guard("pattern", () => compileRe(patternToRe(p)));
-    }
-    if (minLength > 0 || maxLength !== Infinity) {
-      guard(maxLength !== Infinity ? "maxLength" : "minLength", () => compileRe(rep(JSON_CHAR, minLength, maxLength)));
-    }
-    if (dfas.length === 0) return seq(lit('"'), star(JSON_CHAR), lit('"'));
-    let content = dfas[0][1];
-    for (let i = 1; i < dfas.length; i++) content = intersect(content, dfas[i][1]);
-    if (content.count === 0) {
-      throw new UnsupportedSchemaError(dfas[dfas.length - 1][0], pointer, "no string satisfies the constraints together");
-    }
-    return seq(lit('"'), embed(content), lit('"'));
+    return seq(lit('"'), embed(content!), lit('"'));
   }
 
   private object(schema: SchemaObject, root: unknown, pointer: string): Re {
