@@ -1,7 +1,7 @@
 // A grammar is a set of rules (per-rule DFAs over bytes that may call other rules), flattened into
 // one numbering of states. This flat form is what the matcher walks.
 
-import { compileRe, type Re, type RuleDfa } from "./automaton.ts";
+import { compileRe, lit, type Re, type RuleDfa } from "./automaton.ts";
 
 export interface Grammar {
   /** Canonical content key; equal keys mean equal languages (used for caching). */
@@ -37,6 +37,11 @@ export class GrammarBuilder {
     const dfa = compileRe(body);
     if (dfa.count === 0) throw new GrammarError(`rule ${id} matches nothing`);
     this.rules[id] = dfa;
+  }
+
+  /** Gives up a reserved rule whose body failed to compile; nothing may call it. */
+  abandon(id: number): void {
+    this.rules[id] = compileRe(lit("null"));
   }
 
   add(body: Re): number {

@@ -95,7 +95,15 @@ export class SchemaCompiler {
     const id = this.builder.reserve();
     this.byIdentity.set(schema, id);
     if (contentKey !== undefined) this.byContent.set(contentKey, id);
-    this.builder.define(id, this.body(schema, root, pointer));
+    try {
+      this.builder.define(id, this.body(schema, root, pointer));
+    } catch (e) {
+      // Callers may recover (a loose tool falls back to any object); leave no half-built rule.
+      this.byIdentity.delete(schema);
+      if (contentKey !== undefined) this.byContent.delete(contentKey);
+      this.builder.abandon(id);
+      throw e;
+    }
     return id;
   }
 

@@ -1,0 +1,345 @@
+// Incremental tool-call parsing: text pieces in, content deltas and tool-call deltas (OpenAI
+// shape: index and name first, then argument fragments) out. Markers of a call are held back
+// until the call is confirmed or refuted, so they never leak into content; a call whose header
+// (marker, name, arguments key) is malformed is given back as content. Arguments are streamed
+// as the model writes them, so a truncated call keeps its partial arguments (as OpenAI does).
+
+import { HERMES_END, START_MARKERS, type ToolCallSyntax } from "./syntax.ts";
+
+export type ToolStreamEvent =
+  | { readonly type: "content"; readonly text: string }
+  | { readonly type: "tool_call"; readonly index: number; readonly name?: string; readonly argumentsDelta: string };
+
+type Mode =
+  | "text" // free text, scanning for a start marker
+  | "header" // after a marker: collecting `{"name": "...", "arguments": ` (held back)
+  | "args" // streaming the arguments object
+  | "after" // after the arguments: closing brace, end marker or separator
+  | "between"; // mistral/llama: after a call object, expecting a separator or the list's end
+
+const isWs = (c: string) => c === " " || c === "\n" || c === "\r" || c === "\t";
+const MAX_HEADER = 4096;
+
+type HeaderResult = { status: "partial" } | { status: "fail" } | { status: "ok"; name: string; end: number };
+
+/**
+ * Matches `ws* { ws* "name" ws* : ws* <string> ws* , ws* "arguments"|"parameters" ws* : ws*`
+ * followed by `{` at s[from..]; `end` is the index of that `{`.
+ */
+function matchCallHeader(s: string, from: number): HeaderResult {
+  let i = from;
+  const ws = () => {
+    while (i < s.length && isWs(s[i])) i++;
+  };
+  const lit = (t: string): "ok" | "partial" | "fail" => {
+    for (let k = 0; k < t.length; k++, i++) {
+      if (i >= s.length) return "partial";
+      if (s[i] !== t[k]) return "fail";
+    }
+    return "ok";
+  };
+  ws();
+  let r = lit("{");
+  if (r !== "ok") return { status: r };
+  ws();
+  r = lit('"name"');
+  if (r !== "ok") return { status: r };
+  ws();
+  r = lit(":");
+  if (r !== "ok") return { status: r };
+  ws();
+  if (i >= s.length) return { status: "partial" };
+  if (s[i] !== '"') return { status: "fail" };
+  const start = i++;
+  for (;;) {
+    if (i >= s.length) return { status: "partial" };
+    if (s[i] === "\\") i += 2;
+    else if (s[i] === '"') break;
+    else i++;
+  }
+  i++;
+  let name: unknown;
+  try {
+    name = JSON.parse(s.slice(start, i));
+  } catch {
+    return { status: "fail" };
+  }
+  if (typeof name !== "string" || name === "") return { status: "fail" };
+  ws();
+  r = lit(",");
+  if (r !== "ok") return { status: r };
+  ws();
+  if (i >= s.length) return { status: "partial" };
+  const keyStart = i;
+  r = lit('"arguments"');
+  if (r === "fail") {
+    i = keyStart;
+    r = lit('"parameters"');
+  }
+  if (r !== "ok") return { status: r };
+  ws();
+  r = lit(":");
+  if (r !== "ok") return { status: r };
+  ws();
+  if (i >= s.length) return { status: "partial" };
+  if (s[i] !== "{") return { status: "fail" };
+  return { status: "ok", name, end: i };
+}
+
+export class ToolCallStreamParser {
+  private mode: Mode = "text";
+  private readonly markers: readonly string[];
+  private readonly out: ToolStreamEvent[] = [];
+  /** Unflushed free text: trailing whitespace and a possible marker prefix. */
+  private tail = "";
+  /** Whitespace just before a marker: dropped if a call follows, content otherwise. */
+  private heldWs = "";
+  /** Text since the marker, given back as content if the header fails. */
+  private pending = "";
+  /** Where the call header starts inside `pending`. */
+  private headerFrom = 0;
+  /** For mistral: the header starts with "[" (first call of the list). */
+  private expectList = false;
+  private dropWs = false;
+  private atStart = true;
+  private index = -1;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  private argBuf = "";
+  private afterBuf = "";
+  private sawClose = false;
+
+  constructor(readonly syntax: ToolCallSyntax) {
+    this.markers = START_MARKERS[syntax];
+  }
+
+  /** Feeds the next piece of generated text; returns the events it completes. */
+  push(text: string): ToolStreamEvent[] {
+    for (const c of text) this.char(c);
+    this.flushArgs();
+    return this.drain();
+  }
+
+  /** End of generation: whatever is still held back is resolved. */
+  finish(): ToolStreamEvent[] {
+    this.flushArgs();
+    if (this.mode === "text") {
+      this.content(this.tail);
+      this.tail = "";
+    } else if (this.mode === "header") {
+      this.giveBack();
+      this.content(this.tail);
+      this.tail = "";
+    }
+    this.mode = "text";
+    return this.drain();
+  }
+
+  private drain(): ToolStreamEvent[] {
+    const events = this.out.splice(0);
+    // Coalesce neighbours (a call's name keeps its own event, as OpenAI's first delta does).
+    const merged: ToolStreamEvent[] = [];
+    for (const e of events) {
+      const last = merged[merged.length - 1];
+      if (last && last.type === "content" && e.type === "content") merged[merged.length - 1] = { type: "content", text: last.text + e.text };
+      else if (last && last.type === "tool_call" && e.type === "tool_call" && last.index === e.index && e.name === undefined && last.name === undefined) {
+        merged[merged.length - 1] = { ...last, argumentsDelta: last.argumentsDelta + e.argumentsDelta };
+      } else merged.push(e);
+    }
+    return merged;
+  }
+
+  private content(text: string): void {
+    if (text) this.out.push({ type: "content", text });
+  }
+
+  private flushArgs(): void {
+    if (this.argBuf) {
+      this.out.push({ type: "tool_call", index: this.index, argumentsDelta: this.argBuf });
+      this.argBuf = "";
+    }
+  }
+
+  private char(c: string): void {
+    switch (this.mode) {
+      case "text":
+        return this.textChar(c);
+      case "header":
+        return this.headerChar(c);
+      case "args":
+        return this.argsChar(c);
+      case "after":
+        return this.afterChar(c);
+      case "between":
+        return this.betweenChar(c);
+    }
+  }
+
+  private textChar(c: string): void {
+    if (this.dropWs && isWs(c)) return;
+    this.dropWs = false;
+    if (this.syntax === "llama3" && this.atStart) {
+      if (isWs(c)) {
+        this.tail += c;
+        return;
+      }
+      this.atStart = false;
+      if (c === "{") {
+        // Llama 3.1 answers a call with a bare JSON object at the start of the message.
+        this.startHeader(this.tail, "", false);
+        this.tail = "";
+        this.headerChar(c);
+        return;
+      }
+    }
+    this.atStart = false;
+    this.tail += c;
+    for (const m of this.markers) {
+      if (this.tail.endsWith(m)) {
+        const before = this.tail.slice(0, -m.length);
+        const trimmed = before.replace(/[ \t\r\n]+$/, "");
+        this.content(trimmed);
+        this.tail = "";
+        this.startHeader(before.slice(trimmed.length), m, this.syntax === "mistral");
+        return;
+      }
+    }
+    // Keep back the longest suffix that could still become a marker, and whitespace before it.
+    let keep = 0;
+    for (const m of this.markers) {
+      for (let k = Math.min(m.length - 1, this.tail.length); k > keep; k--) {
+        if (this.tail.endsWith(m.slice(0, k))) {
+          keep = k;
+          break;
+        }
+      }
+    }
+    let cut = this.tail.length - keep;
+    while (cut > 0 && isWs(this.tail[cut - 1])) cut--;
+    if (cut > 0) {
+      this.content(this.tail.slice(0, cut));
+      this.tail = this.tail.slice(cut);
+    }
+  }
+
+  private startHeader(ws: string, marker: string, list: boolean): void {
+    this.mode = "header";
+    this.heldWs = ws;
+    this.pending = marker;
+    this.headerFrom = marker.length;
+    this.expectList = list;
+  }
+
+  private headerChar(c: string): void {
+    this.pending += c;
+    let from = this.headerFrom;
+    if (this.expectList) {
+      let i = from;
+      while (i < this.pending.length && isWs(this.pending[i])) i++;
+      if (i >= this.pending.length) return;
+      if (this.pending[i] !== "[") return this.failHeader();
+      from = i + 1;
+    }
+    const r = matchCallHeader(this.pending, from);
+    if (r.status === "partial") {
+      if (this.pending.length > MAX_HEADER) this.failHeader();
+      return;
+    }
+    if (r.status === "fail") return this.failHeader();
+    // Confirmed: the marker and the whitespace before it are syntax, not content.
+    this.heldWs = "";
+    this.index++;
+    this.out.push({ type: "tool_call", index: this.index, name: r.name, argumentsDelta: "" });
+    this.mode = "args";
+    this.depth = 0;
+    this.inString = false;
+    this.escaped = false;
+    const rest = this.pending.slice(r.end);
+    this.pending = "";
+    for (const ch of rest) this.argsChar(ch);
+  }
+
+  private failHeader(): void {
+    const pending = this.pending;
+    this.giveBack();
+    // Only the marker itself is settled as text; what followed may open another call.
+    const replay = pending.slice(Math.max(1, this.headerFrom));
+    this.tail = pending.slice(0, Math.max(1, this.headerFrom));
+    this.content(this.tail);
+    this.tail = "";
+    for (const ch of replay) this.textChar(ch);
+  }
+
+  private giveBack(): void {
+    this.content(this.heldWs);
+    this.heldWs = "";
+    this.mode = "text";
+    this.dropWs = false;
+    this.atStart = false;
+    if (this.headerFrom === 0) {
+      // Llama's bare "{": nothing was a marker, everything is text again.
+      this.headerFrom = 1;
+    }
+  }
+
+  private argsChar(c: string): void {
+    this.argBuf += c;
+    if (this.inString) {
+      if (this.escaped) this.escaped = false;
+      else if (c === "\\") this.escaped = true;
+      else if (c === '"') this.inString = false;
+      return;
+    }
+    if (c === '"') this.inString = true;
+    else if (c === "{" || c === "[") this.depth++;
+    else if (c === "}" || c === "]") {
+      this.depth--;
+      if (this.depth === 0) {
+        this.flushArgs();
+        this.mode = "after";
+        this.afterBuf = "";
+        this.sawClose = false;
+      }
+    }
+  }
+
+  /** After the arguments: the call object's "}" and, for Hermes, the end marker. */
+  private afterChar(c: string): void {
+    if (!this.sawClose) {
+      if (isWs(c)) return;
+      if (c === "}") {
+        this.sawClose = true;
+        if (this.syntax !== "hermes") this.mode = "between";
+        return;
+      }
+      // Missing "}": tolerated, the rest is judged as if it had been there.
+      this.sawClose = true;
+      if (this.syntax !== "hermes") {
+        this.mode = "between";
+        return this.betweenChar(c);
+      }
+    }
+    // Hermes: everything up to the end marker belongs to the call's syntax.
+    this.afterBuf += c;
+    if (this.afterBuf.endsWith(HERMES_END)) {
+      this.mode = "text";
+      this.dropWs = true;
+      this.afterBuf = "";
+    } else if (this.afterBuf.length > 4 * HERMES_END.length) this.afterBuf = this.afterBuf.slice(-HERMES_END.length);
+  }
+
+  private betweenChar(c: string): void {
+    if (isWs(c)) return;
+    const sep = this.syntax === "mistral" ? "," : ";";
+    if (c === sep) {
+      // The separator is kept with the header so a malformed next call gives it back as text.
+      this.startHeader("", c, false);
+      return;
+    }
+    this.mode = "text";
+    this.dropWs = true;
+    if (this.syntax === "mistral" && c === "]") return;
+    this.textChar(c);
+  }
+}
