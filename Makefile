@@ -5,7 +5,7 @@ TOOLS := $(CURDIR)/.tools
 BUN := $(TOOLS)/node_modules/.bin/bun
 DEPS_STAMP := node_modules/.sluice-deps
 
-.PHONY: run test deps typecheck bench clean
+.PHONY: run test deps typecheck bench clean build release
 
 run: deps
 	$(BUN) src/cli/main.ts serve
@@ -17,6 +17,15 @@ typecheck: deps
 	$(BUN) x tsc -p tsconfig.json
 
 deps: $(DEPS_STAMP)
+
+# One self-contained linux-x64 executable: Bun, the code, the model worker, ONNX Runtime and the
+# tokenizers addon (see src/packaging/build.ts).
+build: deps
+	$(BUN) src/packaging/build.ts dist/sluice
+
+# dist/sluice-<version>-linux-x64.tar.gz: the binary, its SHA-256, the licence notices, the README.
+release: build
+	$(BUN) src/packaging/release.ts dist/sluice
 
 $(BUN):
 	@echo "installing bun $(BUN_VERSION) from the npm registry into .tools/"

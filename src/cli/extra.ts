@@ -1,10 +1,9 @@
 // Commands beyond the store: importing models and reporting the machine.
 import { existsSync } from "node:fs";
-import { join, resolve } from "node:path";
-import { discoverModelDirs } from "../engine/discovery.ts";
-import { checkCudaLibraries, chooseProviders, onnxRuntimeLibDir } from "../engine/providers.ts";
+import { resolve } from "node:path";
 import { importLlama2c } from "../modelkit/index.ts";
-import { VERSION } from "../version.ts";
+import { doctorReport } from "../packaging/doctor.ts";
+import { configureNative } from "../packaging/native.ts";
 import { DATA_OPTION } from "./commands.ts";
 import { positional, requireString, UsageError, type Command } from "./framework.ts";
 
@@ -37,30 +36,23 @@ export const extraCommands: Command[] = [
   {
     path: ["doctor"],
     usage: "",
-    summary: "Report the version, platform, execution providers, CUDA libraries, directories and models.",
-    options: [DATA_OPTION, { name: "models", type: "string", help: "Models directory", default: "./models" }],
+    summary:
+      "Report the version, platform, native libraries, execution providers (and why not), CUDA libraries, directories and models.",
+    options: [
+      DATA_OPTION,
+      { name: "models", type: "string", help: "Models directory", default: "./models" },
+      { name: "device", type: "string", help: "The device serve would be given: auto, cuda or cpu", default: "auto" },
+      { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
+      { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
+    ],
     run(args) {
-      const out: string[] = [];
-      out.push(`sluice ${VERSION}`, `platform: ${process.platform}-${process.arch}, bun ${Bun.version}`);
-      const libDir = onnxRuntimeLibDir();
-      out.push(`onnx runtime libraries: ${libDir}`);
-      const auto = chooseProviders("auto", libDir);
-      out.push(`execution providers: ${auto.providers.join(", ")}`);
-      if (auto.cudaUnavailable) out.push(`  cuda: unavailable: ${auto.cudaUnavailable}`);
-      out.push("cuda libraries:");
-      for (const c of checkCudaLibraries(libDir)) {
-        out.push(`  ${c.found ? "found  " : "missing"} ${c.role.padEnd(30)} ${c.name}${c.found ? "" : `: ${c.detail}`}`);
-      }
-      const data = resolve(String(args.values.data));
-      out.push(`data directory: ${data} (${existsSync(join(data, "sluice.db")) ? "database present" : "no database yet"})`);
-      const models = resolve(String(args.values.models));
-      const found = discoverModelDirs(models);
-      out.push(`models directory: ${models} (${found.length} model${found.length === 1 ? "" : "s"})`);
-      for (const m of found) {
-        out.push(`  ${m.id}: ${m.problem ? `not servable: ${m.problem}` : `would run on ${auto.providers[0]}`} (${m.dir})`);
-      }
-      console.log(out.join("\n"));
-      return 0;
+      const device = String(args.values.device);
+      if (device !== "auto" && device !== "cuda" && device !== "cpu") throw new UsageError("--device must be auto, cuda or cpu");
+      const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
+      configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
+      const report = doctorReport({ dataDir: String(args.values.data), modelsDir: String(args.values.models), device });
+      console.log(report.lines.join("\n"));
+      return report.ok ? 0 : 1;
     },
   },
 ];

@@ -1,11 +1,13 @@
 import { createEngine } from "../engine/index.ts";
 import { createLogger, type LogLevel } from "../log.ts";
 import { buildDemoModel } from "../modelkit/index.ts";
+import { configureNative } from "../packaging/native.ts";
 import { DEFAULT_ACCOUNT, startServer } from "../server.ts";
 import { DATA_OPTION } from "./commands.ts";
 import { UsageError, type Command } from "./framework.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
+const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
 
 export const serveCommand: Command = {
   path: ["serve"],
@@ -22,6 +24,8 @@ export const serveCommand: Command = {
     { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
     { name: "threads", type: "string", help: "Intra-op threads per model (0: ONNX Runtime's default)", default: "0" },
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
+    { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
+    { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
   ],
   async run(args) {
     const port = Number(args.values.port);
@@ -32,6 +36,7 @@ export const serveCommand: Command = {
     if (!Number.isInteger(threads) || threads < 0) throw new UsageError("--threads must be an integer ≥ 0");
     const device = String(args.values.device);
     if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
+    configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const engine = await createEngine({ log, threads, device: device as "auto" | "cuda" | "cpu" });
     const server = await startServer({

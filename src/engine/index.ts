@@ -1,5 +1,7 @@
 // The engine room's entry: build the engine the server uses.
 import type { Logger } from "../log.ts";
+import { cudaSearchDirs, linkCudaLibraries } from "../packaging/cuda.ts";
+import { nativeDir, packagedWorkerUrl, unpackedThisStart } from "../packaging/native.ts";
 import { WorkerEngine } from "./host.ts";
 import { chooseProviders, type Device } from "./providers.ts";
 import type { Engine } from "./types.ts";
@@ -11,6 +13,17 @@ export interface CreateEngineOptions {
 }
 
 export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
+  // In the binary: unpack the native libraries (first start) and link the operator's CUDA
+  // libraries beside them here, once, before any model worker loads ONNX Runtime.
+  const native = nativeDir();
+  if (native) {
+    if (unpackedThisStart()) opts.log.info("unpacked the native libraries", { dir: native });
+    if (opts.device !== "cpu") {
+      const linked = linkCudaLibraries(native, cudaSearchDirs());
+      for (const error of linked.errors) opts.log.warn("CUDA library not linked", { error });
+      if (linked.linked.length) opts.log.info("CUDA libraries linked", { libraries: linked.linked.map((l) => l.target) });
+    }
+  }
   // Decided once here so the reason is logged once, and `--device cuda` refuses to start early.
   const choice = chooseProviders(opts.device);
   if (choice.cudaUnavailable && opts.device === "auto") {
@@ -18,5 +31,5 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
   } else {
     opts.log.info("execution providers", { providers: choice.providers });
   }
-  return new WorkerEngine({ log: opts.log, device: opts.device, threads: opts.threads });
+  return new WorkerEngine({ log: opts.log, device: opts.device, threads: opts.threads, workerUrl: packagedWorkerUrl() });
 }

@@ -1,9 +1,10 @@
 // Chooses ONNX Runtime execution providers. CUDA is used when its provider library and the CUDA
 // libraries it links to can be loaded; otherwise CPU, and the reason is reported once.
-import { dlopen } from "bun:ffi";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { CUDA_LIBRARIES, cudaSearchDirs, PROVIDER_LIBRARIES, probeLibrary, type SearchDir } from "../packaging/cuda.ts";
+import { nativeDir } from "../packaging/native.ts";
 
 export type Device = "auto" | "cuda" | "cpu";
 
@@ -13,6 +14,9 @@ export interface LibraryCheck {
   role: string;
   found: boolean;
   detail: string;
+  /** Where it was loaded from (a path, or the soname the system linker resolved). */
+  path?: string;
+  version?: string | null;
 }
 
 export interface ProviderChoice {
@@ -22,65 +26,66 @@ export interface ProviderChoice {
   checks: LibraryCheck[];
 }
 
-/** The directory holding libonnxruntime.so and the provider libraries. */
+/** The directory holding libonnxruntime.so: the binary's unpacked copy, or the npm package's. */
 export function onnxRuntimeLibDir(): string {
+  const unpacked = nativeDir();
+  if (unpacked) return unpacked;
   const require = createRequire(import.meta.url);
   const pkg = dirname(require.resolve("onnxruntime-node/package.json"));
   return join(pkg, "bin", "napi-v6", process.platform, process.arch);
 }
 
-function canLoad(lib: string): { ok: boolean; detail: string } {
-  try {
-    const h = dlopen(lib, {});
-    h.close();
-    return { ok: true, detail: "loaded" };
-  } catch (e) {
-    return { ok: false, detail: (e as Error).message.split("\n")[0]!.slice(0, 200) };
-  }
-}
-
-/** Each library the CUDA provider needs, by dlopen, in the order a missing one is worth naming. */
-export function checkCudaLibraries(libDir = onnxRuntimeLibDir()): LibraryCheck[] {
+/**
+ * Each library the CUDA provider needs, by dlopen, in the order a missing one is worth naming.
+ * CUDA libraries are tried in the search directories, then next to ONNX Runtime, then through
+ * the system linker; provider libraries count only next to ONNX Runtime, where it loads them.
+ */
+export function checkCudaLibraries(libDir = onnxRuntimeLibDir(), dirs: SearchDir[] = cudaSearchDirs()): LibraryCheck[] {
   const checks: LibraryCheck[] = [];
-  const sys = (name: string, role: string, candidates: string[]) => {
-    let detail = "";
-    for (const c of candidates) {
-      const r = canLoad(c);
-      if (r.ok) {
-        checks.push({ name: c, role, found: true, detail: "loaded" });
-        return;
-      }
-      detail = r.detail;
+  for (const lib of CUDA_LIBRARIES) {
+    // The driver must be the system's: a copy would not match the kernel module.
+    const local = lib.soname === "libcuda.so.1" ? [] : [...dirs.map((d) => join(d.dir, lib.soname)), join(libDir, lib.soname)];
+    const p = probeLibrary(lib, [...local, lib.soname]);
+    checks.push({ name: lib.soname, role: lib.role, found: p.ok, detail: p.detail, path: p.path, version: p.version });
+  }
+  for (const lib of PROVIDER_LIBRARIES) {
+    const path = join(libDir, lib.soname);
+    if (existsSync(path)) {
+      checks.push({ name: lib.soname, role: lib.role, found: true, detail: "present", path, version: null });
+      continue;
     }
-    checks.push({ name, role, found: false, detail });
-  };
-  sys("libcuda.so.1", "NVIDIA driver", ["libcuda.so.1"]);
-  sys("libcudart.so.12", "CUDA runtime", ["libcudart.so.12"]);
-  sys("libcublas.so.12", "cuBLAS", ["libcublas.so.12"]);
-  sys("libcublasLt.so.12", "cuBLASLt", ["libcublasLt.so.12"]);
-  sys("libcudnn.so.9", "cuDNN", ["libcudnn.so.9"]);
-  for (const [file, role] of [
-    ["libonnxruntime_providers_shared.so", "ONNX Runtime provider bridge"],
-    ["libonnxruntime_providers_cuda.so", "ONNX Runtime CUDA provider"],
-  ] as const) {
-    const path = join(libDir, file);
-    checks.push(
-      existsSync(path)
-        ? { name: path, role, found: true, detail: "present" }
-        : { name: path, role, found: false, detail: `not in ${libDir}` },
-    );
+    const elsewhere = dirs.map((d) => join(d.dir, lib.soname)).find((p) => existsSync(p));
+    const looked = [...dirs.map((d) => d.dir), libDir].join(", ");
+    checks.push({
+      name: lib.soname,
+      role: lib.role,
+      found: false,
+      detail: elsewhere
+        ? `found at ${elsewhere} but not linked next to ONNX Runtime in ${libDir} (the development build does not link; use the binary or copy it there)`
+        : `not found in ${looked}`,
+      path,
+      version: null,
+    });
   }
   return checks;
 }
 
-export function chooseProviders(device: Device, libDir?: string): ProviderChoice {
+/** One line naming every missing piece, as `--device cuda` refuses and `auto` logs. */
+export function describeMissing(checks: LibraryCheck[]): string {
+  return `missing ${checks
+    .filter((c) => !c.found)
+    .map((m) => `${m.role} (${m.name}: ${m.detail})`)
+    .join("; ")}`;
+}
+
+export function chooseProviders(device: Device, libDir?: string, dirs?: SearchDir[]): ProviderChoice {
   if (device === "cpu") {
     return { providers: ["cpu"], cudaUnavailable: "CPU requested (--device cpu)", checks: [] };
   }
-  const checks = checkCudaLibraries(libDir);
+  const checks = checkCudaLibraries(libDir, dirs);
   const missing = checks.filter((c) => !c.found);
   if (missing.length === 0) return { providers: ["cuda", "cpu"], cudaUnavailable: null, checks };
-  const reason = `missing ${missing.map((m) => `${m.role} (${m.name})`).join(", ")}`;
+  const reason = describeMissing(checks);
   if (device === "cuda") {
     throw new Error(`--device cuda: the CUDA execution provider cannot be used: ${reason}. See docs/GPU.md.`);
   }

@@ -1,0 +1,97 @@
+// `sluice doctor`: what this machine gives Sluice — version, platform, native libraries,
+// execution providers and why not, CUDA libraries, directories, models.
+import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import ortPkg from "onnxruntime-node/package.json" with { type: "json" };
+import { discoverModelDirs } from "../engine/discovery.ts";
+import { checkCudaLibraries, chooseProviders, describeMissing, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
+import { VERSION } from "../version.ts";
+import { resolveCacheDir } from "./cache-dir.ts";
+import { cudaSearchDirs, linkCudaLibraries } from "./cuda.ts";
+import { embeddedManifest, isPackaged, nativeDir } from "./native.ts";
+import { verifyUnpacked } from "./unpack.ts";
+
+export interface DoctorOptions {
+  dataDir: string;
+  modelsDir: string;
+  device: Device;
+}
+
+function writable(dir: string): string {
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+    return "writable";
+  } catch (e) {
+    return `NOT writable (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`;
+  }
+}
+
+/** The report as lines; the exit status is non-zero when the chosen device cannot be used. */
+export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolean } {
+  const out: string[] = [];
+  let ok = true;
+  out.push(`sluice ${VERSION}`);
+  out.push(`platform: ${process.platform}-${process.arch}, runtime bun ${Bun.version}${isPackaged() ? " (embedded in this binary)" : " (development)"}`);
+  out.push(`onnx runtime: ${ortPkg.version} (onnxruntime-node)`);
+
+  const cache = resolveCacheDir(process.env);
+  out.push(`cache directory: ${cache.dir} (from ${cache.from}; ${writable(cache.dir)})`);
+
+  let libDir: string | null = null;
+  if (isPackaged()) {
+    try {
+      libDir = nativeDir()!;
+      const manifest = embeddedManifest()!;
+      const verified = verifyUnpacked(libDir, manifest);
+      out.push(`native libraries: ${libDir}`);
+      for (const v of verified) out.push(`  ${v.ok ? "ok     " : "BROKEN "} ${v.name.padEnd(28)} ${v.detail}`);
+      if (verified.some((v) => !v.ok)) ok = false;
+    } catch (e) {
+      out.push(`native libraries: cannot be unpacked: ${(e as Error).message}`);
+      ok = false;
+    }
+  } else {
+    libDir = onnxRuntimeLibDir();
+    out.push(`native libraries: ${libDir} (npm package; the binary unpacks its own copy)`);
+  }
+
+  const dirs = cudaSearchDirs();
+  out.push("cuda search directories (in order):");
+  for (const d of dirs) out.push(`  ${d.dir} (${d.from}${existsSync(d.dir) ? "" : ", absent"})`);
+  if (libDir && isPackaged()) {
+    const linked = linkCudaLibraries(libDir, dirs);
+    for (const error of linked.errors) out.push(`  link failed: ${error}`);
+  }
+
+  const checks = libDir ? checkCudaLibraries(libDir, dirs) : [];
+  out.push("cuda libraries (by dlopen):");
+  for (const c of checks) {
+    const where = c.found ? `${c.path}${c.version ? `, version ${c.version}` : ""}` : c.detail;
+    out.push(`  ${c.found ? "found  " : "missing"} ${c.role.padEnd(30)} ${c.name.padEnd(36)} ${where}`);
+  }
+  const cudaOk = checks.length > 0 && checks.every((c) => c.found);
+  let providers: string[] = ["cpu"];
+  let refused: string | null = null;
+  try {
+    providers = libDir ? chooseProviders(opts.device, libDir, dirs).providers : ["cpu"];
+  } catch (e) {
+    refused = (e as Error).message;
+    ok = false;
+  }
+  out.push(`execution providers: ${refused ? `none, --device ${opts.device} refuses to start` : `${providers.join(", ")} (--device ${opts.device})`}`);
+  out.push(`  cpu: available`);
+  out.push(`  cuda: ${cudaOk ? "available" : `unavailable: ${checks.length ? describeMissing(checks) : "native libraries missing"}`}`);
+  if (refused) out.push(`  ${refused}`);
+
+  const data = resolve(opts.dataDir);
+  out.push(`data directory: ${data} (${existsSync(join(data, "sluice.db")) ? "database present" : "no database yet"})`);
+  const models = resolve(opts.modelsDir);
+  const found = existsSync(models) ? discoverModelDirs(models) : [];
+  out.push(`models directory: ${models} (${existsSync(models) ? `${found.length} model${found.length === 1 ? "" : "s"}` : "absent"})`);
+  for (const m of found) {
+    out.push(`  ${m.id}: ${m.problem ? `not servable: ${m.problem}` : `would run on ${providers[0]}`} (${m.dir})`);
+  }
+  if (found.length === 0) out.push("  (none: serve generates the demo model sluice/demo, random weights)");
+  return { lines: out, ok };
+}
