@@ -1,0 +1,178 @@
+// Smoke test of the compiled binary (dist/sluice), run by .ci/run after `make test`:
+//   bun test/packaging/smoke.ts [path/to/sluice]
+// The binary is copied alone into an empty temporary directory and run there with PATH reduced
+// to /usr/bin:/bin and HOME pointing into that directory, so neither Bun, Node nor node_modules
+// can be found. It must start, become ready, take a key, answer curl (whole and streamed),
+// import stories260K and reproduce llama2.c's greedy story, then shut down cleanly.
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const REPO = resolve(import.meta.dir, "../..");
+const STORIES = resolve(REPO, "../shared/models/stories260k");
+const binary = resolve(process.argv[2] ?? join(REPO, "dist/sluice"));
+const ENV = { PATH: "/usr/bin:/bin", LANG: "C.UTF-8" };
+
+interface Step {
+  name: string;
+  ok: boolean;
+  detail: string;
+}
+const steps: Step[] = [];
+
+function record(name: string, ok: boolean, detail = "") {
+  steps.push({ name, ok, detail });
+  console.log(`${ok ? "ok  " : "FAIL"} ${name}${detail ? `: ${detail}` : ""}`);
+  if (!ok) throw new Error(`${name}: ${detail}`);
+}
+
+function run(cwd: string, env: Record<string, string>, args: string[]): { code: number; out: string; err: string } {
+  const r = Bun.spawnSync(args, { cwd, env, stdout: "pipe", stderr: "pipe" });
+  return { code: r.exitCode ?? -1, out: r.stdout.toString(), err: r.stderr.toString() };
+}
+
+function curl(cwd: string, env: Record<string, string>, url: string, key: string, body?: unknown): string {
+  const args = ["/usr/bin/curl", "-sS", "--fail-with-body", "--max-time", "120", url];
+  if (key) args.push("-H", `Authorization: Bearer ${key}`);
+  if (body !== undefined) args.push("-H", "Content-Type: application/json", "-d", JSON.stringify(body));
+  const r = run(cwd, env, args);
+  if (r.code !== 0) throw new Error(`curl ${url} failed (${r.code}): ${r.out}${r.err}`);
+  return r.out;
+}
+
+function referenceStory(): string {
+  const m = /```\n(Once upon a time[\s\S]*?)\n```/.exec(readFileSync(join(STORIES, "README.md"), "utf8"));
+  if (!m) throw new Error("reference story not found in the stories260K README");
+  return m[1]!;
+}
+
+async function freePort(): Promise<number> {
+  const s = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+  const port = s.port;
+  s.stop(true);
+  return port;
+}
+
+async function waitReady(url: string, proc: Bun.Subprocess, ms: number): Promise<number> {
+  const t0 = performance.now();
+  while (performance.now() - t0 < ms) {
+    if (proc.exitCode !== null) throw new Error(`serve exited early with ${proc.exitCode}`);
+    try {
+      const r = await fetch(`${url}/ready`);
+      if (r.ok && ((await r.json()) as { ready?: boolean }).ready) return performance.now() - t0;
+    } catch {
+      // not listening yet
+    }
+    await Bun.sleep(50);
+  }
+  throw new Error(`not ready within ${ms} ms`);
+}
+
+async function main(): Promise<void> {
+  if (!existsSync(binary)) throw new Error(`no binary at ${binary}: run make build`);
+  const dir = mkdtempSync(join(tmpdir(), "sluice-smoke-"));
+  const env = { ...ENV, HOME: dir };
+  let serve: Bun.Subprocess<"ignore", "pipe", "pipe"> | null = null;
+  try {
+    copyFileSync(binary, join(dir, "sluice"));
+    Bun.spawnSync(["/bin/chmod", "755", join(dir, "sluice")]);
+    const exe = "./sluice";
+
+    const which = run(dir, env, ["/bin/sh", "-c", "command -v bun node || true"]);
+    record("no bun or node on PATH", which.out.trim() === "", which.out.trim());
+
+    const version = run(dir, env, [exe, "--version"]);
+    record("--version", version.code === 0 && /^sluice \d+\.\d+\.\d+/.test(version.out), version.out.trim() || version.err.trim());
+    const help = run(dir, env, [exe, "--help"]);
+    record("--help", help.code === 0 && help.out.includes("sluice serve"), `${help.out.split("\n").length} lines`);
+
+    // 1. Serve the demo model (empty models directory), first start.
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const t0 = performance.now();
+    serve = Bun.spawn([exe, "serve", "--port", String(port)], { cwd: dir, env, stdout: "pipe", stderr: "pipe" });
+    const readyMs = await waitReady(url, serve, 60_000);
+    record("serve → /ready (first start: unpacking, demo model)", true, `${Math.round(readyMs)} ms`);
+    const cacheNative = join(dir, ".cache", "sluice", "native");
+    record("native libraries unpacked into the cache", existsSync(cacheNative), cacheNative);
+
+    const created = run(dir, env, [exe, "keys", "create", "--account", "local", "--label", "smoke"]);
+    const key = /sk-sluice-[A-Za-z0-9]+/.exec(created.out)?.[0] ?? "";
+    record("keys create", created.code === 0 && key !== "", created.code === 0 ? "key printed" : created.err.trim());
+
+    const models = JSON.parse(curl(dir, env, `${url}/v1/models`, key)) as { data: { id: string }[] };
+    record("GET /v1/models", models.data.some((m) => m.id === "sluice/demo"), models.data.map((m) => m.id).join(", "));
+
+    const whole = JSON.parse(
+      curl(dir, env, `${url}/v1/chat/completions`, key, { model: "sluice/demo", messages: [{ role: "user", content: "Hello" }], max_tokens: 8 }),
+    ) as { choices: { message: { content: string }; finish_reason: string }[]; usage: { completion_tokens: number } };
+    record(
+      "curl chat completion (whole)",
+      typeof whole.choices[0]?.message.content === "string" && whole.usage.completion_tokens > 0,
+      `${whole.usage.completion_tokens} tokens, finish ${whole.choices[0]?.finish_reason}`,
+    );
+
+    const sse = curl(dir, env, `${url}/v1/chat/completions`, key, {
+      model: "sluice/demo",
+      messages: [{ role: "user", content: "Hello" }],
+      max_tokens: 8,
+      stream: true,
+    });
+    const events = sse.split("\n").filter((l) => l.startsWith("data: "));
+    const chunks = events.filter((l) => l !== "data: [DONE]").map((l) => JSON.parse(l.slice(6)) as { object: string });
+    record(
+      "curl chat completion (streamed)",
+      events.at(-1) === "data: [DONE]" && chunks.length >= 2 && chunks.every((c) => c.object === "chat.completion.chunk"),
+      `${chunks.length} chunks then [DONE]`,
+    );
+
+    // 2. Import stories260K with the binary, pick it up with SIGHUP, compare greedy output.
+    if (!existsSync(join(STORIES, "stories260K.bin"))) {
+      console.log(`skip stories260K steps: ${STORIES} is absent`);
+    } else {
+      const imp = run(dir, env, [exe, "models", "import", "llama2c", join(STORIES, "stories260K.bin"), join(STORIES, "tok512.bin"),
+        "--id", "karpathy/stories260k", "--out", "models/karpathy/stories260k"]);
+      record("models import llama2c", imp.code === 0, (imp.out + imp.err).trim().split("\n").at(-1) ?? "");
+      serve.kill("SIGHUP");
+      let served: string[] = [];
+      for (let i = 0; i < 100 && !served.includes("karpathy/stories260k"); i++) {
+        await Bun.sleep(100);
+        served = (JSON.parse(curl(dir, env, `${url}/v1/models`, key)) as { data: { id: string }[] }).data.map((m) => m.id);
+      }
+      record("SIGHUP picks up the imported model", served.includes("karpathy/stories260k"), served.join(", "));
+      const story = JSON.parse(
+        curl(dir, env, `${url}/v1/chat/completions`, key, {
+          model: "karpathy/stories260k",
+          messages: [{ role: "user", content: "" }],
+          temperature: 0,
+          max_tokens: 256,
+        }),
+      ) as { choices: { message: { content: string } }[] };
+      const text = story.choices[0]?.message.content ?? "";
+      const reference = referenceStory();
+      record("greedy stories260K = llama2.c's reference story", text === reference, text === reference ? `${text.length} chars` : `got ${JSON.stringify(text.slice(0, 120))}…`);
+    }
+
+    // 3. Clean shutdown.
+    serve.kill("SIGTERM");
+    const code = await Promise.race([serve.exited, Bun.sleep(15_000).then(() => "timeout" as const)]);
+    const stderr = await new Response(serve.stderr).text();
+    serve = null;
+    record("SIGTERM → clean exit", code === 0 && stderr.includes("shutting down"), `exit ${code}`);
+    const errors = stderr.split("\n").filter((l) => l.includes('"level":"error"'));
+    record("no error logs", errors.length === 0, errors.slice(0, 2).join(" | "));
+    console.log(`total ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  } finally {
+    serve?.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+try {
+  await main();
+  console.log(`\nbinary smoke test: PASS (${steps.length} checks)`);
+  process.exit(0);
+} catch (e) {
+  console.log(`\nbinary smoke test: FAIL: ${(e as Error).message}`);
+  process.exit(1);
+}
