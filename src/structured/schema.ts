@@ -48,13 +48,13 @@ const ANNOTATIONS = new Set([
 const SUPPORTED = new Set([
   "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf",
   "allOf", "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
-  "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+  "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "propertyNames",
 ]);
 
 const TYPES = ["null", "boolean", "object", "array", "number", "integer", "string"] as const;
 type JsonType = (typeof TYPES)[number];
 
-const OBJECT_KEYWORDS = ["properties", "required", "additionalProperties"];
+const OBJECT_KEYWORDS = ["properties", "required", "additionalProperties", "propertyNames"];
 const ARRAY_KEYWORDS = ["items", "prefixItems", "minItems", "maxItems"];
 const STRING_KEYWORDS = ["minLength", "maxLength", "pattern", "format"];
 const NUMBER_KEYWORDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
@@ -295,6 +295,12 @@ export class SchemaCompiler {
   private object(schema: SchemaObject, root: unknown, pointer: string): Re {
     const w = this.wsRe;
     const sep = seq(w, lit(","), w);
+    if ("propertyNames" in schema) {
+      // Keys are strings anyway: only a propertyNames that says no more than that is accepted.
+      const pn = schema.propertyNames;
+      const trivial = pn === true || (isObject(pn) && Object.keys(pn).every((k) => ANNOTATIONS.has(k) || (k === "type" && pn.type === "string")));
+      if (!trivial) throw new UnsupportedSchemaError("propertyNames", pointer);
+    }
     const properties = schema.properties ?? {};
     if (!isObject(properties)) throw new UnsupportedSchemaError("properties", pointer, "must be an object");
     const required = schema.required ?? [];
