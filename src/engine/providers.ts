@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { CUDA_LIBRARIES, cudaSearchDirs, PROVIDER_LIBRARIES, probeLibrary, type SearchDir } from "../packaging/cuda.ts";
-import { nativeDir } from "../packaging/native.ts";
+import { isPackaged, nativeDir } from "../packaging/native.ts";
 
 export type Device = "auto" | "cuda" | "cpu";
 
@@ -61,7 +61,8 @@ export function checkCudaLibraries(libDir = onnxRuntimeLibDir(), dirs: SearchDir
       role: lib.role,
       found: false,
       detail: elsewhere
-        ? `found at ${elsewhere} but not linked next to ONNX Runtime in ${libDir} (the development build does not link; use the binary or copy it there)`
+        ? `found at ${elsewhere} but not linked next to ONNX Runtime in ${libDir}` +
+          (isPackaged() ? " (linking failed, see the log)" : " (the development build does not link: use the binary, or copy it there)")
         : `not found in ${looked}`,
       path,
       version: null,

@@ -186,7 +186,7 @@ export function probeLibrary(lib: CudaLibrary, candidates: string[]): Probe {
       // dlerror starts with the name it was given; the check already names it.
       const msg = error.split("\n")[0]!.replace(`${c}: `, "").slice(0, 300);
       // A file that exists but does not load (wrong architecture, missing dependency) is worth naming.
-      last = { ok: false, path: c, detail: c.includes("/") ? `present but does not load: ${msg}` : msg, version: null };
+      last = { ok: false, path: c, detail: c.includes("/") ? `present at ${c} but does not load: ${msg}` : msg, version: null };
       if (c.includes("/")) return last;
       continue;
     }

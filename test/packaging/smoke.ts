@@ -86,6 +86,19 @@ async function main(): Promise<void> {
     const help = run(dir, env, [exe, "--help"]);
     record("--help", help.code === 0 && help.out.includes("sluice serve"), `${help.out.split("\n").length} lines`);
 
+    const ro = run(dir, env, [exe, "serve", "--port", "0", "--cache-dir", "/sys/sluice-cache"]);
+    record(
+      "unwritable --cache-dir: clear error naming the setting",
+      ro.code === 1 && ro.err.includes("/sys/sluice-cache") && ro.err.includes("--cache-dir or SLUICE_CACHE_DIR"),
+      ro.err.trim().split("\n").at(-1)!.slice(0, 160),
+    );
+    const cuda = run(dir, env, [exe, "serve", "--port", "0", "--device", "cuda"]);
+    record(
+      "--device cuda without a GPU: refuses, naming what is missing",
+      cuda.code === 1 && ["NVIDIA driver", "CUDA runtime", "cuBLAS", "cuDNN", "ONNX Runtime CUDA provider"].every((w) => cuda.err.includes(w)),
+      cuda.err.trim().slice(0, 100) + "…",
+    );
+
     // 1. Serve the demo model (empty models directory), first start.
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;

@@ -1,0 +1,171 @@
+// CUDA discovery without a GPU: fake library directories stand in for an operator's lib/, so the
+// fallback (auto) and refusal (cuda) messages can be checked for naming what is missing.
+import { afterEach, describe, expect, test } from "bun:test";
+import { copyFileSync, existsSync, lstatSync, mkdirSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { checkCudaLibraries, chooseProviders } from "../../src/engine/providers.ts";
+import { cudaSearchDirs, linkCudaLibraries, versionFromFileName, type SearchDir } from "../../src/packaging/cuda.ts";
+import { BUN, REPO, tempDir } from "../helpers/paths.ts";
+
+const LIBM = ["/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6"].find((p) => existsSync(p));
+
+const dirs: { remove(): void }[] = [];
+function scratch() {
+  const d = tempDir("sluice-cuda-");
+  dirs.push(d);
+  const fake = join(d.path, "fake-lib");
+  const native = join(d.path, "native");
+  mkdirSync(fake);
+  mkdirSync(native);
+  return { root: d.path, fake, native, search: [{ dir: fake, from: "test" }] as SearchDir[] };
+}
+afterEach(() => {
+  for (const d of dirs.splice(0)) d.remove();
+});
+
+/** Empty files with the right names: present, but the dynamic linker rejects them. */
+function fakeLibraries(dir: string, names: string[]) {
+  for (const n of names) writeFileSync(join(dir, n), "");
+}
+
+const ALL = [
+  "libcudart.so.12",
+  "libcublasLt.so.12",
+  "libcublas.so.12",
+  "libcudnn.so.9",
+  "libonnxruntime_providers_shared.so",
+  "libonnxruntime_providers_cuda.so",
+];
+
+describe("CUDA library checks", () => {
+  test("nothing anywhere: every piece is named missing, auto falls back to CPU with the reason", () => {
+    const s = scratch();
+    const checks = checkCudaLibraries(s.native, s.search);
+    expect(checks.map((c) => c.role)).toEqual([
+      "NVIDIA driver",
+      "CUDA runtime",
+      "cuBLASLt",
+      "cuBLAS",
+      "cuDNN",
+      "ONNX Runtime provider bridge",
+      "ONNX Runtime CUDA provider",
+    ]);
+    expect(checks.every((c) => !c.found)).toBe(true);
+    const provider = checks.find((c) => c.name === "libonnxruntime_providers_cuda.so")!;
+    expect(provider.detail).toContain(s.fake);
+    expect(provider.detail).toContain(s.native);
+
+    const auto = chooseProviders("auto", s.native, s.search);
+    expect(auto.providers).toEqual(["cpu"]);
+    for (const what of ["NVIDIA driver (libcuda.so.1", "CUDA runtime (libcudart.so.12", "cuBLAS (libcublas.so.12", "cuDNN (libcudnn.so.9", "ONNX Runtime CUDA provider"]) {
+      expect(auto.cudaUnavailable).toContain(what);
+    }
+  });
+
+  test("--device cuda refuses, naming driver, runtime, cuBLAS, cuDNN and the provider libraries", () => {
+    const s = scratch();
+    fakeLibraries(s.fake, ALL);
+    let message = "";
+    try {
+      chooseProviders("cuda", s.native, s.search);
+    } catch (e) {
+      message = (e as Error).message;
+    }
+    expect(message).toStartWith("--device cuda: the CUDA execution provider cannot be used");
+    expect(message).toContain("NVIDIA driver (libcuda.so.1");
+    // Files that are there but do not load are reported with the path and the linker's reason.
+    expect(message).toContain(`CUDA runtime (libcudart.so.12: present at ${join(s.fake, "libcudart.so.12")} but does not load`);
+    expect(message).toContain("cuBLAS (libcublas.so.12");
+    expect(message).toContain("cuDNN (libcudnn.so.9");
+    // Provider libraries in a search directory but not beside ONNX Runtime are not usable yet.
+    expect(message).toContain(`found at ${join(s.fake, "libonnxruntime_providers_cuda.so")} but not linked`);
+    expect(message).toContain("docs/GPU.md");
+  });
+
+  test("--device cpu checks nothing", () => {
+    const s = scratch();
+    const cpu = chooseProviders("cpu", s.native, s.search);
+    expect(cpu.providers).toEqual(["cpu"]);
+    expect(cpu.checks).toEqual([]);
+  });
+
+  test.skipIf(!LIBM)("a loadable library in the operator's directory is found there, with the version of its file name", () => {
+    const s = scratch();
+    // Any real shared object loads by path; the soname does not have to match for dlopen.
+    copyFileSync(LIBM!, join(s.fake, "libcudart.so.12.4.127"));
+    symlinkSync("libcudart.so.12.4.127", join(s.fake, "libcudart.so.12"));
+    const rt = checkCudaLibraries(s.native, s.search).find((c) => c.role === "CUDA runtime")!;
+    expect(rt.found).toBe(true);
+    expect(rt.path).toBe(join(s.fake, "libcudart.so.12"));
+    expect(rt.version).toBe("12.4.127");
+    const auto = chooseProviders("auto", s.native, s.search);
+    expect(auto.cudaUnavailable).not.toContain("CUDA runtime");
+    expect(auto.cudaUnavailable).toContain("cuDNN");
+  });
+});
+
+describe("linking into the native directory", () => {
+  test("links the first directory's libraries, never the driver or ONNX Runtime itself, and replaces stale links", () => {
+    const s = scratch();
+    const second = join(s.root, "second");
+    mkdirSync(second);
+    fakeLibraries(s.fake, ["libonnxruntime_providers_cuda.so", "libcuda.so.1", "libonnxruntime.so.1", "README.txt"]);
+    fakeLibraries(second, ["libonnxruntime_providers_cuda.so", "libcudnn.so.9"]);
+    writeFileSync(join(s.native, "libonnxruntime.so.1"), "ours");
+    symlinkSync(join(s.root, "gone", "libcublas.so.12"), join(s.native, "libcublas.so.12"));
+
+    const r = linkCudaLibraries(s.native, [...s.search, { dir: second, from: "second" }]);
+    expect(r.errors).toEqual([]);
+    expect(readlinkSync(join(s.native, "libonnxruntime_providers_cuda.so"))).toBe(join(s.fake, "libonnxruntime_providers_cuda.so"));
+    expect(readlinkSync(join(s.native, "libcudnn.so.9"))).toBe(join(second, "libcudnn.so.9"));
+    expect(existsSync(join(s.native, "libcuda.so.1"))).toBe(false);
+    expect(existsSync(join(s.native, "README.txt"))).toBe(false);
+    expect(lstatSync(join(s.native, "libonnxruntime.so.1")).isSymbolicLink()).toBe(false);
+    expect(lstatSync(join(s.native, "libcublas.so.12"), { throwIfNoEntry: false })).toBeUndefined();
+
+    // Once linked, the provider library counts as present beside ONNX Runtime.
+    const provider = checkCudaLibraries(s.native, s.search).find((c) => c.role === "ONNX Runtime CUDA provider")!;
+    expect(provider.found).toBe(true);
+  });
+
+  test("search order: the operator's directory, lib/ beside the binary, then the cache", () => {
+    const env = { SLUICE_CUDA_LIB_DIR: "/opt/cuda-libs", SLUICE_CACHE_DIR: "/var/cache/sluice" };
+    expect(cudaSearchDirs(env, true).map((d) => d.dir)).toEqual(["/opt/cuda-libs", join(process.execPath, "..", "lib"), "/var/cache/sluice/cuda"]);
+    // In development the Bun executable's directory is not searched.
+    expect(cudaSearchDirs({ SLUICE_CACHE_DIR: "/c" }, false).map((d) => d.dir)).toEqual(["/c/cuda"]);
+  });
+
+  test("version from a file name", () => {
+    expect(versionFromFileName("/nonexistent/libcudnn.so.9.1.0")).toBe("9.1.0");
+    expect(versionFromFileName("/nonexistent/libcudnn.so.9")).toBeNull();
+  });
+});
+
+describe("the CLI", () => {
+  test("serve --device cuda refuses to start and names what is missing; doctor --device cuda exits 1", () => {
+    const s = scratch();
+    fakeLibraries(s.fake, ALL);
+    const env = { ...process.env, SLUICE_CACHE_DIR: join(s.root, "cache") };
+    const serve = Bun.spawnSync(
+      [BUN, join(REPO, "src/cli/main.ts"), "serve", "--device", "cuda", "--cuda-lib-dir", s.fake, "--port", "0", "--data", join(s.root, "data"), "--models", join(s.root, "models")],
+      { cwd: REPO, env, stdout: "pipe", stderr: "pipe" },
+    );
+    expect(serve.exitCode).toBe(1);
+    const err = serve.stderr.toString();
+    expect(err).toContain("--device cuda: the CUDA execution provider cannot be used");
+    expect(err).toContain("NVIDIA driver");
+    expect(err).toContain(join(s.fake, "libcudnn.so.9"));
+
+    const doctor = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "doctor", "--device", "cuda", "--cuda-lib-dir", s.fake, "--models", join(s.root, "models")], {
+      cwd: REPO,
+      env,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    expect(doctor.exitCode).toBe(1);
+    const out = doctor.stdout.toString();
+    expect(out).toContain(`${s.fake} (--cuda-lib-dir/SLUICE_CUDA_LIB_DIR)`);
+    expect(out).toMatch(/missing +cuDNN +libcudnn\.so\.9 +present at \S+ but does not load/);
+    expect(out).toContain("execution providers: none, --device cuda refuses to start");
+  }, 30_000);
+});
