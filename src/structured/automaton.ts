@@ -165,7 +165,7 @@ export function compileRe(re: Re): RuleDfa {
   const nfa = new Nfa();
   const start = nfa.state();
   const accept = nfa.emit(re, start);
-  return pruneDead(determinize(nfa, start, accept));
+  return minimize(pruneDead(determinize(nfa, start, accept)));
 }
 
 function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
@@ -310,7 +310,7 @@ export function intersect(a: RuleDfa, b: RuleDfa): RuleDfa {
   }
   const next = new Int32Array(rows.length * 256);
   rows.forEach((r, i) => next.set(r, i * 256));
-  return pruneDead({ count: rows.length, next, final: Uint8Array.from(finals), calls: rows.map(() => []) });
+  return minimize(pruneDead({ count: rows.length, next, final: Uint8Array.from(finals), calls: rows.map(() => []) }));
 }
 
 /** Complement of a call-free DFA over all byte strings (completed with a sink state). */
@@ -329,4 +329,108 @@ export function complement(d: RuleDfa): RuleDfa {
   if (d.count === 0) final[0] = 1;
   final[sink] = 1;
   return { count: n + 1, next, final, calls: Array.from({ length: n + 1 }, () => []) };
+}
+
+const MINIMIZE_LIMIT = 300;
+
+/**
+ * Merges equivalent states (Moore's partition refinement). Besides making automata smaller, this
+ * matters for speed: the matcher computes one vocabulary-wide mask per distinct state, and an
+ * unminimized DFA has several copies of e.g. "inside a string".
+ */
+export function minimize(d: RuleDfa): RuleDfa {
+  // Refinement takes as many rounds as the longest chain of states; large automata (long counted
+  // repetitions) are left as they are rather than paying that at compile time.
+  if (d.count <= 1 || d.count > MINIMIZE_LIMIT) return d;
+  let block = new Int32Array(d.count);
+  let blocks = 0;
+  {
+    const ids = new Map<string, number>();
+    for (let s = 0; s < d.count; s++) {
+      const c = d.calls[s];
+      const rules: number[] = [];
+      for (let j = 0; j < c.length; j += 2) rules.push(c[j]);
+      const k = `${d.final[s]}|${rules.sort((a, b) => a - b).join(",")}`;
+      let id = ids.get(k);
+      if (id === undefined) ids.set(k, (id = ids.size));
+      block[s] = id;
+    }
+    blocks = ids.size;
+  }
+  // Transitions as runs of equal targets (few per state), so each refinement round is cheap.
+  const runs: number[][] = [];
+  for (let s = 0; s < d.count; s++) {
+    const r: number[] = [];
+    let prev = -2;
+    for (let b = 0; b < 256; b++) {
+      const t = d.next[s * 256 + b];
+      if (t !== prev) {
+        r.push(b, t);
+        prev = t;
+      }
+    }
+    runs.push(r);
+  }
+  for (;;) {
+    const ids = new Map<string, number>();
+    const next = new Int32Array(d.count);
+    for (let s = 0; s < d.count; s++) {
+      let k = `${block[s]}:`;
+      let prev = -2;
+      const r = runs[s];
+      for (let j = 0; j < r.length; j += 2) {
+        const tb = r[j + 1] < 0 ? -1 : block[r[j + 1]];
+        if (tb !== prev) {
+          k += `${r[j]}=${tb};`;
+          prev = tb;
+        }
+      }
+      const c = d.calls[s];
+      const pairs: string[] = [];
+      for (let j = 0; j < c.length; j += 2) pairs.push(`${c[j]}>${block[c[j + 1]]}`);
+      k += pairs.sort().join(",");
+      let id = ids.get(k);
+      if (id === undefined) ids.set(k, (id = ids.size));
+      next[s] = id;
+    }
+    const changed = ids.size !== blocks;
+    block = next;
+    blocks = ids.size;
+    if (!changed) break;
+  }
+  // Renumber so the start state's block is 0.
+  const order = new Int32Array(blocks).fill(-1);
+  const rep = new Int32Array(blocks);
+  let n = 0;
+  order[block[0]] = n++;
+  rep[0] = 0;
+  for (let s = 0; s < d.count; s++) {
+    if (order[block[s]] < 0) {
+      order[block[s]] = n;
+      rep[n++] = s;
+    }
+  }
+  const nextOut = new Int32Array(blocks * 256).fill(-1);
+  const final = new Uint8Array(blocks);
+  const calls: number[][] = [];
+  for (let i = 0; i < blocks; i++) {
+    const s = rep[i];
+    for (let b = 0; b < 256; b++) {
+      const t = d.next[s * 256 + b];
+      if (t >= 0) nextOut[i * 256 + b] = order[block[t]];
+    }
+    final[i] = d.final[s];
+    const c = d.calls[s];
+    const row: number[] = [];
+    const seen = new Set<string>();
+    for (let j = 0; j < c.length; j += 2) {
+      const pair = `${c[j]},${order[block[c[j + 1]]]}`;
+      if (!seen.has(pair)) {
+        seen.add(pair);
+        row.push(c[j], order[block[c[j + 1]]]);
+      }
+    }
+    calls.push(row);
+  }
+  return { count: blocks, next: nextOut, final, calls };
 }

@@ -67,6 +67,7 @@ export class SchemaCompiler {
   private readonly byContent = new Map<string, number>();
   private anyValue: number | undefined;
   private anyString: number | undefined;
+  private readonly keyRules = new Map<string, number>();
   private readonly wsRe: Re;
 
   constructor(
@@ -327,7 +328,7 @@ export class SchemaCompiler {
     let extra: Re | null = null;
     if (extraSchema !== false) {
       const valueRule = this.rule(extraSchema, root, pointerAppend(pointer, "additionalProperties"));
-      extra = seq(lit('"'), embed(this.extraKeyContent(entries.map((e) => e.name))), lit('"'), w, lit(":"), w, call(valueRule));
+      extra = seq(call(this.extraKeyRule(entries.map((e) => e.name))), w, lit(":"), w, call(valueRule));
     }
     // After member i was written, the rest: required members follow with a comma, optional ones may.
     const rest = (from: number): Re => {
@@ -350,12 +351,24 @@ export class SchemaCompiler {
     return seq(lit("{"), w, alt(...options), w, lit("}"));
   }
 
-  /** Key text (between quotes) differing from every declared name; escapes are not produced. */
-  private extraKeyContent(declared: string[]): RuleDfa {
-    const plain = compileRe(star(PLAIN_JSON_CHAR));
-    if (declared.length === 0) return plain;
-    const names = compileRe(alt(...declared.map((n) => lit(JSON.stringify(n).slice(1, -1)))));
-    return intersect(plain, complement(names));
+  /**
+   * A quoted key differing from every declared name (escapes are not produced, so no other
+   * spelling of a declared name can slip through). Its own rule: key contents then have a small
+   * automaton of their own, whose token masks are shared by every object and grammar.
+   */
+  private extraKeyRule(declared: string[]): number {
+    const key = JSON.stringify([...declared].sort());
+    let id = this.keyRules.get(key);
+    if (id === undefined) {
+      let content: Re = star(PLAIN_JSON_CHAR);
+      if (declared.length) {
+        const names = compileRe(alt(...declared.map((n) => lit(JSON.stringify(n).slice(1, -1)))));
+        content = embed(intersect(compileRe(content), complement(names)));
+      }
+      id = this.builder.add(seq(lit('"'), content, lit('"')));
+      this.keyRules.set(key, id);
+    }
+    return id;
   }
 
   private array(schema: SchemaObject, root: unknown, pointer: string): Re {
