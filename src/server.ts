@@ -4,6 +4,7 @@ import { createApi, DEFAULT_MAX_BODY_BYTES } from "./api/app.ts";
 import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
 import type { Engine } from "./engine/types.ts";
 import type { Logger } from "./log.ts";
+import { createWorkspace } from "./workspace/index.ts";
 import { openSqliteStore, type DiscoveredModel, type Store } from "./store/index.ts";
 import { VERSION } from "./version.ts";
 
@@ -20,6 +21,9 @@ export interface ServeOptions {
   engine: Engine;
   /** Writes the demo model's directory under the given root; returns nothing, the scan finds it. */
   buildDemoModel?: (root: string) => Promise<void> | void;
+  /** Serve the account workspace on its own port (0: any free port) instead of under the API's. */
+  workspacePort?: number;
+  workspaceHost?: string;
 }
 
 export interface RunningServer {
@@ -28,6 +32,8 @@ export interface RunningServer {
   store: Store;
   /** The key created on the very first start, once; null on later starts. */
   firstKey: string | null;
+  /** Where the account workspace is served, e.g. http://127.0.0.1:8080/workspace/ */
+  workspaceUrl: string;
   syncCatalog(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -37,6 +43,7 @@ export const DEFAULT_ACCOUNT = "local";
 function ensureLocalAccount(store: Store): string | null {
   if (store.accounts.get(DEFAULT_ACCOUNT)) return null;
   const account = store.accounts.create(DEFAULT_ACCOUNT);
+  store.billing.setPlan(account.id, "unlimited");
   return store.keys.create(account.id, "created at first start").key;
 }
 
@@ -99,6 +106,18 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     ready: () => ready,
     version: VERSION,
   });
+  const ownPort = opts.workspacePort !== undefined;
+  let apiUrl = () => "";
+  const workspace = createWorkspace({
+    store,
+    log: log.child({ room: "workspace" }),
+    // The same base URL /v1/integrations announces: the public URL, else the API's own address.
+    apiBase: (req) => opts.publicUrl?.replace(/\/+$/, "") ?? (ownPort ? apiUrl() : new URL(req.url).origin),
+  });
+  if (!ownPort) {
+    api.all("/workspace", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });
+    api.all("/workspace/*", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });
+  }
   api.listen({
     hostname: opts.host,
     port: opts.port,
@@ -110,6 +129,18 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
   ready = true;
   const url = `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${server.port}`;
   log.info("listening", { url, version: VERSION });
+  apiUrl = () => url;
+  const wsServer = ownPort
+    ? Bun.serve({
+        hostname: opts.workspaceHost ?? opts.host,
+        port: opts.workspacePort,
+        fetch: (req, srv) => workspace.fetch(req, srv.requestIP(req)?.address),
+      })
+    : null;
+  const workspaceUrl = wsServer
+    ? `http://${(opts.workspaceHost ?? opts.host).includes(":") ? `[${opts.workspaceHost ?? opts.host}]` : (opts.workspaceHost ?? opts.host)}:${wsServer.port}/workspace/`
+    : `${url}/workspace/`;
+  log.info("account workspace", { url: workspaceUrl });
 
   const onHup = () => {
     log.info("SIGHUP: synchronising the catalog");
@@ -122,11 +153,13 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     port: server.port!,
     store,
     firstKey,
+    workspaceUrl,
     syncCatalog,
     async stop() {
       ready = false;
       process.off("SIGHUP", onHup);
       await api.stop(true);
+      await wsServer?.stop(true);
       await engine.close();
       store.close();
     },

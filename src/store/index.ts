@@ -1,9 +1,13 @@
 import { accountStore } from "./accounts.ts";
+import { billingStore } from "./billing.ts";
 import { catalogStore } from "./catalog.ts";
 import { openDatabase } from "./db.ts";
 import { keyStore } from "./keys.ts";
 import type { Store } from "./types.ts";
 import { usageStore } from "./usage.ts";
+import { sessionStore, signInThrottleStore } from "./sessions.ts";
+import { usageReportStore } from "./usage-reports.ts";
+import { userStore } from "./users.ts";
 
 export type * from "./types.ts";
 export { KEY_PREFIX } from "./keys.ts";
@@ -18,6 +22,11 @@ export function openSqliteStore(path: string): Store {
     keys: keyStore(db),
     catalog: catalogStore(db),
     usage: usageStore(db),
+    billing: billingStore(db),
+    users: userStore(db),
+    sessions: sessionStore(db),
+    signIns: signInThrottleStore(db),
+    usageReports: usageReportStore(db),
     healthy() {
       if (closed) return false;
       try {

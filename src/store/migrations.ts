@@ -62,6 +62,49 @@ export const MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX usage_account_time ON usage(account_id, created_at);
   `,
+  // 2: the account workspace: plans and a credit ledger, users, sessions, sign-in failures.
+  // Amounts are integer nano-USD so that a balance is an exact sum, never a drifting float.
+  `
+  ALTER TABLE accounts ADD COLUMN plan TEXT NOT NULL DEFAULT 'prepaid' CHECK (plan IN ('prepaid', 'unlimited'));
+  UPDATE accounts SET plan = 'unlimited' WHERE name = 'local';
+  CREATE TABLE ledger (
+    id INTEGER PRIMARY KEY,
+    account_id INTEGER NOT NULL REFERENCES accounts(id),
+    kind TEXT NOT NULL CHECK (kind IN ('charge', 'topup')),
+    amount_nano INTEGER NOT NULL,
+    request_id TEXT,
+    model_id TEXT,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    note TEXT,
+    created_at INTEGER NOT NULL
+  );
+  CREATE INDEX ledger_account_time ON ledger(account_id, created_at);
+  CREATE TABLE users (
+    id INTEGER PRIMARY KEY,
+    account_id INTEGER NOT NULL REFERENCES accounts(id),
+    email TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    password_hash TEXT NOT NULL,
+    role TEXT NOT NULL DEFAULT 'member' CHECK (role IN ('member', 'operator')),
+    created_at INTEGER NOT NULL
+  );
+  CREATE TABLE sessions (
+    token_hash TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    csrf_token TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+  );
+  CREATE INDEX sessions_user ON sessions(user_id);
+  CREATE TABLE sign_in_failures (
+    id INTEGER PRIMARY KEY,
+    email TEXT NOT NULL COLLATE NOCASE,
+    client TEXT NOT NULL,
+    at INTEGER NOT NULL
+  );
+  CREATE INDEX sign_in_failures_email ON sign_in_failures(email, at);
+  CREATE INDEX sign_in_failures_client ON sign_in_failures(client, at);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

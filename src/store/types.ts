@@ -116,11 +116,131 @@ export interface UsageStore {
   countAll(): number;
 }
 
+export type Plan = "prepaid" | "unlimited";
+
+export interface LedgerEntry {
+  id: number;
+  accountId: number;
+  kind: "charge" | "topup";
+  /** Signed: top-ups add, charges subtract. */
+  amountUsd: number;
+  requestId: string | null;
+  modelId: string | null;
+  promptTokens: number | null;
+  completionTokens: number | null;
+  note: string | null;
+  createdAt: number;
+}
+
+export interface ChargeInput {
+  accountId: number;
+  requestId: string;
+  modelId: string;
+  promptTokens: number;
+  completionTokens: number;
+  at?: number;
+}
+
+export interface BillingSummary {
+  plan: Plan;
+  balanceUsd: number;
+  /** Charges in [since, until), as a positive amount. */
+  spendUsd: number;
+  topUpsUsd: number;
+}
+
+export interface BillingStore {
+  plan(accountId: number): Plan;
+  setPlan(accountId: number, plan: Plan): void;
+  balanceUsd(accountId: number): number;
+  /** Whether a request may start: unlimited plans always, prepaid ones while the balance is positive. */
+  hasCredit(accountId: number): boolean;
+  /** Charges a finished request at the model's current prices; the entry, or null for an unknown model. */
+  charge(c: ChargeInput): LedgerEntry | null;
+  topUp(accountId: number, usd: number, note: string | null): LedgerEntry;
+  history(accountId: number, opts?: { since?: number; until?: number; limit?: number }): LedgerEntry[];
+  summary(accountId: number, since: number, until?: number): BillingSummary;
+}
+
+export type UserRole = "member" | "operator";
+
+export interface User {
+  id: number;
+  accountId: number;
+  accountName: string;
+  email: string;
+  role: UserRole;
+  createdAt: number;
+}
+
+export interface UserStore {
+  /** Hashes the password with argon2id; throws on a bad email, a short password or a taken email. */
+  create(input: { accountId: number; email: string; password: string; role?: UserRole }): Promise<User>;
+  /** The user whose email and password match, or null (same work either way: no user enumeration by timing). */
+  verify(email: string, password: string): Promise<User | null>;
+  setPassword(userId: number, password: string): Promise<void>;
+  get(id: number): User | null;
+  getByEmail(email: string): User | null;
+  list(accountId?: number): User[];
+  /** Deletes the user and its sessions. */
+  remove(userId: number): boolean;
+}
+
+export interface SessionInfo {
+  userId: number;
+  csrfToken: string;
+  createdAt: number;
+  expiresAt: number;
+}
+
+export interface SessionStore {
+  /** A new session; the plain token goes into the cookie, only its hash is stored. */
+  create(userId: number, ttlMs: number): { token: string; session: SessionInfo };
+  /** The live session behind a cookie token, or null when unknown or expired. */
+  get(token: string): SessionInfo | null;
+  destroy(token: string): void;
+  destroyForUser(userId: number): void;
+  purgeExpired(now?: number): number;
+}
+
+export interface SignInThrottleStore {
+  recordFailure(email: string, client: string, at?: number): void;
+  /** Failures since `since` for this email and for this client. */
+  failures(email: string, client: string, since: number): { email: number; client: number };
+  /** Forgets an email's failures after a successful sign-in. */
+  clear(email: string): void;
+}
+
+export interface DailyUsage {
+  /** UTC day, YYYY-MM-DD. */
+  day: string;
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+export interface ModelUsage {
+  modelId: string;
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+export interface UsageReportStore {
+  daily(accountId: number, since: number, until: number): DailyUsage[];
+  byModel(accountId: number, since: number, until: number): ModelUsage[];
+}
+
 export interface Store {
   accounts: AccountStore;
   keys: KeyStore;
   catalog: CatalogStore;
   usage: UsageStore;
+  billing: BillingStore;
+  users: UserStore;
+  sessions: SessionStore;
+  signIns: SignInThrottleStore;
+  usageReports: UsageReportStore;
   /** True while the underlying database answers. */
   healthy(): boolean;
   close(): void;

@@ -34,6 +34,9 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   const model = deps.store.catalog.getForAccount(key.accountId, req.model);
   if (!model) throw modelNotFound(req.model);
   const plan = planChat(req, model);
+  if (!deps.store.billing.hasCredit(key.accountId)) {
+    throw new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
+  }
 
   const started = performance.now();
   const abort = new AbortController();
@@ -194,6 +197,10 @@ function recordUsage(
       user: plan.user,
       metadata: plan.metadata,
     });
+    // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
+    if (status !== "error") {
+      deps.store.billing.charge({ accountId: key.accountId, requestId, modelId, promptTokens, completionTokens: acc.completionTokens() });
+    }
   } catch (e) {
     deps.log.error("could not record usage", { request_id: requestId, error: (e as Error).message });
   }

@@ -1,0 +1,16 @@
+// Static assets imported as text so that `bun build --compile` embeds them in the binary.
+import appCss from "./assets/app.css" with { type: "text" };
+import appJs from "./assets/app.js" with { type: "text" };
+
+interface Asset {
+  body: string;
+  type: string;
+}
+
+export const ASSETS: Record<string, Asset> = {
+  "app.css": { body: appCss, type: "text/css; charset=utf-8" },
+  "app.js": { body: appJs, type: "text/javascript; charset=utf-8" },
+};
+
+/** Changes whenever an asset does, so browsers may cache them for long. */
+export const ASSET_VERSION = Bun.hash(appCss + appJs).toString(36);

@@ -1,0 +1,182 @@
+// Admin (operators only): accounts, users, model access per account, prices, plans and top-ups.
+import type { Plan, UserRole } from "../../store/index.ts";
+import { dateTime, usd } from "../format.ts";
+import { html, type Html } from "../html.ts";
+import { redirect } from "../http.ts";
+import { BASE, csrfField, htmlResponse, page } from "../layout.ts";
+import type { Route, SignedCtx } from "../router.ts";
+
+function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Response {
+  const accounts = c.store.accounts.list();
+  const users = c.store.users.list();
+  const catalog = c.store.catalog.list();
+  const selected = c.store.accounts.get(c.url.searchParams.get("account") ?? "") ?? accounts[0] ?? null;
+  const csrf = csrfField(c.session.csrfToken);
+  const accountOptions = (current?: string): Html => html`${accounts.map((a) => html`<option${a.name === current ? html` selected` : ""}>${a.name}</option>`)}`;
+  const allowed = selected ? new Set(c.store.catalog.listForAccount(selected.id).map((m) => m.id)) : new Set<string>();
+  const body = html`<h1>Admin</h1>
+<p class="lead">Operator tools. Changes apply to the next API request.</p>
+${notice.ok ? html`<div class="notice ok" role="status">${notice.ok}</div>` : ""}
+${notice.error ? html`<div class="notice error" role="alert">${notice.error}</div>` : ""}
+<section class="panel"><h2>Accounts</h2><div class="table-wrap"><table>
+  <thead><tr><th scope="col">Account</th><th scope="col">Plan</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Keys</th><th scope="col" class="num">Users</th><th scope="col">Model access</th><th scope="col">Created</th></tr></thead>
+  <tbody>${accounts.map((a) => {
+    const plan = c.store.billing.plan(a.id);
+    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${plan === "unlimited" ? "∞" : usd(c.store.billing.balanceUsd(a.id))}</td><td class="num">${c.store.keys.count(a.id)}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td>${dateTime(a.createdAt)}</td></tr>`;
+  })}</tbody></table></div></section>
+<div class="grid2">
+  <section class="panel"><h2>Create an account</h2>
+    <form class="inline" method="post" action="${BASE}/admin/accounts">${csrf}
+      <div class="field grow"><label for="acct-name">Name</label><input id="acct-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" placeholder="lowercase, e.g. acme"></div>
+      <div class="field"><label for="acct-plan">Plan</label><select id="acct-plan" name="plan"><option>prepaid</option><option>unlimited</option></select></div>
+      <button type="submit">Create</button></form></section>
+  <section class="panel"><h2>Top up credit</h2>
+    <form class="inline" method="post" action="${BASE}/admin/topup">${csrf}
+      <div class="field"><label for="top-acct">Account</label><select id="top-acct" name="account">${accountOptions(selected?.name)}</select></div>
+      <div class="field"><label for="top-usd">USD</label><input id="top-usd" name="usd" type="number" min="0.000001" step="any" required></div>
+      <div class="field grow"><label for="top-note">Note</label><input id="top-note" name="note" maxlength="200"></div>
+      <button type="submit">Add credit</button></form>
+    <form class="inline" method="post" action="${BASE}/admin/plan">${csrf}
+      <div class="field"><label for="plan-acct">Account</label><select id="plan-acct" name="account">${accountOptions(selected?.name)}</select></div>
+      <div class="field"><label for="plan-plan">Plan</label><select id="plan-plan" name="plan"><option>prepaid</option><option>unlimited</option></select></div>
+      <button type="submit" class="secondary">Set plan</button></form></section>
+</div>
+<section class="panel"><h2>Users</h2><div class="table-wrap"><table>
+  <thead><tr><th scope="col">Email</th><th scope="col">Account</th><th scope="col">Role</th><th scope="col">Created</th></tr></thead>
+  <tbody>${users.map((u) => html`<tr><td>${u.email}</td><td>${u.accountName}</td><td>${u.role}</td><td>${dateTime(u.createdAt)}</td></tr>`)}</tbody></table></div>
+  <h2>Create a user</h2>
+  <form class="inline" method="post" action="${BASE}/admin/users">${csrf}
+    <div class="field grow"><label for="u-email">Email</label><input id="u-email" name="email" type="email" required autocomplete="off"></div>
+    <div class="field grow"><label for="u-pass">Initial password</label><input id="u-pass" name="password" type="password" minlength="10" required autocomplete="new-password"></div>
+    <div class="field"><label for="u-acct">Account</label><select id="u-acct" name="account">${accountOptions(selected?.name)}</select></div>
+    <div class="field"><label for="u-role">Role</label><select id="u-role" name="role"><option>member</option><option>operator</option></select></div>
+    <button type="submit">Create user</button></form></section>
+${selected
+    ? html`<section class="panel" id="access"><h2>Model access for ${selected.name}</h2>
+  <form method="get" action="${BASE}/admin" class="inline"><div class="field"><label for="acc-sel">Account</label><select id="acc-sel" name="account">${accountOptions(selected.name)}</select></div><button type="submit" class="secondary">Show</button></form>
+  <form method="post" action="${BASE}/admin/access">${csrf}<input type="hidden" name="account" value="${selected.name}">
+  <div class="table-wrap"><table><thead><tr><th scope="col">Allowed</th><th scope="col">Model</th><th scope="col">Status</th></tr></thead>
+  <tbody>${catalog.map((m) => {
+    const served = m.status === "active" && m.present && !m.loadError;
+    return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${served ? "" : html` disabled`}></td><td><label for="acc-${m.id}"><code>${m.id}</code></label></td><td>${served ? "served" : m.loadError ? "failed to load" : m.present ? "disabled" : "missing"}</td></tr>`;
+  })}</tbody></table></div>
+  <p><button type="submit">Save access</button></p></form></section>`
+    : ""}
+<section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens.</p><div class="table-wrap"><table>
+  <thead><tr><th scope="col">Model</th><th scope="col">Input / output</th></tr></thead>
+  <tbody>${catalog.map(
+    (m) => html`<tr><td><code>${m.id}</code></td><td><form class="inline" method="post" action="${BASE}/admin/prices">${csrf}<input type="hidden" name="model" value="${m.id}">
+      <div class="field"><label for="in-${m.id}">Input</label><input id="in-${m.id}" name="input" type="number" min="0" step="any" value="${m.inputPricePerMTok}" required></div>
+      <div class="field"><label for="out-${m.id}">Output</label><input id="out-${m.id}" name="output" type="number" min="0" step="any" value="${m.outputPricePerMTok}" required></div>
+      <button type="submit" class="small">Save</button></form></td></tr>`,
+  )}</tbody></table></div></section>`;
+  return htmlResponse(page({ title: "Admin", tab: "admin", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
+}
+
+/** Runs an admin change and redirects on success (so a reload does not repeat it) or re-renders the error. */
+async function change(c: SignedCtx, fn: () => string | Promise<string>, back = `${BASE}/admin`): Promise<Response> {
+  try {
+    const ok = await fn();
+    c.opts.log.info("workspace admin change", { by: c.user.email, change: ok });
+    return redirect(`${back}${back.includes("?") ? "&" : "?"}ok=${encodeURIComponent(ok)}`);
+  } catch (e) {
+    return adminPage(c, { error: (e as Error).message });
+  }
+}
+
+function account(c: SignedCtx) {
+  const a = c.store.accounts.get(c.field("account"));
+  if (!a) throw new Error(`no account named ${c.field("account")}`);
+  return a;
+}
+
+const PLANS: Plan[] = ["prepaid", "unlimited"];
+
+export const adminRoutes: Route[] = [
+  {
+    method: "GET",
+    path: "/admin",
+    access: "operator",
+    handle: (c) => adminPage(c, { ok: (c.url.searchParams.get("ok") ?? "").slice(0, 200) || undefined }),
+  },
+  {
+    method: "POST",
+    path: "/admin/accounts",
+    access: "operator",
+    handle: (c) =>
+      change(c, () => {
+        const plan = c.field("plan") as Plan;
+        if (!PLANS.includes(plan)) throw new Error("choose a plan");
+        const a = c.store.accounts.create(c.field("name"));
+        c.store.billing.setPlan(a.id, plan);
+        return `created account ${a.name} (${plan})`;
+      }),
+  },
+  {
+    method: "POST",
+    path: "/admin/users",
+    access: "operator",
+    handle: (c) =>
+      change(c, async () => {
+        const role = c.field("role") as UserRole;
+        const u = await c.store.users.create({ accountId: account(c).id, email: c.field("email"), password: c.fields("password")[0] ?? "", role });
+        return `created user ${u.email} in ${u.accountName}`;
+      }),
+  },
+  {
+    method: "POST",
+    path: "/admin/topup",
+    access: "operator",
+    handle: (c) =>
+      change(c, () => {
+        const a = account(c);
+        const amount = Number(c.field("usd"));
+        c.store.billing.topUp(a.id, amount, c.field("note") || `top-up by ${c.user.email}`);
+        return `added ${usd(amount)} to ${a.name}`;
+      }),
+  },
+  {
+    method: "POST",
+    path: "/admin/plan",
+    access: "operator",
+    handle: (c) =>
+      change(c, () => {
+        const a = account(c);
+        c.store.billing.setPlan(a.id, c.field("plan") as Plan);
+        return `${a.name} is now on the ${c.field("plan")} plan`;
+      }),
+  },
+  {
+    method: "POST",
+    path: "/admin/access",
+    access: "operator",
+    handle: (c) => {
+      const a = c.store.accounts.get(c.field("account"));
+      return change(
+        c,
+        () => {
+          if (!a) throw new Error(`no account named ${c.field("account")}`);
+          const want = new Set(c.fields("model"));
+          const have = new Set(c.store.catalog.listForAccount(a.id).map((m) => m.id));
+          for (const m of c.store.catalog.listServed()) {
+            if (want.has(m.id) && !have.has(m.id)) c.store.catalog.grant(a.id, m.id);
+            if (!want.has(m.id) && have.has(m.id)) c.store.catalog.revoke(a.id, m.id);
+          }
+          return `saved model access for ${a.name}`;
+        },
+        `${BASE}/admin?account=${encodeURIComponent(a?.name ?? "")}`,
+      );
+    },
+  },
+  {
+    method: "POST",
+    path: "/admin/prices",
+    access: "operator",
+    handle: (c) =>
+      change(c, () => {
+        const id = c.field("model");
+        if (!c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")))) throw new Error(`no model ${id}`);
+        return `saved prices of ${id}`;
+      }),
+  },
+];

@@ -1,0 +1,106 @@
+// The workspace's internal JSON routes (not under /v1): the same data as the pages, for scripts
+// and for tests. Every route is scoped to the signed-in user's account.
+import type { ApiKeyInfo } from "../../store/index.ts";
+import { json } from "../http.ts";
+import type { Route } from "../router.ts";
+import { billingData } from "./billing.ts";
+import { usageData } from "./usage.ts";
+
+const keyJson = (k: ApiKeyInfo) => ({
+  id: k.id,
+  label: k.label,
+  prefix: k.prefix,
+  created_at: k.createdAt,
+  last_used_at: k.lastUsedAt,
+  revoked_at: k.revokedAt,
+});
+
+export const apiRoutes: Route[] = [
+  {
+    method: "GET",
+    path: "/api/me",
+    access: "user",
+    handle: (c) => json({ email: c.user.email, role: c.user.role, account: c.user.accountName, csrf_token: c.session.csrfToken }),
+  },
+  { method: "GET", path: "/api/keys", access: "user", handle: (c) => json({ data: c.store.keys.list(c.user.accountId).map(keyJson) }) },
+  {
+    method: "POST",
+    path: "/api/keys",
+    access: "user",
+    handle(c) {
+      const label = c.field("label");
+      if (!label || label.length > 80) return json({ error: "label must have 1 to 80 characters" }, 400);
+      const { key, info } = c.store.keys.create(c.user.accountId, label);
+      return json({ key, ...keyJson(info) }, 201);
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/keys/:id/revoke",
+    access: "user",
+    handle: (c) =>
+      c.store.keys.revoke(c.params.id!, c.user.accountId) ? json({ id: c.params.id, revoked: true }) : json({ error: "no such active key" }, 404),
+  },
+  {
+    method: "GET",
+    path: "/api/usage",
+    access: "user",
+    handle(c) {
+      const d = usageData(c);
+      return json({
+        from: d.range.from,
+        to: d.range.to,
+        daily: d.daily.map((x) => ({ day: x.day, requests: x.requests, prompt_tokens: x.promptTokens, completion_tokens: x.completionTokens })),
+        by_model: d.byModel.map((x) => ({ model: x.modelId, requests: x.requests, prompt_tokens: x.promptTokens, completion_tokens: x.completionTokens })),
+        recent: d.recent.map((u) => ({
+          time: u.createdAt,
+          request_id: u.requestId,
+          model: u.modelId,
+          prompt_tokens: u.promptTokens,
+          completion_tokens: u.completionTokens,
+          latency_ms: u.latencyMs,
+          status: u.status,
+        })),
+      });
+    },
+  },
+  {
+    method: "GET",
+    path: "/api/models",
+    access: "user",
+    handle: (c) =>
+      json({
+        data: c.store.catalog.listForAccount(c.user.accountId).map((m) => ({
+          id: m.id,
+          context_length: m.contextLength,
+          input_per_million_tokens: m.inputPricePerMTok,
+          output_per_million_tokens: m.outputPricePerMTok,
+          capabilities: { tools: m.supportsTools, structured_output: m.supportsStructured, images: m.supportsImages },
+        })),
+      }),
+  },
+  {
+    method: "GET",
+    path: "/api/billing",
+    access: "user",
+    handle(c) {
+      const { summary, history } = billingData(c);
+      return json({
+        plan: summary.plan,
+        balance_usd: summary.balanceUsd,
+        period_spend_usd: summary.spendUsd,
+        period_top_ups_usd: summary.topUpsUsd,
+        history: history.map((e) => ({
+          time: e.createdAt,
+          kind: e.kind,
+          amount_usd: e.amountUsd,
+          request_id: e.requestId,
+          model: e.modelId,
+          prompt_tokens: e.promptTokens,
+          completion_tokens: e.completionTokens,
+          note: e.note,
+        })),
+      });
+    },
+  },
+];

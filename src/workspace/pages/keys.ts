@@ -1,0 +1,92 @@
+// Keys: create (the key is shown once), list, revoke after a confirmation page.
+import type { ApiKeyInfo } from "../../store/index.ts";
+import { dateTime } from "../format.ts";
+import { html } from "../html.ts";
+import { redirect } from "../http.ts";
+import { BASE, csrfField, htmlResponse, page } from "../layout.ts";
+import type { Route, SignedCtx } from "../router.ts";
+import { notFoundPage } from "./errors.ts";
+
+function keysPage(c: SignedCtx, notice: { created?: { key: string; info: ApiKeyInfo }; revoked?: string; error?: string }) {
+  const keys = c.store.keys.list(c.user.accountId).sort((a, b) => Number(a.revokedAt !== null) - Number(b.revokedAt !== null) || b.createdAt - a.createdAt);
+  const created = notice.created;
+  const body = html`<h1>API keys</h1>
+<p class="lead">Keys authenticate requests to the API as <strong>${c.user.accountName}</strong>. Only a hash is stored: a key is shown once, when it is created.</p>
+${created
+    ? html`<div class="notice key" role="status"><strong>Your new key${created.info.label ? html` “${created.info.label}”` : ""}.</strong> Copy it now: it will not be shown again.
+  <div class="secret"><input id="new-key" readonly value="${created.key}" aria-label="The new API key"><button type="button" data-copy="new-key" data-status="copy-status">Copy</button></div>
+  <div id="copy-status" class="copy-status" aria-live="polite"></div></div>`
+    : ""}
+${notice.revoked ? html`<div class="notice ok" role="status">Key ${notice.revoked} was revoked. Requests with it are refused from now on.</div>` : ""}
+${notice.error ? html`<div class="notice error" role="alert">${notice.error}</div>` : ""}
+<section class="panel">
+  <h2>Create a key</h2>
+  <form class="inline" method="post" action="${BASE}/keys">${csrfField(c.session.csrfToken)}
+    <div class="field grow"><label for="label">Label</label><input id="label" name="label" maxlength="80" placeholder="e.g. laptop, CI, editor" required></div>
+    <button type="submit">Create key</button>
+  </form>
+</section>
+<section class="panel">
+  <h2>Your keys</h2>
+  ${keys.length === 0
+    ? html`<p class="empty">No keys yet.</p>`
+    : html`<div class="table-wrap"><table>
+    <thead><tr><th scope="col">Label</th><th scope="col">Key</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Status</th><th scope="col"><span class="hide-sm">Actions</span></th></tr></thead>
+    <tbody>${keys.map(
+      (k) => html`<tr class="${k.revokedAt ? "revoked" : ""}" data-key-id="${k.id}"><td>${k.label ?? "—"}</td><td class="mono">${k.prefix}…</td><td>${dateTime(k.createdAt)}</td><td>${k.lastUsedAt ? dateTime(k.lastUsedAt) : "never"}</td>
+      <td>${k.revokedAt ? html`<span class="badge bad">revoked</span>` : html`<span class="badge yes">active</span>`}</td>
+      <td>${k.revokedAt ? "" : html`<a class="button small danger-outline" href="${BASE}/keys/${k.id}/revoke" aria-label="Revoke key ${k.label ?? k.prefix}">Revoke</a>`}</td></tr>`,
+    )}</tbody></table></div>`}
+</section>`;
+  return htmlResponse(page({ title: "API keys", tab: "keys", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
+}
+
+const ownActiveKey = (c: SignedCtx) =>
+  c.store.keys.list(c.user.accountId).find((k) => k.id === c.params.id && k.revokedAt === null) ?? null;
+
+export const keyRoutes: Route[] = [
+  {
+    method: "GET",
+    path: "/keys",
+    access: "user",
+    handle: (c) => keysPage(c, { revoked: /^key_[0-9A-Za-z]+$/.test(c.url.searchParams.get("revoked") ?? "") ? c.url.searchParams.get("revoked")! : undefined }),
+  },
+  {
+    method: "POST",
+    path: "/keys",
+    access: "user",
+    handle(c) {
+      const label = c.field("label");
+      if (!label || label.length > 80) return keysPage(c, { error: "Give the key a label of 1 to 80 characters." });
+      return keysPage(c, { created: c.store.keys.create(c.user.accountId, label) });
+    },
+  },
+  {
+    method: "GET",
+    path: "/keys/:id/revoke",
+    access: "user",
+    handle(c) {
+      const k = ownActiveKey(c);
+      if (!k) return notFoundPage(c);
+      const body = html`<h1>Revoke a key</h1>
+<section class="panel">
+  <p>Revoke <strong>${k.label ?? "unlabelled key"}</strong> (<code>${k.prefix}…</code>, created ${dateTime(k.createdAt)})? Requests that use it will be refused at once. This cannot be undone.</p>
+  <form class="inline" method="post" action="${BASE}/keys/${k.id}/revoke">${csrfField(c.session.csrfToken)}
+    <button type="submit" class="danger">Revoke key</button>
+    <a class="button secondary" href="${BASE}/keys">Cancel</a>
+  </form>
+</section>`;
+      return htmlResponse(page({ title: "Revoke key", tab: "keys", user: c.user, csrf: c.session.csrfToken, body }));
+    },
+  },
+  {
+    method: "POST",
+    path: "/keys/:id/revoke",
+    access: "user",
+    handle(c) {
+      // Scoped to the signed-in account: another account's key id is simply not found.
+      if (!c.store.keys.revoke(c.params.id!, c.user.accountId)) return notFoundPage(c);
+      return redirect(`${BASE}/keys?revoked=${encodeURIComponent(c.params.id!)}`);
+    },
+  },
+];

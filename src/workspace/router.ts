@@ -1,0 +1,68 @@
+// Route and context types shared by the pages, and the small path matcher they use.
+import type { Logger } from "../log.ts";
+import type { SessionInfo, Store, User } from "../store/index.ts";
+
+export interface WorkspaceOptions {
+  store: Store;
+  log: Logger;
+  /** The API's base URL as clients should use it (without /v1), for a request to the workspace. */
+  apiBase: (request: Request) => string;
+  /** How long a session lasts; 12 hours by default. */
+  sessionTtlMs?: number;
+  /** Sign-in throttling: failures allowed per email and per client within the window. */
+  throttle?: { windowMs: number; perEmail: number; perClient: number };
+}
+
+export interface BaseCtx {
+  request: Request;
+  url: URL;
+  params: Record<string, string>;
+  opts: WorkspaceOptions;
+  store: Store;
+  /** The client's address (for throttling), or "unknown". */
+  client: string;
+  /** First value of a submitted field, trimmed; "" when absent. */
+  field(name: string): string;
+  fields(name: string): string[];
+}
+
+export interface SignedCtx extends BaseCtx {
+  user: User;
+  session: SessionInfo;
+}
+
+export type Access = "public" | "user" | "operator";
+
+export type Route =
+  | { method: "GET" | "POST"; path: string; access: "public"; handle(c: BaseCtx): Response | Promise<Response> }
+  | { method: "GET" | "POST"; path: string; access: "user" | "operator"; handle(c: SignedCtx): Response | Promise<Response> };
+
+export interface CompiledRoute {
+  route: Route;
+  re: RegExp;
+  names: string[];
+}
+
+/** '/keys/:id/revoke' → a RegExp with one group per ':name' (a single path segment). */
+export function compile(route: Route): CompiledRoute {
+  const names: string[] = [];
+  const src = route.path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/:([a-z]+)/g, (_, n: string) => {
+    names.push(n);
+    return "([^/]+)";
+  });
+  return { route, re: new RegExp(`^${src}$`), names };
+}
+
+export function match(routes: CompiledRoute[], method: string, path: string) {
+  let pathMatched = false;
+  for (const r of routes) {
+    const m = r.re.exec(path);
+    if (!m) continue;
+    pathMatched = true;
+    if (r.route.method !== method && !(method === "HEAD" && r.route.method === "GET")) continue;
+    const params: Record<string, string> = {};
+    r.names.forEach((n, i) => (params[n] = decodeURIComponent(m[i + 1]!)));
+    return { route: r.route, params };
+  }
+  return pathMatched ? "method" : null;
+}

@@ -1,0 +1,233 @@
+// The workspace over HTTP against the real server: sign-in, sessions and CSRF, account isolation
+// through the internal JSON routes, billing enforcement and charges, CSV export, its own port.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createEngine } from "../../src/engine/index.ts";
+import { silentLogger } from "../../src/log.ts";
+import { startServer } from "../../src/server.ts";
+import { syntheticModel, tinyModelsRoot } from "../helpers/models.ts";
+import { tempDir } from "../helpers/paths.ts";
+import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { makeAccount, PASSWORD, WorkspaceClient } from "./helpers.ts";
+
+const MODEL = "ws/tiny";
+let server: TestServer;
+let modelsDir: string;
+
+beforeAll(async () => {
+  modelsDir = tinyModelsRoot() + "/workspace";
+  await syntheticModel(modelsDir, "ws/tiny", { preset: "tiny-bytes", seed: 5, id: MODEL });
+  server = await startTestServer({ modelsDir });
+});
+afterAll(async () => {
+  await server?.cleanup();
+});
+
+const chat = (key: string, maxTokens = 4) =>
+  fetch(`${server.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: maxTokens }),
+  });
+
+describe("sign-in and sessions", () => {
+  test("pages need a session; sign-in sets an HttpOnly SameSite cookie; sign-out ends it", async () => {
+    await makeAccount(server.store, "alpha");
+    const c = new WorkspaceClient(server.url);
+    const anon = await c.get("/workspace/keys");
+    expect(anon.status).toBe(303);
+    expect(anon.headers.get("location")).toBe("/workspace/signin");
+    expect((await c.get("/workspace/api/keys")).status).toBe(401);
+
+    const wrong = await c.signIn("alpha@example.com", "not the password");
+    expect(wrong.status).toBe(401);
+    expect(await wrong.text()).toContain("Wrong email or password");
+
+    const ok = await c.signIn("alpha@example.com", PASSWORD);
+    expect(ok.status).toBe(303);
+    const cookie = ok.headers.getSetCookie().find((s) => s.startsWith("sluice_session="))!;
+    expect(cookie).toContain("HttpOnly");
+    expect(cookie).toMatch(/SameSite=(Lax|Strict)/);
+    const page = await c.get("/workspace/keys");
+    expect(page.status).toBe(200);
+    expect(page.headers.get("content-security-policy")).toContain("script-src 'self'");
+    const html = await page.text();
+    expect(html).toContain("alpha@example.com");
+    // No external resource: everything is served from /workspace/assets.
+    expect(html).not.toMatch(/(src|href)="https?:\/\//);
+
+    expect((await c.form("/workspace/signout", {})).status).toBe(303);
+    expect((await c.get("/workspace/api/keys")).status).toBe(401);
+  });
+
+  test("the sign-in form itself needs its token", async () => {
+    const res = await fetch(`${server.url}/workspace/signin`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ email: "alpha@example.com", password: PASSWORD }),
+      redirect: "manual",
+    });
+    expect(res.status).toBe(403);
+    expect(res.headers.getSetCookie().some((s) => s.startsWith("sluice_session="))).toBe(false);
+  });
+
+  test("repeated failures throttle the email, even with the right password", async () => {
+    await makeAccount(server.store, "throttled");
+    const c = new WorkspaceClient(server.url);
+    for (let i = 0; i < 5; i++) expect((await c.signIn("throttled@example.com", `wrong-${i}-password`)).status).toBe(401);
+    const blocked = await c.signIn("throttled@example.com", PASSWORD);
+    expect(blocked.status).toBe(429);
+    expect(await blocked.text()).toContain("Too many failed sign-ins");
+  });
+
+  test("CSRF-less posts are refused and change nothing", async () => {
+    const { account } = await makeAccount(server.store, "csrf");
+    const c = new WorkspaceClient(server.url);
+    await c.signIn("csrf@example.com", PASSWORD);
+    const before = server.store.keys.list(account.id).length;
+    const noToken = await c.form("/workspace/keys", { label: "sneaky" }, false);
+    expect(noToken.status).toBe(403);
+    const badToken = await c.form("/workspace/keys", { label: "sneaky", _csrf: "x".repeat(32) });
+    expect(badToken.status).toBe(403);
+    expect((await c.postJson("/workspace/api/keys", { label: "sneaky" }, false)).status).toBe(403);
+    expect(server.store.keys.list(account.id).length).toBe(before);
+    const good = await c.form("/workspace/keys", { label: "fine" });
+    expect(good.status).toBe(200);
+    expect(server.store.keys.list(account.id).length).toBe(before + 1);
+  });
+});
+
+describe("account isolation", () => {
+  test("an account sees and revokes only its own keys and usage", async () => {
+    const a = await makeAccount(server.store, "iso-a", { plan: "unlimited" });
+    const b = await makeAccount(server.store, "iso-b", { plan: "unlimited" });
+    const ca = new WorkspaceClient(server.url);
+    const cb = new WorkspaceClient(server.url);
+    await ca.signIn(a.email, PASSWORD);
+    await cb.signIn(b.email, PASSWORD);
+
+    const created = (await (await ca.postJson("/workspace/api/keys", { label: "a-key" })).json()) as { key: string; id: string };
+    expect(created.key).toMatch(/^sk-sluice-/);
+    expect((await chat(created.key)).status).toBe(200);
+
+    const aKeys = (await (await ca.get("/workspace/api/keys")).json()) as { data: { id: string }[] };
+    expect(aKeys.data.map((k) => k.id)).toEqual([created.id]);
+    const bKeys = (await (await cb.get("/workspace/api/keys")).json()) as { data: { id: string }[] };
+    expect(bKeys.data).toEqual([]);
+    const bUsage = (await (await cb.get("/workspace/api/usage")).json()) as { recent: unknown[] };
+    expect(bUsage.recent).toEqual([]);
+    const aUsage = (await (await ca.get("/workspace/api/usage")).json()) as { recent: { model: string }[] };
+    expect(aUsage.recent.map((r) => r.model)).toEqual([MODEL]);
+
+    // B cannot revoke A's key, neither through JSON nor through the page.
+    expect((await cb.postJson(`/workspace/api/keys/${created.id}/revoke`, {})).status).toBe(404);
+    expect((await cb.form(`/workspace/keys/${created.id}/revoke`, {})).status).toBe(404);
+    expect((await cb.get(`/workspace/keys/${created.id}/revoke`)).status).toBe(404);
+    const keysPage = await (await cb.get("/workspace/keys")).text();
+    expect(keysPage).not.toContain(created.id);
+    expect((await chat(created.key)).status).toBe(200);
+
+    expect((await ca.postJson(`/workspace/api/keys/${created.id}/revoke`, {})).status).toBe(200);
+    expect((await chat(created.key)).status).toBe(401);
+  });
+
+  test("admin pages and routes are for operators only", async () => {
+    const m = await makeAccount(server.store, "member-only");
+    const c = new WorkspaceClient(server.url);
+    await c.signIn(m.email, PASSWORD);
+    expect((await c.get("/workspace/admin")).status).toBe(403);
+    expect((await c.form("/workspace/admin/topup", { account: "member-only", usd: "100" })).status).toBe(403);
+    expect(server.store.billing.balanceUsd(m.account.id)).toBe(0);
+  });
+});
+
+describe("billing", () => {
+  test("charges match the token counts and prices; no credit left → 429 insufficient_quota", async () => {
+    server.store.catalog.setPrices(MODEL, 1000, 3000);
+    try {
+      const { account } = await makeAccount(server.store, "payg", { usd: 0.000001 });
+      const { key } = server.store.keys.create(account.id, "billing");
+      const res = await chat(key, 3);
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { id: string; usage: { prompt_tokens: number; completion_tokens: number } };
+      const expected = (body.usage.prompt_tokens * 1000 + body.usage.completion_tokens * 3000) / 1e6;
+      const history = server.store.billing.history(account.id);
+      const charge = history.find((e) => e.kind === "charge")!;
+      expect(charge.modelId).toBe(MODEL);
+      expect(charge.promptTokens).toBe(body.usage.prompt_tokens);
+      expect(charge.completionTokens).toBe(body.usage.completion_tokens);
+      expect(charge.amountUsd).toBeCloseTo(-expected, 12);
+      expect(server.store.billing.balanceUsd(account.id)).toBeCloseTo(0.000001 - expected, 12);
+
+      const usageBefore = server.store.usage.list(account.id).length;
+      const refused = await chat(key, 3);
+      expect(refused.status).toBe(429);
+      expect(((await refused.json()) as { error: Record<string, unknown> }).error).toMatchObject({
+        type: "insufficient_quota",
+        code: "insufficient_quota",
+      });
+      // Refused before any generation: nothing recorded, nothing charged.
+      expect(server.store.usage.list(account.id).length).toBe(usageBefore);
+      expect(server.store.billing.history(account.id).filter((e) => e.kind === "charge").length).toBe(1);
+
+      server.store.billing.topUp(account.id, 1, "more");
+      expect((await chat(key, 3)).status).toBe(200);
+
+      const c = new WorkspaceClient(server.url);
+      await c.signIn("payg@example.com", PASSWORD);
+      const billing = (await (await c.get("/workspace/api/billing")).json()) as { plan: string; balance_usd: number; period_spend_usd: number; history: { kind: string }[] };
+      expect(billing.plan).toBe("prepaid");
+      expect(billing.history.filter((h) => h.kind === "charge").length).toBe(2);
+      expect(billing.balance_usd).toBeCloseTo(1.000001 - billing.period_spend_usd, 9);
+    } finally {
+      server.store.catalog.setPrices(MODEL, 0, 0);
+    }
+  });
+
+  test("a new prepaid account with no credit is refused; the local account is unlimited", async () => {
+    const { account } = await makeAccount(server.store, "broke");
+    const { key } = server.store.keys.create(account.id, null);
+    expect((await chat(key)).status).toBe(429);
+    const local = server.store.accounts.get("local")!;
+    expect(server.store.billing.plan(local.id)).toBe("unlimited");
+    expect(server.store.billing.balanceUsd(local.id)).toBe(0);
+    expect((await chat(server.key)).status).toBe(200);
+  });
+});
+
+describe("usage export", () => {
+  test("CSV has one row per request of the account", async () => {
+    const { account, email } = await makeAccount(server.store, "csv", { plan: "unlimited" });
+    const { key } = server.store.keys.create(account.id, null);
+    for (let i = 0; i < 2; i++) expect((await chat(key)).status).toBe(200);
+    const c = new WorkspaceClient(server.url);
+    await c.signIn(email, PASSWORD);
+    const res = await c.get("/workspace/usage.csv");
+    expect(res.headers.get("content-type")).toContain("text/csv");
+    const lines = (await res.text()).trim().split("\r\n");
+    expect(lines[0]).toStartWith("time,request_id,model,prompt_tokens");
+    expect(lines.length).toBe(3);
+    expect(lines[1]).toContain(MODEL);
+  });
+});
+
+test("--workspace-port: the workspace on its own port and not under the API's", async () => {
+  const data = tempDir("sluice-ws-port-");
+  const engine = await createEngine({ log: silentLogger(), device: "cpu", threads: 1 });
+  const s = await startServer({ host: "127.0.0.1", port: 0, workspacePort: 0, dataDir: data.path, modelsDir, demoModel: false, log: silentLogger(), engine });
+  try {
+    expect(s.workspaceUrl).not.toStartWith(s.url);
+    expect((await fetch(`${s.url}/workspace/signin`)).status).toBe(404);
+    const page = await fetch(`${s.workspaceUrl}signin`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain("Sign in");
+    await makeAccount(s.store, "porty", { plan: "unlimited" });
+    const c = new WorkspaceClient(s.workspaceUrl);
+    expect((await c.signIn("porty@example.com", PASSWORD)).status).toBe(303);
+    const integ = await (await c.get("/workspace/integrations")).text();
+    // The base URL is the API's, not the workspace's.
+    expect(integ).toContain(`${s.url}/v1`);
+  } finally {
+    await s.stop();
+    data.remove();
+  }
+});
