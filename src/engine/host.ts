@@ -10,8 +10,10 @@ import {
   type GenerateRequest,
   type Generation,
   type GenerationEvent,
+  type EngineStats,
   type ModelLoadResult,
   type ModelSource,
+  type ModelStats,
 } from "./types.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./worker/protocol.ts";
 
@@ -19,6 +21,13 @@ export interface EngineOptions {
   log: Logger;
   device: Device;
   threads: number;
+  /**
+   * KV memory per model (running sequences + prefix cache). Absent: SLUICE_KV_BUDGET_MB from the
+   * environment, else a quarter of the machine's memory up to 8 GiB.
+   */
+  kvBudgetBytes?: number;
+  /** Requests per model that may wait for KV memory (absent: SLUICE_MAX_QUEUE, else 64). */
+  maxQueue?: number;
   /** Worker entry; overridable so the compiled binary can point at its embedded copy. */
   workerUrl?: string | URL;
 }
@@ -78,6 +87,7 @@ class ModelWorker {
   private nextRid = 1;
   private pending = new Map<number, Pending>();
   model: EngineModel | null = null;
+  stats: ModelStats | null = null;
 
   private constructor(
     readonly source: ModelSource,
@@ -109,7 +119,17 @@ class ModelWorker {
           resolve({ worker: null, error });
         }
       };
-      mw.post({ type: "load", options: { id: source.id, dir: source.dir, device: opts.device, threads: opts.threads } });
+      mw.post({
+        type: "load",
+        options: {
+          id: source.id,
+          dir: source.dir,
+          device: opts.device,
+          threads: opts.threads,
+          kvBudgetBytes: opts.kvBudgetBytes ?? envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20,
+          maxQueue: opts.maxQueue ?? envNumber("SLUICE_MAX_QUEUE"),
+        },
+      });
     });
   }
 
@@ -149,6 +169,9 @@ class ModelWorker {
         p?.channel.end(m.error ? new Error(m.error) : undefined);
         return;
       }
+      case "stats":
+        this.stats = m.stats;
+        return;
       case "closed":
         return;
     }
@@ -185,6 +208,12 @@ class ModelWorker {
     });
     this.worker.terminate();
   }
+}
+
+/** A positive number from the environment, or 0 (the worker's default). */
+function envNumber(name: string): number {
+  const v = Number(process.env[name]);
+  return Number.isFinite(v) && v > 0 ? v : 0;
 }
 
 function toError(r: RejectInfo): Error {
@@ -229,6 +258,10 @@ export class WorkerEngine implements Engine {
     const w = this.workers.get(request.modelId);
     if (!w) return Promise.reject(new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found"));
     return w.start(request);
+  }
+
+  stats(): EngineStats {
+    return { models: [...this.workers.values()].flatMap((w) => (w.stats ? [w.stats] : [])) };
   }
 
   async close(): Promise<void> {

@@ -155,6 +155,34 @@ export interface ModelLoadResult {
   error: string | null;
 }
 
+/** A model's scheduler and KV cache at one moment (gauges) and since it loaded (counters). */
+export interface ModelStats {
+  model: string;
+  /** Requests generating (prefilling or decoding) and their sequences (one per choice). */
+  runningRequests: number;
+  runningSequences: number;
+  /** Requests admitted but waiting for KV memory, and the most that may wait. */
+  queuedRequests: number;
+  queueLimit: number;
+  /** Sequences in the last batched decode step. */
+  lastBatchSize: number;
+  kvBudgetBytes: number;
+  /** Reserved by running sequences plus held by the prefix cache. */
+  kvUsedBytes: number;
+  prefixCacheBytes: number;
+  prefixCacheEntries: number;
+  prefixCacheHits: number;
+  prefixCacheReusedTokens: number;
+  promptTokensComputed: number;
+  generatedTokens: number;
+  decodeSteps: number;
+  rejectedBusy: number;
+}
+
+export interface EngineStats {
+  models: ModelStats[];
+}
+
 export interface Engine {
   /**
    * Makes exactly these models the served set: loads new ones, keeps loaded ones whose directory
@@ -164,5 +192,7 @@ export interface Engine {
   models(): EngineModel[];
   /** Validates and tokenises; throws EngineRequestError / EngineBusyError before any output. */
   start(request: GenerateRequest): Promise<Generation>;
+  /** The latest scheduler and KV gauges per loaded model (for /metrics). */
+  stats?(): EngineStats;
   close(): Promise<void>;
 }

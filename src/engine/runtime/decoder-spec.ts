@@ -24,15 +24,30 @@ export interface DecoderSpec {
   headDim: number;
   vocabSize: number;
   contextLength: number;
+  /**
+   * GroupQueryAttention-style cache (sluice.json graph.past_present_share_buffer, or genai_config's
+   * search.past_present_share_buffer): each row's tokens sit at [0, length) of a fixed buffer, the
+   * batch is right padded, and feeding the same buffer as past and present writes in place.
+   * Otherwise the standard contract: present = concat(past, new), batches left padded.
+   */
+  sharedBuffer: boolean;
+  /** Longest cache buffer the graph accepts (its rotary table's size). */
+  maxCacheLength: number;
 }
 
 export interface ModelFiles {
   onnxPath: string;
   config: Record<string, unknown>;
   genai: GenaiConfig | null;
+  card: SluiceGraphCard | null;
+}
+
+interface SluiceGraphCard {
+  graph?: { variant?: string; past_present_share_buffer?: boolean; max_cache_length?: number };
 }
 
 interface GenaiConfig {
+  search?: { past_present_share_buffer?: boolean; max_length?: number };
   model?: {
     context_length?: number;
     vocab_size?: number;
@@ -64,7 +79,7 @@ export function locateModelFiles(dir: string): ModelFiles {
   ].filter((p): p is string => p !== null);
   const onnxPath = candidates.find((p) => existsSync(p));
   if (!onnxPath) throw new Error(`no decoder ONNX file (looked for ${candidates.map((c) => c.slice(dir.length + 1)).join(", ")})`);
-  return { onnxPath, config, genai };
+  return { onnxPath, config, genai, card: readJson<SluiceGraphCard>(join(dir, "sluice.json")) };
 }
 
 const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
@@ -135,5 +150,7 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
     headDim,
     vocabSize,
     contextLength,
+    sharedBuffer: files.card?.graph?.past_present_share_buffer === true || files.genai?.search?.past_present_share_buffer === true,
+    maxCacheLength: num(files.card?.graph?.max_cache_length) ?? num(files.genai?.search?.max_length) ?? contextLength,
   };
 }

@@ -1,15 +1,27 @@
-// One decoder session and the KV cache it reads and writes. This is the only place that feeds
-// ONNX Runtime during generation.
+// One decoder session: the ONNX Runtime session and what its graph expects. The KV caches and
+// batched runs that feed it live in src/engine/batching.
 import * as ort from "onnxruntime-node";
 import { decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
-import { floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
+import { floatSlice, floatTensor, int64Tensor, reusable } from "./tensors.ts";
 
 export interface SessionOptions {
   providers: ("cuda" | "cpu")[];
   threads: number;
 }
 
-/** A sequence's past keys and values: two tensors per layer, [1, kv_heads, length, head_dim]. */
+/** The non-KV inputs of one run: token ids, the attention mask and positions, row-major. */
+export interface StepInputs {
+  batch: number;
+  /** Tokens per row in this run. */
+  width: number;
+  ids: ArrayLike<number>;
+  /** [batch, maskWidth] of 0/1. */
+  mask: Uint8Array;
+  maskWidth: number;
+  positions: ArrayLike<number>;
+}
+
+/** A lone sequence's past keys and values, grown by ONNX Runtime: [1, kv_heads, length, head_dim]. */
 export interface KvCache {
   length: number;
   tensors: ort.Tensor[];
@@ -41,39 +53,50 @@ export class DecoderSession {
     return new DecoderSession(session, spec, opts.providers[0]!);
   }
 
-  emptyCache(): KvCache {
-    const { kvType, kvHeads, headDim } = this.spec;
-    const dims = [1, kvHeads, 0, headDim];
-    const tensors: ort.Tensor[] = [];
-    for (let i = 0; i < this.spec.layers.length * 2; i++) {
-      tensors.push(floatTensor(kvType, kvType === "float16" ? new Uint16Array(0) : new Float32Array(0), dims));
-    }
-    return { length: 0, tensors };
+  /** Bytes of one cached position of one layer's key (or value) for one sequence. */
+  get positionBytes(): number {
+    return this.spec.kvHeads * this.spec.headDim * (this.spec.kvType === "float16" ? 2 : 4);
   }
 
-  /** A copy that the fork can extend without touching the original (for n > 1). */
-  cloneCache(kv: KvCache): KvCache {
-    return {
-      length: kv.length,
-      tensors: kv.tensors.map((t) =>
-        t.type === "float16"
-          ? floatTensor("float16", halfBits(t.data).slice(), t.dims)
-          : floatTensor("float32", (t.data as Float32Array).slice(), t.dims),
-      ),
-    };
+  /** The feeds for ids, mask and positions; the caller adds the past tensors. */
+  feeds(s: StepInputs): Record<string, ort.Tensor> {
+    const { spec } = this;
+    const feeds: Record<string, ort.Tensor> = { [spec.inputIds]: int64Tensor(s.ids, [s.batch, s.width]) };
+    if (spec.attentionMask) feeds[spec.attentionMask] = int64Tensor(s.mask, [s.batch, s.maskWidth]);
+    if (spec.positionIds) feeds[spec.positionIds] = int64Tensor(s.positions, [s.batch, s.width]);
+    return feeds;
+  }
+
+  /** Row `row`, position `pos` of a [batch, width, vocab] logits output, as float32. */
+  logitsAt(t: ort.Tensor, row: number, pos: number, width: number): Float32Array {
+    const vocab = this.spec.vocabSize;
+    return floatSlice(t, (row * width + pos) * vocab, vocab);
   }
 
   /**
-   * Runs `tokens` after the cached past, extends the cache, and returns the logits of the last
-   * position as float32.
+   * The simplest single-sequence path (a cache that ONNX Runtime re-creates each step), kept for
+   * benchmarks and probes; the server batches through src/engine/batching instead.
    */
+  emptyCache(): KvCache {
+    const { kvType, kvHeads, headDim } = this.spec;
+    const dims = [1, kvHeads, 0, headDim];
+    const tensors = this.spec.layers.flatMap(() => [0, 1].map(() => floatTensor(kvType, kvType === "float16" ? new Uint16Array(0) : new Float32Array(0), dims)));
+    return { length: 0, tensors };
+  }
+
+  /** Runs `tokens` after the cached past, replaces the cache with the present, returns the last logits. */
   async forward(tokens: number[], kv: KvCache): Promise<Float32Array> {
     const { spec } = this;
     const past = kv.length;
     const total = past + tokens.length;
-    const feeds: Record<string, ort.Tensor> = { [spec.inputIds]: int64Tensor(tokens, [1, tokens.length]) };
-    if (spec.attentionMask) feeds[spec.attentionMask] = int64Tensor(new Array(total).fill(1), [1, total]);
-    if (spec.positionIds) feeds[spec.positionIds] = int64Tensor(tokens.map((_, i) => past + i), [1, tokens.length]);
+    const feeds = this.feeds({
+      batch: 1,
+      width: tokens.length,
+      ids: tokens,
+      mask: new Uint8Array(total).fill(1),
+      maskWidth: total,
+      positions: tokens.map((_, i) => past + i),
+    });
     spec.layers.forEach((l, i) => {
       feeds[l.pastKey] = kv.tensors[2 * i]!;
       feeds[l.pastValue] = kv.tensors[2 * i + 1]!;
@@ -84,8 +107,7 @@ export class DecoderSession {
       kv.tensors[2 * i + 1] = reusable(out[l.presentValue]!);
     });
     kv.length = total;
-    const vocab = spec.vocabSize;
-    return floatSlice(out[spec.logits]!, (tokens.length - 1) * vocab, vocab);
+    return this.logitsAt(out[spec.logits]!, 0, tokens.length - 1, tokens.length);
   }
 
   async release(): Promise<void> {

@@ -28,9 +28,15 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
         scheduler = new Scheduler(runner, {
           events: (rid, events) => post({ type: "events", rid, events }),
           done: (rid, error) => post({ type: "done", rid, error }),
-        });
+          stats: (stats) => post({ type: "stats", stats }),
+        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue });
         void scheduler.run();
-        const notes = [`model loaded on ${runner.info.provider}`];
+        const s = scheduler.stats();
+        const notes = [
+          `model loaded on ${runner.info.provider}`,
+          `KV cache: ${runner.decoder.spec.sharedBuffer ? "in place (shared past/present buffer)" : "standard, batches padded on the left"}, ` +
+            `budget ${Math.round(s.kvBudgetBytes / 2 ** 20)} MiB, queue of ${s.queueLimit}`,
+        ];
         post({ type: "loaded", model: runner.info, notes });
       } catch (err) {
         post({ type: "load-failed", error: (err as Error).message });

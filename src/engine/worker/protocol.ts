@@ -1,6 +1,6 @@
 // Messages between the engine host (HTTP thread) and a model's worker. Structured-clone data only.
 import type { Device } from "../providers.ts";
-import type { EngineModel, GenerateRequest, GenerationEvent } from "../types.ts";
+import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats } from "../types.ts";
 
 export type WireRequest = Omit<GenerateRequest, "signal">;
 
@@ -9,6 +9,10 @@ export interface WorkerOptions {
   dir: string;
   device: Device;
   threads: number;
+  /** KV memory this model may use (running sequences + prefix cache); 0 = the default. */
+  kvBudgetBytes: number;
+  /** Requests that may wait for KV memory before new ones get EngineBusyError; 0 = the default. */
+  maxQueue: number;
 }
 
 export type HostMessage =
@@ -33,4 +37,5 @@ export type WorkerMessage =
   | { type: "events"; rid: number; events: GenerationEvent[] }
   | { type: "done"; rid: number; error?: string }
   | { type: "log"; level: "debug" | "info" | "warn" | "error"; msg: string; fields?: Record<string, unknown> }
+  | { type: "stats"; stats: ModelStats }
   | { type: "closed" };

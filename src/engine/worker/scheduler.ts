@@ -1,8 +1,14 @@
-// The model's generation loop. Every active choice of every request advances one token per round,
-// in admission order, so a long generation never starves a short one; new requests are admitted
-// (prefilled) between rounds and cancelled ones are dropped at once.
-import type { KvCache } from "../runtime/decoder.ts";
-import { EngineRequestError, type GenerationEvent } from "../types.ts";
+// The model's continuous-batching loop. Each round: drop cancelled requests, admit queued ones as
+// KV memory allows (FIFO, so none is overtaken forever), prefill a bounded number of prompt
+// tokens (chunked, so running streams keep flowing while a long prompt is read), then advance
+// every decoding choice by one token in one batched forward pass. A finished or cancelled choice
+// frees its cache at once; the batch never has to drain.
+import { KvBudget, defaultKvBudgetBytes } from "../batching/budget.ts";
+import { FusedKvBackend } from "../batching/fused-kv.ts";
+import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
+import { PaddedKvBackend } from "../batching/padded-kv.ts";
+import { PrefixCache } from "../batching/prefix-cache.ts";
+import { EngineBusyError, EngineRequestError, type GenerationEvent, type ModelStats } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
@@ -10,33 +16,66 @@ import type { WireRequest } from "./protocol.ts";
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
   done(rid: number, error?: string): void;
+  stats?(stats: ModelStats): void;
 }
 
-interface Running {
+export interface SchedulerOptions {
+  /** KV memory for running sequences and the prefix cache; 0 or absent = a share of the machine's. */
+  kvBudgetBytes?: number;
+  /** Requests that may wait for memory; more get EngineBusyError. 0 or absent = 64. */
+  maxQueue?: number;
+  /** Prompt tokens prefilled per round (the rest waits for the next round). */
+  prefillChunk?: number;
+  /** Prompts shorter than this are not kept in the prefix cache. */
+  prefixMinTokens?: number;
+}
+
+interface ChoiceRun {
   stream: ChoiceStream;
-  kv: KvCache;
-  /** Logits for the choice's next token. */
-  logits: Float32Array;
+  seq: Sequence | null;
+  /** The token to feed next, once sampled. */
+  next: number | null;
 }
 
 interface Job {
   rid: number;
-  choices: Running[];
+  request: WireRequest;
+  prompt: number[];
+  maxNew: number;
+  state: "queued" | "prefill" | "decode";
+  choices: ChoiceRun[];
   cancelled: boolean;
   out: GenerationEvent[];
 }
 
 export class Scheduler {
-  private jobs: Job[] = [];
-  private waiting: (() => void) | null = null;
+  readonly backend: KvBackend;
+  readonly budget: KvBudget;
+  readonly prefix: PrefixCache;
+  private readonly maxQueue: number;
+  private readonly prefillChunk: number;
+  private queue: Job[] = [];
+  private active: Job[] = [];
+  private wake: (() => void) | null = null;
   private running = true;
+  private counters = { promptTokensComputed: 0, generatedTokens: 0, decodeSteps: 0, lastBatchSize: 0, rejectedBusy: 0 };
+  private lastStats = "";
+  private lastStatsAt = 0;
 
   constructor(
     private readonly model: ModelRunner,
     private readonly sink: JobSink,
-  ) {}
+    opts: SchedulerOptions = {},
+  ) {
+    this.budget = new KvBudget(opts.kvBudgetBytes || defaultKvBudgetBytes());
+    const decoder = model.decoder;
+    this.backend = decoder.spec.sharedBuffer ? new FusedKvBackend(decoder, this.budget.totalBytes) : new PaddedKvBackend(decoder);
+    this.prefix = new PrefixCache(this.budget, opts.prefixMinTokens ?? 16, Math.floor(this.budget.totalBytes / 2));
+    this.maxQueue = opts.maxQueue || 64;
+    this.prefillChunk = opts.prefillChunk ?? 256;
+  }
 
-  /** Validates and prefills; resolves with the prompt's token count or throws a request error. */
+  /** Validates and queues; resolves with the prompt's token count or throws a request/busy error. */
   async admit(rid: number, request: WireRequest): Promise<number> {
     const prompt = await this.model.promptIds(request);
     const maxNew = Math.min(request.maxTokens ?? Number.MAX_SAFE_INTEGER, this.model.info.contextLength - prompt.length);
@@ -54,67 +93,224 @@ export class Scheduler {
         "unsupported_parameter",
       );
     }
-    const decoder = this.model.decoder;
-    const kv = decoder.emptyCache();
-    const logits = await decoder.forward(prompt, kv);
-    const choices: Running[] = [];
-    for (let index = 0; index < request.n; index++) {
-      choices.push({
-        stream: new ChoiceStream(index, request, this.model, maxNew),
-        kv: index === 0 ? kv : decoder.cloneCache(kv),
-        logits: index === 0 ? logits : logits.slice(),
-      });
+    const need = request.n * this.backend.sequenceBytes(this.backend.capacityFor(prompt.length + maxNew));
+    if (need > this.budget.totalBytes) {
+      throw new EngineRequestError(
+        `This request needs ${mib(need)} MiB of KV cache (n=${request.n}, up to ${prompt.length + maxNew} tokens each), ` +
+          `more than this model's ${mib(this.budget.totalBytes)} MiB. Lower n or max_tokens.`,
+        request.n > 1 ? "n" : "max_tokens",
+        "kv_cache_exceeded",
+      );
     }
-    this.jobs.push({ rid, choices, cancelled: false, out: [] });
-    this.waiting?.();
+    if (this.queue.length >= this.maxQueue) {
+      this.counters.rejectedBusy++;
+      // Roughly one round of the running requests per queued one ahead; at least a second.
+      const retryAfter = Math.max(1, Math.ceil(this.queue.length / Math.max(1, this.active.length)));
+      throw new EngineBusyError(`The model ${this.model.info.id} is at capacity (${this.queue.length} requests waiting). Retry later.`, retryAfter);
+    }
+    const choices: ChoiceRun[] = [];
+    for (let index = 0; index < request.n; index++) {
+      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew), seq: null, next: null });
+    }
+    this.queue.push({ rid, request, prompt, maxNew, state: "queued", choices, cancelled: false, out: [] });
+    this.wake?.();
     return prompt.length;
   }
 
   cancel(rid: number): void {
-    const job = this.jobs.find((j) => j.rid === rid);
+    const job = this.queue.find((j) => j.rid === rid) ?? this.active.find((j) => j.rid === rid);
     if (job) job.cancelled = true;
+    this.wake?.();
   }
 
   stop(): void {
     this.running = false;
-    this.waiting?.();
+    this.wake?.();
+  }
+
+  stats(): ModelStats {
+    return {
+      model: this.model.info.id,
+      runningRequests: this.active.length,
+      runningSequences: this.active.reduce((n, j) => n + j.choices.filter((c) => c.seq !== null).length, 0),
+      queuedRequests: this.queue.length,
+      queueLimit: this.maxQueue,
+      lastBatchSize: this.counters.lastBatchSize,
+      kvBudgetBytes: this.budget.totalBytes,
+      kvUsedBytes: this.budget.usedBytes,
+      prefixCacheBytes: this.prefix.usedBytes,
+      prefixCacheEntries: this.prefix.size,
+      prefixCacheHits: this.prefix.hits,
+      prefixCacheReusedTokens: this.prefix.reusedTokens,
+      promptTokensComputed: this.counters.promptTokensComputed,
+      generatedTokens: this.counters.generatedTokens,
+      decodeSteps: this.counters.decodeSteps,
+      rejectedBusy: this.counters.rejectedBusy,
+    };
   }
 
   async run(): Promise<void> {
     while (this.running) {
-      if (this.jobs.length === 0) {
-        await new Promise<void>((resolve) => (this.waiting = resolve));
-        this.waiting = null;
+      this.dropCancelled();
+      this.startQueued();
+      if (this.active.length === 0) {
+        this.publishStats(true);
+        await new Promise<void>((resolve) => (this.wake = resolve));
+        this.wake = null;
         continue;
       }
-      for (const job of [...this.jobs]) {
-        try {
-          if (job.cancelled) for (const c of job.choices) c.stream.finish("stop", job.out);
-          else for (const c of job.choices) if (!c.stream.finished) await this.step(job, c);
-        } catch (e) {
-          this.retire(job, (e as Error).message);
-          continue;
-        }
-        if (job.out.length) {
-          this.sink.events(job.rid, job.out);
-          job.out = [];
-        }
-        if (job.choices.every((c) => c.stream.finished)) this.retire(job);
-      }
+      await this.prefillRound();
+      await this.decodeRound();
+      for (const job of this.active) this.flush(job);
+      this.publishStats(false);
       // Let cancel and start messages in between rounds.
       await new Promise<void>((r) => setImmediate(r));
     }
   }
 
+  private dropCancelled() {
+    for (const job of this.queue.filter((j) => j.cancelled)) {
+      this.queue = this.queue.filter((j) => j !== job);
+      this.sink.done(job.rid);
+    }
+    for (const job of this.active.filter((j) => j.cancelled)) {
+      for (const c of job.choices) this.endChoice(c, job, false);
+      for (const c of job.choices) c.stream.finish("stop", job.out);
+      this.retire(job);
+    }
+  }
+
+  /** Moves queued requests to running while their KV reservation fits, in arrival order. */
+  private startQueued() {
+    while (this.queue.length > 0) {
+      const job = this.queue[0]!;
+      const capacity = this.backend.capacityFor(job.prompt.length + job.maxNew);
+      const bytes = this.backend.sequenceBytes(capacity);
+      const need = bytes * job.choices.length;
+      if (this.budget.freeBytes + this.prefix.usedBytes < need || !this.prefix.makeRoom(need)) return;
+      this.budget.tryReserve(need);
+      this.queue.shift();
+      for (const c of job.choices) c.seq = this.backend.open(capacity);
+      const first = job.choices[0]!.seq!;
+      const hit = this.prefix.lookup(job.prompt, job.prompt.length - 1);
+      if (hit) this.backend.restore(first, hit.entry, hit.length);
+      job.state = "prefill";
+      this.active.push(job);
+    }
+  }
+
+  /** Up to `prefillChunk` prompt tokens this round, oldest request first. */
+  private async prefillRound() {
+    let room = this.prefillChunk;
+    for (const job of this.active) {
+      if (room <= 0) break;
+      if (job.state !== "prefill") continue;
+      const seq = job.choices[0]!.seq!;
+      const chunk = job.prompt.slice(seq.tokens.length, seq.tokens.length + room);
+      let logits: Float32Array;
+      try {
+        logits = await this.backend.prefill(seq, chunk);
+      } catch (e) {
+        this.fail(job, e);
+        continue;
+      }
+      room -= chunk.length;
+      this.counters.promptTokensComputed += chunk.length;
+      if (seq.tokens.length < job.prompt.length) continue;
+      this.beginDecoding(job, logits);
+    }
+  }
+
+  private beginDecoding(job: Job, logits: Float32Array) {
+    const first = job.choices[0]!.seq!;
+    let snapshot: PrefixKv | null = null;
+    const promptKv = () => (snapshot ??= this.backend.snapshot(first, job.prompt.length));
+    if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.prompt)) this.prefix.insert(promptKv());
+    job.choices.forEach((c, i) => {
+      if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
+      c.next = c.stream.advance(i === 0 ? logits : logits.slice(), job.out);
+      this.counters.generatedTokens++;
+      if (c.next === null) this.endChoice(c, job, true);
+    });
+    job.state = "decode";
+    if (job.choices.every((c) => c.stream.finished)) this.retire(job);
+  }
+
+  /** One batched forward pass: every decoding choice of every request advances one token. */
+  private async decodeRound() {
+    const batch: { job: Job; choice: ChoiceRun }[] = [];
+    for (const job of this.active) {
+      if (job.state !== "decode") continue;
+      for (const choice of job.choices) if (choice.next !== null && choice.seq) batch.push({ job, choice });
+    }
+    if (batch.length === 0) return;
+    let logits: Float32Array[];
+    try {
+      logits = await this.backend.decode(
+        batch.map((b) => b.choice.seq!),
+        batch.map((b) => b.choice.next!),
+      );
+    } catch (e) {
+      for (const job of new Set(batch.map((b) => b.job))) this.fail(job, e);
+      return;
+    }
+    this.counters.decodeSteps++;
+    this.counters.lastBatchSize = batch.length;
+    batch.forEach(({ job, choice }, i) => {
+      if (job.cancelled) return;
+      choice.next = choice.stream.advance(logits[i]!, job.out);
+      this.counters.generatedTokens++;
+      if (choice.next === null) this.endChoice(choice, job, true);
+    });
+    for (const job of new Set(batch.map((b) => b.job))) {
+      if (job.choices.every((c) => c.stream.finished)) this.retire(job);
+    }
+  }
+
+  /** Frees a choice's cache; a completed one first leaves its conversation in the prefix cache. */
+  private endChoice(c: ChoiceRun, job: Job, completed: boolean) {
+    const seq = c.seq;
+    if (!seq) return;
+    c.seq = null;
+    c.next = null;
+    this.budget.release(this.backend.sequenceBytes(seq.capacity));
+    if (completed && c === job.choices[0] && seq.tokens.length >= this.prefix.minTokens && !this.prefix.covers(seq.tokens)) {
+      this.prefix.insert(this.backend.snapshot(seq, seq.tokens.length));
+    }
+    this.backend.close(seq);
+  }
+
+  private fail(job: Job, e: unknown) {
+    for (const c of job.choices) this.endChoice(c, job, false);
+    this.retire(job, (e as Error).message ?? String(e));
+  }
+
+  private flush(job: Job) {
+    if (job.out.length) {
+      this.sink.events(job.rid, job.out);
+      job.out = [];
+    }
+  }
+
   private retire(job: Job, error?: string) {
-    this.jobs = this.jobs.filter((j) => j !== job);
-    if (job.out.length) this.sink.events(job.rid, job.out);
-    job.out = [];
+    this.active = this.active.filter((j) => j !== job);
+    for (const c of job.choices) this.endChoice(c, job, false);
+    this.flush(job);
     this.sink.done(job.rid, error);
   }
 
-  private async step(job: Job, c: Running) {
-    const token = c.stream.advance(c.logits, job.out);
-    if (token !== null) c.logits = await this.model.decoder.forward([token], c.kv);
+  /** At most every 250 ms while busy, and once on going idle, when something changed. */
+  private publishStats(idle: boolean) {
+    if (!this.sink.stats) return;
+    const now = performance.now();
+    if (!idle && now - this.lastStatsAt < 250) return;
+    const s = this.stats();
+    const key = JSON.stringify(s);
+    if (key === this.lastStats) return;
+    this.lastStats = key;
+    this.lastStatsAt = now;
+    this.sink.stats(s);
   }
 }
+
+const mib = (b: number) => Math.ceil(b / 2 ** 20);

@@ -1,0 +1,207 @@
+// The KV cache for GroupQueryAttention graphs (shared past/present buffer): sequences live in
+// rows of per-capacity pools, one [rows, kv_heads, capacity, head_dim] buffer per layer's key and
+// value. A decode step feeds the first rows of a pool as one batch (right padded, each row's
+// tokens at [0, length)) and passes the same buffers as the present outputs, so ONNX Runtime
+// writes the new position of every row in place: no cache is copied into a new tensor per step.
+import type * as ort from "onnxruntime-node";
+import type { DecoderSession } from "../runtime/decoder.ts";
+import { floatTensor } from "../runtime/tensors.ts";
+import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence } from "./kv.ts";
+
+class FusedSequence implements Sequence {
+  tokens: number[] = [];
+  row = -1;
+  constructor(
+    readonly id: number,
+    readonly pool: Pool,
+  ) {}
+  get capacity(): number {
+    return this.pool.capacity;
+  }
+}
+
+/**
+ * Rows are kept packed at the front (a closed row takes the last row's contents), so a batch is
+ * always a prefix of the buffer. Buffers are sized for the most rows the budget allows, but the
+ * OS only backs the pages rows have touched; an emptied pool drops its buffers.
+ */
+class Pool {
+  rows: FusedSequence[] = [];
+  arrays: KvArray[] | null = null;
+  constructor(
+    readonly capacity: number,
+    readonly maxRows: number,
+    readonly stride: number,
+  ) {}
+}
+
+export class FusedKvBackend implements KvBackend {
+  private pools = new Map<number, Pool>();
+  private nextId = 1;
+  private readonly heads: number;
+  private readonly dim: number;
+  private readonly tensorCount: number;
+
+  constructor(
+    private readonly decoder: DecoderSession,
+    /** The most bytes all sequences may reserve; bounds each pool's rows. */
+    private readonly budgetBytes: number,
+  ) {
+    this.heads = decoder.spec.kvHeads;
+    this.dim = decoder.spec.headDim;
+    this.tensorCount = decoder.spec.layers.length * 2;
+  }
+
+  sequenceBytes(capacity: number): number {
+    return this.tensorCount * capacity * this.decoder.positionBytes;
+  }
+
+  /**
+   * Pools come in power-of-two capacities (the last one the graph's limit), so sequences of
+   * similar length share a pool and batch together. The binding copies every fetched present
+   * back to JavaScript, so a step costs rows × capacity: a small capacity keeps that small.
+   */
+  capacityFor(needed: number): number {
+    const limit = Math.min(this.decoder.spec.maxCacheLength, this.decoder.spec.contextLength);
+    let c = 64;
+    while (c < needed) c *= 2;
+    c = Math.min(c, limit);
+    // Join a running pool of a slightly larger class rather than start a batch of one.
+    for (const p of [...this.pools.values()].sort((a, b) => a.capacity - b.capacity)) {
+      if (p.rows.length > 0 && p.capacity >= c && p.capacity <= c * 4 && p.rows.length < p.maxRows) return p.capacity;
+    }
+    return c;
+  }
+
+  open(capacity: number): Sequence {
+    let pool = this.pools.get(capacity);
+    if (!pool) {
+      const maxRows = Math.max(1, Math.floor(this.budgetBytes / this.sequenceBytes(capacity)));
+      pool = new Pool(capacity, maxRows, this.heads * capacity * this.dim);
+      this.pools.set(capacity, pool);
+    }
+    if (pool.rows.length >= pool.maxRows) throw new Error(`KV pool of capacity ${capacity} is full`);
+    if (!pool.arrays) {
+      const n = pool.maxRows * pool.stride;
+      pool.arrays = Array.from({ length: this.tensorCount }, () =>
+        this.decoder.spec.kvType === "float16" ? new Uint16Array(n) : new Float32Array(n),
+      );
+    }
+    const seq = new FusedSequence(this.nextId++, pool);
+    seq.row = pool.rows.length;
+    pool.rows.push(seq);
+    return seq;
+  }
+
+  close(s: Sequence): void {
+    const seq = s as FusedSequence;
+    const pool = seq.pool;
+    if (seq.row < 0) return;
+    const last = pool.rows[pool.rows.length - 1]!;
+    if (last !== seq) {
+      for (const a of pool.arrays!) {
+        copyHeads(a, last.row * pool.stride, pool.capacity, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, last.tokens.length);
+      }
+      last.row = seq.row;
+      pool.rows[seq.row] = last;
+    }
+    pool.rows.pop();
+    seq.row = -1;
+    if (pool.rows.length === 0) this.pools.delete(pool.capacity);
+  }
+
+  private views(pool: Pool, firstRow: number, rows: number): ort.Tensor[] {
+    const dims = [rows, this.heads, pool.capacity, this.dim];
+    return pool.arrays!.map((a) =>
+      floatTensor(this.decoder.spec.kvType, a.subarray(firstRow * pool.stride, (firstRow + rows) * pool.stride), dims),
+    );
+  }
+
+  private async run(
+    feeds: Record<string, ort.Tensor>,
+    kv: ort.Tensor[],
+  ): Promise<ort.Tensor> {
+    const { spec } = this.decoder;
+    const fetches: Record<string, ort.Tensor | null> = { [spec.logits]: null };
+    spec.layers.forEach((l, i) => {
+      feeds[l.pastKey] = fetches[l.presentKey] = kv[2 * i]!;
+      feeds[l.pastValue] = fetches[l.presentValue] = kv[2 * i + 1]!;
+    });
+    const out = await this.decoder.session.run(feeds, fetches as ort.InferenceSession.FetchesType);
+    return out[spec.logits]!;
+  }
+
+  async prefill(s: Sequence, tokens: number[]): Promise<Float32Array> {
+    const seq = s as FusedSequence;
+    const past = seq.tokens.length;
+    const total = past + tokens.length;
+    if (total > seq.capacity) throw new Error(`sequence of capacity ${seq.capacity} cannot take ${total} positions`);
+    const feeds = this.decoder.feeds({
+      batch: 1,
+      width: tokens.length,
+      ids: tokens,
+      mask: new Uint8Array(total).fill(1),
+      maskWidth: total,
+      positions: tokens.map((_, i) => past + i),
+    });
+    const logits = await this.run(feeds, this.views(seq.pool, seq.row, 1));
+    seq.tokens.push(...tokens);
+    return this.decoder.logitsAt(logits, 0, tokens.length - 1, tokens.length);
+  }
+
+  async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
+    const result: Float32Array[] = new Array(list.length);
+    const byPool = new Map<Pool, Map<FusedSequence, number>>();
+    list.forEach((s, i) => {
+      const seq = s as FusedSequence;
+      let m = byPool.get(seq.pool);
+      if (!m) byPool.set(seq.pool, (m = new Map()));
+      m.set(seq, i);
+    });
+    for (const [pool, members] of byPool) {
+      // Rows past the last member are left out; rows in between that are not decoding (still
+      // prefilling) ride along with a dummy token written past their valid length, where their
+      // next prefill chunk overwrites it.
+      let rows = 0;
+      for (const seq of members.keys()) rows = Math.max(rows, seq.row + 1);
+      let width = 0;
+      for (let r = 0; r < rows; r++) width = Math.max(width, Math.min(pool.rows[r]!.tokens.length + 1, pool.capacity));
+      const ids = new Array<number>(rows).fill(0);
+      const positions = new Array<number>(rows);
+      const mask = new Uint8Array(rows * width);
+      for (let r = 0; r < rows; r++) {
+        const seq = pool.rows[r]!;
+        const i = members.get(seq);
+        if (i !== undefined) ids[r] = tokens[i]!;
+        const len = Math.min(seq.tokens.length + 1, pool.capacity);
+        positions[r] = len - 1;
+        mask.fill(1, r * width, r * width + len);
+      }
+      const logits = await this.run(this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), this.views(pool, 0, rows));
+      for (const [seq, i] of members) {
+        seq.tokens.push(tokens[i]!);
+        result[i] = this.decoder.logitsAt(logits, seq.row, 0, 1);
+      }
+    }
+    return result;
+  }
+
+  snapshot(s: Sequence, length: number): PrefixKv {
+    const seq = s as FusedSequence;
+    const pool = seq.pool;
+    const arrays = pool.arrays!.map((a) => {
+      const out = a instanceof Float32Array ? new Float32Array(this.heads * length * this.dim) : new Uint16Array(this.heads * length * this.dim);
+      copyHeads(a, seq.row * pool.stride, pool.capacity, out, 0, length, this.heads, this.dim, length);
+      return out;
+    });
+    return { tokens: seq.tokens.slice(0, length), arrays, bytes: this.tensorCount * length * this.decoder.positionBytes };
+  }
+
+  restore(s: Sequence, prefix: PrefixKv, length: number): void {
+    const seq = s as FusedSequence;
+    const pool = seq.pool;
+    const from = prefix.tokens.length;
+    pool.arrays!.forEach((a, i) => copyHeads(prefix.arrays[i]!, 0, from, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, length));
+    seq.tokens = prefix.tokens.slice(0, length);
+  }
+}

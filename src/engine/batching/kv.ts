@@ -1,0 +1,57 @@
+// What the scheduler needs from a KV cache implementation: sequences that hold a cache of fixed
+// capacity, prefill (one sequence, a chunk of tokens), one batched decode step over many
+// sequences, and copies of a prefix in and out for the prefix cache.
+
+export type KvArray = Float32Array | Uint16Array;
+
+export interface Sequence {
+  readonly id: number;
+  /** Positions up to which this sequence may grow (its reservation). */
+  readonly capacity: number;
+  /** The tokens whose keys and values are in the cache, in order. */
+  readonly tokens: number[];
+}
+
+/** A copy of the first `tokens.length` positions of a sequence's cache, per KV tensor [heads, length, headDim]. */
+export interface PrefixKv {
+  tokens: number[];
+  arrays: KvArray[];
+  bytes: number;
+}
+
+export interface KvBackend {
+  /** The capacity a sequence needing `needed` positions gets (at least `needed`, at most the context). */
+  capacityFor(needed: number): number;
+  /** Bytes reserved for a sequence of this capacity. */
+  sequenceBytes(capacity: number): number;
+  open(capacity: number): Sequence;
+  /** Frees the sequence's cache at once. */
+  close(seq: Sequence): void;
+  /** Appends `tokens` to the sequence's cache; the logits of its last token. */
+  prefill(seq: Sequence, tokens: number[]): Promise<Float32Array>;
+  /** Appends one token to each sequence in one batched run; the logits per sequence. */
+  decode(seqs: Sequence[], tokens: number[]): Promise<Float32Array[]>;
+  /** Copies the first `length` cached positions out. */
+  snapshot(seq: Sequence, length: number): PrefixKv;
+  /** Fills an empty sequence with the first `length` positions of a snapshot. */
+  restore(seq: Sequence, prefix: PrefixKv, length: number): void;
+}
+
+/** Copies `length` positions of every head between [heads, srcStride, dim] and [heads, dstStride, dim] layouts. */
+export function copyHeads(
+  src: KvArray,
+  srcOffset: number,
+  srcStride: number,
+  dst: KvArray,
+  dstOffset: number,
+  dstStride: number,
+  heads: number,
+  dim: number,
+  length: number,
+): void {
+  const n = length * dim;
+  for (let h = 0; h < heads; h++) {
+    const s = srcOffset + h * srcStride * dim;
+    dst.set(src.subarray(s, s + n), dstOffset + h * dstStride * dim);
+  }
+}
