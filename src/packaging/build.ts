@@ -7,8 +7,8 @@
 //    Bun would embed the addon but not libonnxruntime.so.1 it links to (RUNPATH $ORIGIN).
 //  - tokenizers/index.js tries a dozen per-platform addons, which would all be embedded.
 // Both now load the file unpacked by src/packaging/native.ts.
-import { statSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { statSync, writeFileSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
 import type { BunPlugin } from "bun";
 import { NATIVE_FILES, ORT_BINDING, TOKENIZERS_BINDING, type NativeManifestEntry } from "./native-files.ts";
 import { sha256Hex } from "./unpack.ts";
@@ -62,7 +62,17 @@ function nativePlugin(manifestSource: string): BunPlugin {
   };
 }
 
-export async function buildBinary(opts: BuildOptions): Promise<{ outfile: string; bytes: number; manifestId: string }> {
+/** Package directories (node_modules/<name> or node_modules/@scope/<name>) of the bundled input paths. */
+export function embeddedPackages(inputs: string[]): string[] {
+  const dirs = new Set<string>();
+  for (const input of inputs) {
+    const m = /^(.*node_modules\/(?:@[^/]+\/)?[^/]+)\//.exec(input.replace(/\\/g, "/"));
+    if (m) dirs.add(relative(ROOT, resolve(ROOT, m[1]!)));
+  }
+  return [...dirs].sort();
+}
+
+export async function buildBinary(opts: BuildOptions): Promise<{ outfile: string; bytes: number; manifestId: string; packages: string[] }> {
   const { source, manifest } = await manifestModule(opts.target);
   const result = await Bun.build({
     entrypoints: [join(ROOT, "src/packaging/binary-main.ts"), join(ROOT, "src/packaging/worker-entry.ts")],
@@ -70,12 +80,18 @@ export async function buildBinary(opts: BuildOptions): Promise<{ outfile: string
     minify: true,
     sourcemap: "none",
     plugins: [nativePlugin(source)],
+    metafile: true,
   });
   if (!result.success) {
     for (const l of result.logs) console.error(l);
     throw new Error("bun build failed");
   }
-  return { outfile: opts.outfile, bytes: statSync(opts.outfile).size, manifestId: manifest.id };
+  // The packages whose code is inside the binary, for the release's licence notices.
+  const meta = (typeof result.metafile === "string" ? JSON.parse(result.metafile) : result.metafile) as { inputs?: Record<string, unknown> } | undefined;
+  const inputs = Object.keys(meta?.inputs ?? {});
+  const packages = embeddedPackages([...inputs, ...NATIVE_FILES[opts.target]!.map((s) => s.source)]);
+  writeFileSync(`${opts.outfile}.packages.json`, JSON.stringify(packages, null, 1) + "\n");
+  return { outfile: opts.outfile, bytes: statSync(opts.outfile).size, manifestId: manifest.id, packages };
 }
 
 if (import.meta.main) {

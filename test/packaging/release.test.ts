@@ -1,0 +1,32 @@
+// The release's licence notices: which packages count as embedded, and that each one's licence
+// text (or, lacking a file, its declared licence) is in the notices.
+import { describe, expect, test } from "bun:test";
+import { embeddedPackages } from "../../src/packaging/build.ts";
+import { noticesText, packageNotice } from "../../src/packaging/release.ts";
+import { REPO } from "../helpers/paths.ts";
+
+describe("release notices", () => {
+  test("embedded packages are the node_modules directories of the bundled inputs, scoped ones whole", () => {
+    expect(
+      embeddedPackages([
+        "src/cli/main.ts",
+        "node_modules/elysia/dist/index.mjs",
+        "node_modules/elysia/dist/x.mjs",
+        "node_modules/@sinclair/typebox/build/esm/index.mjs",
+        `${REPO}/node_modules/onnxruntime-node/bin/napi-v6/linux/x64/libonnxruntime.so.1`,
+      ]),
+    ).toEqual(["node_modules/@sinclair/typebox", "node_modules/elysia", "node_modules/onnxruntime-node"]);
+  });
+
+  test("each package's licence file is quoted; a package without one is named with its declared licence", () => {
+    const tok = packageNotice(`${REPO}/node_modules/tokenizers`);
+    expect(tok.license).toBe("Apache-2.0");
+    expect(tok.texts[0]!.text).toContain("Apache License");
+    const text = noticesText(["node_modules/tokenizers", "node_modules/onnxruntime-node"], "1.2.3");
+    expect(text).toContain("### tokenizers 0.23.2 (Apache-2.0)");
+    expect(text).toContain("### onnxruntime-node 1.30.0 (MIT)");
+    expect(text).toContain("No licence file in the package; its package.json declares MIT");
+    expect(text).toContain("(Bun 1.2.3)");
+    expect(text).toContain("ThirdPartyNotices.txt");
+  });
+});
