@@ -21,7 +21,9 @@ describe("release notices", () => {
   test("each package's licence file is quoted; a package without one is named with its declared licence", () => {
     const tok = packageNotice(`${REPO}/node_modules/tokenizers`);
     expect(tok.license).toBe("Apache-2.0");
-    expect(tok.texts[0]!.text).toContain("Apache License");
+    // Its shipped LICENSE is the binding template's MIT; the declared Apache-2.0 text is added.
+    expect(tok.texts.map((t) => t.file)).toEqual(["LICENSE", "Apache-2.0 (the licence package.json declares)"]);
+    expect(tok.texts[1]!.text).toContain("Apache License");
     const text = noticesText(["node_modules/tokenizers", "node_modules/onnxruntime-node"], "1.2.3");
     expect(text).toContain("### tokenizers 0.23.2 (Apache-2.0)");
     expect(text).toContain("### onnxruntime-node 1.30.0 (MIT)");
