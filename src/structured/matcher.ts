@@ -21,6 +21,8 @@ class Stack {
 /** Interns stacks so equal stacks are the same object (cheap dedup of configurations). */
 class StackPool {
   private readonly table = new Map<number, Stack>();
+  /** Token ids valid past the end of state s's rule, per (stack id, state): see fillNextTokenBitmask. */
+  readonly continuations = new Map<number, Int32Array>();
   private counter = 1;
   constructor(private readonly stateCount: number) {}
 
@@ -109,6 +111,30 @@ interface StateMask {
 const setBit = (mask: Uint32Array, id: number) => {
   mask[id >>> 5] |= 1 << (id & 31);
 };
+
+function bitsToIds(mask: Uint32Array): Int32Array {
+  const out: number[] = [];
+  for (let w = 0; w < mask.length; w++) {
+    let bits = mask[w];
+    while (bits) {
+      const low = bits & -bits;
+      out.push(w * 32 + (31 - Math.clz32(low)));
+      bits ^= low;
+    }
+  }
+  return Int32Array.from(out);
+}
+
+/**
+ * Applies a token mask to a row of logits: disallowed tokens (and ids past the mask, such as
+ * padding rows of the output layer) get -Infinity.
+ */
+export function applyTokenBitmask(logits: Float32Array, mask: Uint32Array): void {
+  for (let i = 0; i < logits.length; i++) {
+    const w = i >>> 5;
+    if (w >= mask.length || !(mask[w] & (1 << (i & 31)))) logits[i] = -Infinity;
+  }
+}
 
 function markTokens(trie: TokenTrie, node: number, mask: Uint32Array): void {
   const n = trie.tokCount[node];
@@ -326,6 +352,21 @@ function completionDistances(g: Grammar): Float64Array {
   return dist;
 }
 
+/**
+ * Computes the shareable masks (states of small, self-contained automata: string and key
+ * contents, numbers, literals) of the given grammars on a vocabulary. Meant for model load, so
+ * the first requests with new schemas do not pay for the vocabulary-wide walks of string contents.
+ */
+export function warmStateMasks(vocab: TokenVocabulary, grammars: readonly Grammar[]): void {
+  for (const g of grammars) {
+    const list = stateMasks(g, vocab);
+    for (let s = 0; s < g.stateCount; s++) {
+      if (!g.hasBytes[s] || list[s]) continue;
+      if (signature(g, s) !== null) list[s] = stateMask(g, vocab, s);
+    }
+  }
+}
+
 export interface MatcherOptions {
   /** Tokens that end generation (EOS, end of turn): allowed only when the text is complete. */
   readonly stopTokenIds?: readonly number[];
@@ -397,10 +438,21 @@ export class GrammarMatcher {
       for (let w = 0; w < words; w++) mask[w] |= acc[w];
       const st = cur.stacks[i];
       if (m.boundaries.length === 0 || st === null) continue;
-      const parent = new Configs();
-      parent.addClosure(g, this.pool, st.ret, st.next);
-      if (parent.size === 0) continue;
-      for (const node of m.boundaries) walk(g, this.vocab.trie, this.pool, this.levels, node, parent, mask, null);
+      // Tokens that end this rule and go on in the caller depend on the stack: walked once per
+      // (state, stack) and remembered, since loops (array items, object members) revisit them.
+      const key = st.id * g.stateCount + s;
+      let ids = this.pool.continuations.get(key);
+      if (!ids) {
+        const parent = new Configs();
+        parent.addClosure(g, this.pool, st.ret, st.next);
+        const scratch = new Uint32Array(this.maskWords);
+        if (parent.size > 0) {
+          for (const node of m.boundaries) walk(g, this.vocab.trie, this.pool, this.levels, node, parent, scratch, null);
+        }
+        ids = bitsToIds(scratch);
+        this.pool.continuations.set(key, ids);
+      }
+      for (let k = 0; k < ids.length; k++) setBit(mask, ids[k]);
     }
     if (cur.bottom) for (const id of this.stopIds) if (id >>> 5 < mask.length) setBit(mask, id);
   }

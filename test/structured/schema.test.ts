@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { Tokenizer } from "tokenizers";
 import { z } from "zod";
 import {
+  applyTokenBitmask,
   compileJsonSchema,
   GrammarMatcher,
   jsonObjectGrammar,
@@ -206,6 +207,15 @@ describe("matcher", () => {
     m.rollback(2);
     expect(m.stateKey()).toBe(key);
     expect(m.distanceToComplete()).toBe(2);
+  });
+
+  test("applyTokenBitmask keeps allowed logits and masks the rest, including padding ids", () => {
+    const logits = Float32Array.from({ length: 70 }, (_, i) => i);
+    const mask = new Uint32Array(2);
+    mask[0] = 0b101;
+    mask[1] = 1 << 3;
+    applyTokenBitmask(logits, mask);
+    expect([...logits].map((x, i) => (x === -Infinity ? -1 : i)).filter((i) => i >= 0)).toEqual([0, 2, 35]);
   });
 
   test("whitespace is bounded", () => {
