@@ -2,7 +2,7 @@
 // counts are bounded so that every produced number survives JSON.parse exactly (|n| < 1e15) and
 // a model cannot extend a number forever.
 
-import { alt, byteClass, EMPTY, lit, opt, type Re, rep, seq } from "./automaton.ts";
+import { alt, byteClass, lit, opt, type Re, rep, seq } from "./automaton.ts";
 
 const D = byteClass([0x30, 0x39]);
 const D19 = byteClass([0x31, 0x39]);
@@ -104,4 +104,3 @@ export function numberRe(b: NumericBounds): Re | null {
   return parts.length ? alt(...parts) : null;
 }
 
-export { EMPTY };

@@ -2,7 +2,7 @@
 // the JSON encoding of the string content. Constructs that are not regular (backreferences,
 // lookaround, word boundaries) or need Unicode tables (\p{..}) are refused, never approximated.
 
-import { alt, EMPTY, type Re, rep, seq, star } from "./automaton.ts";
+import { alt, type Re, rep, seq, star } from "./automaton.ts";
 import { complementRanges, type CpRange, cpSetToJson, JSON_CHAR } from "./json-text.ts";
 
 export class RegexUnsupportedError extends Error {}
@@ -182,9 +182,7 @@ class Parser {
     let negate = false;
     if (this.src[this.i] === "^") ((negate = true), this.i++);
     const ranges: CpRange[] = [];
-    let first = true;
-    while (this.i < this.src.length && (this.src[this.i] !== "]" || (first && false))) {
-      first = false;
+    while (this.i < this.src.length && this.src[this.i] !== "]") {
       const lo = this.classAtom();
       if (this.src[this.i] === "-" && this.src[this.i + 1] !== "]" && this.i + 1 < this.src.length) {
         this.i++;
@@ -216,4 +214,3 @@ export function patternToRe(pattern: string): Re {
   return new Parser(pattern).parse();
 }
 
-export { EMPTY };

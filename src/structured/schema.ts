@@ -49,13 +49,14 @@ const SUPPORTED = new Set([
   "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf",
   "allOf", "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
   "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "propertyNames",
+  "additionalItems",
 ]);
 
 const TYPES = ["null", "boolean", "object", "array", "number", "integer", "string"] as const;
 type JsonType = (typeof TYPES)[number];
 
 const OBJECT_KEYWORDS = ["properties", "required", "additionalProperties", "propertyNames"];
-const ARRAY_KEYWORDS = ["items", "prefixItems", "minItems", "maxItems"];
+const ARRAY_KEYWORDS = ["items", "prefixItems", "minItems", "maxItems", "additionalItems"];
 const STRING_KEYWORDS = ["minLength", "maxLength", "pattern", "format"];
 const NUMBER_KEYWORDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
@@ -374,9 +375,13 @@ export class SchemaCompiler {
   private array(schema: SchemaObject, root: unknown, pointer: string): Re {
     const w = this.wsRe;
     const sep = seq(w, lit(","), w);
-    const prefix = schema.prefixItems ?? [];
+    // Draft 2019 and earlier spell tuples as an items array plus additionalItems.
+    const legacyTuple = Array.isArray(schema.items);
+    if (legacyTuple && "prefixItems" in schema) throw new UnsupportedSchemaError("items", pointer, "an items array next to prefixItems");
+    if (!legacyTuple && "additionalItems" in schema) throw new UnsupportedSchemaError("additionalItems", pointer, "without an items array");
+    const prefix = legacyTuple ? (schema.items as unknown[]) : (schema.prefixItems ?? []);
     if (!Array.isArray(prefix)) throw new UnsupportedSchemaError("prefixItems", pointer, "must be an array");
-    const items = schema.items;
+    const items = legacyTuple ? schema.additionalItems : schema.items;
     const n = prefix.length;
     const min = nonNegativeInt(schema, "minItems", pointer) ?? 0;
     let max = nonNegativeInt(schema, "maxItems", pointer) ?? Infinity;
@@ -389,8 +394,9 @@ export class SchemaCompiler {
       if (max !== Infinity && max > 1024 && min <= 1024) max = Infinity;
       else throw new UnsupportedSchemaError("minItems", pointer, "more than 1024 items");
     }
-    const prefixRules = prefix.map((p, i) => this.rule(p, root, pointerAppend(pointerAppend(pointer, "prefixItems"), i)));
-    const extraRule = extraSchema === null ? -1 : this.rule(extraSchema, root, pointerAppend(pointer, "items"));
+    const prefixKey = legacyTuple ? "items" : "prefixItems";
+    const prefixRules = prefix.map((p, i) => this.rule(p, root, pointerAppend(pointerAppend(pointer, prefixKey), i)));
+    const extraRule = extraSchema === null ? -1 : this.rule(extraSchema, root, pointerAppend(pointer, legacyTuple ? "additionalItems" : "items"));
     const element = (i: number): Re => call(i < n ? prefixRules[i] : extraRule);
     const tail = (i: number): Re => {
       if (i >= max) return EMPTY;

@@ -119,6 +119,16 @@ describe("unsupported keywords are refused with their name and location", () => 
       expect((error as Error).message).toContain(keyword);
     });
   }
+  test("draft-07 tuples (items array + additionalItems) are enforced", () => {
+    const schema = { type: "array", items: [{ type: "integer" }, { type: "string", maxLength: 2 }], additionalItems: { type: "boolean" }, maxItems: 4 };
+    const validate = makeAjv().compile({ type: "array", prefixItems: schema.items, items: schema.additionalItems, maxItems: 4 });
+    const g = compileJsonSchema(schema);
+    for (let seed = 1; seed <= 6; seed++) {
+      const w = randomWalk(g, sp, [SP_EOS], seed);
+      expect(validate(JSON.parse(w.text))).toBe(true);
+    }
+  });
+
   test("annotation keywords alone mean any value", () => {
     const g = compileJsonSchema({ title: "Anything", description: "d", $comment: "c", default: 1, examples: [1] });
     const m = new GrammarMatcher(g, sp, { stopTokenIds: [SP_EOS] });
