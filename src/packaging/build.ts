@@ -53,6 +53,20 @@ function nativePlugin(manifestSource: string): BunPlugin {
         const contents = text.replace(ORT_LOADER, `require(require(${JSON.stringify(NATIVE_TS)}).nativeFilePath(${JSON.stringify(ORT_BINDING)}))`);
         return { contents, loader: "js" };
       });
+      // protobufjs (under onnx-proto) finds its optional modules with a runtime require the
+      // bundler cannot see; in the binary that would resolve against the working directory's
+      // node_modules (or nothing). Static requires bundle the same modules development uses.
+      build.onLoad({ filter: /@protobufjs[\\/]inquire[\\/]index\.js$/ }, () => ({
+        contents: `module.exports = function inquire(name) {
+  switch (name) {
+    case "long": return require("long");
+    case "buffer": return require("buffer");
+    case "fs": return require("fs");
+    default: return null;
+  }
+};\n`,
+        loader: "js",
+      }));
       build.onLoad({ filter: /node_modules[\\/]tokenizers[\\/]index\.js$/ }, () => ({
         // The package's index.js only re-exports the addon's members, so the addon is the module.
         contents: `module.exports = require(require(${JSON.stringify(NATIVE_TS)}).nativeFilePath(${JSON.stringify(TOKENIZERS_BINDING)}));\n`,
@@ -76,7 +90,16 @@ export async function buildBinary(opts: BuildOptions): Promise<{ outfile: string
   const { source, manifest } = await manifestModule(opts.target);
   const result = await Bun.build({
     entrypoints: [join(ROOT, "src/packaging/binary-main.ts"), join(ROOT, "src/packaging/worker-entry.ts")],
-    compile: { target: `bun-${opts.target}`, outfile: opts.outfile },
+    compile: {
+      target: `bun-${opts.target}`,
+      outfile: opts.outfile,
+      // The operator's working directory must not change the program: a bunfig.toml, .env,
+      // tsconfig.json or package.json there would otherwise be read at start.
+      autoloadBunfig: false,
+      autoloadDotenv: false,
+      autoloadTsconfig: false,
+      autoloadPackageJson: false,
+    },
     minify: true,
     sourcemap: "none",
     plugins: [nativePlugin(source)],
