@@ -5,8 +5,9 @@ import { storeCommands } from "./commands.ts";
 import { commandHelp, parseCommand, UsageError, type Command } from "./framework.ts";
 import { serveCommand } from "./serve.ts";
 import { extraCommands } from "./extra.ts";
+import { workspaceCommands } from "./workspace-commands.ts";
 
-const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands];
+const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, ...workspaceCommands];
 
 function overview(): string {
   const lines = [`sluice ${VERSION}: an OpenAI-compatible gateway that serves ONNX language models`, "", "Commands:"];

@@ -19,6 +19,8 @@ export const serveCommand: Command = {
     DATA_OPTION,
     { name: "models", type: "string", help: "Models directory", default: "./models" },
     { name: "public-url", type: "string", help: "Public base URL announced by /v1/integrations (without /v1)" },
+    { name: "workspace-port", type: "string", help: "Serve the account workspace on this port instead of under /workspace/ of --port (0: any free port)" },
+    { name: "workspace-host", type: "string", help: "Interface for --workspace-port (default: --host)" },
     { name: "log-level", type: "string", help: "debug, info, warn or error", default: "info" },
     { name: "log-prompts", type: "boolean", help: "Include prompt text in debug logs (off: never logged)" },
     { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
@@ -37,6 +39,8 @@ export const serveCommand: Command = {
     const device = String(args.values.device);
     if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
     configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
+    const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
+    if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const engine = await createEngine({ log, threads, device: device as "auto" | "cuda" | "cpu" });
     const server = await startServer({
@@ -46,6 +50,8 @@ export const serveCommand: Command = {
       modelsDir: String(args.values.models),
       publicUrl: typeof args.values["public-url"] === "string" ? args.values["public-url"] : undefined,
       demoModel: args.values["no-demo"] !== true,
+      workspacePort: wsPort,
+      workspaceHost: typeof args.values["workspace-host"] === "string" ? args.values["workspace-host"] : undefined,
       buildDemoModel,
       log,
       engine,
@@ -54,6 +60,7 @@ export const serveCommand: Command = {
     const lines = [
       "",
       `Sluice is serving ${served.length ? served.join(", ") : "no models"} at ${server.url}/v1`,
+      `Account workspace: ${server.workspaceUrl} (create a user with: sluice users create EMAIL --account ${DEFAULT_ACCOUNT} --operator --password-stdin)`,
     ];
     if (server.firstKey) {
       lines.push(

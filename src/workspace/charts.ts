@@ -21,7 +21,7 @@ export function niceCeiling(max: number): number {
 
 const W = 640;
 const H = 220;
-const PAD = { left: 48, right: 8, top: 10, bottom: 28 };
+const PAD = { left: 56, right: 8, top: 12, bottom: 30 };
 
 /** Stacked vertical bars, one per label (e.g. per day). */
 export function barChart(opts: { title: string; labels: string[]; series: Series[]; unit: string }): Html {
@@ -55,33 +55,33 @@ export function barChart(opts: { title: string; labels: string[]; series: Series
   const summary = `${opts.title}: ${labels.length} bars, highest ${integer(Math.max(0, ...totals))} ${opts.unit}`;
   return html`<figure class="chart">
   <figcaption>${opts.title}</figcaption>
-  <svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${summary}" preserveAspectRatio="xMidYMid meet">${grid}${bars}</svg>
+  <svg class="plot" viewBox="0 0 ${W} ${H}" role="img" aria-label="${summary}" preserveAspectRatio="xMidYMid meet">${grid}${bars}</svg>
   ${legend(series)}
 </figure>`;
 }
 
 /** Horizontal bars with their label and value, one per row (e.g. per model). */
 export function rowChart(opts: { title: string; rows: { label: string; values: number[] }[]; series: Omit<Series, "values">[]; unit: string }): Html {
-  const rowH = 30;
+  const rowH = 44;
   const labelW = 0;
   const h = Math.max(1, opts.rows.length) * rowH + 4;
   const max = Math.max(1, ...opts.rows.map((r) => r.values.reduce((a, b) => a + b, 0)));
-  const plotW = W - labelW - 90;
+  const plotW = W - labelW - 80;
   const rows = opts.rows.map((r, i) => {
     let x = labelW;
     const total = r.values.reduce((a, b) => a + b, 0);
     const rects = r.values.map((v, k) => {
       const w = (v / max) * plotW;
       const s = opts.series[k]!;
-      const out = html`<rect class="${s.cls}" x="${x.toFixed(1)}" y="${i * rowH + 16}" width="${Math.max(v > 0 ? 1 : 0, w).toFixed(1)}" height="11"><title>${r.label}: ${integer(v)} ${s.name}</title></rect>`;
+      const out = html`<rect class="${s.cls}" x="${x.toFixed(1)}" y="${i * rowH + 22}" width="${Math.max(v > 0 ? 1 : 0, w).toFixed(1)}" height="16"><title>${r.label}: ${integer(v)} ${s.name}</title></rect>`;
       x += w;
       return out;
     });
-    return html`<text class="rowlabel" x="0" y="${i * rowH + 12}">${r.label}</text>${rects}<text class="tick" x="${(x + 6).toFixed(1)}" y="${i * rowH + 26}">${integer(total)}</text>`;
+    return html`<text class="rowlabel" x="0" y="${i * rowH + 16}">${r.label}</text>${rects}<text class="tick" x="${(x + 6).toFixed(1)}" y="${i * rowH + 36}">${integer(total)}</text>`;
   });
   return html`<figure class="chart">
   <figcaption>${opts.title}</figcaption>
-  <svg viewBox="0 0 ${W} ${h}" role="img" aria-label="${opts.title}: ${opts.rows.map((r) => `${r.label} ${integer(r.values.reduce((a, b) => a + b, 0))} ${opts.unit}`).join(", ")}">${rows}</svg>
+  <svg class="plot" viewBox="0 0 ${W} ${h}" role="img" aria-label="${opts.title}: ${opts.rows.map((r) => `${r.label} ${integer(r.values.reduce((a, b) => a + b, 0))} ${opts.unit}`).join(", ")}">${rows}</svg>
   ${opts.series.length > 1 ? legend(opts.series) : ""}
 </figure>`;
 }
