@@ -3,7 +3,7 @@
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
-import { CUDA_LIBRARIES, cudaSearchDirs, PROVIDER_LIBRARIES, probeLibrary, type SearchDir } from "../packaging/cuda.ts";
+import { CUDA_LIBRARIES, cudaSearchDirs, PROVIDER_LIBRARIES, probeLibrary, tryDlopen, versionFromFileName, type SearchDir } from "../packaging/cuda.ts";
 import { isPackaged, nativeDir } from "../packaging/native.ts";
 
 export type Device = "auto" | "cuda" | "cpu";
@@ -51,7 +51,13 @@ export function checkCudaLibraries(libDir = onnxRuntimeLibDir(), dirs: SearchDir
   for (const lib of PROVIDER_LIBRARIES) {
     const path = join(libDir, lib.soname);
     if (existsSync(path)) {
-      checks.push({ name: lib.soname, role: lib.role, found: true, detail: "present", path, version: null });
+      // Loading it proves the file is whole and its own dependencies (CUDA, cuDNN) resolve.
+      const error = tryDlopen(path);
+      checks.push(
+        error === null
+          ? { name: lib.soname, role: lib.role, found: true, detail: "loaded", path, version: versionFromFileName(path) }
+          : { name: lib.soname, role: lib.role, found: false, detail: `present at ${path} but does not load: ${error.replace(`${path}: `, "")}`, path, version: null },
+      );
       continue;
     }
     const elsewhere = dirs.map((d) => join(d.dir, lib.soname)).find((p) => existsSync(p));

@@ -89,6 +89,13 @@ describe("CUDA library checks", () => {
     expect(cpu.checks).toEqual([]);
   });
 
+  test.skipIf(!LIBM)("a loadable provider library beside ONNX Runtime counts as found", () => {
+    const s = scratch();
+    copyFileSync(LIBM!, join(s.native, "libonnxruntime_providers_shared.so"));
+    const bridge = checkCudaLibraries(s.native, s.search).find((c) => c.role === "ONNX Runtime provider bridge")!;
+    expect(bridge).toMatchObject({ found: true, detail: "loaded", path: join(s.native, "libonnxruntime_providers_shared.so") });
+  });
+
   test.skipIf(!LIBM)("a loadable library in the operator's directory is found there, with the version of its file name", () => {
     const s = scratch();
     // Any real shared object loads by path; the soname does not have to match for dlopen.
@@ -123,9 +130,10 @@ describe("linking into the native directory", () => {
     expect(lstatSync(join(s.native, "libonnxruntime.so.1")).isSymbolicLink()).toBe(false);
     expect(lstatSync(join(s.native, "libcublas.so.12"), { throwIfNoEntry: false })).toBeUndefined();
 
-    // Once linked, the provider library counts as present beside ONNX Runtime.
+    // Once linked, the provider library is checked where ONNX Runtime will load it, by loading it.
     const provider = checkCudaLibraries(s.native, s.search).find((c) => c.role === "ONNX Runtime CUDA provider")!;
-    expect(provider.found).toBe(true);
+    expect(provider.found).toBe(false);
+    expect(provider.detail).toBe(`present at ${join(s.native, "libonnxruntime_providers_cuda.so")} but does not load: file too short`);
   });
 
   test("search order: the operator's directory, lib/ beside the binary, then the cache", () => {
