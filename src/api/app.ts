@@ -7,6 +7,7 @@ import type { CatalogModel, Store } from "../store/index.ts";
 import { authenticate } from "./auth.ts";
 import { handleChat } from "./chat/handler.ts";
 import { ApiError, internalError, modelNotFound } from "./errors.ts";
+import { metricsResponse } from "./metrics.ts";
 import { allowedMethods, isUnsupportedRoute, SUPPORTED_SUMMARY } from "./routes.ts";
 import type { ModelObject } from "./schemas.ts";
 
@@ -103,6 +104,7 @@ export function createApi(opts: ApiOptions) {
       return internalError().toResponse(headers);
     })
     .get("/health", () => ({ status: "ok" }))
+    .get("/metrics", () => metricsResponse(opts.engine))
     .get("/ready", ({ set }) => {
       const storeOk = store.healthy();
       const ready = storeOk && opts.ready();

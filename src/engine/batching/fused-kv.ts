@@ -22,12 +22,14 @@ class FusedSequence implements Sequence {
 
 /**
  * Rows are kept packed at the front (a closed row takes the last row's contents), so a batch is
- * always a prefix of the buffer. Buffers are sized for the most rows the budget allows, but the
- * OS only backs the pages rows have touched; an emptied pool drops its buffers.
+ * always a prefix of the buffer. Buffers grow by doubling up to the rows the budget allows (huge
+ * lazily-backed buffers would make the garbage collector run constantly); an emptied pool drops
+ * its buffers.
  */
 class Pool {
   rows: FusedSequence[] = [];
   arrays: KvArray[] | null = null;
+  allocatedRows = 0;
   constructor(
     readonly capacity: number,
     readonly maxRows: number,
@@ -81,11 +83,16 @@ export class FusedKvBackend implements KvBackend {
       this.pools.set(capacity, pool);
     }
     if (pool.rows.length >= pool.maxRows) throw new Error(`KV pool of capacity ${capacity} is full`);
-    if (!pool.arrays) {
-      const n = pool.maxRows * pool.stride;
-      pool.arrays = Array.from({ length: this.tensorCount }, () =>
-        this.decoder.spec.kvType === "float16" ? new Uint16Array(n) : new Float32Array(n),
-      );
+    if (pool.rows.length >= pool.allocatedRows) {
+      const rows = Math.min(pool.maxRows, Math.max(4, pool.allocatedRows * 2));
+      const n = rows * pool.stride;
+      const used = pool.rows.length * pool.stride;
+      pool.arrays = Array.from({ length: this.tensorCount }, (_, i) => {
+        const a = this.decoder.spec.kvType === "float16" ? new Uint16Array(n) : new Float32Array(n);
+        if (pool.arrays) a.set(pool.arrays[i]!.subarray(0, used));
+        return a;
+      });
+      pool.allocatedRows = rows;
     }
     const seq = new FusedSequence(this.nextId++, pool);
     seq.row = pool.rows.length;
