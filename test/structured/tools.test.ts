@@ -83,6 +83,24 @@ const CASES: Array<{ syntax: ToolCallSyntax; text: string; content: string; call
     calls: [["add", { a: 1 }]],
   },
   { syntax: "mistral", text: "[TOOL_CALLS] nothing here", content: "[TOOL_CALLS] nothing here", calls: [] },
+  {
+    syntax: "mistral",
+    text: '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1}, "id": "a1b2c3d4e"}, {"name": "neg", "arguments": {}, "id": "x}"}]',
+    content: "",
+    calls: [["add", { a: 1 }], ["neg", {}]],
+  },
+  {
+    syntax: "mistral",
+    text: 'Checking.[TOOL_CALLS]get_weather[ARGS]{"city": "Lyon"}[TOOL_CALLS]add[ARGS]{"a": [1, 2]}',
+    content: "Checking.",
+    calls: [["get_weather", { city: "Lyon" }], ["add", { a: [1, 2] }]],
+  },
+  {
+    syntax: "hermes",
+    text: '<tool_call>\n{"name": "f", "arguments": {"k": "v"}\n</tool_call>\nAfter.',
+    content: "After.",
+    calls: [["f", { k: "v" }]],
+  },
 ];
 
 describe("parseToolCalls on real-format strings", () => {

@@ -86,6 +86,23 @@ function matchCallHeader(s: string, from: number): HeaderResult {
   return { status: "ok", name, end: i };
 }
 
+/** Mistral's newer compact form after the marker: `name[ARGS]` then the arguments object. */
+function matchCompactHeader(s: string, from: number): HeaderResult {
+  let i = from;
+  while (i < s.length && /[A-Za-z0-9_.-]/.test(s[i])) i++;
+  if (i >= s.length) return i - from > 256 ? { status: "fail" } : { status: "partial" };
+  if (i === from) return { status: "fail" };
+  const name = s.slice(from, i);
+  const tag = "[ARGS]";
+  for (let k = 0; k < tag.length; k++, i++) {
+    if (i >= s.length) return { status: "partial" };
+    if (s[i] !== tag[k]) return { status: "fail" };
+  }
+  while (i < s.length && isWs(s[i])) i++;
+  if (i >= s.length) return { status: "partial" };
+  return s[i] === "{" ? { status: "ok", name, end: i } : { status: "fail" };
+}
+
 export class ToolCallStreamParser {
   private mode: Mode = "text";
   private readonly markers: readonly string[];
@@ -108,7 +125,8 @@ export class ToolCallStreamParser {
   private escaped = false;
   private argBuf = "";
   private afterBuf = "";
-  private sawClose = false;
+  /** The current call is Mistral's compact form (no call object around the arguments). */
+  private compact = false;
 
   constructor(readonly syntax: ToolCallSyntax) {
     this.markers = START_MARKERS[syntax];
@@ -234,14 +252,18 @@ export class ToolCallStreamParser {
   private headerChar(c: string): void {
     this.pending += c;
     let from = this.headerFrom;
+    let r: HeaderResult;
+    this.compact = false;
     if (this.expectList) {
       let i = from;
       while (i < this.pending.length && isWs(this.pending[i])) i++;
       if (i >= this.pending.length) return;
-      if (this.pending[i] !== "[") return this.failHeader();
-      from = i + 1;
-    }
-    const r = matchCallHeader(this.pending, from);
+      if (this.pending[i] === "[") r = matchCallHeader(this.pending, i + 1);
+      else {
+        r = matchCompactHeader(this.pending, i);
+        this.compact = true;
+      }
+    } else r = matchCallHeader(this.pending, from);
     if (r.status === "partial") {
       if (this.pending.length > MAX_HEADER) this.failHeader();
       return;
@@ -297,36 +319,45 @@ export class ToolCallStreamParser {
       this.depth--;
       if (this.depth === 0) {
         this.flushArgs();
-        this.mode = "after";
         this.afterBuf = "";
-        this.sawClose = false;
+        if (this.compact) {
+          // Mistral's "[TOOL_CALLS]name[ARGS]{...}": the arguments were the whole call.
+          this.mode = "text";
+          this.dropWs = true;
+        } else this.mode = "after";
       }
     }
   }
 
-  /** After the arguments: the call object's "}" and, for Hermes, the end marker. */
+  /**
+   * After the arguments. Hermes: everything up to the end marker is the call's syntax. Mistral
+   * and Llama: further members of the call object (e.g. an "id") are skipped up to its "}".
+   */
   private afterChar(c: string): void {
-    if (!this.sawClose) {
-      if (isWs(c)) return;
-      if (c === "}") {
-        this.sawClose = true;
-        if (this.syntax !== "hermes") this.mode = "between";
-        return;
-      }
-      // Missing "}": tolerated, the rest is judged as if it had been there.
-      this.sawClose = true;
-      if (this.syntax !== "hermes") {
+    if (this.syntax === "hermes") {
+      this.afterBuf += c;
+      if (this.afterBuf.endsWith(HERMES_END)) {
+        this.mode = "text";
+        this.dropWs = true;
+        this.afterBuf = "";
+      } else if (this.afterBuf.length > 4 * HERMES_END.length) this.afterBuf = this.afterBuf.slice(-HERMES_END.length);
+      return;
+    }
+    if (this.inString) {
+      if (this.escaped) this.escaped = false;
+      else if (c === "\\") this.escaped = true;
+      else if (c === '"') this.inString = false;
+      return;
+    }
+    if (c === '"') this.inString = true;
+    else if (c === "{" || c === "[") this.depth++;
+    else if (c === "}" || c === "]") {
+      if (this.depth > 0) this.depth--;
+      else {
         this.mode = "between";
-        return this.betweenChar(c);
+        if (c === "]") this.betweenChar(c);
       }
     }
-    // Hermes: everything up to the end marker belongs to the call's syntax.
-    this.afterBuf += c;
-    if (this.afterBuf.endsWith(HERMES_END)) {
-      this.mode = "text";
-      this.dropWs = true;
-      this.afterBuf = "";
-    } else if (this.afterBuf.length > 4 * HERMES_END.length) this.afterBuf = this.afterBuf.slice(-HERMES_END.length);
   }
 
   private betweenChar(c: string): void {
