@@ -136,6 +136,9 @@ export const CUDA_LIBRARIES: CudaLibrary[] = [
   { soname: "libcudart.so.12", role: "CUDA runtime", version: (p) => cudaStyle(intOut(p, "cudaRuntimeGetVersion")) },
   { soname: "libcublasLt.so.12", role: "cuBLASLt" },
   { soname: "libcublas.so.12", role: "cuBLAS" },
+  // The CUDA provider links these two as well, though most models never call them.
+  { soname: "libcufft.so.11", role: "cuFFT" },
+  { soname: "libcurand.so.10", role: "cuRAND" },
   {
     soname: "libcudnn.so.9",
     role: "cuDNN",

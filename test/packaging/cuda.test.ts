@@ -46,6 +46,8 @@ describe("CUDA library checks", () => {
       "CUDA runtime",
       "cuBLASLt",
       "cuBLAS",
+      "cuFFT",
+      "cuRAND",
       "cuDNN",
       "ONNX Runtime provider bridge",
       "ONNX Runtime CUDA provider",
