@@ -19,7 +19,8 @@ export const integer = (n: number) => Math.round(n).toLocaleString("en-US");
 /** USD with enough digits that per-request charges of cheap models are not shown as $0.00. */
 export function usd(n: number): string {
   const abs = Math.abs(n);
-  const digits = abs === 0 || abs >= 1 ? 2 : abs >= 0.01 ? 4 : 6;
+  // Whole cents print as cents; anything finer keeps micro-dollars, so $4.999956 never shows as $5.00.
+  const digits = Math.abs(abs * 100 - Math.round(abs * 100)) < 1e-6 ? 2 : 6;
   const s = abs.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
   return `${n < 0 ? "−" : ""}$${s}`;
 }
