@@ -11,7 +11,21 @@ export type Re =
   | { readonly k: "alt"; readonly items: readonly Re[] }
   | { readonly k: "rep"; readonly item: Re; readonly min: number; readonly max: number }
   | { readonly k: "call"; readonly rule: number }
-  | { readonly k: "dfa"; readonly dfa: RuleDfa };
+  | { readonly k: "dfa"; readonly dfa: RuleDfa }
+  | { readonly k: "members"; readonly members: readonly Re[]; readonly required: readonly boolean[]; readonly extra: Re | null; readonly sep: Re };
+
+/**
+ * Comma-separated object members in declared order, optional ones skippable, then any number of
+ * extra members. Emitted with shared states (linear in the member count); as a plain regular
+ * expression the "was anything written yet" choice would copy the tail once per optional member.
+ */
+export const members = (list: readonly Re[], required: readonly boolean[], extra: Re | null, sep: Re): Re => ({
+  k: "members",
+  members: list,
+  required,
+  extra,
+  sep,
+});
 
 export const EMPTY: Re = { k: "seq", items: [] };
 export const seq = (...items: Re[]): Re => (items.length === 1 ? items[0] : { k: "seq", items });
@@ -118,6 +132,29 @@ class Nfa {
         const n = this.state();
         this.calls[from].push(re.rule, n);
         return n;
+      }
+      case "members": {
+        const n = re.members.length;
+        // written[i]: something was written, member i is next; blank[i]: nothing written yet.
+        const written = Array.from({ length: n + 1 }, () => this.state());
+        const blank = Array.from({ length: n + 1 }, () => this.state());
+        const end = this.state();
+        this.eps[from].push(blank[0]);
+        for (let i = 0; i < n; i++) {
+          this.eps[this.emit(re.members[i], blank[i])].push(written[i + 1]);
+          this.eps[this.emit({ k: "seq", items: [re.sep, re.members[i]] }, written[i])].push(written[i + 1]);
+          if (!re.required[i]) {
+            this.eps[blank[i]].push(blank[i + 1]);
+            this.eps[written[i]].push(written[i + 1]);
+          }
+        }
+        if (re.extra) {
+          this.eps[this.emit(re.extra, blank[n])].push(written[n]);
+          this.eps[this.emit({ k: "seq", items: [re.sep, re.extra] }, written[n])].push(written[n]);
+        }
+        this.eps[written[n]].push(end);
+        this.eps[blank[n]].push(end);
+        return end;
       }
       case "dfa": {
         const d = re.dfa;

@@ -11,6 +11,7 @@ import {
   embed,
   intersect,
   lit,
+  members,
   opt,
   type Re,
   rep,
@@ -331,25 +332,8 @@ export class SchemaCompiler {
       const valueRule = this.rule(extraSchema, root, pointerAppend(pointer, "additionalProperties"));
       extra = seq(call(this.extraKeyRule(entries.map((e) => e.name))), w, lit(":"), w, call(valueRule));
     }
-    // After member i was written, the rest: required members follow with a comma, optional ones may.
-    const rest = (from: number): Re => {
-      const items: Re[] = [];
-      for (let j = from; j < entries.length; j++) {
-        const m = seq(sep, member[j]);
-        items.push(entries[j].required ? m : opt(m));
-      }
-      if (extra) items.push(star(seq(sep, extra)));
-      return seq(...items);
-    };
-    const firstRequired = entries.findIndex((e) => e.required);
-    const lastFirst = firstRequired < 0 ? entries.length - 1 : firstRequired;
-    const options: Re[] = [];
-    for (let j = 0; j <= lastFirst; j++) options.push(seq(member[j], rest(j + 1)));
-    if (firstRequired < 0) {
-      if (extra) options.push(seq(extra, star(seq(sep, extra))));
-      options.push(EMPTY);
-    }
-    return seq(lit("{"), w, alt(...options), w, lit("}"));
+    const body = members(member, entries.map((e) => e.required), extra, sep);
+    return seq(lit("{"), w, body, w, lit("}"));
   }
 
   /**
