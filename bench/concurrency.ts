@@ -1,0 +1,145 @@
+// Concurrency through HTTP with the openai client: 1, 4, 16 and 64 concurrent streams against
+// the ~50M synthetic model (fused) and stories260K; aggregate tokens/s, time to first token and
+// inter-token latency; decode time per token at context 100 vs 2,000; time to first token of a
+// request sharing a 1,000-token prefix with an earlier one. Writes `## Concurrency` of
+// docs/BENCHMARKS.md.  Run: bun bench/concurrency.ts [--threads N] [--quick]
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { createEngine } from "../src/engine/index.ts";
+import { silentLogger } from "../src/log.ts";
+import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
+import { startServer } from "../src/server.ts";
+import { machine, median, percentile, table, writeSection } from "./report.ts";
+
+const REPO = join(import.meta.dir, "..");
+const ROOT = join(REPO, ".cache", "bench-concurrency");
+const STORIES = join(REPO, "..", "shared", "models", "stories260k");
+const args = process.argv.slice(2);
+const threads = Number(args[args.indexOf("--threads") + 1] ?? 0) || 0;
+const quick = args.includes("--quick");
+const LEVELS = quick ? [1, 4, 16] : [1, 4, 16, 64];
+
+async function models(): Promise<string[]> {
+  const ids: string[] = [];
+  const big = join(ROOT, "models", "bench-50m");
+  if (!existsSync(join(big, "sluice.json"))) await buildSyntheticModel(big, { preset: "bench-50m", variant: "fused", id: "bench/50m" });
+  ids.push("bench/50m");
+  if (existsSync(join(STORIES, "stories260K.bin"))) {
+    const dir = join(ROOT, "models", "stories260k");
+    if (!existsSync(join(dir, "sluice.json"))) {
+      await importLlama2c(join(STORIES, "stories260K.bin"), join(STORIES, "tok512.bin"), { id: "stories260k", outDir: dir, variant: "fused", dtype: "float32" });
+    }
+    ids.push("stories260k");
+  } else console.warn("stories260K is absent; measuring the synthetic model only");
+  return ids;
+}
+
+interface StreamResult {
+  ttft: number;
+  gaps: number[];
+  tokens: number;
+  promptTokens: number;
+}
+
+async function stream(client: OpenAI, model: string, content: string, maxTokens: number, system?: string): Promise<StreamResult> {
+  const t0 = performance.now();
+  const messages: OpenAI.ChatCompletionMessageParam[] = system ? [{ role: "system", content: system }, { role: "user", content }] : [{ role: "user", content }];
+  const s = await client.chat.completions.create({ model, messages, temperature: 0, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } });
+  let last = 0;
+  let ttft = NaN;
+  const gaps: number[] = [];
+  let tokens = 0;
+  let promptTokens = 0;
+  for await (const chunk of s) {
+    if (chunk.usage) {
+      tokens = chunk.usage.completion_tokens;
+      promptTokens = chunk.usage.prompt_tokens;
+    }
+    if (!chunk.choices[0]?.delta.content) continue;
+    const now = performance.now();
+    if (Number.isNaN(ttft)) ttft = now - t0;
+    else gaps.push(now - last);
+    last = now;
+  }
+  return { ttft, gaps, tokens, promptTokens };
+}
+
+const words = "the cat sat on a mat and looked at the big red ball that rolled down the green hill".split(" ");
+const prose = (n: number, seed: number) => Array.from({ length: n }, (_, i) => words[(i * 7 + seed * 3) % words.length]).join(" ");
+
+async function main() {
+  const ids = await models();
+  const engine = await createEngine({ log: silentLogger(), device: "cpu", threads });
+  const dataDir = join(ROOT, `data-${process.pid}`);
+  const server = await startServer({ host: "127.0.0.1", port: 0, dataDir, modelsDir: join(ROOT, "models"), demoModel: false, log: silentLogger(), engine });
+  const client = new OpenAI({ apiKey: server.firstKey!, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 600_000 });
+  const rows: (string | number)[][] = [];
+  const speedup: string[] = [];
+  try {
+    for (const model of ids) {
+      const maxTokens = model === "stories260k" ? 128 : 48;
+      await stream(client, model, "warm up", 8);
+      let single = 0;
+      for (const n of LEVELS) {
+        const t0 = performance.now();
+        const results = await Promise.all(Array.from({ length: n }, (_, i) => stream(client, model, prose(8 + (i % 5), i), maxTokens)));
+        const wall = (performance.now() - t0) / 1000;
+        const tokens = results.reduce((s, r) => s + r.tokens, 0);
+        const tps = tokens / wall;
+        if (n === 1) single = tps;
+        const ttfts = results.map((r) => r.ttft);
+        const gaps = results.flatMap((r) => r.gaps);
+        rows.push([model, n, tokens, tps.toFixed(1), (tps / single).toFixed(2) + "×", median(ttfts).toFixed(0), percentile(ttfts, 99).toFixed(0), median(gaps).toFixed(1), percentile(gaps, 99).toFixed(1)]);
+        console.log(rows.at(-1)!.join("\t"));
+        if (n === 16) speedup.push(`${model}: 16 streams give ${(tps / single).toFixed(2)}× the aggregate tokens/s of one`);
+      }
+    }
+
+    // Decode time per token at short and long context (one stream, the synthetic model).
+    const ctxRows: (string | number)[][] = [];
+    const perToken: Record<number, number> = {};
+    // The synthetic tokenizer makes about 1.85 tokens of this prose per word.
+    for (const [target, words] of [[100, 50], [2000, 1060]] as const) {
+      const r = await stream(client, "bench/50m", prose(words, 1), 32);
+      perToken[target] = median(r.gaps);
+      ctxRows.push([r.promptTokens, r.tokens, median(r.gaps).toFixed(1), percentile(r.gaps, 99).toFixed(1), r.ttft.toFixed(0)]);
+      console.log("context", ctxRows.at(-1)!.join("\t"));
+    }
+
+    // A 1,000-token shared prefix: the second request's time to first token.
+    const system = prose(540, 2);
+    const first = await stream(client, "bench/50m", "first question", 8, system);
+    const second = await stream(client, "bench/50m", "another question", 8, system);
+    console.log("prefix", first.promptTokens, first.ttft.toFixed(0), second.ttft.toFixed(0));
+
+    const date = new Date().toISOString().slice(0, 10);
+    const body = [
+      `Written by \`bun bench/concurrency.ts\` on ${date}. Machine: ${machine()} (nproc ${navigator.hardwareConcurrency}). ` +
+        `ONNX Runtime intra-op threads: ${threads || "default"}. Through HTTP with the openai client, greedy, streamed; ` +
+        `\`bench/50m\` is \`buildSyntheticModel(dir, {preset: "bench-50m", variant: "fused"})\` (random weights), ` +
+        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Times in ms. ` +
+        `On a 2-core machine shared with other work these ratios move a lot from run to run; rerun before trusting one.`,
+      "",
+      table(["model", "streams", "tokens", "aggregate tok/s", "vs 1 stream", "TTFT median", "TTFT p99", "ITL median", "ITL p99"], rows),
+      "",
+      ...speedup.map((s) => `- ${s}.`),
+      "",
+      "Decode time per token by context (bench/50m, one stream):",
+      "",
+      table(["prompt tokens", "generated", "ITL median", "ITL p99", "TTFT"], ctxRows),
+      "",
+      `- Per-token decode at context ~2,000 is ${(perToken[2000]! / perToken[100]!).toFixed(2)}× that at ~100 (target ≤ 1.5×).`,
+      `- Shared ${first.promptTokens}-token prompt prefix: first request's TTFT ${first.ttft.toFixed(0)} ms, second's ${second.ttft.toFixed(0)} ms ` +
+        `(${(second.ttft / first.ttft).toFixed(2)} of the first; target < 0.25).`,
+    ].join("\n");
+    console.log("\n" + body);
+    writeSection("Concurrency", body);
+  } finally {
+    await server.stop();
+    const { rmSync } = await import("node:fs");
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+await main();
