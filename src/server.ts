@@ -1,6 +1,7 @@
 // The composition root: store + engine + api, with catalog synchronisation at start and on SIGHUP.
 import { join, resolve } from "node:path";
 import { createApi, DEFAULT_MAX_BODY_BYTES } from "./api/app.ts";
+import { Lifecycle } from "./api/lifecycle.ts";
 import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
 import type { Engine } from "./engine/types.ts";
 import type { Logger } from "./log.ts";
@@ -35,7 +36,8 @@ export interface RunningServer {
   /** Where the account workspace is served, e.g. http://127.0.0.1:8080/workspace/ */
   workspaceUrl: string;
   syncCatalog(): Promise<void>;
-  stop(): Promise<void>;
+  /** Graceful: /ready turns false, nothing new starts, generations run up to the deadline. */
+  stop(deadlineMs?: number): Promise<void>;
 }
 
 export const DEFAULT_ACCOUNT = "local";
@@ -97,7 +99,9 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
   };
 
   await syncCatalog();
+  const lifecycle = new Lifecycle();
   const api = createApi({
+    lifecycle,
     store,
     engine,
     log,
@@ -155,9 +159,11 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     firstKey,
     workspaceUrl,
     syncCatalog,
-    async stop() {
+    async stop(deadlineMs = 10_000) {
       ready = false;
       process.off("SIGHUP", onHup);
+      const { aborted } = await lifecycle.drain(deadlineMs);
+      if (aborted > 0) log.warn("shutdown deadline reached: ended generations still running", { aborted });
       await api.stop(true);
       await wsServer?.stop(true);
       await engine.close();

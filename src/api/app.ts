@@ -8,6 +8,7 @@ import { authenticate } from "./auth.ts";
 import { handleChat } from "./chat/handler.ts";
 import { ApiError, internalError, modelNotFound } from "./errors.ts";
 import { metricsResponse } from "./metrics.ts";
+import { Lifecycle } from "./lifecycle.ts";
 import { allowedMethods, isUnsupportedRoute, SUPPORTED_SUMMARY } from "./routes.ts";
 import type { ModelObject } from "./schemas.ts";
 
@@ -21,6 +22,7 @@ export interface ApiOptions {
   /** True once models are loaded and the server takes traffic. */
   ready: () => boolean;
   version: string;
+  lifecycle?: Lifecycle;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024;
@@ -53,12 +55,21 @@ export function createApi(opts: ApiOptions) {
   const { store, log } = opts;
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   const fingerprint = `fp_sluice_${opts.version}`;
+  const lifecycle = opts.lifecycle ?? new Lifecycle();
 
   return new Elysia()
     .derive(({ request }) => {
       const supplied = request.headers.get("x-request-id");
       const requestId = supplied && /^[A-Za-z0-9._:-]{1,128}$/.test(supplied) ? supplied : newRequestId();
       return { requestId, started: performance.now() };
+    })
+    .onBeforeHandle(({ path, requestId }) => {
+      // While draining, liveness and readiness still answer; nothing new is started.
+      if (lifecycle.draining && path !== "/health" && path !== "/ready") {
+        return new ApiError(503, "The server is shutting down; retry on another instance.", "service_unavailable", null, "shutting_down", {
+          "retry-after": "1",
+        }).toResponse({ "x-request-id": requestId });
+      }
     })
     .onAfterHandle(({ set, requestId }) => {
       set.headers["x-request-id"] = requestId;
@@ -107,7 +118,7 @@ export function createApi(opts: ApiOptions) {
     .get("/metrics", () => metricsResponse(opts.engine))
     .get("/ready", ({ set }) => {
       const storeOk = store.healthy();
-      const ready = storeOk && opts.ready();
+      const ready = storeOk && opts.ready() && !lifecycle.draining;
       if (!ready) set.status = 503;
       return { ready, store: storeOk, models: store.catalog.listServed().length };
     })
@@ -133,7 +144,7 @@ export function createApi(opts: ApiOptions) {
       return modelObject(m);
     })
     .post("/v1/chat/completions", ({ request, requestId }) =>
-      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint }, request, requestId),
+      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle }, request, requestId),
       { parse: "none" },
     );
 }

@@ -27,6 +27,7 @@ export function openSqliteStore(path: string): Store {
     sessions: sessionStore(db),
     signIns: signInThrottleStore(db),
     usageReports: usageReportStore(db),
+    atomically: <T>(fn: () => T): T => db.transaction(fn)(),
     healthy() {
       if (closed) return false;
       try {

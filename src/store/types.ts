@@ -243,5 +243,7 @@ export interface Store {
   usageReports: UsageReportStore;
   /** True while the underlying database answers. */
   healthy(): boolean;
+  /** Runs fn in one transaction: all of its writes land, or none. */
+  atomically<T>(fn: () => T): T;
   close(): void;
 }

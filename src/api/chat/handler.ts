@@ -6,6 +6,7 @@ import type { ApiKeyInfo, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
 import { readJsonBody } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
+import type { Lifecycle } from "../lifecycle.ts";
 import { ChatCompletionRequest } from "../schemas.ts";
 import { findProblem } from "../validate.ts";
 import { planChat, type ChatPlan } from "./request.ts";
@@ -17,6 +18,7 @@ export interface ChatDeps {
   log: Logger;
   maxBodyBytes: number;
   systemFingerprint: string;
+  lifecycle: Lifecycle;
 }
 
 const encoder = new TextEncoder();
@@ -41,10 +43,12 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   const started = performance.now();
   const abort = new AbortController();
   request.signal.addEventListener("abort", () => abort.abort(), { once: true });
+  deps.lifecycle.track(abort);
   let generation: Generation;
   try {
     generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal });
   } catch (e) {
+    deps.lifecycle.untrack(abort);
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
     if (e instanceof EngineBusyError) {
       throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
@@ -60,8 +64,10 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     systemFingerprint: deps.systemFingerprint,
   };
   const acc = new ChoiceAccumulator(plan.n, plan.logprobs);
-  const record = (status: string) =>
+  const record = (status: string) => {
     recordUsage(deps, key, plan, requestId, model.id, generation.promptTokens, acc, started, status);
+    deps.lifecycle.untrack(abort);
+  };
 
   if (!plan.stream) {
     try {
@@ -70,14 +76,15 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
       record("error");
       throw e;
     }
-    if (abort.signal.aborted) {
+    if (request.signal.aborted) {
       record("cancelled");
       return new Response(null, { status: 499 });
     }
-    record("ok");
+    // Aborted by a shutdown rather than the client: the client still gets what was made.
+    record(abort.signal.aborted ? "interrupted" : "ok");
     return Response.json(acc.toCompletion(meta, generation.promptTokens));
   }
-  return streamResponse(deps, generation, plan, meta, acc, abort, record);
+  return streamResponse(deps, generation, plan, meta, acc, abort, request.signal, record);
 }
 
 function streamResponse(
@@ -87,6 +94,7 @@ function streamResponse(
   meta: CompletionMeta,
   acc: ChoiceAccumulator,
   abort: AbortController,
+  clientSignal: AbortSignal,
   record: (status: string) => void,
 ): Response {
   const head = {
@@ -118,7 +126,7 @@ function streamResponse(
       try {
         const next = await iterator!.next();
         if (next.done) {
-          if (abort.signal.aborted) {
+          if (clientSignal.aborted) {
             finished = true;
             record("cancelled");
             controller.close();
@@ -129,9 +137,10 @@ function streamResponse(
               sse({ ...head, choices: [], usage: usageOf(generation.promptTokens, acc.completionTokens()) }),
             );
           }
-          controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+          // Committed before the last bytes leave, so a crash after [DONE] loses no usage row.
           finished = true;
-          record("ok");
+          record(abort.signal.aborted ? "interrupted" : "ok");
+          controller.enqueue(encoder.encode("data: [DONE]\n\n"));
           controller.close();
           return;
         }
@@ -184,6 +193,8 @@ function recordUsage(
   status: string,
 ) {
   try {
+    // Usage and its charge land together or not at all.
+    deps.store.atomically(() => {
     deps.store.usage.record({
       requestId,
       accountId: key.accountId,
@@ -201,6 +212,7 @@ function recordUsage(
     if (status !== "error") {
       deps.store.billing.charge({ accountId: key.accountId, requestId, modelId, promptTokens, completionTokens: acc.completionTokens() });
     }
+    });
   } catch (e) {
     deps.log.error("could not record usage", { request_id: requestId, error: (e as Error).message });
   }

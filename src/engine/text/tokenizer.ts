@@ -190,7 +190,8 @@ export class TextTokenizer {
       readJson(join(dir, "tokenizer_config.json")),
       readJson(join(dir, "special_tokens_map.json")),
       readJson(join(dir, "generation_config.json")),
-      readJson(join(dir, "config.json")),
+      // onnxruntime-genai exports carry the model's ids in genai_config.json instead.
+      readJson(join(dir, "config.json")) ?? ((readJson(join(dir, "genai_config.json"))?.model as Json | undefined) ?? null),
       dir,
     );
   }

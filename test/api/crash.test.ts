@@ -1,0 +1,70 @@
+// SIGKILL under load: every request whose client received a complete response has its usage row
+// after a restart (rows are committed before the response completes).
+import { expect, test } from "bun:test";
+import { join } from "node:path";
+import { openSqliteStore } from "../../src/store/index.ts";
+import { syntheticModel } from "../helpers/models.ts";
+import { BUN, REPO, tempDir } from "../helpers/paths.ts";
+
+async function startProcess(data: string, models: string) {
+  const proc = Bun.spawn([BUN, join(REPO, "src/cli/main.ts"), "serve", "--port", "0", "--data", data, "--models", models, "--no-demo", "--device", "cpu"], {
+    cwd: REPO,
+    stdout: "pipe",
+    stderr: "ignore",
+  });
+  const reader = proc.stdout.getReader();
+  let out = "";
+  while (!/at (http:\/\/\S+)\/v1/.test(out)) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`server exited early: ${out}`);
+    out += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  return { proc, url: /at (http:\/\/\S+)\/v1/.exec(out)![1]!, key: /(sk-sluice-[0-9A-Za-z]+)/.exec(out)?.[1] };
+}
+
+test("kill -9 under load loses no usage row of a completed response", async () => {
+  const data = tempDir("sluice-crash-");
+  const models = tempDir("sluice-crash-models-");
+  await syntheticModel(models.path, "m", { preset: "tiny-bytes", seed: 12, id: "crash/m" });
+  try {
+    const { proc, url, key } = await startProcess(data.path, models.path);
+    const completed: string[] = [];
+    let n = 0;
+    const worker = async () => {
+      for (;;) {
+        const id = `req-${n++}`;
+        try {
+          const stream = n % 2 === 0;
+          const res = await fetch(`${url}/v1/chat/completions`, {
+            method: "POST",
+            headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "x-request-id": id },
+            body: JSON.stringify({ model: "crash/m", messages: [{ role: "user", content: id }], max_tokens: 8, stream }),
+          });
+          const text = await res.text();
+          if (res.status === 200 && (!stream || text.includes("data: [DONE]"))) completed.push(id);
+        } catch {
+          return; // the server is gone
+        }
+      }
+    };
+    const workers = Array.from({ length: 6 }, worker);
+    await Bun.sleep(1500);
+    proc.kill("SIGKILL");
+    await Promise.all(workers);
+    expect(completed.length).toBeGreaterThan(5);
+    const store = openSqliteStore(join(data.path, "sluice.db"));
+    const rows = new Set(store.usage.list(store.accounts.get("local")!.id, { limit: 100000 }).map((r) => r.requestId));
+    store.close();
+    const missing = completed.filter((id) => !rows.has(id));
+    expect(missing).toEqual([]);
+    // And the server restarts on the same file.
+    const again = await startProcess(data.path, models.path);
+    expect((await fetch(`${again.url}/ready`)).status).toBe(200);
+    again.proc.kill("SIGTERM");
+    expect(await again.proc.exited).toBe(0);
+  } finally {
+    data.remove();
+    models.remove();
+  }
+}, 60_000);

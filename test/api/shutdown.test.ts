@@ -1,0 +1,49 @@
+// Graceful shutdown: /ready turns false, new work is refused, a running stream ends cleanly at the
+// deadline with its usage recorded, and the database is closed.
+import { expect, test } from "bun:test";
+import { join } from "node:path";
+import { TextTokenizer } from "../../src/engine/text/tokenizer.ts";
+import { openSqliteStore } from "../../src/store/index.ts";
+import { syntheticModel, tinyModelsRoot } from "../helpers/models.ts";
+import { tempDir } from "../helpers/paths.ts";
+import { startTestServer } from "../helpers/server.ts";
+
+test("stop(): drain to the deadline, end streams with [DONE], record usage, close the store", async () => {
+  const models = tempDir("sluice-shutdown-");
+  const dir = await syntheticModel(models.path, "m", { preset: "tiny-bytes", seed: 9, id: "t/m" });
+  const noEos = Object.fromEntries(TextTokenizer.load(dir).eosTokenIds.map((id) => [id, -100]));
+  const server = await startTestServer({ modelsDir: models.path });
+  const headers = { authorization: `Bearer ${server.key}`, "content-type": "application/json" };
+  try {
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { ...headers, "x-request-id": "long-1" },
+      body: JSON.stringify({ model: "t/m", messages: [{ role: "user", content: "x" }], max_tokens: 100000, stream: true, stream_options: { include_usage: true }, logit_bias: noEos }),
+    });
+    const reader = res.body!.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    const stopping = server.stop(400);
+    await Bun.sleep(50);
+    expect((await fetch(`${server.url}/ready`)).status).toBe(503);
+    const refused = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers, body: JSON.stringify({ model: "t/m", messages: [{ role: "user", content: "y" }] }) });
+    expect(refused.status).toBe(503);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("shutting_down");
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    await stopping;
+    expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
+    expect(text).toContain('"usage":{"prompt_tokens"');
+    const store = openSqliteStore(join(server.dataDir, "sluice.db"));
+    const row = store.usage.list(store.accounts.get("local")!.id).find((r) => r.requestId === "long-1");
+    store.close();
+    expect(row?.status).toBe("interrupted");
+    expect(row!.completionTokens).toBeGreaterThan(0);
+    expect(server.store.healthy()).toBe(false);
+  } finally {
+    await server.cleanup();
+    models.remove();
+  }
+});
