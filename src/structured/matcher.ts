@@ -177,6 +177,65 @@ function simpleStates(g: Grammar): Uint8Array {
   return s;
 }
 
+const runCache = new WeakMap<Grammar, Int32Array>();
+const UNBOUNDED_RUN = 1 << 20;
+const PLAIN_BYTES: number[] = [];
+for (let b = 0x20; b <= 0x7e; b++) if (b !== 0x22 && b !== 0x5c) PLAIN_BYTES.push(b);
+
+/**
+ * Per state, how many plain string bytes (see TokenTrie.plainHeight) can be read in a row through
+ * simple states that treat all plain bytes alike; a trie subtree of plain bytes no taller than
+ * that is accepted whole, without visiting its nodes.
+ */
+function plainRuns(g: Grammar): Int32Array {
+  let runs = runCache.get(g);
+  if (runs) return runs;
+  const simple = simpleStates(g);
+  const computed = new Int32Array(g.stateCount).fill(-1);
+  const uniformTarget = (s: number): number => {
+    if (!simple[s]) return -1;
+    const t = g.next[s * 256 + PLAIN_BYTES[0]];
+    if (t < 0 || !simple[t]) return -1;
+    for (const b of PLAIN_BYTES) if (g.next[s * 256 + b] !== t) return -1;
+    return t;
+  };
+  for (let s0 = 0; s0 < g.stateCount; s0++) {
+    if (computed[s0] >= 0) continue;
+    // Follow the chain of uniform targets; a chain returning to itself reads plain bytes forever.
+    const chain: number[] = [];
+    const onChain = new Set<number>();
+    let s = s0;
+    let tailRun = 0;
+    for (;;) {
+      if (computed[s] >= 0) {
+        tailRun = computed[s];
+        break;
+      }
+      if (onChain.has(s)) {
+        tailRun = UNBOUNDED_RUN;
+        break;
+      }
+      chain.push(s);
+      onChain.add(s);
+      const t = uniformTarget(s);
+      if (t < 0) {
+        computed[s] = 0;
+        chain.pop();
+        tailRun = 0;
+        break;
+      }
+      s = t;
+    }
+    for (let k = chain.length - 1; k >= 0; k--) {
+      tailRun = tailRun >= UNBOUNDED_RUN ? UNBOUNDED_RUN : tailRun + 1;
+      computed[chain[k]] = tailRun;
+    }
+  }
+  runs = computed;
+  runCache.set(g, runs);
+  return runs;
+}
+
 /**
  * Walks the subtree below `root` (exclusive) starting from `start`; marks tokens that can be fully
  * consumed. With `boundaries`, reaching the bottom of the stack mid-token is recorded instead of
@@ -194,8 +253,9 @@ function walk(
 ): void {
   const base = trie.depth[root];
   const stop = trie.end[root];
-  const { byte, depth, end } = trie;
+  const { byte, depth, end, tokCount, tokStart, sortedIds, plainHeight, subLo, subHi } = trie;
   const next = g.next;
+  const runs = plainRuns(g);
   const simple = simpleStates(g);
   levels.at(trie.maxDepth + 1);
   const fastState = levels.fastState;
@@ -210,6 +270,15 @@ function walk(
     const ps = fastState[d - 1];
     let cur: Configs;
     if (ps >= 0) {
+      const ph = plainHeight[i];
+      if (ph > 0 && runs[ps] >= ph) {
+        for (let k = subLo[i]; k < subHi[i]; k++) {
+          const id = sortedIds[k];
+          mask[id >>> 5] |= 1 << (id & 31);
+        }
+        i = end[i];
+        continue;
+      }
       const t = next[ps * 256 + b];
       if (t < 0) {
         i = end[i];
@@ -218,7 +287,14 @@ function walk(
       if (simple[t]) {
         fastState[d] = t;
         fastStack[d] = fastStack[d - 1];
-        if (trie.tokCount[i]) markTokens(trie, i, mask);
+        const n = tokCount[i];
+        if (n) {
+          const first = tokStart[i];
+          for (let k = 0; k < n; k++) {
+            const id = sortedIds[first + k];
+            mask[id >>> 5] |= 1 << (id & 31);
+          }
+        }
         i++;
         continue;
       }
