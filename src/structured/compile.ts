@@ -9,7 +9,8 @@ import { DEFAULT_OPTIONS, SchemaCompiler, type SchemaCompileOptions } from "./sc
 import { warmStateMasks } from "./matcher.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 
-const CACHE_LIMIT = 256;
+// Each grammar keeps its per-state token masks alive, so the cache stays modest.
+const CACHE_LIMIT = 64;
 const cache = new Map<string, Grammar>();
 
 export function cached(key: string, build: () => Grammar): Grammar {

@@ -103,7 +103,9 @@ class Configs {
 
 /** What one resting state allows, independent of the stack below it. */
 interface StateMask {
-  readonly accepted: Uint32Array;
+  /** Dense bitmask when many tokens are accepted, else null and the ids are in acceptedIds. */
+  readonly accepted: Uint32Array | null;
+  readonly acceptedIds: Int32Array | null;
   /** Trie nodes after which the state's rule may have ended with bytes of the token left over. */
   readonly boundaries: Int32Array;
 }
@@ -385,6 +387,14 @@ function stateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
   return m;
 }
 
+const SPARSE_LIMIT = 1024;
+
+function popcount(x: number): number {
+  x -= (x >>> 1) & 0x55555555;
+  x = (x & 0x33333333) + ((x >>> 2) & 0x33333333);
+  return (((x + (x >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
+}
+
 function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
   const words = (vocab.size + 31) >>> 5;
   const accepted = new Uint32Array(words);
@@ -393,7 +403,11 @@ function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
   start.states.push(s);
   start.stacks.push(null);
   walk(g, vocab.trie, new StackPool(g.stateCount), new Levels(), 0, start, accepted, boundaries);
-  return { accepted, boundaries: Int32Array.from(boundaries) };
+  // Most states allow a handful of tokens: a list keeps thousands of cached states small.
+  let count = 0;
+  for (let w = 0; w < words && count <= SPARSE_LIMIT; w++) if (accepted[w]) count += popcount(accepted[w]);
+  if (count <= SPARSE_LIMIT) return { accepted: null, acceptedIds: bitsToIds(accepted), boundaries: Int32Array.from(boundaries) };
+  return { accepted, acceptedIds: null, boundaries: Int32Array.from(boundaries) };
 }
 
 const distanceCache = new WeakMap<Grammar, Float64Array>();
@@ -511,7 +525,11 @@ export class GrammarMatcher {
       let m = this.masks[s];
       if (!m) m = this.masks[s] = stateMask(g, this.vocab, s);
       const acc = m.accepted;
-      for (let w = 0; w < words; w++) mask[w] |= acc[w];
+      if (acc) for (let w = 0; w < words; w++) mask[w] |= acc[w];
+      else {
+        const ids = m.acceptedIds!;
+        for (let k = 0; k < ids.length; k++) setBit(mask, ids[k]);
+      }
       const st = cur.stacks[i];
       if (m.boundaries.length === 0 || st === null) continue;
       // Tokens that end this rule and go on in the caller depend on the stack: walked once per

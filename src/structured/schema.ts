@@ -74,7 +74,7 @@ export class SchemaCompiler {
 
   constructor(
     private readonly builder: GrammarBuilder,
-    private readonly options: SchemaCompileOptions = DEFAULT_OPTIONS,
+    options: SchemaCompileOptions = DEFAULT_OPTIONS,
   ) {
     this.wsRe = ws(options.maxWhitespace);
   }
