@@ -271,7 +271,7 @@ export class SchemaCompiler {
     }
     if (minLength > 0 || maxLength !== Infinity) {
       // Counted characters use the short escapes only: same strings, a third fewer states.
-      parts.push([maxLength !== Infinity ? "maxLength" : "minLength", () => rep(COUNTED_CHAR, minLength, maxLength)]);
+      parts.push([maxLength !== Infinity ? "maxLength" : "minLength", () => rep(countedChar(), minLength, maxLength)]);
     }
     const guard = <T>(keyword: string, f: () => T): T => {
       try {
@@ -392,6 +392,16 @@ export class SchemaCompiler {
     const body = seq(element(0), tail(1));
     return seq(lit("["), w, min > 0 ? body : opt(body), w, lit("]"));
   }
+}
+
+let countedCharDfa: Re | undefined;
+/**
+ * One counted character as a minimized DFA: repeated per position, it costs a handful of states
+ * instead of one per UTF-8 lead-byte range and escape form.
+ */
+function countedChar(): Re {
+  countedCharDfa ??= embed(compileRe(COUNTED_CHAR));
+  return countedCharDfa;
 }
 
 function nonNegativeInt(schema: SchemaObject, key: string, pointer: string): number | undefined {
