@@ -1,18 +1,34 @@
 // One choice's token pipeline, independent of how the model is run: sample from the logits the
 // scheduler hands in, then detokenise, match stop strings and produce the OpenAI events. The
 // scheduler owns the model runs and KV caches; this owns everything per token after them.
+import { allocateTokenBitmask, type GrammarMatcher } from "../../structured/index.ts";
+import { ToolCallStreamParser, type ToolStreamEvent } from "../../structured/tools/index.ts";
 import type { Detokenizer } from "../text/detokenizer.ts";
 import { StopMatcher } from "../text/stop.ts";
 import type { FinishReason, GenerationEvent, TokenLogprob } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
 import { createChoiceSampler, tokenLogprob, type ChoiceSampler } from "./sampling-bridge.ts";
+import { createMatcher, requestStructure } from "./structured-support.ts";
+
+const ID_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+const callId = () => {
+  let id = "call_";
+  for (const b of crypto.getRandomValues(new Uint8Array(24))) id += ID_CHARS[b % 62];
+  return id;
+};
 
 export class ChoiceStream {
   private readonly sampler: ChoiceSampler;
   private readonly detok: Detokenizer;
   private readonly stop: StopMatcher;
   private pendingLogprobs: TokenLogprob[] = [];
+  /** The grammar that every token must keep valid (response_format, forced or strict tools). */
+  private readonly matcher: GrammarMatcher | null;
+  private readonly mask: Uint32Array | null;
+  /** Splits tool calls out of the text when the request has tools. */
+  private readonly tools: ToolCallStreamParser | null;
+  private toolCalls = 0;
   generated = 0;
   finished = false;
 
@@ -26,6 +42,11 @@ export class ChoiceStream {
     this.sampler = createChoiceSampler(request.sampling, model.tokenizer.vocabSize, index);
     this.detok = model.tokenizer.createDetokenizer();
     this.stop = new StopMatcher(request.stop);
+    // Throws EngineRequestError for what cannot be guaranteed: the request is refused at admission.
+    const structure = requestStructure(request, model);
+    this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
+    this.mask = this.matcher ? allocateTokenBitmask(model.tokenizer.vocabSize) : null;
+    this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax) : null;
   }
 
   /**
@@ -34,7 +55,9 @@ export class ChoiceStream {
    */
   advance(logits: Float32Array, out: GenerationEvent[]): number | null {
     const { tokenizer } = this.model;
-    const token = this.sampler.sample(logits);
+    if (this.matcher) this.matcher.fillNextTokenBitmask(this.mask!);
+    const token = this.sampler.sample(logits, this.mask);
+    if (this.matcher && !this.matcher.acceptToken(token)) throw new Error(`grammar refused token ${token} it allowed`);
     if (this.request.logprobs) {
       this.pendingLogprobs.push(tokenLogprob(this.sampler, logits, token, this.request.topLogprobs, tokenizer));
     }
@@ -66,11 +89,33 @@ export class ChoiceStream {
       const tail = this.stop.push(this.detok.finish());
       this.emit(tail.stopped ? tail.text : tail.text + this.stop.flush(), out);
     }
+    if (this.tools) this.route(this.tools.finish(), out);
     this.finished = true;
-    out.push({ type: "finish", index: this.index, reason, completionTokens: this.generated });
+    // A turn that ended in tool calls says so, as OpenAI does.
+    const finish = reason === "stop" && this.toolCalls > 0 ? "tool_calls" : reason;
+    out.push({ type: "finish", index: this.index, reason: finish, completionTokens: this.generated });
   }
 
   private emit(text: string, out: GenerationEvent[]) {
+    if (this.tools) {
+      this.route(this.tools.push(text), out);
+      return;
+    }
+    this.emitContent(text, out);
+  }
+
+  /** Tool-call parser events to OpenAI events: content stays content, calls get ids. */
+  private route(events: readonly ToolStreamEvent[], out: GenerationEvent[]) {
+    for (const e of events) {
+      if (e.type === "content") this.emitContent(e.text, out);
+      else if (e.name !== undefined) {
+        this.toolCalls = Math.max(this.toolCalls, e.index + 1);
+        out.push({ type: "tool_call", index: this.index, toolIndex: e.index, id: callId(), name: e.name, argumentsDelta: e.argumentsDelta });
+      } else out.push({ type: "tool_call", index: this.index, toolIndex: e.index, argumentsDelta: e.argumentsDelta });
+    }
+  }
+
+  private emitContent(text: string, out: GenerationEvent[]) {
     if (text === "" && this.pendingLogprobs.length === 0) return;
     const e: GenerationEvent = { type: "content", index: this.index, text };
     if (this.request.logprobs) {

@@ -79,20 +79,6 @@ export class Scheduler {
   async admit(rid: number, request: WireRequest): Promise<number> {
     const prompt = await this.model.promptIds(request);
     const maxNew = Math.min(request.maxTokens ?? Number.MAX_SAFE_INTEGER, this.model.info.contextLength - prompt.length);
-    if (request.responseFormat && request.responseFormat.type !== "text") {
-      throw new EngineRequestError(
-        `response_format type '${request.responseFormat.type}' is not supported by this server yet.`,
-        "response_format",
-        "unsupported_parameter",
-      );
-    }
-    if (request.toolChoice === "required" || typeof request.toolChoice === "object") {
-      throw new EngineRequestError(
-        "tool_choice 'required' or a named function is not supported by this server yet.",
-        "tool_choice",
-        "unsupported_parameter",
-      );
-    }
     const need = request.n * this.backend.sequenceBytes(this.backend.capacityFor(prompt.length + maxNew));
     if (need > this.budget.totalBytes) {
       throw new EngineRequestError(
