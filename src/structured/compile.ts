@@ -6,7 +6,7 @@ import { type Grammar, GrammarBuilder } from "./grammar.ts";
 import { ws } from "./json-text.ts";
 import { call, seq } from "./automaton.ts";
 import { DEFAULT_OPTIONS, SchemaCompiler, type SchemaCompileOptions } from "./schema.ts";
-import { warmStateMasks } from "./matcher.ts";
+import { warmStateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 
 // Each grammar keeps its per-state token masks alive, so the cache stays modest.

@@ -8,3 +8,15 @@ export type { SchemaCompileOptions } from "./schema.ts";
 export { GrammarMatcher, allocateTokenBitmask, applyTokenBitmask, type MatcherOptions } from "./matcher.ts";
 export { tokenVocabulary, vocabularyFromBytes, type TokenVocabulary, type VocabularyOptions } from "./token-bytes.ts";
 export { responseFormatGrammar } from "./response-format.ts";
+export {
+  assemble,
+  detectToolCallSyntax,
+  parseToolCalls,
+  ToolCallStreamParser,
+  toolCallGrammar,
+  type ParsedCompletion,
+  type ParsedToolCall,
+  type ToolCallSyntax,
+  type ToolGrammarRequest,
+  type ToolStreamEvent,
+} from "./tools/index.ts";

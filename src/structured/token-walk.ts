@@ -1,0 +1,193 @@
+// Walking the vocabulary trie with parser configurations: marks every token that can be read
+// whole, skipping a subtree as soon as its prefix is rejected.
+
+import type { Grammar } from "./grammar.ts";
+import { Configs, type StackPool, type Stack, simpleStates } from "./parser-state.ts";
+import type { TokenTrie } from "./trie.ts";
+
+export const setBit = (mask: Uint32Array, id: number) => {
+  mask[id >>> 5] |= 1 << (id & 31);
+};
+
+export function bitsToIds(mask: Uint32Array): Int32Array {
+  const out: number[] = [];
+  for (let w = 0; w < mask.length; w++) {
+    let bits = mask[w];
+    while (bits) {
+      const low = bits & -bits;
+      out.push(w * 32 + (31 - Math.clz32(low)));
+      bits ^= low;
+    }
+  }
+  return Int32Array.from(out);
+}
+
+function markTokens(trie: TokenTrie, node: number, mask: Uint32Array): void {
+  const n = trie.tokCount[node];
+  if (n === 0) return;
+  const start = trie.tokStart[node];
+  for (let k = 0; k < n; k++) setBit(mask, trie.sortedIds[start + k]);
+}
+
+/**
+ * Reusable per-depth state for trie walks. Most levels hold a single configuration whose state
+ * has no calls and cannot end its rule ("simple"): those are kept as plain numbers (the fast path,
+ * which is what makes walking the whole vocabulary for string contents cheap).
+ */
+export class Levels {
+  private readonly sets: Configs[] = [];
+  fastState = new Int32Array(64);
+  fastStack: (Stack | null)[] = [];
+  at(d: number): Configs {
+    while (this.sets.length <= d) this.sets.push(new Configs());
+    if (d >= this.fastState.length) {
+      const grown = new Int32Array(this.fastState.length * 2);
+      grown.set(this.fastState);
+      this.fastState = grown;
+    }
+    return this.sets[d];
+  }
+}
+
+
+const runCache = new WeakMap<Grammar, Int32Array>();
+const UNBOUNDED_RUN = 1 << 20;
+const PLAIN_BYTES: number[] = [];
+for (let b = 0x20; b <= 0x7e; b++) if (b !== 0x22 && b !== 0x5c) PLAIN_BYTES.push(b);
+
+/**
+ * Per state, how many plain string bytes (see TokenTrie.plainHeight) can be read in a row through
+ * simple states that treat all plain bytes alike; a trie subtree of plain bytes no taller than
+ * that is accepted whole, without visiting its nodes.
+ */
+function plainRuns(g: Grammar): Int32Array {
+  let runs = runCache.get(g);
+  if (runs) return runs;
+  const simple = simpleStates(g);
+  const computed = new Int32Array(g.stateCount).fill(-1);
+  const uniformTarget = (s: number): number => {
+    if (!simple[s]) return -1;
+    const t = g.next[s * 256 + PLAIN_BYTES[0]];
+    if (t < 0 || !simple[t]) return -1;
+    for (const b of PLAIN_BYTES) if (g.next[s * 256 + b] !== t) return -1;
+    return t;
+  };
+  for (let s0 = 0; s0 < g.stateCount; s0++) {
+    if (computed[s0] >= 0) continue;
+    // Follow the chain of uniform targets; a chain returning to itself reads plain bytes forever.
+    const chain: number[] = [];
+    const onChain = new Set<number>();
+    let s = s0;
+    let tailRun = 0;
+    for (;;) {
+      if (computed[s] >= 0) {
+        tailRun = computed[s];
+        break;
+      }
+      if (onChain.has(s)) {
+        tailRun = UNBOUNDED_RUN;
+        break;
+      }
+      chain.push(s);
+      onChain.add(s);
+      const t = uniformTarget(s);
+      if (t < 0) {
+        computed[s] = 0;
+        chain.pop();
+        tailRun = 0;
+        break;
+      }
+      s = t;
+    }
+    for (let k = chain.length - 1; k >= 0; k--) {
+      tailRun = tailRun >= UNBOUNDED_RUN ? UNBOUNDED_RUN : tailRun + 1;
+      computed[chain[k]] = tailRun;
+    }
+  }
+  runs = computed;
+  runCache.set(g, runs);
+  return runs;
+}
+
+/**
+ * Walks the subtree below `root` (exclusive) starting from `start`; marks tokens that can be fully
+ * consumed. With `boundaries`, reaching the bottom of the stack mid-token is recorded instead of
+ * counting as an ending (the local, stack-independent walk).
+ */
+export function walk(
+  g: Grammar,
+  trie: TokenTrie,
+  pool: StackPool,
+  levels: Levels,
+  root: number,
+  start: Configs,
+  mask: Uint32Array,
+  boundaries: number[] | null,
+): void {
+  const base = trie.depth[root];
+  const stop = trie.end[root];
+  const { byte, depth, end, tokCount, tokStart, sortedIds, plainHeight, subLo, subHi } = trie;
+  const next = g.next;
+  const runs = plainRuns(g);
+  const simple = simpleStates(g);
+  levels.at(trie.maxDepth + 1);
+  const fastState = levels.fastState;
+  const fastStack = levels.fastStack;
+  // Level 0 is `start`; fastState[d] >= 0 marks a level held as one simple configuration.
+  fastState[0] = start.size === 1 && !start.bottom && simple[start.states[0]] ? start.states[0] : -1;
+  fastStack[0] = start.stacks[0] ?? null;
+  let i = root + 1;
+  while (i < stop) {
+    const d = depth[i] - base;
+    const b = byte[i];
+    const ps = fastState[d - 1];
+    let cur: Configs;
+    if (ps >= 0) {
+      const ph = plainHeight[i];
+      if (ph > 0 && runs[ps] >= ph) {
+        for (let k = subLo[i]; k < subHi[i]; k++) {
+          const id = sortedIds[k];
+          mask[id >>> 5] |= 1 << (id & 31);
+        }
+        i = end[i];
+        continue;
+      }
+      const t = next[ps * 256 + b];
+      if (t < 0) {
+        i = end[i];
+        continue;
+      }
+      if (simple[t]) {
+        fastState[d] = t;
+        fastStack[d] = fastStack[d - 1];
+        const n = tokCount[i];
+        if (n) {
+          const first = tokStart[i];
+          for (let k = 0; k < n; k++) {
+            const id = sortedIds[first + k];
+            mask[id >>> 5] |= 1 << (id & 31);
+          }
+        }
+        i++;
+        continue;
+      }
+      cur = levels.at(d);
+      cur.clear();
+      cur.addClosure(g, pool, t, fastStack[d - 1]);
+    } else {
+      cur = levels.at(d);
+      (d === 1 ? start : levels.at(d - 1)).step(g, pool, b, cur);
+    }
+    if (cur.size > 0 || cur.bottom) markTokens(trie, i, mask);
+    if (boundaries && cur.bottom && end[i] > i + 1) boundaries.push(i);
+    if (cur.size === 0) {
+      i = end[i];
+      continue;
+    }
+    if (cur.size === 1 && !cur.bottom && simple[cur.states[0]]) {
+      fastState[d] = cur.states[0];
+      fastStack[d] = cur.stacks[0];
+    } else fastState[d] = -1;
+    i++;
+  }
+}
