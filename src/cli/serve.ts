@@ -26,6 +26,8 @@ export const serveCommand: Command = {
     { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
     { name: "threads", type: "string", help: "Intra-op threads per model (0: ONNX Runtime's default)", default: "0" },
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
+    { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of RAM, 256 MiB to 8 GiB)", default: "0" },
+    { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 429 (0: 64)", default: "0" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
   ],
@@ -42,7 +44,18 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
-    const engine = await createEngine({ log, threads, device: device as "auto" | "cuda" | "cpu" });
+    const count = (name: string) => {
+      const v = Number(args.values[name]);
+      if (!Number.isInteger(v) || v < 0) throw new UsageError(`--${name} must be an integer ≥ 0`);
+      return v;
+    };
+    const engine = await createEngine({
+      log,
+      threads,
+      device: device as "auto" | "cuda" | "cpu",
+      kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
+      maxQueue: count("max-queue"),
+    });
     const server = await startServer({
       host: String(args.values.host),
       port,

@@ -10,6 +10,10 @@ export interface CreateEngineOptions {
   log: Logger;
   device: Device;
   threads: number;
+  /** KV cache memory per model, bytes (0: a quarter of the machine's memory, 256 MiB–8 GiB). */
+  kvBudgetBytes?: number;
+  /** Requests that may wait for KV memory per model before new ones get 429. */
+  maxQueue?: number;
 }
 
 export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
@@ -31,5 +35,12 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
   } else {
     opts.log.info("execution providers", { providers: choice.providers });
   }
-  return new WorkerEngine({ log: opts.log, device: opts.device, threads: opts.threads, workerUrl: packagedWorkerUrl() });
+  return new WorkerEngine({
+    log: opts.log,
+    device: opts.device,
+    threads: opts.threads,
+    kvBudgetBytes: opts.kvBudgetBytes,
+    maxQueue: opts.maxQueue,
+    workerUrl: packagedWorkerUrl(),
+  });
 }
