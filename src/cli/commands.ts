@@ -185,6 +185,18 @@ export const storeCommands: Command[] = [
     }),
   ),
   {
+    path: ["models", "allow-all"],
+    usage: "--account NAME",
+    summary: "Lift an account's model restriction: it sees every served model again, including new ones.",
+    options: [DATA_OPTION, { name: "account", type: "string", help: "The account" }],
+    run: (args) =>
+      withStore(args, (s) => {
+        s.catalog.allowAll(accountId(s, requireString(args, "account")));
+        console.log(`${args.values.account} may use every served model`);
+        return 0;
+      }),
+  },
+  {
     path: ["models", "price"],
     usage: "ID --input USD --output USD",
     summary: "Set a model's prices in USD per million input and output tokens.",

@@ -71,6 +71,7 @@ export function catalogStore(db: Database): CatalogStore {
     "SELECT model_id FROM model_grants WHERE account_id = ? ORDER BY model_id",
   );
   const setAccess = db.query("UPDATE accounts SET model_access = ? WHERE id = ?");
+  const clearGrants = db.query("DELETE FROM model_grants WHERE account_id = ?");
 
   const requireModel = (id: string) => {
     if (!get.get(id)) throw new Error(`no model ${id} in the catalog`);
@@ -79,6 +80,18 @@ export function catalogStore(db: Database): CatalogStore {
     const row = access.get(accountId);
     if (!row) throw new Error(`no account with id ${accountId}`);
     return row.model_access;
+  };
+
+  /**
+   * The first grant or revoke switches an account to an explicit list, starting from everything
+   * it could already use, so that a grant never takes anything away.
+   */
+  const restrict = (accountId: number, modelId: string) => {
+    requireModel(modelId);
+    if (accessOf(accountId) === "all") {
+      for (const m of served.all()) addGrant.run(accountId, m.id);
+      setAccess.run("listed", accountId);
+    }
   };
 
   return {
@@ -125,23 +138,18 @@ export function catalogStore(db: Database): CatalogStore {
       return r ? toModel(r) : null;
     },
     grant: db.transaction((accountId: number, modelId: string) => {
-      requireModel(modelId);
-      if (accessOf(accountId) === "all") {
-        // The first grant restricts the account to what it is granted; keep what it could already
-        // use so that granting never takes anything away.
-        for (const m of served.all()) addGrant.run(accountId, m.id);
-        setAccess.run("listed", accountId);
-      }
+      restrict(accountId, modelId);
       addGrant.run(accountId, modelId);
     }),
     revoke: db.transaction((accountId: number, modelId: string) => {
-      requireModel(modelId);
-      if (accessOf(accountId) === "all") {
-        for (const m of served.all()) addGrant.run(accountId, m.id);
-        setAccess.run("listed", accountId);
-      }
+      restrict(accountId, modelId);
       delGrant.run(accountId, modelId);
     }),
     grants: (accountId) => grants.all(accountId).map((g) => g.model_id),
+    allowAll: db.transaction((accountId: number) => {
+      accessOf(accountId);
+      clearGrants.run(accountId);
+      setAccess.run("all", accountId);
+    }),
   };
 }

@@ -108,6 +108,8 @@ export interface CatalogStore {
   grant(accountId: number, modelId: string): void;
   revoke(accountId: number, modelId: string): void;
   grants(accountId: number): string[];
+  /** Lifts a restriction: the account sees every served model again, present and future. */
+  allowAll(accountId: number): void;
 }
 
 export interface UsageStore {
@@ -231,8 +233,34 @@ export interface UsageReportStore {
   byModel(accountId: number, since: number, until: number): ModelUsage[];
 }
 
+/** Per-minute and concurrency limits; null means no limit on that dimension. */
+export interface RateLimits {
+  requestsPerMinute: number | null;
+  tokensPerMinute: number | null;
+  maxConcurrent: number | null;
+}
+
+export interface RateLimitEntry extends RateLimits {
+  accountId: number;
+  accountName: string;
+  /** null: the limit applies to the whole account; else to this key only (on top of the account's). */
+  keyId: string | null;
+  updatedAt: number;
+}
+
+export interface LimitStore {
+  /** The limits set for exactly this scope (the account when keyId is null), or null. */
+  get(accountId: number, keyId?: string | null): RateLimits | null;
+  /** Sets the scope's limits; all three null removes them. */
+  set(accountId: number, keyId: string | null, limits: RateLimits): void;
+  list(accountId?: number): RateLimitEntry[];
+  /** The account's and the key's limits for a request; cached, yet a change is seen on the next request. */
+  effective(accountId: number, keyId: string): { account: RateLimits | null; key: RateLimits | null };
+}
+
 export interface Store {
   accounts: AccountStore;
+  limits: LimitStore;
   keys: KeyStore;
   catalog: CatalogStore;
   usage: UsageStore;

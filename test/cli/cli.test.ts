@@ -77,6 +77,10 @@ describe("sluice CLI", () => {
     check.close();
     expect(sluice(["models", "grant", "t/two", "--account", "acme", ...d()]).code).toBe(0);
     expect(sluice(["models", "grant", "t/two", "--account", "nobody", ...d()]).code).toBe(2);
+    expect(sluice(["models", "allow-all", "--account", "acme", ...d()]).code).toBe(0);
+    const lifted = openSqliteStore(join(data.path, "sluice.db"));
+    expect(lifted.accounts.get("acme")!.modelAccess).toBe("all");
+    lifted.close();
     expect(sluice(["models", "price", "t/two", "--input", "0.5", "--output", "2", ...d()]).code).toBe(0);
     expect(sluice(["models", "price", "t/two", "--input", "-1", "--output", "2", ...d()]).code).toBe(2);
     list = JSON.parse(sluice(["models", "list", "--json", ...d()]).out);

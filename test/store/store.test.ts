@@ -151,6 +151,10 @@ describe("catalog", () => {
     store.catalog.grant(acct.id, "c/new");
     expect(store.catalog.listForAccount(acct.id).map((m) => m.id)).toEqual(["b/y", "c/new"]);
     expect(() => store.catalog.grant(acct.id, "no/such")).toThrow(/no model/);
+    store.catalog.allowAll(acct.id);
+    expect(store.accounts.get("t")!.modelAccess).toBe("all");
+    expect(store.catalog.listForAccount(acct.id).map((m) => m.id)).toEqual(["a/x", "b/y", "c/new"]);
+    expect(store.catalog.grants(acct.id)).toEqual([]);
     store.close();
   });
 });

@@ -140,6 +140,19 @@ describe("account isolation", () => {
   });
 });
 
+test("an operator restricts an account's models and lifts the restriction again", async () => {
+  const op = await makeAccount(server.store, "ops-access", { role: "operator", plan: "unlimited" });
+  const target = await makeAccount(server.store, "access-target");
+  const c = new WorkspaceClient(server.url);
+  await c.signIn(op.email, PASSWORD);
+  expect((await c.form("/workspace/admin/access", { account: "access-target" })).status).toBe(303);
+  expect(server.store.accounts.get("access-target")!.modelAccess).toBe("listed");
+  expect(server.store.catalog.listForAccount(target.account.id)).toEqual([]);
+  expect((await c.form("/workspace/admin/access", { account: "access-target", all: "on" })).status).toBe(303);
+  expect(server.store.accounts.get("access-target")!.modelAccess).toBe("all");
+  expect(server.store.catalog.listForAccount(target.account.id).map((m) => m.id)).toContain(MODEL);
+});
+
 describe("billing", () => {
   test("charges match the token counts and prices; no credit left → 429 insufficient_quota", async () => {
     server.store.catalog.setPrices(MODEL, 1000, 3000);

@@ -60,6 +60,7 @@ ${selected
     const served = m.status === "active" && m.present && !m.loadError;
     return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${served ? "" : html` disabled`}></td><td><label for="acc-${m.id}"><code>${m.id}</code></label></td><td>${served ? "served" : m.loadError ? "failed to load" : m.present ? "disabled" : "missing"}</td></tr>`;
   })}</tbody></table></div>
+  <p><input type="checkbox" name="all" value="on" id="acc-all"${selected.modelAccess === "all" ? html` checked` : ""}> <label for="acc-all">Every served model, including models added later (ignores the list above)</label></p>
   <p><button type="submit">Save access</button></p></form></section>`
     : ""}
 <section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens.</p><div class="table-wrap"><table>
@@ -156,6 +157,10 @@ export const adminRoutes: Route[] = [
         c,
         () => {
           if (!a) throw new Error(`no account named ${c.field("account")}`);
+          if (c.field("all") === "on") {
+            c.store.catalog.allowAll(a.id);
+            return `${a.name} may use every served model`;
+          }
           const want = new Set(c.fields("model"));
           const have = new Set(c.store.catalog.listForAccount(a.id).map((m) => m.id));
           for (const m of c.store.catalog.listServed()) {
