@@ -1,0 +1,115 @@
+// Fetches a remote image under the policy's limits. Every hop (the first URL and each redirect
+// target) is checked before connecting: http(s) only, and unless the host is explicitly allowed,
+// every address its name resolves to must be public (so a redirect to 127.0.0.1 or a name that
+// resolves to 169.254.169.254 is refused just like the literal address).
+import { lookup } from "node:dns/promises";
+import { isIP } from "node:net";
+import { forbiddenAddressReason } from "./address.ts";
+import { ImageInputError } from "./errors.ts";
+import { ACCEPTED_MIME_TYPES, mediaType } from "./formats.ts";
+import type { ImageFetchPolicy } from "./policy.ts";
+
+export interface FetchedImage {
+  bytes: Uint8Array;
+  contentType: string;
+}
+
+export type Resolver = (host: string) => Promise<string[]>;
+
+const systemResolver: Resolver = async (host) => (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
+
+function hostAllowed(url: URL, allow: string[]): boolean {
+  const host = url.hostname.replace(/^\[|\]$/g, "").toLowerCase();
+  const port = url.port || (url.protocol === "https:" ? "443" : "80");
+  return allow.includes(host) || allow.includes(`${host}:${port}`) || allow.includes(`[${host}]:${port}`);
+}
+
+/** Throws when `url` may not be fetched under `policy`. */
+export async function checkTarget(url: URL, policy: ImageFetchPolicy, resolve: Resolver = systemResolver): Promise<void> {
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new ImageInputError(`the image URL scheme '${url.protocol.slice(0, -1)}' is not supported (use https, http or a data: URL)`);
+  }
+  if (url.username || url.password) throw new ImageInputError("image URLs with credentials are not fetched");
+  if (hostAllowed(url, policy.allowHosts)) return;
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  let addresses: string[];
+  if (isIP(host)) addresses = [host];
+  else {
+    try {
+      addresses = await resolve(host);
+    } catch (e) {
+      throw new ImageInputError(`the image host '${host}' could not be resolved (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+    }
+    if (addresses.length === 0) throw new ImageInputError(`the image host '${host}' has no address`);
+  }
+  for (const a of addresses) {
+    const why = forbiddenAddressReason(a);
+    if (why) throw new ImageInputError(`the image host '${host}' is ${why} (${a}), which is not fetched`);
+  }
+}
+
+/** GETs an image, following at most `maxRedirects` redirects, each re-checked. */
+export async function fetchImage(raw: string, policy: ImageFetchPolicy, resolve: Resolver = systemResolver): Promise<FetchedImage> {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ImageInputError("the image URL is not a valid URL");
+  }
+  const signal = AbortSignal.timeout(policy.timeoutMs);
+  const timedOut = () => new ImageInputError(`fetching the image took longer than ${policy.timeoutMs} ms`);
+  try {
+    for (let hop = 0; ; hop++) {
+      await checkTarget(url, policy, resolve);
+      const res = await fetch(url, { redirect: "manual", signal, headers: { accept: [...ACCEPTED_MIME_TYPES].join(", ") } });
+      if (res.status >= 300 && res.status < 400 && res.headers.has("location")) {
+        await res.body?.cancel();
+        if (hop >= policy.maxRedirects) throw new ImageInputError(`the image URL redirected more than ${policy.maxRedirects} times`);
+        url = new URL(res.headers.get("location")!, url);
+        continue;
+      }
+      if (!res.ok) {
+        await res.body?.cancel();
+        throw new ImageInputError(`fetching the image failed with HTTP status ${res.status}`);
+      }
+      const type = mediaType(res.headers.get("content-type"));
+      if (!ACCEPTED_MIME_TYPES.has(type)) {
+        await res.body?.cancel();
+        throw new ImageInputError(`the image URL returned content type '${type || "none"}', not PNG, JPEG, WebP or GIF`);
+      }
+      const declared = Number(res.headers.get("content-length"));
+      if (Number.isFinite(declared) && declared > policy.maxBytes) {
+        await res.body?.cancel();
+        throw new ImageInputError(`the image is ${declared} bytes, more than the limit of ${policy.maxBytes}`);
+      }
+      return { bytes: await readLimited(res, policy.maxBytes), contentType: type };
+    }
+  } catch (e) {
+    if (e instanceof ImageInputError) throw e;
+    if (signal.aborted) throw timedOut();
+    throw new ImageInputError(`fetching the image failed: ${(e as Error).message}`);
+  }
+}
+
+async function readLimited(res: Response, max: number): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  const reader = res.body!.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > max) {
+      await reader.cancel();
+      throw new ImageInputError(`the image is larger than the limit of ${max} bytes`);
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
+}
