@@ -12,3 +12,7 @@ export type { ImportLlama2cOptions, ImportedModel } from "./llama2c/import.ts";
 export { buildDemoModel, buildDemoModelInfo, demoModelDir, DEMO_MODEL_ID } from "./demo.ts";
 export { gqaHeadDim } from "./llama/graph.ts";
 export { float32ToHalf, halfToFloat32, toHalfBits, fromHalfBits } from "./onnx/dtype.ts";
+export { buildSyntheticVlm, VLM_CHAT_TEMPLATE, IMAGE_TOKEN, FAKE_IMAGE_TOKEN, GLOBAL_IMAGE_TOKEN } from "./vlm/synthetic.ts";
+export type { SyntheticVlmSpec, SyntheticVlmInfo } from "./vlm/synthetic.ts";
+export { buildVisionEncoder, buildEmbedTokens } from "./vlm/graphs.ts";
+export type { VisionEncoderShape, VisionEncoderWeights } from "./vlm/graphs.ts";

@@ -17,6 +17,11 @@ export interface DecoderGraphOptions {
   /** Initializers at least this large go to `externalDataFile` when it is given. */
   externalDataFile?: string;
   externalMinBytes?: number;
+  /**
+   * Take `inputs_embeds` [batch, seq, hidden] instead of `input_ids` (the decoder of a split
+   * vision-language export; the token embedding is then a separate graph).
+   */
+  inputsEmbeds?: boolean;
 }
 
 export const OPSET_ONNX = 17;
@@ -43,6 +48,7 @@ interface Ctx {
   dt: WeightDType;
   /** ONNX TensorProto type code of the activations, for Cast. */
   dtCode: number;
+  inputsEmbeds: boolean;
 }
 
 function weight(ctx: Ctx, name: string, dims: number[], values: Float32Array): string {
@@ -86,7 +92,8 @@ function lmHead(ctx: Ctx, w: LlamaWeights, embedName: string): string {
 
 function declareIo(ctx: Ctx, kvHeadDim: number): { ids: string; mask: string; pos: string } {
   const { g, c, dt } = ctx;
-  const ids = g.input("input_ids", "int64", [B, S]);
+  // With inputs_embeds, `ids` names the embeddings: only their shape [B, S, ...] is read from it.
+  const ids = ctx.inputsEmbeds ? g.input("inputs_embeds", dt, [B, S, c.hiddenSize]) : g.input("input_ids", "int64", [B, S]);
   const mask = g.input("attention_mask", "int64", [B, T]);
   const pos = g.input("position_ids", "int64", [B, S]);
   for (let i = 0; i < c.numLayers; i++) {
@@ -194,7 +201,7 @@ function buildStandard(ctx: Ctx, w: LlamaWeights): void {
   const { g, c } = ctx;
   const { ids, mask, pos } = declareIo(ctx, c.headDim);
   const embedName = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], w.embed);
-  let h = g.op("Gather", [embedName, ids], { axis: 0 });
+  let h = ctx.inputsEmbeds ? ids : g.op("Gather", [embedName, ids], { axis: 0 });
   const bias = attentionBias(ctx, ids, mask);
   const rope = rotaryTables(ctx, pos);
   const presents: [string, string][] = [];
@@ -270,7 +277,7 @@ function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number): void {
   const qDim = c.numHeads * Dp;
   const kvDim = c.numKvHeads * Dp;
   const embedName = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], w.embed);
-  const embedded = g.op("Gather", [embedName, ids], { axis: 0 });
+  const embedded = ctx.inputsEmbeds ? ids : g.op("Gather", [embedName, ids], { axis: 0 });
 
   // As onnxruntime-genai's builder does: seqlens_k = sum(mask) - 1, total = mask width.
   const seqlensK = g.op("Cast", [g.op("Sub", [g.op("ReduceSum", [mask, g.i64([1])], { keepdims: 0 }), g.i64(1)])], { to: 6 });
@@ -350,7 +357,7 @@ export function buildDecoderModel(c: LlamaConfig, w: LlamaWeights, opts: Decoder
   validateConfig(c);
   checkWeights(c, w);
   const g = new GraphBuilder(`${c.modelType}_decoder_${opts.variant}`);
-  const ctx: Ctx = { g, c, dt: opts.dtype, dtCode: opts.dtype === "float16" ? 10 : 1 };
+  const ctx: Ctx = { g, c, dt: opts.dtype, dtCode: opts.dtype === "float16" ? 10 : 1, inputsEmbeds: opts.inputsEmbeds === true };
   if (opts.variant === "standard") buildStandard(ctx, w);
   else buildFused(ctx, w, opts.rotaryCacheLength ?? c.maxPositionEmbeddings);
   const plan = opts.externalDataFile ? new ExternalDataPlan(opts.externalDataFile, opts.externalMinBytes ?? 1024) : undefined;
