@@ -1,6 +1,6 @@
 // Generated model directories for tests, built once per run (or reused from .cache/ when the
 // model kit's output for the same spec is already there).
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { buildSyntheticModel, type SyntheticSpec } from "../../src/modelkit/index.ts";
 import { cacheDir } from "./paths.ts";
@@ -26,3 +26,10 @@ export function syntheticModel(root: string, relPath: string, spec: SyntheticSpe
 
 /** A shared tiny byte-level chat model for API tests. */
 export const tinyModelsRoot = () => cacheDir("test-models");
+
+/** Builds (or reuses) a synthetic model in the shared cache and links it into `modelsDir/name`. */
+export async function linkCachedModel(modelsDir: string, name: string, spec: SyntheticSpec): Promise<string> {
+  const dir = await syntheticModel(tinyModelsRoot(), name, spec);
+  symlinkSync(dir, join(modelsDir, name));
+  return dir;
+}

@@ -1,4 +1,6 @@
 // Starts the real server (store, engine workers, Elysia on an ephemeral port) for end-to-end tests.
+import { afterAll, beforeAll } from "bun:test";
+import OpenAI from "openai";
 import { createEngine } from "../../src/engine/index.ts";
 import { createLogger, silentLogger, type Logger } from "../../src/log.ts";
 import { startServer, type RunningServer } from "../../src/server.ts";
@@ -39,4 +41,34 @@ export async function startTestServer(opts: {
       data.remove();
     },
   };
+}
+
+export interface ServerFixture {
+  server: TestServer;
+  client: OpenAI;
+  modelsDir: string;
+}
+
+/**
+ * Registers beforeAll/afterAll hooks that fill a fresh models directory with `prepare`, start the
+ * real server on it and make an openai client; the returned object is filled in by beforeAll.
+ */
+export function serverFixture(
+  prepare: (modelsDir: string) => Promise<unknown>,
+  opts: Omit<Parameters<typeof startTestServer>[0], "modelsDir"> = {},
+): ServerFixture {
+  const fx = {} as ServerFixture;
+  let models: ReturnType<typeof tempDir> | null = null;
+  beforeAll(async () => {
+    models = tempDir("sluice-models-");
+    await prepare(models.path);
+    fx.modelsDir = models.path;
+    fx.server = await startTestServer({ ...opts, modelsDir: models.path });
+    fx.client = new OpenAI({ apiKey: fx.server.key, baseURL: `${fx.server.url}/v1`, maxRetries: 0 });
+  }, 120_000);
+  afterAll(async () => {
+    await fx.server?.cleanup();
+    models?.remove();
+  });
+  return fx;
 }

@@ -1,39 +1,17 @@
 // Chat completions on synthetic models (random weights, real tokenizers and templates) through
 // the real server: streaming, sampling parameters, n, logprobs, stops, limits, cancellation.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { TextTokenizer } from "../../../src/engine/text/tokenizer.ts";
-import { syntheticModel, tinyModelsRoot } from "../../helpers/models.ts";
-import { tempDir } from "../../helpers/paths.ts";
-import { startTestServer, type TestServer } from "../../helpers/server.ts";
+import { linkCachedModel } from "../../helpers/models.ts";
+import { serverFixture } from "../../helpers/server.ts";
 
-let server: TestServer;
-let client: OpenAI;
-let models: ReturnType<typeof tempDir>;
 const QWEN = "synthetic/tiny-qwen3";
 const BYTES = "synthetic/tiny-bytes";
 
-beforeAll(async () => {
-  models = tempDir("sluice-chat-");
-  const cache = tinyModelsRoot();
-  // Built once into the cache, then linked into this run's models directory.
-  const qwen = await syntheticModel(cache, "qwen", { preset: "tiny-qwen3", seed: 7, id: QWEN });
-  const bytes = await syntheticModel(cache, "bytes-small-ctx", {
-    preset: "tiny-bytes",
-    seed: 8,
-    id: BYTES,
-    shape: { contextLength: 64 },
-  });
-  const { symlinkSync } = await import("node:fs");
-  symlinkSync(qwen, `${models.path}/qwen`);
-  symlinkSync(bytes, `${models.path}/bytes`);
-  server = await startTestServer({ modelsDir: models.path });
-  client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
-}, 120_000);
-
-afterAll(async () => {
-  await server?.cleanup();
-  models?.remove();
+const fx = serverFixture(async (dir) => {
+  await linkCachedModel(dir, "qwen", { preset: "tiny-qwen3", seed: 7, id: QWEN });
+  await linkCachedModel(dir, "bytes-small-ctx", { preset: "tiny-bytes", seed: 8, id: BYTES, shape: { contextLength: 64 } });
 });
 
 async function collect(stream: AsyncIterable<OpenAI.ChatCompletionChunk>) {
@@ -60,13 +38,13 @@ describe("synthetic Qwen3-tokenizer model", () => {
 
   test("answers whole and streamed with identical text under a seed", async () => {
     const req = { model: QWEN, messages, max_tokens: 24, temperature: 0.8, seed: 11 };
-    const whole = await client.chat.completions.create(req);
+    const whole = await fx.client.chat.completions.create(req);
     expect(whole.object).toBe("chat.completion");
     expect(whole.id).toMatch(/^chatcmpl-/);
     expect(whole.system_fingerprint).toBeTruthy();
     const text = whole.choices[0]!.message.content!;
     expect(text.length).toBeGreaterThan(0);
-    const streamed = await collect(await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } }));
+    const streamed = await collect(await fx.client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } }));
     expect(streamed.texts[0]).toBe(text);
     expect(streamed.roleChunks).toBe(1);
     expect(streamed.usage).toEqual(whole.usage!);
@@ -75,7 +53,7 @@ describe("synthetic Qwen3-tokenizer model", () => {
 
   test("the same seed reproduces, another seed differs, greedy ignores the seed", async () => {
     const run = async (seed: number, temperature = 1) =>
-      (await client.chat.completions.create({ model: QWEN, messages, max_tokens: 16, temperature, seed })).choices[0]!.message.content;
+      (await fx.client.chat.completions.create({ model: QWEN, messages, max_tokens: 16, temperature, seed })).choices[0]!.message.content;
     const a = await run(1);
     expect(await run(1)).toBe(a);
     const others = await Promise.all([run(2), run(3), run(4)]);
@@ -84,18 +62,18 @@ describe("synthetic Qwen3-tokenizer model", () => {
   });
 
   test("n > 1 gives n choices, distinct under sampling, counted in usage", async () => {
-    const r = await client.chat.completions.create({ model: QWEN, messages, max_tokens: 12, temperature: 1, seed: 3, n: 3 });
+    const r = await fx.client.chat.completions.create({ model: QWEN, messages, max_tokens: 12, temperature: 1, seed: 3, n: 3 });
     expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2]);
     expect(new Set(r.choices.map((c) => c.message.content)).size).toBeGreaterThan(1);
     expect(r.usage!.completion_tokens).toBe(36);
-    const s = await collect(await client.chat.completions.create({ model: QWEN, messages, max_tokens: 12, temperature: 1, seed: 3, n: 3, stream: true }));
+    const s = await collect(await fx.client.chat.completions.create({ model: QWEN, messages, max_tokens: 12, temperature: 1, seed: 3, n: 3, stream: true }));
     expect(s.texts).toEqual(r.choices.map((c) => c.message.content!));
     expect(s.roleChunks).toBe(3);
   });
 
   test("logprobs and top_logprobs in the OpenAI shape, whole and streamed", async () => {
     const req = { model: QWEN, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 };
-    const r = await client.chat.completions.create(req);
+    const r = await fx.client.chat.completions.create(req);
     const lp = r.choices[0]!.logprobs!.content!;
     expect(lp.length).toBeGreaterThan(0);
     for (const t of lp) {
@@ -107,7 +85,7 @@ describe("synthetic Qwen3-tokenizer model", () => {
       expect(Array.isArray(t.bytes)).toBe(true);
     }
     expect(lp.map((t) => t.token).join("")).toBe(r.choices[0]!.message.content!);
-    const stream = await client.chat.completions.create({ ...req, stream: true });
+    const stream = await fx.client.chat.completions.create({ ...req, stream: true });
     const streamed: OpenAI.ChatCompletionTokenLogprob[] = [];
     for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
     expect(streamed.map((t) => t.token)).toEqual(lp.map((t) => t.token));
@@ -116,30 +94,30 @@ describe("synthetic Qwen3-tokenizer model", () => {
   test("logit_bias +100 forces a token; -100 bans the greedy choice", async () => {
     const base = { model: QWEN, messages, max_tokens: 6, temperature: 0 };
     const tokenId = 33; // "B" in the Qwen3 vocabulary
-    const forced = await client.chat.completions.create({ ...base, logit_bias: { [tokenId]: 100 } });
+    const forced = await fx.client.chat.completions.create({ ...base, logit_bias: { [tokenId]: 100 } });
     expect(forced.choices[0]!.message.content).toBe("BBBBBB");
-    const greedy = await client.chat.completions.create({ ...base, max_tokens: 1, logprobs: true, top_logprobs: 2 });
+    const greedy = await fx.client.chat.completions.create({ ...base, max_tokens: 1, logprobs: true, top_logprobs: 2 });
     const first = greedy.choices[0]!.logprobs!.content![0]!;
-    const tokenizer = TextTokenizer.load(`${models.path}/qwen`);
+    const tokenizer = TextTokenizer.load(`${fx.modelsDir}/qwen`);
     const ids = await tokenizer.encode(first.token);
     expect(ids).toHaveLength(1);
-    const banned = await client.chat.completions.create({ ...base, max_tokens: 1, logprobs: true, logit_bias: { [ids[0]!]: -100 } });
+    const banned = await fx.client.chat.completions.create({ ...base, max_tokens: 1, logprobs: true, logit_bias: { [ids[0]!]: -100 } });
     const next = banned.choices[0]!.logprobs!.content![0]!;
     expect(next.token).not.toBe(first.token);
     expect(next.token).toBe(first.top_logprobs[1]!.token);
   });
 
   test("a stop string ends the text and is never emitted, also when streamed", async () => {
-    const r = await client.chat.completions.create({ model: QWEN, messages, max_tokens: 40, temperature: 0 });
+    const r = await fx.client.chat.completions.create({ model: QWEN, messages, max_tokens: 40, temperature: 0 });
     const text = r.choices[0]!.message.content!;
     expect(text.length).toBeGreaterThan(6);
     // A stop taken from the middle of the greedy text, so it spans whatever tokens made it.
     const stop = text.slice(3, 6);
     const cut = text.slice(0, text.indexOf(stop));
-    const stopped = await client.chat.completions.create({ model: QWEN, messages, max_tokens: 40, temperature: 0, stop: [stop, "\u0000never"] });
+    const stopped = await fx.client.chat.completions.create({ model: QWEN, messages, max_tokens: 40, temperature: 0, stop: [stop, "\u0000never"] });
     expect(stopped.choices[0]!.message.content).toBe(cut);
     expect(stopped.choices[0]!.finish_reason).toBe("stop");
-    const s = await collect(await client.chat.completions.create({ model: QWEN, messages, max_tokens: 40, temperature: 0, stop, stream: true }));
+    const s = await collect(await fx.client.chat.completions.create({ model: QWEN, messages, max_tokens: 40, temperature: 0, stop, stream: true }));
     expect(s.texts[0]).toBe(cut);
     expect(s.finish[0]).toBe("stop");
   });
@@ -147,9 +125,9 @@ describe("synthetic Qwen3-tokenizer model", () => {
 
 describe("limits", () => {
   test("a prompt longer than the context is a 400 saying by how much", async () => {
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
+    const res = await fetch(`${fx.server.url}/v1/chat/completions`, {
       method: "POST",
-      headers: { authorization: `Bearer ${server.key}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json" },
       body: JSON.stringify({ model: BYTES, messages: [{ role: "user", content: "word ".repeat(200) }] }),
     });
     expect(res.status).toBe(400);
@@ -159,24 +137,24 @@ describe("limits", () => {
   });
 
   test("generation stops with finish_reason length at the context limit", async () => {
-    const r = await client.chat.completions.create({ model: BYTES, messages: [{ role: "user", content: "hi" }], max_tokens: 1000, temperature: 0, logit_bias: {} });
+    const r = await fx.client.chat.completions.create({ model: BYTES, messages: [{ role: "user", content: "hi" }], max_tokens: 1000, temperature: 0, logit_bias: {} });
     const u = r.usage!;
     if (r.choices[0]!.finish_reason === "length") expect(u.prompt_tokens + u.completion_tokens).toBe(64);
     else expect(u.prompt_tokens + u.completion_tokens).toBeLessThanOrEqual(64);
   });
 
   test("max_tokens and max_completion_tokens bound the completion", async () => {
-    const a = await client.chat.completions.create({ model: QWEN, messages: [{ role: "user", content: "x" }], max_tokens: 3, temperature: 0, logit_bias: { 33: 100 } });
+    const a = await fx.client.chat.completions.create({ model: QWEN, messages: [{ role: "user", content: "x" }], max_tokens: 3, temperature: 0, logit_bias: { 33: 100 } });
     expect(a.usage!.completion_tokens).toBe(3);
     expect(a.choices[0]!.finish_reason).toBe("length");
-    const b = await client.chat.completions.create({ model: QWEN, messages: [{ role: "user", content: "x" }], max_completion_tokens: 5, temperature: 0, logit_bias: { 33: 100 } });
+    const b = await fx.client.chat.completions.create({ model: QWEN, messages: [{ role: "user", content: "x" }], max_completion_tokens: 5, temperature: 0, logit_bias: { 33: 100 } });
     expect(b.usage!.completion_tokens).toBe(5);
   });
 
   test("logit_bias beyond the vocabulary is refused", async () => {
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
+    const res = await fetch(`${fx.server.url}/v1/chat/completions`, {
       method: "POST",
-      headers: { authorization: `Bearer ${server.key}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json" },
       body: JSON.stringify({ model: QWEN, messages: [{ role: "user", content: "x" }], logit_bias: { "999999": 5 } }),
     });
     expect(res.status).toBe(400);
@@ -190,7 +168,7 @@ describe("concurrency and cancellation", () => {
     let done = false;
     const poll = (async () => {
       while (!done) {
-        const r = await client.models.list();
+        const r = await fx.client.models.list();
         expect(r.data.length).toBe(2);
         modelCalls++;
         await Bun.sleep(5);
@@ -198,7 +176,7 @@ describe("concurrency and cancellation", () => {
     })();
     const streams = await Promise.all(
       Array.from({ length: 8 }, (_, i) =>
-        client.chat.completions
+        fx.client.chat.completions
           .create({ model: QWEN, messages: [{ role: "user", content: `story ${i}` }], max_tokens: 40, temperature: 0.9, seed: i, stream: true, logit_bias: { 151645: -100, 151643: -100 } })
           .then(collect),
       ),
@@ -214,10 +192,10 @@ describe("concurrency and cancellation", () => {
 
   test("a client that disconnects stops its generation and gets a usage row", async () => {
     const controller = new AbortController();
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
+    const res = await fetch(`${fx.server.url}/v1/chat/completions`, {
       method: "POST",
       signal: controller.signal,
-      headers: { authorization: `Bearer ${server.key}`, "content-type": "application/json", "x-request-id": "cut-off-1" },
+      headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json", "x-request-id": "cut-off-1" },
       body: JSON.stringify({ model: QWEN, messages: [{ role: "user", content: "go" }], max_tokens: 5000, stream: true, logit_bias: { 151645: -100, 151643: -100 } }),
     });
     const reader = res.body!.getReader();
@@ -228,10 +206,10 @@ describe("concurrency and cancellation", () => {
       seen += new TextDecoder().decode(value).split("data: ").length - 1;
     }
     controller.abort();
-    const account = server.store.accounts.get("local")!.id;
+    const account = fx.server.store.accounts.get("local")!.id;
     let row;
     for (let i = 0; i < 200 && !row; i++) {
-      row = server.store.usage.list(account).find((r) => r.requestId === "cut-off-1");
+      row = fx.server.store.usage.list(account).find((r) => r.requestId === "cut-off-1");
       if (!row) await Bun.sleep(10);
     }
     expect(row).toBeDefined();
@@ -239,7 +217,7 @@ describe("concurrency and cancellation", () => {
     expect(row!.completionTokens).toBeGreaterThan(0);
     expect(row!.completionTokens).toBeLessThan(400);
     // The model is free again: a new request completes promptly.
-    const r = await client.chat.completions.create({ model: QWEN, messages: [{ role: "user", content: "x" }], max_tokens: 2 });
+    const r = await fx.client.chat.completions.create({ model: QWEN, messages: [{ role: "user", content: "x" }], max_tokens: 2 });
     expect(r.choices[0]!.finish_reason).toBeDefined();
   });
 });

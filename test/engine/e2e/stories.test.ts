@@ -1,11 +1,11 @@
 // stories260K (the real trained model, imported from ../shared by the CLI) served end to end and
 // queried with the official openai client: greedy output must be llama2.c's, token for token.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { BUN, hasStories, REPO, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
-import { startTestServer, type TestServer } from "../../helpers/server.ts";
+import { BUN, hasStories, REPO, STORIES_DIR } from "../../helpers/paths.ts";
+import { serverFixture } from "../../helpers/server.ts";
 
 if (!hasStories) console.warn(`skipping stories260K tests: ${STORIES_DIR} is absent`);
 
@@ -18,35 +18,24 @@ function referenceText(): string {
 }
 
 describe.skipIf(!hasStories)("stories260K through the API", () => {
-  let models: ReturnType<typeof tempDir>;
-  let server: TestServer;
-  let client: OpenAI;
   const reference = hasStories ? referenceText() : "";
-
-  beforeAll(async () => {
-    models = tempDir("sluice-stories-");
+  // Imported through the CLI, as an operator would.
+  const fx = serverFixture(async (dir) => {
     for (const variant of ["standard", "fused"]) {
       const r = Bun.spawnSync(
         [BUN, join(REPO, "src/cli/main.ts"), "models", "import", "llama2c", join(STORIES_DIR, "stories260K.bin"), join(STORIES_DIR, "tok512.bin"),
-          "--id", `karpathy/stories260k-${variant}`, "--out", join(models.path, variant), "--variant", variant],
+          "--id", `karpathy/stories260k-${variant}`, "--out", join(dir, variant), "--variant", variant],
         { cwd: REPO },
       );
       if (r.exitCode !== 0) throw new Error(`import failed: ${r.stderr.toString()}`);
     }
-    server = await startTestServer({ modelsDir: models.path });
-    client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
-  }, 120_000);
-
-  afterAll(async () => {
-    await server?.cleanup();
-    models?.remove();
   });
 
   for (const variant of ["standard", "fused"]) {
     const model = `karpathy/stories260k-${variant}`;
 
     test(`${variant}: greedy from the empty prompt is llama2.c's reference story`, async () => {
-      const r = await client.chat.completions.create({
+      const r = await fx.client.chat.completions.create({
         model,
         messages: [{ role: "user", content: "" }],
         temperature: 0,
@@ -59,13 +48,13 @@ describe.skipIf(!hasStories)("stories260K through the API", () => {
 
     test(`${variant}: "Once upon a time" continues as llama2.c does, streamed and whole alike`, async () => {
       const req = { model, messages: [{ role: "user" as const, content: "Once upon a time" }], temperature: 0, max_tokens: 100 };
-      const whole = await client.chat.completions.create(req);
+      const whole = await fx.client.chat.completions.create(req);
       const text = whole.choices[0]!.message.content!;
       expect(reference.startsWith("Once upon a time" + text)).toBe(true);
       expect(text.length).toBeGreaterThan(200);
       expect(whole.usage).toEqual({ prompt_tokens: 5, completion_tokens: 100, total_tokens: 105 });
 
-      const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+      const stream = await fx.client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
       let streamed = "";
       let chunks = 0;
       let usage: OpenAI.CompletionUsage | undefined;
@@ -86,10 +75,10 @@ describe.skipIf(!hasStories)("stories260K through the API", () => {
   }
 
   test("usage rows carry the real token counts", async () => {
-    const before = server.store.usage.countAll();
-    await client.chat.completions.create({ model: "karpathy/stories260k-fused", messages: [{ role: "user", content: "Once upon a time" }], temperature: 0, max_tokens: 7, user: "u-42", metadata: { run: "t" } });
-    const rows = server.store.usage.list(server.store.accounts.get("local")!.id, { limit: 1 });
-    expect(server.store.usage.countAll()).toBe(before + 1);
+    const before = fx.server.store.usage.countAll();
+    await fx.client.chat.completions.create({ model: "karpathy/stories260k-fused", messages: [{ role: "user", content: "Once upon a time" }], temperature: 0, max_tokens: 7, user: "u-42", metadata: { run: "t" } });
+    const rows = fx.server.store.usage.list(fx.server.store.accounts.get("local")!.id, { limit: 1 });
+    expect(fx.server.store.usage.countAll()).toBe(before + 1);
     expect(rows[0]).toMatchObject({ modelId: "karpathy/stories260k-fused", promptTokens: 5, completionTokens: 7, status: "ok", finishReason: "length", user: "u-42", metadata: { run: "t" } });
   });
 });

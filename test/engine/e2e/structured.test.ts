@@ -1,33 +1,16 @@
 // Structured output and tool calls on a random-weights model with the real Qwen3 tokenizer: only
 // the grammar can make the output valid, so every response that finishes must parse and validate.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import Ajv from "ajv";
 import OpenAI from "openai";
 import { zodFunction, zodResponseFormat } from "openai/helpers/zod";
 import { z } from "zod";
-import { syntheticModel, tinyModelsRoot } from "../../helpers/models.ts";
-import { tempDir } from "../../helpers/paths.ts";
-import { startTestServer, type TestServer } from "../../helpers/server.ts";
+import { linkCachedModel } from "../../helpers/models.ts";
+import { serverFixture } from "../../helpers/server.ts";
 
-let server: TestServer;
-let client: OpenAI;
-let models: ReturnType<typeof tempDir>;
 const MODEL = "synthetic/tiny-qwen3";
 const ajv = new Ajv({ strict: false });
-
-beforeAll(async () => {
-  models = tempDir("sluice-structured-");
-  const dir = await syntheticModel(tinyModelsRoot(), "qwen", { preset: "tiny-qwen3", seed: 7, id: MODEL });
-  const { symlinkSync } = await import("node:fs");
-  symlinkSync(dir, `${models.path}/qwen`);
-  server = await startTestServer({ modelsDir: models.path });
-  client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
-}, 120_000);
-
-afterAll(async () => {
-  await server?.cleanup();
-  models?.remove();
-});
+const fx = serverFixture((dir) => linkCachedModel(dir, "qwen", { preset: "tiny-qwen3", seed: 7, id: MODEL }));
 
 const SCHEMAS: Record<string, Record<string, unknown>> = {
   nested: {
@@ -69,12 +52,12 @@ async function jsonSchemaRun(schema: Record<string, unknown>, seed: number, stre
     response_format: { type: "json_schema" as const, json_schema: { name: "out", schema, strict: true } },
   };
   if (!stream) {
-    const r = await client.chat.completions.create(body);
+    const r = await fx.client.chat.completions.create(body);
     return { text: r.choices[0]!.message.content!, finish: r.choices[0]!.finish_reason };
   }
   let text = "";
   let finish: string | null = null;
-  for await (const c of await client.chat.completions.create({ ...body, stream: true })) {
+  for await (const c of await fx.client.chat.completions.create({ ...body, stream: true })) {
     text += c.choices[0]?.delta.content ?? "";
     finish = c.choices[0]?.finish_reason ?? finish;
   }
@@ -102,7 +85,7 @@ describe("response_format", () => {
   test("json_object: any JSON object", async () => {
     let finished = 0;
     for (let seed = 1; seed <= 6; seed++) {
-      const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "JSON please" }], temperature: 1, seed, max_tokens: 300, response_format: { type: "json_object" } });
+      const r = await fx.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "JSON please" }], temperature: 1, seed, max_tokens: 300, response_format: { type: "json_object" } });
       if (r.choices[0]!.finish_reason !== "stop") continue;
       finished++;
       const v = JSON.parse(r.choices[0]!.message.content!);
@@ -112,16 +95,16 @@ describe("response_format", () => {
   }, 60_000);
 
   test("unsupported constraining keywords are a 400 naming them; annotations are accepted", async () => {
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
+    const res = await fetch(`${fx.server.url}/v1/chat/completions`, {
       method: "POST",
-      headers: { authorization: `Bearer ${server.key}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json" },
       body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "x" }], response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", not: { required: ["a"] } } } } }),
     });
     expect(res.status).toBe(400);
     const err = ((await res.json()) as { error: { message: string; param: string } }).error;
     expect(err.message).toContain('"not"');
     expect(err.param).toBe("response_format.json_schema.schema");
-    const ok = await client.chat.completions.create({
+    const ok = await fx.client.chat.completions.create({
       model: MODEL,
       messages: [{ role: "user", content: "x" }],
       max_tokens: 50,
@@ -134,7 +117,7 @@ describe("response_format", () => {
     const Person = z.object({ name: z.string().max(10), mood: z.enum(["happy", "sad"]), age: z.number().int().min(0).max(99) });
     let parsedOnce = false;
     for (let seed = 1; seed <= 5 && !parsedOnce; seed++) {
-      const r = await client.chat.completions.parse({ model: MODEL, messages: [{ role: "user", content: "A person" }], seed, temperature: 1, max_tokens: 200, response_format: zodResponseFormat(Person, "person") });
+      const r = await fx.client.chat.completions.parse({ model: MODEL, messages: [{ role: "user", content: "A person" }], seed, temperature: 1, max_tokens: 200, response_format: zodResponseFormat(Person, "person") });
       if (r.choices[0]!.finish_reason !== "stop") continue;
       const p = r.choices[0]!.message.parsed!;
       expect(Person.parse(p)).toEqual(p);
@@ -161,7 +144,7 @@ describe("tool calls", () => {
     let calls = 0;
     for (let seed = 1; seed <= 6; seed++) {
       const body = { model: MODEL, messages: [{ role: "user" as const, content: "Weather in Oslo?" }], tools: [weather, time], tool_choice: "required" as const, temperature: 1, seed, max_tokens: 300 };
-      const r = await client.chat.completions.create(body);
+      const r = await fx.client.chat.completions.create(body);
       const choice = r.choices[0]!;
       if (choice.finish_reason === "length") continue;
       expect(choice.finish_reason).toBe("tool_calls");
@@ -178,7 +161,7 @@ describe("tool calls", () => {
       const assembled: { name: string; arguments: string }[] = [];
       let finish: string | null = null;
       let content = "";
-      for await (const c of await client.chat.completions.create({ ...body, stream: true })) {
+      for await (const c of await fx.client.chat.completions.create({ ...body, stream: true })) {
         const d = c.choices[0];
         if (!d) continue;
         content += d.delta.content ?? "";
@@ -199,7 +182,7 @@ describe("tool calls", () => {
   }, 90_000);
 
   test("a named tool_choice calls exactly that function", async () => {
-    const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "time?" }], tools: [weather, time], tool_choice: { type: "function", function: { name: "get_time" } }, temperature: 0, max_tokens: 200 });
+    const r = await fx.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "time?" }], tools: [weather, time], tool_choice: { type: "function", function: { name: "get_time" } }, temperature: 0, max_tokens: 200 });
     const c = r.choices[0]!;
     if (c.finish_reason !== "length") {
       expect(c.message.tool_calls).toHaveLength(1);
@@ -211,7 +194,7 @@ describe("tool calls", () => {
 
   test("tool_choice none: no tool calls, ever", async () => {
     for (let seed = 1; seed <= 3; seed++) {
-      const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "x" }], tools: [weather], tool_choice: "none", temperature: 1, seed, max_tokens: 30, logit_bias: { 151657: 100 } });
+      const r = await fx.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "x" }], tools: [weather], tool_choice: "none", temperature: 1, seed, max_tokens: 30, logit_bias: { 151657: 100 } });
       expect(r.choices[0]!.message.tool_calls).toBeUndefined();
       expect(r.choices[0]!.finish_reason).not.toBe("tool_calls");
     }
@@ -223,9 +206,9 @@ describe("tool calls", () => {
     for (let seed = 1; seed <= 6 && parsed === 0; seed++) {
       const body = { model: MODEL, messages: [{ role: "user" as const, content: "look it up" }], tools: [tool], tool_choice: "required" as const, parallel_tool_calls: false, temperature: 1, seed, max_tokens: 200 };
       // parse() refuses truncated answers; a random-weights model sometimes runs out of tokens.
-      const raw = await client.chat.completions.create(body);
+      const raw = await fx.client.chat.completions.create(body);
       if (raw.choices[0]!.finish_reason === "length") continue;
-      const r = await client.chat.completions.parse(body);
+      const r = await fx.client.chat.completions.parse(body);
       const call = r.choices[0]!.message.tool_calls![0]! as { function: { name: string; parsed_arguments: { q: string } } };
       expect(call.function.name).toBe("lookup");
       expect(typeof call.function.parsed_arguments.q).toBe("string");
@@ -236,7 +219,7 @@ describe("tool calls", () => {
   });
 
   test("assistant tool_calls and tool results in the history are accepted", async () => {
-    const r = await client.chat.completions.create({
+    const r = await fx.client.chat.completions.create({
       model: MODEL,
       max_tokens: 5,
       tools: [weather],
