@@ -2,6 +2,7 @@
 import { join, resolve } from "node:path";
 import { createApi, DEFAULT_MAX_BODY_BYTES } from "./api/app.ts";
 import { Lifecycle } from "./api/lifecycle.ts";
+import type { RequestLimits } from "./api/limits/request-limits.ts";
 import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
 import type { Engine } from "./engine/types.ts";
 import type { Logger } from "./log.ts";
@@ -16,6 +17,8 @@ export interface ServeOptions {
   modelsDir: string;
   publicUrl?: string;
   maxBodyBytes?: number;
+  /** Limits on requests (messages, max_tokens, wall time, idle streams); see serve --help. */
+  limits?: Partial<RequestLimits>;
   /** Generate and serve the demo model when the models directory holds none. */
   demoModel: boolean;
   log: Logger;
@@ -106,7 +109,8 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     engine,
     log,
     publicUrl: opts.publicUrl,
-    maxBodyBytes: opts.maxBodyBytes,
+    maxBodyBytes: opts.limits?.maxBodyBytes ?? opts.maxBodyBytes,
+    limits: opts.limits,
     ready: () => ready,
     version: VERSION,
   });
@@ -126,7 +130,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     hostname: opts.host,
     port: opts.port,
     // A hard cap above the API's own limit, so oversized bodies are refused before buffering.
-    maxRequestBodySize: (opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES) + 1024 * 1024,
+    maxRequestBodySize: (opts.limits?.maxBodyBytes ?? opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES) + 1024 * 1024,
     idleTimeout: 255,
   });
   const server = api.server!;

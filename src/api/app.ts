@@ -7,7 +7,10 @@ import type { CatalogModel, Store } from "../store/index.ts";
 import { authenticate } from "./auth.ts";
 import { handleChat } from "./chat/handler.ts";
 import { ApiError, internalError, modelNotFound } from "./errors.ts";
-import { metricsResponse } from "./metrics.ts";
+import { DEFAULT_REQUEST_LIMITS, type RequestLimits } from "./limits/request-limits.ts";
+import { RateGuard } from "./limits/guard.ts";
+import type { RequestScope } from "./limits/scope.ts";
+import { HttpMetrics, metricsResponse, routeLabel } from "./metrics.ts";
 import { Lifecycle } from "./lifecycle.ts";
 import { allowedMethods, isUnsupportedRoute, SUPPORTED_SUMMARY } from "./routes.ts";
 import type { ModelObject } from "./schemas.ts";
@@ -23,6 +26,11 @@ export interface ApiOptions {
   ready: () => boolean;
   version: string;
   lifecycle?: Lifecycle;
+  /** Request limits (body size, messages, max_tokens, wall time, idle streams); defaults otherwise. */
+  limits?: Partial<RequestLimits>;
+  metrics?: HttpMetrics;
+  /** Per-account and per-key rate limits; one is made from the store when absent. */
+  guard?: RateGuard;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024;
@@ -53,69 +61,112 @@ const newRequestId = () =>
 
 export function createApi(opts: ApiOptions) {
   const { store, log } = opts;
-  const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const limits: RequestLimits = { ...DEFAULT_REQUEST_LIMITS, maxBodyBytes: opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, ...opts.limits };
+  const maxBodyBytes = limits.maxBodyBytes;
   const fingerprint = `fp_sluice_${opts.version}`;
   const lifecycle = opts.lifecycle ?? new Lifecycle();
+  const metrics = opts.metrics ?? new HttpMetrics();
+  const guard = opts.guard ?? new RateGuard(store);
+
+  /** One access log line and the request metrics per answer: never keys, prompts or query strings. */
+  const observe = (request: Request, scope: RequestScope | undefined, status: number, errorCode?: string | null) => {
+    const pathname = new URL(request.url).pathname;
+    const route = routeLabel(pathname);
+    const seconds = scope ? (performance.now() - scope.started) / 1000 : 0;
+    metrics.request(route, request.method, status, seconds);
+    if (status >= 400) metrics.error(route, status, errorCode ?? null);
+    log.info("request", {
+      request_id: scope?.requestId ?? null,
+      method: request.method,
+      route,
+      path: pathname.slice(0, 256),
+      status,
+      latency_ms: Math.round(seconds * 1e4) / 10,
+      account_id: scope?.accountId ?? null,
+    });
+  };
+  /** Authenticates, notes the account for the access log, and counts the request against its rate limits. */
+  const admitted = (request: Request, scope: RequestScope) => {
+    const key = authenticate(store, request);
+    scope.accountId = key.accountId;
+    guard.admit(key, 0, false, scope);
+    return key;
+  };
 
   return new Elysia()
     .derive(({ request }) => {
       const supplied = request.headers.get("x-request-id");
       const requestId = supplied && /^[A-Za-z0-9._:-]{1,128}$/.test(supplied) ? supplied : newRequestId();
-      return { requestId, started: performance.now() };
+      const scope: RequestScope = { requestId, started: performance.now(), accountId: null, headers: {} };
+      return { requestId, started: scope.started, scope };
     })
-    .onBeforeHandle(({ path, requestId }) => {
+    .onBeforeHandle(({ path, requestId, request, scope }) => {
       // While draining, liveness and readiness still answer; nothing new is started.
       if (lifecycle.draining && path !== "/health" && path !== "/ready") {
+        observe(request, scope, 503, "shutting_down");
         return new ApiError(503, "The server is shutting down; retry on another instance.", "service_unavailable", null, "shutting_down", {
           "retry-after": "1",
         }).toResponse({ "x-request-id": requestId });
       }
     })
-    .onAfterHandle(({ set, requestId }) => {
+    .onAfterHandle((ctx) => {
+      const { set, requestId, scope, request } = ctx;
       set.headers["x-request-id"] = requestId;
+      for (const [k, v] of Object.entries(scope.headers)) set.headers[k] = v;
+      const value = (ctx as { responseValue?: unknown }).responseValue;
+      const status = value instanceof Response ? value.status : typeof set.status === "number" ? set.status : 200;
+      observe(request, scope, status);
     })
-    .onError(({ code, error, request, requestId, path }) => {
-      const rid = requestId ?? newRequestId();
-      const headers = { "x-request-id": rid };
-      if (error instanceof ApiError) return error.toResponse(headers);
-      if (code === "NOT_FOUND") {
-        const pathname = new URL(request.url).pathname;
-        if (isUnsupportedRoute(pathname)) {
+    .onError((ctx) => {
+      const { code, error, request, path } = ctx;
+      // Absent when routing failed before the derive step (an unknown URL).
+      const scope = (ctx as { scope?: RequestScope }).scope;
+      const rid = scope?.requestId ?? newRequestId();
+      const headers = { ...scope?.headers, "x-request-id": rid };
+      const failure = asApiError();
+      observe(request, scope, failure.status, failure.code);
+      return failure.toResponse(headers);
+      function asApiError(): ApiError {
+        if (error instanceof ApiError) return error;
+        if (code === "NOT_FOUND") {
+          const pathname = new URL(request.url).pathname;
+          if (isUnsupportedRoute(pathname)) {
+            return new ApiError(
+              404,
+              `${request.method} ${pathname} is not supported by this server. ${SUPPORTED_SUMMARY}`,
+              "invalid_request_error",
+              null,
+              "unsupported_endpoint",
+            );
+          }
+          const allowed = allowedMethods(pathname);
+          if (allowed) {
+            return new ApiError(
+              405,
+              `Method ${request.method} is not allowed on ${pathname}; use ${allowed.join(", ")}.`,
+              "invalid_request_error",
+              null,
+              "method_not_allowed",
+              { allow: allowed.join(", ") },
+            );
+          }
           return new ApiError(
             404,
-            `${request.method} ${pathname} is not supported by this server. ${SUPPORTED_SUMMARY}`,
+            `Invalid URL (${request.method} ${pathname}). ${SUPPORTED_SUMMARY}`,
             "invalid_request_error",
             null,
-            "unsupported_endpoint",
-          ).toResponse(headers);
+            "unknown_url",
+          );
         }
-        const allowed = allowedMethods(pathname);
-        if (allowed) {
-          return new ApiError(
-            405,
-            `Method ${request.method} is not allowed on ${pathname}; use ${allowed.join(", ")}.`,
-            "invalid_request_error",
-            null,
-            "method_not_allowed",
-            { allow: allowed.join(", ") },
-          ).toResponse(headers);
+        if (code === "PARSE") {
+          return new ApiError(400, "The request body could not be parsed.", "invalid_request_error", null, "invalid_body");
         }
-        return new ApiError(
-          404,
-          `Invalid URL (${request.method} ${pathname}). ${SUPPORTED_SUMMARY}`,
-          "invalid_request_error",
-          null,
-          "unknown_url",
-        ).toResponse(headers);
+        log.error("unhandled error", { request_id: rid, path, error: String((error as Error)?.stack ?? error) });
+        return internalError();
       }
-      if (code === "PARSE") {
-        return new ApiError(400, "The request body could not be parsed.", "invalid_request_error", null, "invalid_body").toResponse(headers);
-      }
-      log.error("unhandled error", { request_id: rid, path, error: String((error as Error)?.stack ?? error) });
-      return internalError().toResponse(headers);
     })
     .get("/health", () => ({ status: "ok" }))
-    .get("/metrics", () => metricsResponse(opts.engine))
+    .get("/metrics", () => metricsResponse(opts.engine, metrics))
     .get("/ready", ({ set }) => {
       const storeOk = store.healthy();
       const ready = storeOk && opts.ready() && !lifecycle.draining;
@@ -132,19 +183,24 @@ export function createApi(opts: ApiOptions) {
         docs: `${base}/workspace/integrations`,
       };
     })
-    .get("/v1/models", ({ request }) => {
-      const key = authenticate(store, request);
+    .get("/v1/models", ({ request, scope }) => {
+      const key = admitted(request, scope);
       return { object: "list", data: store.catalog.listForAccount(key.accountId).map(modelObject) };
     })
-    .get("/v1/models/*", ({ request, params }) => {
-      const key = authenticate(store, request);
-      const id = decodeURIComponent(params["*"]);
+    .get("/v1/models/*", ({ request, params, scope }) => {
+      const key = admitted(request, scope);
+      let id: string;
+      try {
+        id = decodeURIComponent(params["*"]);
+      } catch {
+        throw modelNotFound(params["*"].slice(0, 256));
+      }
       const m = store.catalog.getForAccount(key.accountId, id);
       if (!m) throw modelNotFound(id);
       return modelObject(m);
     })
-    .post("/v1/chat/completions", ({ request, requestId }) =>
-      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle }, request, requestId),
+    .post("/v1/chat/completions", ({ request, requestId, scope }) =>
+      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle, guard, limits, metrics }, request, requestId, scope),
       { parse: "none" },
     );
 }

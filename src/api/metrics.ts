@@ -1,4 +1,5 @@
-// GET /metrics: the engine's scheduler and KV gauges in Prometheus' text exposition format.
+// GET /metrics: HTTP traffic (requests by route and status, latency, time to first token, tokens,
+// errors, rate-limit refusals) and the engine's scheduler and KV gauges, in Prometheus' text format.
 // Unauthenticated like /health: it carries counts and bytes, never prompts, keys or accounts.
 import type { Engine, ModelStats } from "../engine/types.ts";
 
@@ -29,9 +30,103 @@ const METRICS: Metric[] = [
 
 const label = (v: string) => v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
 
-export function metricsText(engine: Engine): string {
+// Seconds; from a cached /v1/models answer up to a long generation.
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+class Histogram {
+  readonly counts = new Array<number>(LATENCY_BUCKETS.length).fill(0);
+  sum = 0;
+  count = 0;
+  observe(seconds: number): void {
+    this.sum += seconds;
+    this.count++;
+    for (let i = 0; i < LATENCY_BUCKETS.length; i++) if (seconds <= LATENCY_BUCKETS[i]!) this.counts[i]!++;
+  }
+  lines(name: string, labels: string): string[] {
+    const sep = labels ? "," : "";
+    const out = LATENCY_BUCKETS.map((b, i) => `${name}_bucket{${labels}${sep}le="${b}"} ${this.counts[i]}`);
+    out.push(`${name}_bucket{${labels}${sep}le="+Inf"} ${this.count}`, `${name}_sum{${labels}} ${this.sum}`, `${name}_count{${labels}} ${this.count}`);
+    return out;
+  }
+}
+
+/** The route label of a path: a fixed set, so hostile paths cannot grow the series without bound. */
+export function routeLabel(path: string): string {
+  if (path === "/v1/models" || path === "/v1/chat/completions" || path === "/v1/integrations") return path;
+  if (path.startsWith("/v1/models/")) return "/v1/models/{model}";
+  if (path === "/health" || path === "/ready" || path === "/metrics") return path;
+  if (path === "/workspace" || path.startsWith("/workspace/")) return "/workspace";
+  if (path.startsWith("/v1/")) return "/v1/other";
+  return "other";
+}
+
+/** Counters and histograms the API updates as requests finish. */
+export class HttpMetrics {
+  private readonly requests = new Map<string, number>();
+  private readonly latency = new Map<string, Histogram>();
+  private readonly ttft = new Map<string, Histogram>();
+  private readonly promptTokens = new Map<string, number>();
+  private readonly completionTokens = new Map<string, number>();
+  private readonly errors = new Map<string, number>();
+  private readonly rateLimited = new Map<string, number>();
+  private readonly generations = new Map<string, number>();
+
+  private static inc(m: Map<string, number>, k: string, by = 1): void {
+    m.set(k, (m.get(k) ?? 0) + by);
+  }
+
+  request(route: string, method: string, status: number, seconds: number): void {
+    HttpMetrics.inc(this.requests, `route="${label(route)}",method="${label(method)}",status="${status}"`);
+    let h = this.latency.get(route);
+    if (!h) this.latency.set(route, (h = new Histogram()));
+    h.observe(seconds);
+  }
+
+  /** An error answer: its HTTP status and OpenAI code (a fixed vocabulary). */
+  error(route: string, status: number, code: string | null): void {
+    HttpMetrics.inc(this.errors, `route="${label(route)}",status="${status}",code="${label(code ?? "none")}"`);
+    if (status === 429 && code === "rate_limit_exceeded") HttpMetrics.inc(this.rateLimited, `route="${label(route)}"`);
+  }
+
+  firstToken(model: string, seconds: number): void {
+    let h = this.ttft.get(model);
+    if (!h) this.ttft.set(model, (h = new Histogram()));
+    h.observe(seconds);
+  }
+
+  /** A generation that ended (however), with its tokens. */
+  generation(model: string, status: string, promptTokens: number, completionTokens: number): void {
+    const m = `model="${label(model)}"`;
+    HttpMetrics.inc(this.promptTokens, m, promptTokens);
+    HttpMetrics.inc(this.completionTokens, m, completionTokens);
+    HttpMetrics.inc(this.generations, `${m},status="${label(status)}"`);
+  }
+
+  text(): string {
+    const lines: string[] = [];
+    const counter = (name: string, help: string, m: Map<string, number>) => {
+      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`);
+      for (const [k, v] of m) lines.push(`${name}{${k}} ${v}`);
+    };
+    const histogram = (name: string, help: string, m: Map<string, Histogram>, key: string) => {
+      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
+      for (const [k, h] of m) lines.push(...h.lines(name, `${key}="${label(k)}"`));
+    };
+    counter("sluice_http_requests_total", "HTTP requests answered, by route, method and status.", this.requests);
+    histogram("sluice_http_request_duration_seconds", "Time to the response head (a stream's body may run longer).", this.latency, "route");
+    counter("sluice_http_errors_total", "Error answers by route, status and OpenAI error code.", this.errors);
+    counter("sluice_rate_limited_total", "Requests refused by a per-account or per-key rate limit.", this.rateLimited);
+    histogram("sluice_time_to_first_token_seconds", "From admission to the first generated token.", this.ttft, "model");
+    counter("sluice_prompt_tokens_total", "Prompt tokens of finished generations.", this.promptTokens);
+    counter("sluice_completion_tokens_total", "Completion tokens of finished generations.", this.completionTokens);
+    counter("sluice_generations_total", "Generations by how they ended (ok, cancelled, time_limit, idle_timeout, error, …).", this.generations);
+    return lines.join("\n") + "\n";
+  }
+}
+
+export function metricsText(engine: Engine, http?: HttpMetrics): string {
   const models = engine.stats?.().models ?? [];
-  const lines: string[] = [];
+  const lines: string[] = http ? [http.text().trimEnd()] : [];
   for (const m of METRICS) {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
     for (const s of models) lines.push(`${m.name}{model="${label(s.model)}"} ${m.value(s)}`);
@@ -39,6 +134,6 @@ export function metricsText(engine: Engine): string {
   return lines.join("\n") + "\n";
 }
 
-export function metricsResponse(engine: Engine): Response {
-  return new Response(metricsText(engine), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
+export function metricsResponse(engine: Engine, http?: HttpMetrics): Response {
+  return new Response(metricsText(engine, http), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
 }

@@ -5,6 +5,7 @@ import { configureNative } from "../packaging/native.ts";
 import { DEFAULT_ACCOUNT, startServer } from "../server.ts";
 import { DATA_OPTION } from "./commands.ts";
 import { UsageError, type Command } from "./framework.ts";
+import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
@@ -30,6 +31,7 @@ export const serveCommand: Command = {
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 429 (0: 64)", default: "0" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
+    ...LIMIT_OPTIONS,
   ],
   async run(args) {
     const port = Number(args.values.port);
@@ -43,6 +45,7 @@ export const serveCommand: Command = {
     configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
+    const limits = parseLimitOptions(args);
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
       const v = Number(args.values[name]);
@@ -63,6 +66,7 @@ export const serveCommand: Command = {
       modelsDir: String(args.values.models),
       publicUrl: typeof args.values["public-url"] === "string" ? args.values["public-url"] : undefined,
       demoModel: args.values["no-demo"] !== true,
+      limits,
       workspacePort: wsPort,
       workspaceHost: typeof args.values["workspace-host"] === "string" ? args.values["workspace-host"] : undefined,
       buildDemoModel,

@@ -3,6 +3,8 @@ import { billingStore } from "./billing.ts";
 import { catalogStore } from "./catalog.ts";
 import { openDatabase } from "./db.ts";
 import { keyStore } from "./keys.ts";
+import { cachedKeyStore } from "./key-cache.ts";
+import { limitStore } from "./limits.ts";
 import type { Store } from "./types.ts";
 import { usageStore } from "./usage.ts";
 import { sessionStore, signInThrottleStore } from "./sessions.ts";
@@ -19,7 +21,8 @@ export function openSqliteStore(path: string): Store {
   let closed = false;
   return {
     accounts: accountStore(db),
-    keys: keyStore(db),
+    keys: cachedKeyStore(keyStore(db), db),
+    limits: limitStore(db),
     catalog: catalogStore(db),
     usage: usageStore(db),
     billing: billingStore(db),

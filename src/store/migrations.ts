@@ -105,6 +105,32 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX sign_in_failures_email ON sign_in_failures(email, at);
   CREATE INDEX sign_in_failures_client ON sign_in_failures(client, at);
   `,
+  // 3: rate limits per account (key_id NULL) or per key, and a generation number that triggers bump
+  // whenever a key is revoked or a limit changes, in this process or another (the CLI): a server
+  // may cache keys and limits and still see such a change on the next request.
+  `
+  CREATE TABLE rate_limits (
+    account_id INTEGER NOT NULL REFERENCES accounts(id),
+    key_id TEXT REFERENCES api_keys(id),
+    requests_per_minute INTEGER CHECK (requests_per_minute IS NULL OR requests_per_minute > 0),
+    tokens_per_minute INTEGER CHECK (tokens_per_minute IS NULL OR tokens_per_minute > 0),
+    max_concurrent INTEGER CHECK (max_concurrent IS NULL OR max_concurrent > 0),
+    updated_at INTEGER NOT NULL
+  );
+  CREATE UNIQUE INDEX rate_limits_scope ON rate_limits(account_id, ifnull(key_id, ''));
+  CREATE TABLE auth_generation (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL);
+  INSERT INTO auth_generation (id, n) VALUES (1, 0);
+  CREATE TRIGGER api_keys_changed AFTER UPDATE OF revoked_at, account_id, hash ON api_keys
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER api_keys_deleted AFTER DELETE ON api_keys
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER rate_limits_inserted AFTER INSERT ON rate_limits
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER rate_limits_updated AFTER UPDATE ON rate_limits
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER rate_limits_deleted AFTER DELETE ON rate_limits
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

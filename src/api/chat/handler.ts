@@ -7,6 +7,12 @@ import { authenticate } from "../auth.ts";
 import { readJsonBody } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
 import type { Lifecycle } from "../lifecycle.ts";
+import { estimateRequestTokens } from "../limits/estimate.ts";
+import type { RateGuard } from "../limits/guard.ts";
+import { applyRequestLimits, DEFAULT_REQUEST_LIMITS, type RequestLimits } from "../limits/request-limits.ts";
+import type { RequestScope } from "../limits/scope.ts";
+import { IdleWatch, watchGeneration } from "../limits/watch.ts";
+import type { HttpMetrics } from "../metrics.ts";
 import { ChatCompletionRequest } from "../schemas.ts";
 import { findProblem } from "../validate.ts";
 import { planChat, type ChatPlan } from "./request.ts";
@@ -19,13 +25,18 @@ export interface ChatDeps {
   maxBodyBytes: number;
   systemFingerprint: string;
   lifecycle: Lifecycle;
+  guard?: RateGuard;
+  limits?: RequestLimits;
+  metrics?: HttpMetrics;
 }
 
 const encoder = new TextEncoder();
 const sse = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n`);
 
-export async function handleChat(deps: ChatDeps, request: Request, requestId: string): Promise<Response> {
+export async function handleChat(deps: ChatDeps, request: Request, requestId: string, scope?: RequestScope): Promise<Response> {
   const key = authenticate(deps.store, request);
+  if (scope) scope.accountId = key.accountId;
+  const limits = deps.limits ?? DEFAULT_REQUEST_LIMITS;
   const body = await readJsonBody(request, deps.maxBodyBytes);
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw badRequest("The request body must be a JSON object.", null, "invalid_body");
@@ -35,10 +46,12 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   const req = body as ChatCompletionRequest;
   const model = deps.store.catalog.getForAccount(key.accountId, req.model);
   if (!model) throw modelNotFound(req.model);
-  const plan = planChat(req, model);
+  const plan = applyRequestLimits(planChat(req, model), limits);
   if (!deps.store.billing.hasCredit(key.accountId)) {
     throw new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
   }
+  // Counted with the prompt estimate plus max_tokens now, settled with the real tokens at the end.
+  const ticket = deps.guard?.admit(key, estimateRequestTokens(plan, model.contextLength), true, scope);
 
   const started = performance.now();
   const abort = new AbortController();
@@ -49,6 +62,7 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal });
   } catch (e) {
     deps.lifecycle.untrack(abort);
+    ticket?.finish(0);
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
     if (e instanceof EngineBusyError) {
       throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
@@ -64,8 +78,19 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     systemFingerprint: deps.systemFingerprint,
   };
   const acc = new ChoiceAccumulator(plan.n, plan.logprobs);
+  const watched = watchGeneration(generation.events, {
+    maxMs: limits.maxGenerationMs,
+    abort,
+    onFirstToken: () => deps.metrics?.firstToken(model.id, (performance.now() - started) / 1000),
+  });
+  generation = { ...generation, events: watched.events };
   const record = (status: string) => {
-    recordUsage(deps, key, plan, requestId, model.id, generation.promptTokens, acc, started, status);
+    watched.clear();
+    // A generation ended by the wall-time limit is recorded as such (its finish_reason is "length").
+    const final = watched.timedOut() && status !== "error" ? "time_limit" : status;
+    recordUsage(deps, key, plan, requestId, model.id, generation.promptTokens, acc, started, final);
+    ticket?.finish(generation.promptTokens + acc.completionTokens());
+    deps.metrics?.generation(model.id, final, generation.promptTokens, acc.completionTokens());
     deps.lifecycle.untrack(abort);
   };
 
@@ -84,7 +109,7 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     record(abort.signal.aborted ? "interrupted" : "ok");
     return Response.json(acc.toCompletion(meta, generation.promptTokens));
   }
-  return streamResponse(deps, generation, plan, meta, acc, abort, request.signal, record);
+  return streamResponse(deps, generation, plan, meta, acc, abort, request.signal, record, limits.streamIdleMs);
 }
 
 function streamResponse(
@@ -96,6 +121,7 @@ function streamResponse(
   abort: AbortController,
   clientSignal: AbortSignal,
   record: (status: string) => void,
+  idleMs: number,
 ): Response {
   const head = {
     id: meta.id,
@@ -108,8 +134,29 @@ function streamResponse(
   const usageField = plan.includeUsage ? { usage: null } : {};
   let iterator: AsyncIterator<(typeof generation.events) extends AsyncIterable<infer E> ? E : never> | null = null;
   let finished = false;
+  /** Ends the generation early; drains it so the usage row carries the tokens made so far. */
+  const stopEarly = (status: string) => {
+    abort.abort();
+    if (finished) return;
+    finished = true;
+    void (async () => {
+      try {
+        for (let next = await iterator!.next(); !next.done; next = await iterator!.next()) acc.add(next.value);
+      } catch {}
+      record(status);
+    })();
+  };
+  let idle: IdleWatch | null = null;
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
+      // A client that stops reading holds a sequence and its KV memory: cut it off after idleMs.
+      idle = new IdleWatch(idleMs, () => {
+        deps.log.warn("stream cut off: the client stopped reading", { request_id: meta.id.replace(/^chatcmpl-/, ""), idle_ms: idleMs });
+        stopEarly("idle_timeout");
+        try {
+          controller.error(new Error("stream idle"));
+        } catch {}
+      });
       // The role delta goes out at once, so headers and a first byte reach the client before prefill.
       for (let index = 0; index < plan.n; index++) {
         controller.enqueue(
@@ -121,8 +168,10 @@ function streamResponse(
         );
       }
       iterator = generation.events[Symbol.asyncIterator]();
+      idle.arm();
     },
     async pull(controller) {
+      idle?.disarm();
       try {
         const next = await iterator!.next();
         if (next.done) {
@@ -146,6 +195,7 @@ function streamResponse(
         }
         acc.add(next.value);
         controller.enqueue(sse({ ...head, choices: [chunkChoice(next.value, plan.logprobs)], ...usageField }));
+        idle?.arm();
       } catch (e) {
         finished = true;
         record("error");
@@ -158,17 +208,8 @@ function streamResponse(
       }
     },
     cancel() {
-      abort.abort();
-      if (!finished) {
-        finished = true;
-        // Drain so the engine sees the abort and the usage row carries the tokens made so far.
-        void (async () => {
-          try {
-            for (let next = await iterator!.next(); !next.done; next = await iterator!.next()) acc.add(next.value);
-          } catch {}
-          record("cancelled");
-        })();
-      }
+      idle?.disarm();
+      stopEarly("cancelled");
     },
   });
   return new Response(stream, {

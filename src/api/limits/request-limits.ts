@@ -1,0 +1,45 @@
+// Limits on one request's shape and run time, set by the operator (serve flags / SLUICE_* env).
+import { badRequest } from "../errors.ts";
+
+export interface RequestLimits {
+  /** Largest JSON body accepted (413 above). */
+  maxBodyBytes: number;
+  /** Most messages in one chat request (400 above); 0: no limit. */
+  maxMessages: number;
+  /** Largest max_tokens a request may ask for (400 above) and the bound when it asks for none; 0: the context length. */
+  maxTokensCap: number;
+  /** A generation running longer is ended with finish_reason "length"; 0: no limit. */
+  maxGenerationMs: number;
+  /** A stream whose client reads nothing for this long is cut off and its generation freed; 0: never. */
+  streamIdleMs: number;
+}
+
+export const DEFAULT_REQUEST_LIMITS: RequestLimits = {
+  maxBodyBytes: 20 * 1024 * 1024,
+  maxMessages: 2048,
+  maxTokensCap: 0,
+  maxGenerationMs: 600_000,
+  streamIdleMs: 60_000,
+};
+
+/** Refuses what is over a limit; fills in the server's cap when the request names no max_tokens. */
+export function applyRequestLimits<P extends { messages: unknown[]; maxTokens?: number }>(plan: P, limits: RequestLimits): P {
+  if (limits.maxMessages > 0 && plan.messages.length > limits.maxMessages) {
+    throw badRequest(
+      `Too many messages: ${plan.messages.length}; this server accepts at most ${limits.maxMessages} in one request.`,
+      "messages",
+      "too_many_messages",
+    );
+  }
+  if (limits.maxTokensCap > 0) {
+    if (plan.maxTokens !== undefined && plan.maxTokens > limits.maxTokensCap) {
+      throw badRequest(
+        `max_tokens is too large: ${plan.maxTokens}; this server allows at most ${limits.maxTokensCap} completion tokens per request.`,
+        "max_tokens",
+        "max_tokens_too_large",
+      );
+    }
+    if (plan.maxTokens === undefined) return { ...plan, maxTokens: limits.maxTokensCap };
+  }
+  return plan;
+}
