@@ -68,11 +68,29 @@ export function llama2cToTokenizerJson(v: Llama2cVocab): ConvertedTokenizer {
     }
   });
   candidates.sort((x, y) => y.score - x.score || x.id - y.id || x.split - y.split);
-  const tokenizerJson = {
+  const tokenizerJson = sentencePieceBpeTokenizerJson(
+    Object.fromEntries(vocab.map((p, i) => [p, i])),
+    candidates.map((c) => [c.a, c.b]),
+    SPECIALS.map((content, id) => ({ id, content, special: true })),
+  );
+  return { tokenizerJson, vocab };
+}
+
+/**
+ * A tokenizer.json in the layout of Hugging Face's Llama 2 conversion: the normaliser turns
+ * spaces into "▁" and prepends one (SentencePiece's dummy prefix), BPE with byte fallback, BOS
+ * added by the post-processor, and a decoder that undoes all of it.
+ */
+export function sentencePieceBpeTokenizerJson(
+  vocab: Record<string, number>,
+  merges: [string, string][],
+  addedTokens: { id: number; content: string; special: boolean }[],
+): Record<string, unknown> {
+  return {
     version: "1.0",
     truncation: null,
     padding: null,
-    added_tokens: SPECIALS.map((content, id) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
+    added_tokens: addedTokens.map((t) => ({ ...t, single_word: false, lstrip: false, rstrip: false, normalized: false })),
     normalizer: {
       type: "Sequence",
       normalizers: [
@@ -110,11 +128,10 @@ export function llama2cToTokenizerJson(v: Llama2cVocab): ConvertedTokenizer {
       fuse_unk: true,
       byte_fallback: true,
       ignore_merges: false,
-      vocab: Object.fromEntries(vocab.map((p, i) => [p, i])),
-      merges: candidates.map((c) => [c.a, c.b]),
+      vocab,
+      merges,
     },
   };
-  return { tokenizerJson, vocab };
 }
 
 /** A base model's template: BOS, then the messages' text in order, one per line. */

