@@ -6,8 +6,9 @@ import { commandHelp, parseCommand, UsageError, type Command } from "./framework
 import { serveCommand } from "./serve.ts";
 import { extraCommands } from "./extra.ts";
 import { workspaceCommands } from "./workspace-commands.ts";
+import { limitsCommands } from "./limits-commands.ts";
 
-const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, ...workspaceCommands];
+const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, ...workspaceCommands, ...limitsCommands];
 
 function overview(): string {
   const lines = [`sluice ${VERSION}: an OpenAI-compatible gateway that serves ONNX language models`, "", "Commands:"];

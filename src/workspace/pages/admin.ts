@@ -63,6 +63,7 @@ ${selected
   <p><input type="checkbox" name="all" value="on" id="acc-all"${selected.modelAccess === "all" ? html` checked` : ""}> <label for="acc-all">Every served model, including models added later (ignores the list above)</label></p>
   <p><button type="submit">Save access</button></p></form></section>`
     : ""}
+${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
 <section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens.</p><div class="table-wrap"><table>
   <thead><tr><th scope="col">Model</th><th scope="col">Input / output</th></tr></thead>
   <tbody>${catalog.map(
@@ -72,6 +73,32 @@ ${selected
       <button type="submit" class="small">Save</button></form></td></tr>`,
   )}</tbody></table></div></section>`;
   return htmlResponse(page({ title: "Admin", tab: "admin", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
+}
+
+/** Rate limits of one account: blank means no limit. */
+function rateLimitPanel(c: SignedCtx, accountId: number, name: string, csrf: Html): Html {
+  const l = c.store.limits.get(accountId);
+  const value = (v: number | null | undefined) => (v == null ? "" : String(v));
+  const keyLimits = c.store.limits.list(accountId).filter((e) => e.keyId !== null);
+  return html`<section class="panel" id="limits"><h2>Rate limits for ${name}</h2>
+  <p class="muted">Blank: no limit. Tokens are counted as the prompt estimate plus max_tokens when a request starts and settled with the real count when it ends.</p>
+  <form class="inline" method="post" action="${BASE}/admin/limits">${csrf}<input type="hidden" name="account" value="${name}">
+    <div class="field"><label for="rl-rpm">Requests / minute</label><input id="rl-rpm" name="rpm" type="number" min="1" step="1" value="${value(l?.requestsPerMinute)}"></div>
+    <div class="field"><label for="rl-tpm">Tokens / minute</label><input id="rl-tpm" name="tpm" type="number" min="1" step="1" value="${value(l?.tokensPerMinute)}"></div>
+    <div class="field"><label for="rl-conc">Concurrent requests</label><input id="rl-conc" name="concurrent" type="number" min="1" step="1" value="${value(l?.maxConcurrent)}"></div>
+    <button type="submit">Save limits</button></form>
+  ${keyLimits.length
+    ? html`<p class="muted">Keys with limits of their own (set with <code>sluice limits set --key</code>): ${keyLimits.map((k) => html`<code>${k.keyId}</code> `)}</p>`
+    : ""}</section>`;
+}
+
+/** A blank field is no limit; anything else must be a positive whole number. */
+function limitField(c: SignedCtx, name: string, what: string): number | null {
+  const v = c.field(name);
+  if (v === "") return null;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${what} must be a positive whole number, or blank for no limit`);
+  return n;
 }
 
 /** Runs an admin change and redirects on success (so a reload does not repeat it) or re-renders the error. */
@@ -168,6 +195,28 @@ export const adminRoutes: Route[] = [
             if (!want.has(m.id) && have.has(m.id)) c.store.catalog.revoke(a.id, m.id);
           }
           return `saved model access for ${a.name}`;
+        },
+        `${BASE}/admin?account=${encodeURIComponent(a?.name ?? "")}`,
+      );
+    },
+  },
+  {
+    method: "POST",
+    path: "/admin/limits",
+    access: "operator",
+    handle: (c) => {
+      const a = c.store.accounts.get(c.field("account"));
+      return change(
+        c,
+        () => {
+          if (!a) throw new Error(`no account named ${c.field("account")}`);
+          const limits = {
+            requestsPerMinute: limitField(c, "rpm", "Requests per minute"),
+            tokensPerMinute: limitField(c, "tpm", "Tokens per minute"),
+            maxConcurrent: limitField(c, "concurrent", "Concurrent requests"),
+          };
+          c.store.limits.set(a.id, null, limits);
+          return `saved rate limits for ${a.name}`;
         },
         `${BASE}/admin?account=${encodeURIComponent(a?.name ?? "")}`,
       );

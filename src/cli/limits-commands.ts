@@ -1,0 +1,98 @@
+// Operator commands for rate limits: per account, or per key on top of its account's.
+import type { RateLimits, Store } from "../store/index.ts";
+import { DATA_OPTION, openStoreFor } from "./commands.ts";
+import { requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
+
+const DIMENSIONS = [
+  { flag: "rpm", field: "requestsPerMinute", help: "Requests per minute" },
+  { flag: "tpm", field: "tokensPerMinute", help: "Tokens per minute (prompt estimate + max_tokens when admitted, settled with the real count)" },
+  { flag: "concurrent", field: "maxConcurrent", help: "Chat requests running at once" },
+] as const;
+
+function withStore<T>(args: CommandArgs, fn: (store: Store) => T): T {
+  const store = openStoreFor(args);
+  try {
+    return fn(store);
+  } finally {
+    store.close();
+  }
+}
+
+function scopeOf(store: Store, args: CommandArgs): { accountId: number; keyId: string | null; label: string } {
+  const name = requireString(args, "account");
+  const a = store.accounts.get(name);
+  if (!a) throw new UsageError(`no account named ${name} (see: sluice accounts list)`);
+  const keyId = typeof args.values.key === "string" && args.values.key !== "" ? args.values.key : null;
+  if (keyId && !store.keys.list(a.id).some((k) => k.id === keyId)) throw new UsageError(`account ${name} has no key ${keyId} (see: sluice keys list)`);
+  return { accountId: a.id, keyId, label: keyId ? `key ${keyId} of ${name}` : `account ${name}` };
+}
+
+/** "none" (or 0) clears a dimension; absent keeps what is set. */
+function parseLimit(v: string | boolean | undefined, flag: string, current: number | null): number | null {
+  if (typeof v !== "string") return current;
+  if (v === "none" || v === "0") return null;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) throw new UsageError(`--${flag} must be a positive integer, or none`);
+  return n;
+}
+
+const show = (l: RateLimits) =>
+  DIMENSIONS.map((d) => `${d.flag}=${l[d.field] ?? "unlimited"}`).join(" ");
+
+const SCOPE_OPTIONS = [
+  DATA_OPTION,
+  { name: "account", type: "string" as const, help: "The account" },
+  { name: "key", type: "string" as const, help: "A key id of the account (key_…): limits for that key only, on top of the account's" },
+];
+
+export const limitsCommands: Command[] = [
+  {
+    path: ["limits", "set"],
+    usage: "--account NAME [--key ID] [--rpm N] [--tpm N] [--concurrent N]",
+    summary: "Set rate limits of an account (or one of its keys). Omitted limits stay as they are; 'none' removes one. Accounts without limits are unlimited. Applies on the next request.",
+    options: [...SCOPE_OPTIONS, ...DIMENSIONS.map((d) => ({ name: d.flag, type: "string" as const, help: `${d.help}, or none`, env: `SLUICE_LIMIT_${d.flag.toUpperCase()}` }))],
+    run: (args) =>
+      withStore(args, (s) => {
+        const scope = scopeOf(s, args);
+        const current = s.limits.get(scope.accountId, scope.keyId) ?? { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null };
+        const next: RateLimits = { ...current };
+        for (const d of DIMENSIONS) next[d.field] = parseLimit(args.values[d.flag], d.flag, current[d.field]);
+        s.limits.set(scope.accountId, scope.keyId, next);
+        console.log(`${scope.label}: ${show(next)}`);
+        return 0;
+      }),
+  },
+  {
+    path: ["limits", "clear"],
+    usage: "--account NAME [--key ID]",
+    summary: "Remove every rate limit of an account (or of one of its keys).",
+    options: SCOPE_OPTIONS,
+    run: (args) =>
+      withStore(args, (s) => {
+        const scope = scopeOf(s, args);
+        s.limits.set(scope.accountId, scope.keyId, { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null });
+        console.log(`${scope.label}: unlimited`);
+        return 0;
+      }),
+  },
+  {
+    path: ["limits", "list"],
+    usage: "[--account NAME]",
+    summary: "List the rate limits that are set (accounts and keys not listed are unlimited).",
+    options: [DATA_OPTION, { name: "account", type: "string", help: "Only this account" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    run: (args) =>
+      withStore(args, (s) => {
+        let accountId: number | undefined;
+        if (typeof args.values.account === "string") {
+          const a = s.accounts.get(args.values.account);
+          if (!a) throw new UsageError(`no account named ${args.values.account}`);
+          accountId = a.id;
+        }
+        const rows = s.limits.list(accountId);
+        if (args.values.json) console.log(JSON.stringify(rows, null, 2));
+        else if (rows.length === 0) console.log("(no limits set: every account is unlimited)");
+        else for (const r of rows) console.log(`${r.accountName.padEnd(16)} ${(r.keyId ?? "(account)").padEnd(22)} ${show(r)}`);
+        return 0;
+      }),
+  },
+];
