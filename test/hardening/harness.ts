@@ -1,6 +1,7 @@
 // A real server (store, engine worker, HTTP on an ephemeral port) with request limits and a log
 // that the test can read, on the shared tiny byte-level model.
 import { createEngine } from "../../src/engine/index.ts";
+import type { Engine } from "../../src/engine/types.ts";
 import type { RequestLimits } from "../../src/api/limits/request-limits.ts";
 import { TextTokenizer } from "../../src/engine/text/tokenizer.ts";
 import { createLogger } from "../../src/log.ts";
@@ -13,6 +14,7 @@ export interface Harness extends RunningServer {
   model: string;
   dataDir: string;
   logs: Record<string, unknown>[];
+  engine: Engine;
   headers: Record<string, string>;
   /** logit_bias that keeps the model from ending on its own (for long generations). */
   noEos: Record<string, number>;
@@ -41,6 +43,7 @@ export async function startHarness(limits: Partial<RequestLimits> = {}): Promise
     model: MODEL,
     dataDir: data.path,
     logs,
+    engine,
     headers,
     noEos: Object.fromEntries(TextTokenizer.load(built).eosTokenIds.map((id) => [id, -100])),
     chat: (body, extra = {}) =>
