@@ -24,7 +24,7 @@ export interface Harness extends RunningServer {
 
 export const MODEL = "hardening/tiny";
 
-export async function startHarness(limits: Partial<RequestLimits> = {}): Promise<Harness> {
+export async function startHarness(limits: Partial<RequestLimits> = {}, engineOpts: { maxQueue?: number } = {}): Promise<Harness> {
   const models = tempDir("sluice-hard-models-");
   // Built once into the git-ignored cache, linked into a fresh models directory per server.
   const built = await syntheticModel(tinyModelsRoot(), "hardening-tiny", { preset: "tiny-bytes", seed: 5, id: MODEL });
@@ -33,7 +33,7 @@ export async function startHarness(limits: Partial<RequestLimits> = {}): Promise
   const data = tempDir("sluice-hard-data-");
   const logs: Record<string, unknown>[] = [];
   const log = createLogger({ level: "info", write: (line) => logs.push(JSON.parse(line)) });
-  const engine = await createEngine({ log, device: "cpu", threads: 1 });
+  const engine = await createEngine({ log, device: "cpu", threads: 1, ...engineOpts });
   const server = await startServer({ host: "127.0.0.1", port: 0, dataDir: data.path, modelsDir: models.path, demoModel: false, log, engine, limits });
   const key = server.firstKey!;
   const headers = { authorization: `Bearer ${key}`, "content-type": "application/json" };
