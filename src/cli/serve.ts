@@ -2,6 +2,7 @@ import { createEngine } from "../engine/index.ts";
 import { createLogger, type LogLevel } from "../log.ts";
 import { buildDemoModel } from "../modelkit/index.ts";
 import { configureNative } from "../packaging/native.ts";
+import { configureImagePolicy } from "../vision/policy.ts";
 import { DEFAULT_ACCOUNT, startServer } from "../server.ts";
 import { DATA_OPTION } from "./commands.ts";
 import { UsageError, type Command } from "./framework.ts";
@@ -31,6 +32,7 @@ export const serveCommand: Command = {
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 429 (0: 64)", default: "0" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
+    { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
     ...LIMIT_OPTIONS,
   ],
   async run(args) {
@@ -46,6 +48,7 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
+    configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
       const v = Number(args.values[name]);

@@ -1,7 +1,7 @@
 // Image decoding and resampling through sharp (libvips). sharp is what transformers.js uses in
 // Node, so decoding, EXIF orientation and resizing here match its RawImage bit for bit; the same
 // calls are made in the same order (see RawImage.fromBlob / resize in transformers.js).
-import sharp from "sharp";
+import sharp, { type Sharp } from "sharp";
 import { ImageInputError } from "./errors.ts";
 
 /** Interleaved 8-bit pixels, row-major (height, width, channels). */
@@ -23,7 +23,7 @@ const RESAMPLE: Record<number, "nearest" | "lanczos" | "bilinear" | "bicubic"> =
   5: "bilinear",
 };
 
-async function toRaw(img: sharp.Sharp): Promise<RawImage> {
+async function toRaw(img: Sharp): Promise<RawImage> {
   const meta = await img.metadata();
   const { data, info } = await img.rotate().raw().toBuffer({ resolveWithObject: true });
   const out: RawImage = { data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength), width: info.width, height: info.height, channels: info.channels };

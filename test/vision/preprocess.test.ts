@@ -26,7 +26,7 @@ const SMOLVLM_LIKE: PreprocessorConfig = {
 
 async function reference(cfg: PreprocessorConfig, bytes: Uint8Array, split?: boolean) {
   const processor = new Idefics3ImageProcessor(cfg as never);
-  const image = await RawImage.fromBlob(new Blob([bytes]));
+  const image = await RawImage.fromBlob(new Blob([new Uint8Array(bytes)]));
   const out = (await processor(image, { do_image_splitting: split ?? null, return_row_col_info: true } as never)) as unknown as {
     pixel_values: { data: Float32Array; dims: number[] };
     rows: number[][];
@@ -67,6 +67,15 @@ describe("preprocessing matches transformers.js", () => {
     const a = await preprocessImage(SMOLVLM_LIKE, await decodeImage(await makeImage("png", 50, 40, 1)));
     const b = await preprocessImage(SMOLVLM_LIKE, await decodeImage(await makeImage("png", 50, 40, 2)));
     expect(maxDiff(a.data, b.data)).toBeGreaterThan(0.05);
+  });
+
+  test("WebP and GIF (first frame) decode to their pixels", async () => {
+    for (const format of ["webp", "gif"] as const) {
+      const img = await decodeImage(await makeImage(format, 23, 17, 9));
+      expect([img.width, img.height]).toEqual([23, 17]);
+      const tiles = await preprocessImage(SMOLVLM_LIKE, img);
+      expect(tiles.count).toBeGreaterThan(0);
+    }
   });
 
   test("a corrupt image is refused with a reason", async () => {

@@ -15,6 +15,9 @@ import { IdleWatch, watchGeneration } from "../limits/watch.ts";
 import type { HttpMetrics } from "../metrics.ts";
 import { ChatCompletionRequest } from "../schemas.ts";
 import { findProblem } from "../validate.ts";
+import { ImageInputError } from "../../vision/errors.ts";
+import { imagePolicy } from "../../vision/policy.ts";
+import { resolveImageParts } from "../../vision/resolve.ts";
 import { planChat, type ChatPlan } from "./request.ts";
 import { ChoiceAccumulator, chunkChoice, usageOf, type CompletionMeta } from "./response.ts";
 
@@ -50,6 +53,13 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   if (!deps.store.billing.hasCredit(key.accountId)) {
     throw new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
   }
+  // Remote images are fetched (inline ones checked) before any engine work; a bad one is a 400 naming its part.
+  try {
+    plan.messages = await resolveImageParts(plan.messages, imagePolicy());
+  } catch (e) {
+    if (e instanceof ImageInputError) throw badRequest(e.message, e.param, "invalid_image");
+    throw e;
+  }
   // Counted with the prompt estimate plus max_tokens now, settled with the real tokens at the end.
   const ticket = deps.guard?.admit(key, estimateRequestTokens(plan, model.contextLength), true, scope);
 
@@ -84,7 +94,11 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     onFirstToken: () => deps.metrics?.firstToken(model.id, (performance.now() - started) / 1000),
   });
   generation = { ...generation, events: watched.events };
+  let recorded = false;
   const record = (status: string) => {
+    // Exactly once per request: a client abort can reach both the stream's cancel and a pending pull.
+    if (recorded) return;
+    recorded = true;
     watched.clear();
     // A generation ended by the wall-time limit is recorded as such (its finish_reason is "length").
     const final = watched.timedOut() && status !== "error" ? "time_limit" : status;
@@ -197,6 +211,12 @@ function streamResponse(
         controller.enqueue(sse({ ...head, choices: [chunkChoice(next.value, plan.logprobs)], ...usageField }));
         idle?.arm();
       } catch (e) {
+        // The client went away while this chunk was made: a cancellation (billed for what was
+        // made), not a failed generation.
+        if (finished || clientSignal.aborted) {
+          stopEarly("cancelled");
+          return;
+        }
         finished = true;
         record("error");
         deps.log.error("generation failed mid-stream", { error: (e as Error).message });

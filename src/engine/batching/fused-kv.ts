@@ -138,15 +138,16 @@ export class FusedKvBackend implements KvBackend {
     return out[spec.logits]!;
   }
 
-  async prefill(s: Sequence, tokens: number[]): Promise<Float32Array> {
+  async prefill(s: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array> {
     const seq = s as FusedSequence;
     const past = seq.tokens.length;
     const total = past + tokens.length;
     if (total > seq.capacity) throw new Error(`sequence of capacity ${seq.capacity} cannot take ${total} positions`);
-    const feeds = this.decoder.feeds({
+    const feeds = await this.decoder.feeds({
       batch: 1,
       width: tokens.length,
       ids: tokens,
+      embeds,
       mask: new Uint8Array(total).fill(1),
       maskWidth: total,
       positions: tokens.map((_, i) => past + i),
@@ -184,7 +185,7 @@ export class FusedKvBackend implements KvBackend {
         positions[r] = len - 1;
         mask.fill(1, r * width, r * width + len);
       }
-      const logits = await this.run(this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), this.views(pool, 0, rows));
+      const logits = await this.run(await this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), this.views(pool, 0, rows));
       for (const [seq, i] of members) {
         seq.tokens.push(tokens[i]!);
         result[i] = this.decoder.logitsAt(logits, seq.row, 0, 1);

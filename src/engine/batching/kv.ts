@@ -27,8 +27,11 @@ export interface KvBackend {
   open(capacity: number): Sequence;
   /** Frees the sequence's cache at once. */
   close(seq: Sequence): void;
-  /** Appends `tokens` to the sequence's cache; the logits of its last token. */
-  prefill(seq: Sequence, tokens: number[]): Promise<Float32Array>;
+  /**
+   * Appends `tokens` to the sequence's cache; the logits of its last token. `embeds` [tokens,
+   * hidden] replaces the tokens' own embeddings (image features), for inputs_embeds graphs.
+   */
+  prefill(seq: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array>;
   /** Appends one token to each sequence in one batched run; the logits per sequence. */
   decode(seqs: Sequence[], tokens: number[]): Promise<Float32Array[]>;
   /** Copies the first `length` cached positions out. */

@@ -70,14 +70,15 @@ export class PaddedKvBackend implements KvBackend {
     return this.decoder.spec.layers.flatMap((l) => [this.data(out[l.presentKey]!), this.data(out[l.presentValue]!)]);
   }
 
-  async prefill(s: Sequence, tokens: number[]): Promise<Float32Array> {
+  async prefill(s: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array> {
     const seq = s as PaddedSequence;
     const past = seq.tokens.length;
     const total = past + tokens.length;
-    const feeds = this.decoder.feeds({
+    const feeds = await this.decoder.feeds({
       batch: 1,
       width: tokens.length,
       ids: tokens,
+      embeds,
       mask: new Uint8Array(total).fill(1),
       maskWidth: total,
       positions: tokens.map((_, i) => past + i),
@@ -105,7 +106,7 @@ export class PaddedKvBackend implements KvBackend {
       mask.fill(1, b * (P + 1) + pad, (b + 1) * (P + 1));
       positions.push(len);
     });
-    const feeds = this.decoder.feeds({ batch: B, width: 1, ids: tokens, mask, maskWidth: P + 1, positions });
+    const feeds = await this.decoder.feeds({ batch: B, width: 1, ids: tokens, mask, maskWidth: P + 1, positions });
     const out = await this.run(feeds, past, [B, heads, P, dim]);
     const present = this.presents(out);
     const outRow = heads * (P + 1) * dim;

@@ -12,7 +12,10 @@ export interface TensorInfo {
 }
 
 export interface DecoderSpec {
-  inputIds: string;
+  /** The token input; null when the graph takes `inputsEmbeds` instead (split VLM exports). */
+  inputIds: string | null;
+  /** inputs_embeds [batch, seq, hidden], fed from the directory's embed_tokens graph. */
+  inputsEmbeds: string | null;
   attentionMask: string | null;
   positionIds: string | null;
   logits: string;
@@ -98,7 +101,8 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
   const pick = (names: string[]) => names.find((n) => inputByName.has(n)) ?? null;
 
   const inputIds = pick([gi.input_ids ?? "input_ids"]);
-  if (!inputIds) throw new Error(`the graph has no input_ids input (inputs: ${inputs.map((i) => i.name).join(", ")})`);
+  const inputsEmbeds = inputIds ? null : pick([gi.inputs_embeds ?? "inputs_embeds"]);
+  if (!inputIds && !inputsEmbeds) throw new Error(`the graph has neither input_ids nor inputs_embeds (inputs: ${inputs.map((i) => i.name).join(", ")})`);
   const logitsName = go.logits ?? "logits";
   const logits = outputByName.get(logitsName);
   if (!logits) throw new Error(`the graph has no ${logitsName} output`);
@@ -122,7 +126,8 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
 
   const first = inputByName.get(layers[0]!.pastKey)!;
   const kvType = dtypeOf(first, "KV input");
-  const cfg = files.config;
+  // Vision-language configs keep the language model's sizes under text_config.
+  const cfg = { ...((files.config.text_config as Record<string, unknown> | undefined) ?? {}), ...files.config };
   const heads = num(cfg.num_attention_heads);
   const shapeHeads = num(first.shape[1]);
   const shapeDim = num(first.shape[3]);
@@ -140,6 +145,7 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
 
   return {
     inputIds,
+    inputsEmbeds,
     attentionMask: pick([gi.attention_mask ?? "attention_mask"]),
     positionIds: pick([gi.position_ids ?? "position_ids"]),
     logits: logitsName,

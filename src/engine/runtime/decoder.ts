@@ -1,5 +1,7 @@
 // One decoder session: the ONNX Runtime session and what its graph expects. The KV caches and
 // batched runs that feed it live in src/engine/batching.
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
 import { floatSlice, floatTensor, int64Tensor, reusable } from "./tensors.ts";
@@ -19,6 +21,11 @@ export interface StepInputs {
   mask: Uint8Array;
   maskWidth: number;
   positions: ArrayLike<number>;
+  /**
+   * Row-major [batch, width, hidden] input embeddings to use instead of looking `ids` up (a
+   * prompt chunk whose image tokens carry image features). Only for graphs with inputs_embeds.
+   */
+  embeds?: Float32Array;
 }
 
 /** A lone sequence's past keys and values, grown by ONNX Runtime: [1, kv_heads, length, head_dim]. */
@@ -32,6 +39,8 @@ export class DecoderSession {
     readonly session: ort.InferenceSession,
     readonly spec: DecoderSpec,
     readonly provider: string,
+    /** The embed_tokens graph of a split (vision-language) export: input_ids -> inputs_embeds. */
+    readonly embedder: ort.InferenceSession | null,
   ) {}
 
   static async create(dir: string, opts: SessionOptions): Promise<DecoderSession> {
@@ -50,7 +59,13 @@ export class DecoderSession {
         shape: m.isTensor ? [...m.shape] : [],
       }));
     const spec = decoderSpec(files, meta(session.inputMetadata), meta(session.outputMetadata));
-    return new DecoderSession(session, spec, opts.providers[0]!);
+    let embedder: ort.InferenceSession | null = null;
+    if (spec.inputsEmbeds) {
+      const path = join(dirname(files.onnxPath), "embed_tokens.onnx");
+      if (!existsSync(path)) throw new Error(`the decoder takes ${spec.inputsEmbeds} but there is no ${path.slice(dir.length + 1)}`);
+      embedder = await ort.InferenceSession.create(path, sessionOptions);
+    }
+    return new DecoderSession(session, spec, opts.providers[0]!, embedder);
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */
@@ -58,10 +73,23 @@ export class DecoderSession {
     return this.spec.kvHeads * this.spec.headDim * (this.spec.kvType === "float16" ? 2 : 4);
   }
 
-  /** The feeds for ids, mask and positions; the caller adds the past tensors. */
-  feeds(s: StepInputs): Record<string, ort.Tensor> {
+  /** Token embeddings [ids.length, hidden] from the embed_tokens graph, as float32. */
+  async embed(ids: ArrayLike<number>): Promise<Float32Array> {
+    if (!this.embedder) throw new Error("this decoder has no embed_tokens graph");
+    const out = await this.embedder.run({ [this.embedder.inputNames[0]!]: int64Tensor(ids, [1, ids.length]) });
+    const t = out[this.embedder.outputNames[0]!]!;
+    return floatSlice(t, 0, t.size);
+  }
+
+  /** The feeds for ids (or their embeddings), mask and positions; the caller adds the past tensors. */
+  async feeds(s: StepInputs): Promise<Record<string, ort.Tensor>> {
     const { spec } = this;
-    const feeds: Record<string, ort.Tensor> = { [spec.inputIds]: int64Tensor(s.ids, [s.batch, s.width]) };
+    const feeds: Record<string, ort.Tensor> = {};
+    if (spec.inputIds) feeds[spec.inputIds] = int64Tensor(s.ids, [s.batch, s.width]);
+    else {
+      const embeds = s.embeds ?? (await this.embed(s.ids));
+      feeds[spec.inputsEmbeds!] = new ort.Tensor("float32", embeds, [s.batch, s.width, embeds.length / (s.batch * s.width)]);
+    }
     if (spec.attentionMask) feeds[spec.attentionMask] = int64Tensor(s.mask, [s.batch, s.maskWidth]);
     if (spec.positionIds) feeds[spec.positionIds] = int64Tensor(s.positions, [s.batch, s.width]);
     return feeds;
@@ -89,7 +117,7 @@ export class DecoderSession {
     const { spec } = this;
     const past = kv.length;
     const total = past + tokens.length;
-    const feeds = this.feeds({
+    const feeds = await this.feeds({
       batch: 1,
       width: tokens.length,
       ids: tokens,
@@ -112,5 +140,6 @@ export class DecoderSession {
 
   async release(): Promise<void> {
     await this.session.release();
+    await this.embedder?.release();
   }
 }

@@ -6,7 +6,10 @@ import { chooseProviders, type ProviderChoice } from "../providers.ts";
 import { DecoderSession } from "../runtime/decoder.ts";
 import { ChatTemplateError, renderChatPrompt } from "../text/chat-template.ts";
 import { TextTokenizer } from "../text/tokenizer.ts";
-import { EngineRequestError, type EngineModel } from "../types.ts";
+import { EngineRequestError, type EngineModel, type ImagePart } from "../types.ts";
+import { ImageInputError } from "../../vision/errors.ts";
+import { VisionModel, type EncodedImage, type PromptImages, type RequestImage } from "../vision/vision-model.ts";
+import { expandPlaceholders } from "../vision/placeholders.ts";
 import type { WireRequest, WorkerOptions } from "./protocol.ts";
 
 interface ModelCard {
@@ -22,12 +25,15 @@ export class ModelRunner {
     readonly tokenizer: TextTokenizer,
     readonly info: EngineModel,
     readonly providers: ProviderChoice,
+    /** The image encoder of a vision-language model; null for text-only models. */
+    readonly vision: VisionModel | null,
   ) {}
 
   static async load(opts: WorkerOptions): Promise<ModelRunner> {
     const providers = chooseProviders(opts.device);
     const decoder = await DecoderSession.create(opts.dir, { providers: providers.providers, threads: opts.threads });
     const tokenizer = TextTokenizer.load(opts.dir);
+    const vision = await VisionModel.load(opts.dir, { providers: providers.providers, threads: opts.threads });
     const cardPath = join(opts.dir, "sluice.json");
     const card = (existsSync(cardPath) ? JSON.parse(readFileSync(cardPath, "utf8")) : {}) as ModelCard;
     // The card may lower the context (to bound KV memory), never raise it past the graph's.
@@ -39,13 +45,14 @@ export class ModelRunner {
       id: opts.id,
       displayName: card.display_name ?? opts.id,
       contextLength,
-      supportsImages: card.capabilities?.images ?? false,
+      // Images need the vision encoder; the card may still switch them off.
+      supportsImages: vision !== null && card.capabilities?.images !== false,
       supportsTools: card.capabilities?.tools ?? false,
       supportsStructuredOutput: card.capabilities?.structured_output ?? false,
       dir: opts.dir,
       provider: decoder.provider,
     };
-    return new ModelRunner(decoder, tokenizer, info, providers);
+    return new ModelRunner(decoder, tokenizer, info, providers, vision);
   }
 
   get vocabSize(): number {
@@ -54,6 +61,11 @@ export class ModelRunner {
 
   /** Renders and tokenises the conversation; refuses what this model cannot take. */
   async promptIds(req: WireRequest): Promise<number[]> {
+    return (await this.prompt(req)).ids;
+  }
+
+  /** The prompt's token ids and, when it has images, their features (image tokens count as prompt tokens). */
+  async prompt(req: WireRequest): Promise<{ ids: number[]; images: PromptImages | null }> {
     for (const key of Object.keys(req.sampling.logitBias)) {
       const id = Number(key);
       if (id >= this.vocabSize) {
@@ -73,7 +85,36 @@ export class ModelRunner {
       }
       throw e;
     }
+    const requestImages = imagesOf(req);
+    let encoded: EncodedImage[] = [];
+    if (requestImages.length > 0) {
+      const vision = this.vision;
+      if (!vision || !this.info.supportsImages) {
+        throw new EngineRequestError(`The model '${this.info.id}' does not accept image input (${requestImages[0]!.param}).`, requestImages[0]!.param, "image_input_not_supported");
+      }
+      try {
+        encoded = [];
+        for (const img of requestImages) encoded.push(await vision.encode(img));
+      } catch (e) {
+        if (e instanceof ImageInputError) throw new EngineRequestError(e.message, e.param, "invalid_image");
+        throw e;
+      }
+      const expanded = expandPlaceholders(text, vision.tokens.image, encoded.map((e) => e.promptText));
+      if (expanded === null) {
+        throw new EngineRequestError(
+          `The messages hold ${requestImages.length} image(s) but the rendered prompt has a different number of '${vision.tokens.image}' placeholders (is '${vision.tokens.image}' written in a text part?).`,
+          "messages",
+          "invalid_value",
+        );
+      }
+      text = expanded;
+    }
     const ids = await this.tokenizer.encode(text, { addSpecialTokens: false });
+    let images: PromptImages | null = null;
+    if (encoded.length > 0) {
+      images = this.vision!.placeFeatures(ids, encoded);
+      if (!images) throw new EngineRequestError("The image tokens of the prompt do not match the images' features (an image token written as text?).", "messages", "invalid_value");
+    }
     const limit = this.info.contextLength;
     if (ids.length >= limit) {
       throw new EngineRequestError(
@@ -83,6 +124,18 @@ export class ModelRunner {
         "context_length_exceeded",
       );
     }
-    return ids;
+    return { ids, images };
   }
+}
+
+/** Image parts in message order, which is the order chat templates write them. */
+function imagesOf(req: WireRequest): RequestImage[] {
+  const out: RequestImage[] = [];
+  req.messages.forEach((m, i) => {
+    if (!Array.isArray(m.content)) return;
+    m.content.forEach((p, j) => {
+      if (p.type === "image_url") out.push({ part: p as ImagePart, param: `messages[${i}].content[${j}]` });
+    });
+  });
+  return out;
 }

@@ -62,6 +62,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
     case "close":
       scheduler?.stop();
       await runner?.decoder.release();
+      await runner?.vision?.release();
       post({ type: "closed" });
       return;
   }

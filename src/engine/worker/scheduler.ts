@@ -11,6 +11,7 @@ import { PrefixCache } from "../batching/prefix-cache.ts";
 import { EngineBusyError, EngineRequestError, type GenerationEvent, type ModelStats } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import type { ModelRunner } from "./model-runner.ts";
+import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
 
 export interface JobSink {
@@ -41,6 +42,11 @@ interface Job {
   rid: number;
   request: WireRequest;
   prompt: number[];
+  /**
+   * Image features of the prompt. Such a prompt never enters or reads the prefix cache: its image
+   * tokens are the same ids whatever the image.
+   */
+  images: PromptImages | null;
   maxNew: number;
   state: "queued" | "prefill" | "decode";
   choices: ChoiceRun[];
@@ -77,7 +83,7 @@ export class Scheduler {
 
   /** Validates and queues; resolves with the prompt's token count or throws a request/busy error. */
   async admit(rid: number, request: WireRequest): Promise<number> {
-    const prompt = await this.model.promptIds(request);
+    const { ids: prompt, images } = await this.model.prompt(request);
     const maxNew = Math.min(request.maxTokens ?? Number.MAX_SAFE_INTEGER, this.model.info.contextLength - prompt.length);
     const need = request.n * this.backend.sequenceBytes(this.backend.capacityFor(prompt.length + maxNew));
     if (need > this.budget.totalBytes) {
@@ -98,7 +104,7 @@ export class Scheduler {
     for (let index = 0; index < request.n; index++) {
       choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew), seq: null, next: null });
     }
-    this.queue.push({ rid, request, prompt, maxNew, state: "queued", choices, cancelled: false, out: [] });
+    this.queue.push({ rid, request, prompt, images, maxNew, state: "queued", choices, cancelled: false, out: [] });
     this.wake?.();
     return prompt.length;
   }
@@ -178,7 +184,7 @@ export class Scheduler {
       this.queue.shift();
       for (const c of job.choices) c.seq = this.backend.open(capacity);
       const first = job.choices[0]!.seq!;
-      const hit = this.prefix.lookup(job.prompt, job.prompt.length - 1);
+      const hit = job.images ? null : this.prefix.lookup(job.prompt, job.prompt.length - 1);
       if (hit) this.backend.restore(first, hit.entry, hit.length);
       job.state = "prefill";
       this.active.push(job);
@@ -192,10 +198,12 @@ export class Scheduler {
       if (room <= 0) break;
       if (job.state !== "prefill") continue;
       const seq = job.choices[0]!.seq!;
-      const chunk = job.prompt.slice(seq.tokens.length, seq.tokens.length + room);
+      const start = seq.tokens.length;
+      const chunk = job.prompt.slice(start, start + room);
       let logits: Float32Array;
       try {
-        logits = await this.backend.prefill(seq, chunk);
+        const embeds = job.images ? mergeImageFeatures(await this.model.decoder.embed(chunk), chunk.length, job.images, start) : undefined;
+        logits = await this.backend.prefill(seq, chunk, embeds);
       } catch (e) {
         this.fail(job, e);
         continue;
@@ -211,7 +219,7 @@ export class Scheduler {
     const first = job.choices[0]!.seq!;
     let snapshot: PrefixKv | null = null;
     const promptKv = () => (snapshot ??= this.backend.snapshot(first, job.prompt.length));
-    if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.prompt)) this.prefix.insert(promptKv());
+    if (!job.images && job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.prompt)) this.prefix.insert(promptKv());
     job.choices.forEach((c, i) => {
       if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
       c.next = c.stream.advance(i === 0 ? logits : logits.slice(), job.out);
@@ -260,7 +268,7 @@ export class Scheduler {
     c.seq = null;
     c.next = null;
     this.budget.release(this.backend.sequenceBytes(seq.capacity));
-    if (completed && c === job.choices[0] && seq.tokens.length >= this.prefix.minTokens && !this.prefix.covers(seq.tokens)) {
+    if (completed && !job.images && c === job.choices[0] && seq.tokens.length >= this.prefix.minTokens && !this.prefix.covers(seq.tokens)) {
       this.prefix.insert(this.backend.snapshot(seq, seq.tokens.length));
     }
     this.backend.close(seq);

@@ -98,7 +98,7 @@ export function buildSyntheticVlm(outDir: string, spec: SyntheticVlmSpec = {}): 
   const visionWeights = {
     patchEmbed: rng.uniformArray(vision.visionHidden * fanIn, 2 / Math.sqrt(fanIn)),
     patchBias: rng.uniformArray(vision.visionHidden, 0.1),
-    positions: rng.uniformArray(imageSeqLen * vision.visionHidden, 0.5),
+    positions: rng.uniformArray(imageSeqLen * vision.visionHidden, 0.2),
     // Image features at the scale of the (tied, scaled) token embeddings.
     projection: rng.uniformArray(vision.visionHidden * config.hiddenSize, 0.4 / Math.sqrt(vision.visionHidden)),
   };
