@@ -18,7 +18,7 @@ export interface Harness extends RunningServer {
   headers: Record<string, string>;
   /** logit_bias that keeps the model from ending on its own (for long generations). */
   noEos: Record<string, number>;
-  chat(body: Record<string, unknown>, headers?: Record<string, string>): Promise<Response>;
+  chat(body: Record<string, unknown>, headers?: Record<string, string>, signal?: AbortSignal): Promise<Response>;
   cleanup(): Promise<void>;
 }
 
@@ -46,9 +46,10 @@ export async function startHarness(limits: Partial<RequestLimits> = {}, engineOp
     engine,
     headers,
     noEos: Object.fromEntries(TextTokenizer.load(built).eosTokenIds.map((id) => [id, -100])),
-    chat: (body, extra = {}) =>
+    chat: (body, extra = {}, signal) =>
       fetch(`${server.url}/v1/chat/completions`, {
         method: "POST",
+        signal,
         headers: { ...headers, ...extra },
         body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }], ...body }),
       }),

@@ -39,6 +39,7 @@ test("200 concurrent streams, a third aborted at random points: nothing left run
         const res = await h.chat(
           { max_tokens: 1 + (i % 24), stream: true, logit_bias: h.noEos, messages: [{ role: "user", content: `req ${i} ${"y".repeat(i % 50)}` }] },
           { "x-request-id": `c-${i}` },
+          abort.signal,
         );
         if (res.status !== 200) return `status ${res.status}`;
         const text = await res.text();
@@ -62,9 +63,10 @@ test("200 concurrent streams, a third aborted at random points: nothing left run
   for (let i = 0; i < 100 && h.store.usage.countAll() - before < (counts.done ?? 0); i++) await Bun.sleep(20);
   const rows = h.store.usage.list(h.store.accounts.get("local")!.id, { limit: 1000 }).filter((r) => r.requestId.startsWith("c-"));
   expect(new Set(rows.map((r) => r.requestId)).size).toBe(rows.length);
-  expect(rows.filter((r) => r.status === "ok").length).toBe(counts.done ?? 0);
-  expect(rows.every((r) => r.status === "ok" || r.status === "cancelled")).toBe(true);
-  expect(rows.some((r) => r.status === "cancelled")).toBe(true);
+  const statuses = rows.reduce<Record<string, number>>((m, r) => ((m[r.status] = (m[r.status] ?? 0) + 1), m), {});
+  // A client may abort after the last byte left the server: then its row says ok.
+  expect(statuses.ok).toBeGreaterThanOrEqual(counts.done!);
+  expect(Object.keys(statuses).sort()).toEqual(["cancelled", "ok"]);
 }, 60_000);
 
 test("10,000 sequential requests (/v1/models and tiny chats): no memory growth", async () => {
