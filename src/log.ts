@@ -20,13 +20,44 @@ export interface LoggerOptions {
   base?: Record<string, unknown>;
 }
 
+/**
+ * Lines written to stderr once per turn of the event loop: an access line per request would
+ * otherwise cost a write call each. Errors, and whatever is pending at exit, go out at once.
+ */
+function stderrBatcher(): { write: (line: string) => void; flush: () => void } {
+  let pending: string[] = [];
+  let scheduled = false;
+  const flush = () => {
+    scheduled = false;
+    if (pending.length === 0) return;
+    const text = pending.join("\n") + "\n";
+    pending = [];
+    process.stderr.write(text);
+  };
+  process.on("exit", flush);
+  return {
+    write(line) {
+      pending.push(line);
+      if (!scheduled) {
+        scheduled = true;
+        setImmediate(flush);
+      }
+    },
+    flush,
+  };
+}
+
+let sharedStderr: ReturnType<typeof stderrBatcher> | null = null;
+
 export function createLogger(opts: LoggerOptions = {}): Logger {
   const min = ORDER[opts.level ?? "info"];
-  const write = opts.write ?? ((line: string) => process.stderr.write(line + "\n"));
+  const out = opts.write ? null : (sharedStderr ??= stderrBatcher());
+  const write = opts.write ?? out!.write;
   const base = opts.base ?? {};
   const emit = (level: LogLevel, msg: string, fields?: Record<string, unknown>) => {
     if (ORDER[level] < min) return;
     write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...base, ...fields }));
+    if (level === "error") out?.flush();
   };
   return {
     debug: (m, f) => emit("debug", m, f),

@@ -70,7 +70,10 @@ export function createApi(opts: ApiOptions) {
 
   /** One access log line and the request metrics per answer: never keys, prompts or query strings. */
   const observe = (request: Request, scope: RequestScope | undefined, status: number, errorCode?: string | null) => {
-    const pathname = new URL(request.url).pathname;
+    const url = request.url;
+    const from = url.indexOf("/", url.indexOf("//") + 2);
+    const q = url.indexOf("?", from);
+    const pathname = from < 0 ? "/" : url.slice(from, q < 0 ? undefined : q);
     const route = routeLabel(pathname);
     const seconds = scope ? (performance.now() - scope.started) / 1000 : 0;
     metrics.request(route, request.method, status, seconds);
@@ -84,6 +87,24 @@ export function createApi(opts: ApiOptions) {
       latency_ms: Math.round(seconds * 1e4) / 10,
       account_id: scope?.accountId ?? null,
     });
+  };
+  // The /v1/models answer per account, valid while the store's cache generation stays the same
+  // (any change of catalog, access, keys or limits moves it, from this process or another).
+  const modelLists = new Map<number, string>();
+  let modelListsAt = -1;
+  const modelList = (accountId: number): Response => {
+    const generation = store.cacheGeneration();
+    if (generation !== modelListsAt) {
+      modelLists.clear();
+      modelListsAt = generation;
+    }
+    let body = modelLists.get(accountId);
+    if (body === undefined) {
+      body = JSON.stringify({ object: "list", data: store.catalog.listForAccount(accountId).map(modelObject) });
+      if (modelLists.size >= 1024) modelLists.clear();
+      modelLists.set(accountId, body);
+    }
+    return new Response(body, { headers: { "content-type": "application/json" } });
   };
   /** Authenticates, notes the account for the access log, and counts the request against its rate limits. */
   const admitted = (request: Request, scope: RequestScope) => {
@@ -185,7 +206,7 @@ export function createApi(opts: ApiOptions) {
     })
     .get("/v1/models", ({ request, scope }) => {
       const key = admitted(request, scope);
-      return { object: "list", data: store.catalog.listForAccount(key.accountId).map(modelObject) };
+      return modelList(key.accountId);
     })
     .get("/v1/models/*", ({ request, params, scope }) => {
       const key = admitted(request, scope);

@@ -5,6 +5,7 @@ import { openDatabase } from "./db.ts";
 import { keyStore } from "./keys.ts";
 import { cachedKeyStore } from "./key-cache.ts";
 import { limitStore } from "./limits.ts";
+import { authGeneration } from "./generation.ts";
 import type { Store } from "./types.ts";
 import { usageStore } from "./usage.ts";
 import { sessionStore, signInThrottleStore } from "./sessions.ts";
@@ -31,6 +32,7 @@ export function openSqliteStore(path: string): Store {
     signIns: signInThrottleStore(db),
     usageReports: usageReportStore(db),
     atomically: <T>(fn: () => T): T => db.transaction(fn)(),
+    cacheGeneration: authGeneration(db),
     healthy() {
       if (closed) return false;
       try {

@@ -131,6 +131,22 @@ export const MIGRATIONS: readonly string[] = [
   CREATE TRIGGER rate_limits_deleted AFTER DELETE ON rate_limits
     BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
   `,
+  // 4: the same generation number moves when the catalog, model access or an account changes, so
+  // the answer of GET /v1/models can be cached per account too.
+  `
+  CREATE TRIGGER models_inserted AFTER INSERT ON models
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER models_updated AFTER UPDATE ON models
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER models_deleted AFTER DELETE ON models
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER model_grants_inserted AFTER INSERT ON model_grants
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER model_grants_deleted AFTER DELETE ON model_grants
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  CREATE TRIGGER accounts_updated AFTER UPDATE ON accounts
+    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -269,6 +269,11 @@ export interface Store {
   sessions: SessionStore;
   signIns: SignInThrottleStore;
   usageReports: UsageReportStore;
+  /**
+   * A number that changes whenever keys, rate limits, the catalog, model access or accounts change
+   * (in any process using the file): what a cache of those checks to stay exact.
+   */
+  cacheGeneration(): number;
   /** True while the underlying database answers. */
   healthy(): boolean;
   /** Runs fn in one transaction: all of its writes land, or none. */

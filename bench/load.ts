@@ -1,0 +1,177 @@
+// Load: (1) /v1/models throughput of the gateway against a bare Bun.serve answering the same
+// bytes, in the same run, with wrk on loopback; (2) 60 s of mixed load (wrk on /v1/models plus
+// streaming chats from this process): throughput, median and p99 latency, errors.
+// Usage: bun bench/load.ts [--seconds 60] [--no-write]   (needs `wrk`: apt-get install -y wrk)
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildSyntheticModel } from "../src/modelkit/index.ts";
+import { machine, median, percentile, table, writeSection } from "./report.ts";
+
+const REPO = join(import.meta.dir, "..");
+const args = process.argv.slice(2);
+const SECONDS = Number(args[args.indexOf("--seconds") + 1] ?? 60) || 60;
+const WRITE = !args.includes("--no-write");
+const RATIO_SECONDS = 10;
+const CONNECTIONS = 32;
+const CHAT_CLIENTS = 8;
+
+interface WrkResult {
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  requests: number;
+  errors: number;
+}
+
+function ms(s: string): number {
+  const m = /^([\d.]+)(us|ms|s|m)$/.exec(s.trim());
+  if (!m) return NaN;
+  const v = Number(m[1]);
+  return m[2] === "us" ? v / 1000 : m[2] === "ms" ? v : m[2] === "s" ? v * 1000 : v * 60_000;
+}
+
+async function wrk(url: string, seconds: number, connections: number, headers: Record<string, string> = {}): Promise<WrkResult> {
+  const cmd = ["wrk", "-t1", `-c${connections}`, `-d${seconds}s`, "--latency", "--timeout", "10s"];
+  for (const [k, v] of Object.entries(headers)) cmd.push("-H", `${k}: ${v}`);
+  cmd.push(url);
+  const p = Bun.spawn(cmd, { stdout: "pipe", stderr: "pipe" });
+  const out = await new Response(p.stdout).text();
+  if ((await p.exited) !== 0) throw new Error(`wrk failed: ${await new Response(p.stderr).text()}`);
+  const num = (re: RegExp) => Number(re.exec(out)?.[1] ?? 0);
+  const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  return {
+    rps: num(/Requests\/sec:\s+([\d.]+)/),
+    p50Ms: ms(/^\s+50%\s+(\S+)/m.exec(out)?.[1] ?? ""),
+    p99Ms: ms(/^\s+99%\s+(\S+)/m.exec(out)?.[1] ?? ""),
+    requests: num(/(\d+) requests in/),
+    errors: num(/Non-2xx or 3xx responses: (\d+)/) + (socket ? socket.slice(1).reduce((s, x) => s + Number(x), 0) : 0),
+  };
+}
+
+/** Reads lines from a child's stdout until `match` finds what it waits for. */
+async function waitForLine(stream: ReadableStream<Uint8Array>, match: (text: string) => string | null, timeoutMs = 120_000): Promise<string> {
+  const reader = stream.getReader();
+  let text = "";
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += new TextDecoder().decode(value);
+    const found = match(text);
+    if (found) {
+      reader.releaseLock();
+      return found;
+    }
+  }
+  throw new Error(`child did not print what was expected:\n${text}`);
+}
+
+async function main() {
+  const modelsRoot = join(REPO, ".cache", "bench-models", "load");
+  const modelDir = join(modelsRoot, "tiny");
+  if (!existsSync(join(modelDir, "sluice.json"))) await buildSyntheticModel(modelDir, { preset: "tiny-bytes", seed: 3, id: "bench/tiny" });
+  const data = mkdtempSync(join(tmpdir(), "sluice-load-"));
+  // The gateway as operators run it: its own process, default log level (an access line per request).
+  const server = Bun.spawn(
+    [process.execPath, join(REPO, "src/cli/main.ts"), "serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--models", modelsRoot, "--no-demo", "--threads", "1"],
+    { stdout: "pipe", stderr: "ignore", env: { ...process.env, SLUICE_MAX_QUEUE: "256" } },
+  );
+  const bare = Bun.spawn(
+    [process.execPath, "-e", `const s = Bun.serve({ hostname: "127.0.0.1", port: 0, async fetch() { return new Response(await Bun.file(process.env.BODY_FILE).bytes(), { headers: { "content-type": "application/json" } }); } }); console.log("port " + s.port);`],
+    { stdout: "pipe", stderr: "inherit", env: { ...process.env, BODY_FILE: join(data, "models.json") } },
+  );
+  try {
+    const banner = await waitForLine(server.stdout, (t) => (/ (sk-sluice-\S+)/.test(t) && /at (http:\/\/\S+)\/v1/.test(t) ? t : null));
+    const key = / (sk-sluice-\S+)/.exec(banner)![1]!;
+    const base = /at (http:\/\/\S+)\/v1/.exec(banner)![1]!;
+    const auth = { authorization: `Bearer ${key}` };
+    const modelsBody = new Uint8Array(await (await fetch(`${base}/v1/models`, { headers: auth })).arrayBuffer());
+    await Bun.write(join(data, "models.json"), modelsBody);
+    // The bare server reads the file per request, like the gateway builds its answer per request;
+    // it only starts once the file exists.
+    const barePort = /port (\d+)/.exec(await waitForLine(bare.stdout, (t) => (/port \d+/.test(t) ? t : null)))![1]!;
+
+    // (1) Same bytes, same client, same connections: the gateway against the bare server.
+    await wrk(`http://127.0.0.1:${barePort}/`, 2, CONNECTIONS);
+    await wrk(`${base}/v1/models`, 2, CONNECTIONS, auth);
+    const bareRun = await wrk(`http://127.0.0.1:${barePort}/`, RATIO_SECONDS, CONNECTIONS);
+    const gwRun = await wrk(`${base}/v1/models`, RATIO_SECONDS, CONNECTIONS, auth);
+    const ratio = gwRun.rps / bareRun.rps;
+    console.log(`/v1/models ${gwRun.rps.toFixed(0)}/s, bare ${bareRun.rps.toFixed(0)}/s, ratio ${ratio.toFixed(2)}`);
+
+    // (2) Mixed: wrk on /v1/models while streaming chats run from here.
+    const until = performance.now() + SECONDS * 1000;
+    const chatLatency: number[] = [];
+    const ttft: number[] = [];
+    let chatErrors = 0;
+    let chatTokens = 0;
+    const chatLoop = async (c: number) => {
+      let i = 0;
+      while (performance.now() < until) {
+        const t0 = performance.now();
+        try {
+          const res = await fetch(`${base}/v1/chat/completions`, {
+            method: "POST",
+            headers: { ...auth, "content-type": "application/json" },
+            body: JSON.stringify({ model: "bench/tiny", messages: [{ role: "user", content: `client ${c} request ${i++}` }], max_tokens: 16, stream: true, stream_options: { include_usage: true } }),
+          });
+          if (res.status !== 200) {
+            chatErrors++;
+            await res.arrayBuffer();
+            continue;
+          }
+          const reader = res.body!.getReader();
+          let text = "";
+          let first = true;
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            const chunk = new TextDecoder().decode(value);
+            if (first && chunk.includes('"content":"') && !chunk.includes('"content":""')) {
+              first = false;
+              ttft.push(performance.now() - t0);
+            }
+            text += chunk;
+          }
+          if (!text.trimEnd().endsWith("data: [DONE]")) chatErrors++;
+          else {
+            chatLatency.push(performance.now() - t0);
+            chatTokens += Number(/"completion_tokens":(\d+)/.exec(text)?.[1] ?? 0);
+          }
+        } catch {
+          chatErrors++;
+        }
+      }
+    };
+    const [mixed] = await Promise.all([wrk(`${base}/v1/models`, SECONDS, 16, auth), ...Array.from({ length: CHAT_CLIENTS }, (_, c) => chatLoop(c))]);
+    const m = mixed as WrkResult;
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    const rss = Number(/process_resident_memory_bytes (\d+)/.exec(metrics)?.[1] ?? NaN);
+    const rows: (string | number)[][] = [
+      ["/v1/models (wrk, 16 connections)", m.requests, (m.requests / SECONDS).toFixed(0), m.p50Ms.toFixed(2), m.p99Ms.toFixed(2), m.errors],
+      [`streaming chat, max_tokens 16 (${CHAT_CLIENTS} clients)`, chatLatency.length, (chatLatency.length / SECONDS).toFixed(1), median(chatLatency).toFixed(1), percentile(chatLatency, 99).toFixed(1), chatErrors],
+    ];
+    const body = [
+      `Written by \`bench/load.ts\` on ${machine()}; wrk ${(await new Response(Bun.spawn(["wrk", "-v"], { stdout: "pipe", stderr: "pipe" }).stdout).text()).split("\n")[0]!.split(" [")[0]}, loopback, the gateway in its own process (default log level: one access line per request, to /dev/null), the tiny synthetic byte-level model.`,
+      "",
+      `**/v1/models against a bare \`Bun.serve\` returning the same ${modelsBody.byteLength} bytes** (wrk, 1 thread, ${CONNECTIONS} connections, ${RATIO_SECONDS} s each, same run): gateway ${gwRun.rps.toFixed(0)} req/s (p50 ${gwRun.p50Ms.toFixed(2)} ms, p99 ${gwRun.p99Ms.toFixed(2)} ms), bare ${bareRun.rps.toFixed(0)} req/s (p50 ${bareRun.p50Ms.toFixed(2)} ms, p99 ${bareRun.p99Ms.toFixed(2)} ms): **ratio ${ratio.toFixed(2)}** (target ≥ 0.7). Each gateway request authenticates (SHA-256 of the key, LRU of key hashes checked against a generation number that a revocation bumps), checks rate limits, reads the catalog, logs and counts itself.`,
+      "",
+      `**${SECONDS} s of mixed load**: /v1/models from wrk and streaming chats at the same time. Chat latency is the whole stream (request to \`[DONE]\`); time to first token median ${median(ttft).toFixed(1)} ms, p99 ${percentile(ttft, 99).toFixed(1)} ms; ${chatTokens} completion tokens.`,
+      "",
+      table(["traffic", "requests", "per second", "median ms", "p99 ms", "errors"], rows),
+      "",
+      `Errors in total: ${m.errors + chatErrors} (target 0).${Number.isFinite(rss) ? ` Gateway RSS at the end: ${(rss / 2 ** 20).toFixed(0)} MiB.` : ""} Two cores serve both the load generators and the gateway, so absolute numbers are low; the ratio is what compares.`,
+    ].join("\n");
+    console.log("\n" + body);
+    if (WRITE) writeSection("Load", body);
+  } finally {
+    server.kill("SIGTERM");
+    bare.kill();
+    await server.exited;
+    await bare.exited;
+    rmSync(data, { recursive: true, force: true });
+  }
+}
+
+await main();
