@@ -77,10 +77,8 @@ async function main() {
     [process.execPath, join(REPO, "src/cli/main.ts"), "serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--models", modelsRoot, "--no-demo", "--threads", "1"],
     { stdout: "pipe", stderr: "ignore", env: { ...process.env, SLUICE_MAX_QUEUE: "256" } },
   );
-  const bare = Bun.spawn(
-    [process.execPath, "-e", `const s = Bun.serve({ hostname: "127.0.0.1", port: 0, async fetch() { return new Response(await Bun.file(process.env.BODY_FILE).bytes(), { headers: { "content-type": "application/json" } }); } }); console.log("port " + s.port);`],
-    { stdout: "pipe", stderr: "inherit", env: { ...process.env, BODY_FILE: join(data, "models.json") } },
-  );
+  let bare: ReturnType<typeof Bun.spawn> | null = null;
+
   try {
     const banner = await waitForLine(server.stdout, (t) => (/ (sk-sluice-\S+)/.test(t) && /at (http:\/\/\S+)\/v1/.test(t) ? t : null));
     const key = / (sk-sluice-\S+)/.exec(banner)![1]!;
@@ -88,9 +86,12 @@ async function main() {
     const auth = { authorization: `Bearer ${key}` };
     const modelsBody = new Uint8Array(await (await fetch(`${base}/v1/models`, { headers: auth })).arrayBuffer());
     await Bun.write(join(data, "models.json"), modelsBody);
-    // The bare server reads the file per request, like the gateway builds its answer per request;
-    // it only starts once the file exists.
-    const barePort = /port (\d+)/.exec(await waitForLine(bare.stdout, (t) => (/port \d+/.test(t) ? t : null)))![1]!;
+    // The bare server answers these bytes from memory.
+    bare = Bun.spawn(
+      [process.execPath, "-e", `const body = await Bun.file(process.env.BODY_FILE).bytes(); const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response(body, { headers: { "content-type": "application/json" } }) }); console.log("port " + s.port);`],
+      { stdout: "pipe", stderr: "inherit", env: { ...process.env, BODY_FILE: join(data, "models.json") } },
+    );
+    const barePort = /port (\d+)/.exec(await waitForLine(bare.stdout as ReadableStream<Uint8Array>, (t) => (/port \d+/.test(t) ? t : null)))![1]!;
 
     // (1) Same bytes, same client, same connections: the gateway against the bare server.
     await wrk(`http://127.0.0.1:${barePort}/`, 2, CONNECTIONS);
@@ -167,9 +168,9 @@ async function main() {
     if (WRITE) writeSection("Load", body);
   } finally {
     server.kill("SIGTERM");
-    bare.kill();
+    bare?.kill();
     await server.exited;
-    await bare.exited;
+    await bare?.exited;
     rmSync(data, { recursive: true, force: true });
   }
 }

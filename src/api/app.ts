@@ -55,9 +55,11 @@ function baseUrl(opts: ApiOptions, request: Request): string {
   return `${url.protocol}//${host}`;
 }
 
+// A random prefix per process and a counter: unique across restarts and instances, and cheap
+// (it is made for every request that does not bring its own id).
+const ID_PREFIX = Date.now().toString(36) + [...crypto.getRandomValues(new Uint8Array(6))].map((b) => (b % 36).toString(36)).join("");
 let requestCounter = 0;
-const newRequestId = () =>
-  `${Date.now().toString(36)}${(requestCounter++ % 1679616).toString(36).padStart(4, "0")}${Math.random().toString(36).slice(2, 8)}`;
+const newRequestId = () => ID_PREFIX + (requestCounter++).toString(36).padStart(4, "0");
 
 export function createApi(opts: ApiOptions) {
   const { store, log } = opts;
@@ -132,11 +134,17 @@ export function createApi(opts: ApiOptions) {
     })
     .onAfterHandle((ctx) => {
       const { set, requestId, scope, request } = ctx;
-      set.headers["x-request-id"] = requestId;
-      for (const [k, v] of Object.entries(scope.headers)) set.headers[k] = v;
       const value = (ctx as { responseValue?: unknown }).responseValue;
-      const status = value instanceof Response ? value.status : typeof set.status === "number" ? set.status : 200;
-      observe(request, scope, status);
+      if (value instanceof Response) {
+        // Set on the Response itself: going through set.headers makes Elysia copy the answer.
+        value.headers.set("x-request-id", requestId);
+        for (const k in scope.headers) value.headers.set(k, scope.headers[k]!);
+        observe(request, scope, value.status);
+        return;
+      }
+      set.headers["x-request-id"] = requestId;
+      for (const k in scope.headers) set.headers[k] = scope.headers[k]!;
+      observe(request, scope, typeof set.status === "number" ? set.status : 200);
     })
     .onError((ctx) => {
       const { code, error, request, path } = ctx;

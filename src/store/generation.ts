@@ -6,9 +6,26 @@ import type { Database } from "bun:sqlite";
  * number stays the same: one primary-key read per request instead of the lookups it saves.
  */
 export function authGeneration(db: Database): () => number {
-  const q = db.query<{ n: number }, []>("SELECT n FROM auth_generation WHERE id = 1");
-  return () => q.get()?.n ?? 0;
+  let read = readers.get(db);
+  if (!read) {
+    const q = db.query<{ n: number }, []>("SELECT n FROM auth_generation WHERE id = 1");
+    // Read once per synchronous turn: the key, limit and model-list caches of one request share
+    // the read. A change committed meanwhile is seen by the next request, as without the memo.
+    let memo = -1;
+    const forget = () => (memo = -1);
+    read = () => {
+      if (memo < 0) {
+        memo = q.get()?.n ?? 0;
+        queueMicrotask(forget);
+      }
+      return memo;
+    };
+    readers.set(db, read);
+  }
+  return read;
 }
+
+const readers = new WeakMap<Database, () => number>();
 
 /** A bounded map that forgets its least recently used entry first. */
 export class Lru<K, V> {
