@@ -11,6 +11,7 @@ export function authGeneration(db: Database): () => number {
     const q = db.query<{ n: number }, []>("SELECT n FROM auth_generation WHERE id = 1");
     // Read once per synchronous turn: the key, limit and model-list caches of one request share
     // the read. A change committed meanwhile is seen by the next request, as without the memo.
+    // This process's own writes forget the memo at once (see forgetGeneration).
     let memo = -1;
     const forget = () => (memo = -1);
     read = () => {
@@ -21,11 +22,34 @@ export function authGeneration(db: Database): () => number {
       return memo;
     };
     readers.set(db, read);
+    forgetters.set(db, forget);
   }
   return read;
 }
 
 const readers = new WeakMap<Database, () => number>();
+const forgetters = new WeakMap<Database, () => void>();
+
+/** After a write that moves the generation: the next read in this turn goes to the database. */
+export function forgetGeneration(db: Database): void {
+  forgetters.get(db)?.();
+}
+
+/** Wraps the named methods of a store part so that each call forgets the memo afterwards. */
+export function forgettingAfter<T extends object>(db: Database, part: T, methods: (keyof T)[]): T {
+  const out = { ...part };
+  for (const m of methods) {
+    const f = part[m] as unknown as (...a: unknown[]) => unknown;
+    (out as Record<keyof T, unknown>)[m] = (...a: unknown[]) => {
+      try {
+        return f.apply(part, a);
+      } finally {
+        forgetGeneration(db);
+      }
+    };
+  }
+  return out;
+}
 
 /** A bounded map that forgets its least recently used entry first. */
 export class Lru<K, V> {

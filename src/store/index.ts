@@ -5,7 +5,7 @@ import { openDatabase } from "./db.ts";
 import { keyStore } from "./keys.ts";
 import { cachedKeyStore } from "./key-cache.ts";
 import { limitStore } from "./limits.ts";
-import { authGeneration } from "./generation.ts";
+import { authGeneration, forgettingAfter } from "./generation.ts";
 import type { Store } from "./types.ts";
 import { usageStore } from "./usage.ts";
 import { sessionStore, signInThrottleStore } from "./sessions.ts";
@@ -22,11 +22,11 @@ export function openSqliteStore(path: string): Store {
   let closed = false;
   return {
     accounts: accountStore(db),
-    keys: cachedKeyStore(keyStore(db), db),
-    limits: limitStore(db),
-    catalog: catalogStore(db),
+    keys: forgettingAfter(db, cachedKeyStore(keyStore(db), db), ["revoke"]),
+    limits: forgettingAfter(db, limitStore(db), ["set"]),
+    catalog: forgettingAfter(db, catalogStore(db), ["sync", "setStatus", "setPrices", "grant", "revoke"]),
     usage: usageStore(db),
-    billing: billingStore(db),
+    billing: forgettingAfter(db, billingStore(db), ["setPlan"]),
     users: userStore(db),
     sessions: sessionStore(db),
     signIns: signInThrottleStore(db),
