@@ -116,20 +116,50 @@ export function createApi(opts: ApiOptions) {
     return key;
   };
 
-  return new Elysia()
+  const newScope = (request: Request): RequestScope => {
+    const supplied = request.headers.get("x-request-id");
+    const requestId = supplied && /^[A-Za-z0-9._:-]{1,128}$/.test(supplied) ? supplied : newRequestId();
+    return { requestId, started: performance.now(), accountId: null, headers: {} };
+  };
+  const shuttingDown = () =>
+    new ApiError(503, "The server is shutting down; retry on another instance.", "service_unavailable", null, "shutting_down", { "retry-after": "1" });
+
+  /**
+   * GET /v1/models straight from Bun's router, without Elysia's per-request hooks: the route
+   * clients poll most. The same steps as the hooks: request id, draining, authentication, rate
+   * limits, headers, one access line and the metrics.
+   */
+  const fastModelList = (request: Request): Response => {
+    const scope = newScope(request);
+    let res: Response;
+    let code: string | null = null;
+    try {
+      if (lifecycle.draining) throw shuttingDown();
+      res = modelList(admitted(request, scope).accountId);
+    } catch (e) {
+      const failure = e instanceof ApiError ? e : internalError();
+      if (!(e instanceof ApiError)) log.error("unhandled error", { request_id: scope.requestId, path: "/v1/models", error: String((e as Error)?.stack ?? e) });
+      res = failure.toResponse();
+      code = failure.code;
+    }
+    res.headers.set("x-request-id", scope.requestId);
+    for (const k in scope.headers) res.headers.set(k, scope.headers[k]!);
+    observe(request, scope, res.status, code);
+    return res;
+  };
+
+  // Bun's own routes take precedence over Elysia's for the same path and method when listening;
+  // `api.handle()` (no listener) still goes through the Elysia route below, to the same answer.
+  return new Elysia({ serve: { routes: { "/v1/models": { GET: fastModelList } } } })
     .derive(({ request }) => {
-      const supplied = request.headers.get("x-request-id");
-      const requestId = supplied && /^[A-Za-z0-9._:-]{1,128}$/.test(supplied) ? supplied : newRequestId();
-      const scope: RequestScope = { requestId, started: performance.now(), accountId: null, headers: {} };
-      return { requestId, started: scope.started, scope };
+      const scope = newScope(request);
+      return { requestId: scope.requestId, started: scope.started, scope };
     })
     .onBeforeHandle(({ path, requestId, request, scope }) => {
       // While draining, liveness and readiness still answer; nothing new is started.
       if (lifecycle.draining && path !== "/health" && path !== "/ready") {
         observe(request, scope, 503, "shutting_down");
-        return new ApiError(503, "The server is shutting down; retry on another instance.", "service_unavailable", null, "shutting_down", {
-          "retry-after": "1",
-        }).toResponse({ "x-request-id": requestId });
+        return shuttingDown().toResponse({ "x-request-id": requestId });
       }
     })
     .onAfterHandle((ctx) => {

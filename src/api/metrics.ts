@@ -75,8 +75,17 @@ export class HttpMetrics {
     m.set(k, (m.get(k) ?? 0) + by);
   }
 
+  private readonly requestKeys = new Map<string, string>();
+
   request(route: string, method: string, status: number, seconds: number): void {
-    HttpMetrics.inc(this.requests, `route="${label(route)}",method="${label(method)}",status="${status}"`);
+    // Routes come from a fixed set and methods are few: escape each combination once.
+    const raw = `${route} ${method} ${status}`;
+    let key = this.requestKeys.get(raw);
+    if (key === undefined) {
+      key = `route="${label(route)}",method="${label(method.slice(0, 16))}",status="${status}"`;
+      if (this.requestKeys.size < 4096) this.requestKeys.set(raw, key);
+    }
+    HttpMetrics.inc(this.requests, key);
     let h = this.latency.get(route);
     if (!h) this.latency.set(route, (h = new Histogram()));
     h.observe(seconds);

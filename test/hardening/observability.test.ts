@@ -59,3 +59,19 @@ test("/metrics: requests by route and status, latency and TTFT histograms, token
   await fetch(`${h.url}/v1/${"x".repeat(50)}`);
   expect(await (await fetch(`${h.url}/metrics`)).text()).not.toContain("x".repeat(50));
 });
+
+test("GET /v1/models answers the same through Bun's route (listening) and Elysia's (api.handle)", async () => {
+  const { createApi } = await import("../../src/api/app.ts");
+  const { silentLogger } = await import("../../src/log.ts");
+  const api = createApi({ store: h.store, engine: h.engine, log: silentLogger(), ready: () => true, version: "test" });
+  const viaHttp = await fetch(`${h.url}/v1/models`, { headers: { ...h.headers, "x-request-id": "same-1" } });
+  const inProcess = await api.handle(new Request("http://localhost/v1/models", { headers: { ...h.headers, "x-request-id": "same-1" } }));
+  expect(inProcess.status).toBe(viaHttp.status);
+  expect(await inProcess.text()).toBe(await viaHttp.text());
+  expect(inProcess.headers.get("x-request-id")).toBe("same-1");
+  expect(viaHttp.headers.get("x-request-id")).toBe("same-1");
+  const denied = await api.handle(new Request("http://localhost/v1/models", { headers: { authorization: "Bearer nope" } }));
+  const deniedHttp = await fetch(`${h.url}/v1/models`, { headers: { authorization: "Bearer nope" } });
+  expect([denied.status, deniedHttp.status]).toEqual([401, 401]);
+  expect(await denied.json()).toEqual(await deniedHttp.json());
+});
