@@ -10,7 +10,7 @@
 import { statSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { BunPlugin } from "bun";
-import { NATIVE_FILES, ORT_BINDING, TOKENIZERS_BINDING, type NativeManifestEntry } from "./native-files.ts";
+import { LIBVIPS, NATIVE_FILES, ORT_BINDING, SHARP_BINDING, TOKENIZERS_BINDING, type NativeManifestEntry } from "./native-files.ts";
 import { sha256Hex } from "./unpack.ts";
 
 const ROOT = resolve(import.meta.dir, "../..");
@@ -67,6 +67,18 @@ function nativePlugin(manifestSource: string): BunPlugin {
 };\n`,
         loader: "js",
       }));
+      // sharp's loader requires its addon from node_modules at run time; libvips is loaded first
+      // (bun:ffi, by path) so the addon's libvips dependency resolves by soname in the flat directory.
+      build.onLoad({ filter: /node_modules[\\/]sharp[\\/]dist[\\/]sharp\.(c|m)js$/ }, (args) => {
+        const body = `dlopen(nativeFilePath(${JSON.stringify(LIBVIPS)}), { vips_version: { args: ["int"], returns: "int" } });
+const binding = load(nativeFilePath(${JSON.stringify(SHARP_BINDING)}));\n`;
+        if (args.path.endsWith(".cjs")) {
+          const head = `const { dlopen } = require("bun:ffi");\nconst { nativeFilePath } = require(${JSON.stringify(NATIVE_TS)});\nconst load = require;\n`;
+          return { contents: `${head}${body}module.exports = binding;\n`, loader: "js" };
+        }
+        const head = `import { createRequire } from "node:module";\nimport { dlopen } from "bun:ffi";\nimport { nativeFilePath } from ${JSON.stringify(NATIVE_TS)};\nconst load = createRequire(import.meta.url);\n`;
+        return { contents: `${head}${body}export default binding;\n`, loader: "js" };
+      });
       build.onLoad({ filter: /node_modules[\\/]tokenizers[\\/]index\.js$/ }, () => ({
         // The package's index.js only re-exports the addon's members, so the addon is the module.
         contents: `module.exports = require(require(${JSON.stringify(NATIVE_TS)}).nativeFilePath(${JSON.stringify(TOKENIZERS_BINDING)}));\n`,

@@ -26,6 +26,9 @@ export interface NativeManifest {
   files: NativeManifestEntry[];
 }
 
+export const LIBVIPS = "libvips-cpp.so.8.18.7";
+export const SHARP_BINDING = "sharp.node";
+
 const ORT_DIR = "node_modules/onnxruntime-node/bin/napi-v6/linux/x64";
 
 export const NATIVE_FILES: Record<string, NativeFileSpec[]> = {
@@ -35,6 +38,10 @@ export const NATIVE_FILES: Record<string, NativeFileSpec[]> = {
     { name: "libonnxruntime.so.1", source: `${ORT_DIR}/libonnxruntime.so.1`, role: "ONNX Runtime", pkg: "onnxruntime-node" },
     { name: "onnxruntime_binding.node", source: `${ORT_DIR}/onnxruntime_binding.node`, role: "ONNX Runtime Node-API addon", pkg: "onnxruntime-node" },
     { name: "tokenizers.node", source: "node_modules/tokenizers/tokenizers.linux-x64-gnu.node", role: "Hugging Face tokenizers addon", pkg: "tokenizers" },
+    // sharp's addon finds libvips through an RPATH into node_modules, so the loader the build
+    // substitutes loads libvips first (by path); the addon's dependency then resolves by soname.
+    { name: LIBVIPS, source: `node_modules/@img/sharp-libvips-linux-x64/lib/${LIBVIPS}`, role: "libvips (image decoding and resizing)", pkg: "@img/sharp-libvips-linux-x64" },
+    { name: SHARP_BINDING, source: "node_modules/@img/sharp-linux-x64/lib/sharp-linux-x64-0.35.5.node", role: "sharp Node-API addon (images)", pkg: "@img/sharp-linux-x64" },
   ],
 };
 

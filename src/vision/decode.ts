@@ -1,7 +1,7 @@
 // Image decoding and resampling through sharp (libvips). sharp is what transformers.js uses in
 // Node, so decoding, EXIF orientation and resizing here match its RawImage bit for bit; the same
 // calls are made in the same order (see RawImage.fromBlob / resize in transformers.js).
-import sharp, { type Sharp } from "sharp";
+import type { Sharp } from "sharp";
 import { ImageInputError } from "./errors.ts";
 
 /** Interleaved 8-bit pixels, row-major (height, width, channels). */
@@ -23,6 +23,11 @@ const RESAMPLE: Record<number, "nearest" | "lanczos" | "bilinear" | "bicubic"> =
   5: "bilinear",
 };
 
+// Loaded on first use: text-only models never load libvips, and a missing image library fails
+// only the requests that carry images.
+let sharpModule: Promise<typeof import("sharp").default> | null = null;
+const loadSharp = () => (sharpModule ??= import("sharp").then((m) => m.default));
+
 async function toRaw(img: Sharp): Promise<RawImage> {
   const meta = await img.metadata();
   const { data, info } = await img.rotate().raw().toBuffer({ resolveWithObject: true });
@@ -33,6 +38,7 @@ async function toRaw(img: Sharp): Promise<RawImage> {
 /** Decodes PNG, JPEG, WebP or GIF (its first frame), applying EXIF orientation. */
 export async function decodeImage(bytes: Uint8Array): Promise<RawImage> {
   try {
+    const sharp = await loadSharp();
     return await toRaw(sharp(bytes, { failOn: "error" }));
   } catch (e) {
     throw new ImageInputError(`the image could not be decoded (${(e as Error).message})`);
@@ -74,6 +80,7 @@ export async function resizeImage(img: RawImage, width: number, height: number, 
   if (img.width === width && img.height === height) return img;
   const method = RESAMPLE[resample];
   if (!method) throw new Error(`resampling method ${resample} is not supported`);
+  const sharp = await loadSharp();
   let s = sharp(img.data, { raw: { width: img.width, height: img.height, channels: img.channels as 1 | 2 | 3 | 4 } });
   s =
     method === "lanczos"

@@ -16,8 +16,8 @@ const models = tempDir("sluice-vlm-");
 let server: TestServer;
 let client: OpenAI;
 let imgServer: ReturnType<typeof Bun.serve>;
-let pngA: Uint8Array;
-let jpgB: Uint8Array;
+let pngA: Uint8Array<ArrayBuffer>;
+let jpgB: Uint8Array<ArrayBuffer>;
 
 beforeAll(async () => {
   buildSyntheticVlm(join(models.path, "vlm"), { id: VLM });

@@ -9,7 +9,7 @@ import { resolveImageParts } from "../../src/vision/resolve.ts";
 import { makeImage } from "./images.ts";
 
 let server: ReturnType<typeof Bun.serve>;
-let png: Uint8Array;
+let png: Uint8Array<ArrayBuffer>;
 let base: string;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

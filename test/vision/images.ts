@@ -20,7 +20,7 @@ export function rawPattern(width: number, height: number, seed: number, channels
   return data;
 }
 
-export async function makeImage(format: "png" | "jpeg" | "webp" | "gif", width: number, height: number, seed: number, channels: 3 | 4 = 3): Promise<Uint8Array> {
+export async function makeImage(format: "png" | "jpeg" | "webp" | "gif", width: number, height: number, seed: number, channels: 3 | 4 = 3): Promise<Uint8Array<ArrayBuffer>> {
   const img = sharp(rawPattern(width, height, seed, channels), { raw: { width, height, channels } });
   const buf = await (format === "png" ? img.png() : format === "jpeg" ? img.jpeg({ quality: 90 }) : format === "webp" ? img.webp() : img.gif()).toBuffer();
   return new Uint8Array(buf);
