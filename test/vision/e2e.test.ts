@@ -12,6 +12,7 @@ import { dataUrl, makeImage } from "./images.ts";
 
 const VLM = "synthetic/tiny-vlm";
 const TEXT = "synthetic/tiny-bytes-noimg";
+const VLM_FUSED16 = "synthetic/tiny-vlm-fused-fp16";
 const models = tempDir("sluice-vlm-");
 let server: TestServer;
 let client: OpenAI;
@@ -21,6 +22,7 @@ let jpgB: Uint8Array<ArrayBuffer>;
 
 beforeAll(async () => {
   buildSyntheticVlm(join(models.path, "vlm"), { id: VLM });
+  buildSyntheticVlm(join(models.path, "vlm-fused"), { id: VLM_FUSED16, variant: "fused", dtype: "float16" });
   await buildSyntheticModel(join(models.path, "text"), { preset: "tiny-bytes", id: TEXT, shape: { contextLength: 256 } });
   pngA = await makeImage("png", 80, 50, 11);
   jpgB = await makeImage("jpeg", 50, 90, 12);
@@ -53,7 +55,7 @@ describe("image input through the chat endpoint", () => {
   test("the catalog marks the vision model as taking images", async () => {
     const list = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${server.key}` } }).then((r) => r.json());
     const images = Object.fromEntries(list.data.map((m: { id: string; capabilities: { images: boolean } }) => [m.id, m.capabilities.images]));
-    expect(images).toEqual({ [VLM]: true, [TEXT]: false });
+    expect(images).toEqual({ [VLM]: true, [VLM_FUSED16]: true, [TEXT]: false });
   });
 
   test("different images give different greedy output; the same image gives the same", async () => {
@@ -152,5 +154,21 @@ describe("image input through the chat endpoint", () => {
     const r = await client.chat.completions.create({ ...ask([image(dataUrl(jpgB, "image/jpeg"))]), n: 2 });
     const single = await whole([image(dataUrl(jpgB, "image/jpeg"))]);
     expect(r.choices.map((c) => c.message.content)).toEqual([single.text, single.text]);
+  });
+
+  test("the fused float16 export (GroupQueryAttention, in-place KV) takes images too", async () => {
+    const run = async (img: Uint8Array, mime: string) =>
+      (await client.chat.completions.create({ ...ask([{ type: "text", text: "Describe" }, image(dataUrl(img, mime))]), model: VLM_FUSED16 })).choices[0]!.message.content;
+    const a = await run(pngA, "image/png");
+    expect(await run(pngA, "image/png")).toBe(a);
+    expect(await run(jpgB, "image/jpeg")).not.toBe(a);
+  });
+
+  test("image and text requests batched together give what they give alone", async () => {
+    const imageReq = ask([{ type: "text", text: "Describe" }, image(dataUrl(jpgB, "image/jpeg"))]);
+    const textReq = { ...ask([{ type: "text", text: "Tell me about rivers" }]), max_tokens: 16 };
+    const alone = await Promise.all([client.chat.completions.create(imageReq)]).then(async ([i]) => [i, await client.chat.completions.create(textReq)]);
+    const together = await Promise.all([client.chat.completions.create(imageReq), client.chat.completions.create(textReq), client.chat.completions.create(imageReq)]);
+    expect(together.map((r) => r.choices[0]!.message.content)).toEqual([alone[0]!, alone[1]!, alone[0]!].map((r) => r.choices[0]!.message.content));
   });
 });

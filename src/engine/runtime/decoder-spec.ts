@@ -16,6 +16,7 @@ export interface DecoderSpec {
   inputIds: string | null;
   /** inputs_embeds [batch, seq, hidden], fed from the directory's embed_tokens graph. */
   inputsEmbeds: string | null;
+  embedsType: KvDType | null;
   attentionMask: string | null;
   positionIds: string | null;
   logits: string;
@@ -146,6 +147,7 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
   return {
     inputIds,
     inputsEmbeds,
+    embedsType: inputsEmbeds ? dtypeOf(inputByName.get(inputsEmbeds)!, "inputs_embeds input") : null,
     attentionMask: pick([gi.attention_mask ?? "attention_mask"]),
     positionIds: pick([gi.position_ids ?? "position_ids"]),
     logits: logitsName,

@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
-import { floatSlice, floatTensor, int64Tensor, reusable } from "./tensors.ts";
+import { floatInput, floatSlice, floatTensor, int64Tensor, reusable } from "./tensors.ts";
 
 export interface SessionOptions {
   providers: ("cuda" | "cpu")[];
@@ -88,7 +88,7 @@ export class DecoderSession {
     if (spec.inputIds) feeds[spec.inputIds] = int64Tensor(s.ids, [s.batch, s.width]);
     else {
       const embeds = s.embeds ?? (await this.embed(s.ids));
-      feeds[spec.inputsEmbeds!] = new ort.Tensor("float32", embeds, [s.batch, s.width, embeds.length / (s.batch * s.width)]);
+      feeds[spec.inputsEmbeds!] = floatInput(spec.embedsType!, embeds, [s.batch, s.width, embeds.length / (s.batch * s.width)]);
     }
     if (spec.attentionMask) feeds[spec.attentionMask] = int64Tensor(s.mask, [s.batch, s.maskWidth]);
     if (spec.positionIds) feeds[spec.positionIds] = int64Tensor(s.positions, [s.batch, s.width]);

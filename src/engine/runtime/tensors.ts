@@ -36,3 +36,9 @@ export function floatSlice(t: ort.Tensor, offset: number, length: number): Float
   if (t.type === "float16") return halfToFloat(halfBits(t.data).subarray(offset, offset + length));
   return (t.data as Float32Array).slice(offset, offset + length);
 }
+
+/** A float32 array as a tensor of `type`, rounding to half precision for float16 inputs. */
+export function floatInput(type: FloatType, values: Float32Array, dims: readonly number[]): ort.Tensor {
+  if (type === "float32") return floatTensor("float32", values, dims);
+  return floatTensor("float16", new Uint16Array(new Float16Array(values).buffer), dims);
+}

@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import type { ImagePart } from "../types.ts";
+import { floatInput, floatSlice } from "../runtime/tensors.ts";
 import { decodeImage } from "../../vision/decode.ts";
 import { ImageInputError } from "../../vision/errors.ts";
 import { preprocessImage, type PreprocessorConfig } from "../../vision/preprocess.ts";
@@ -99,13 +100,15 @@ export class VisionModel {
       throw e instanceof ImageInputError ? fail(e.message) : e;
     }
     const { count, height, width } = tiles;
+    const pixelType = this.encoder.inputMetadata.find((m) => m.name === "pixel_values");
+    const half = pixelType?.isTensor === true && pixelType.type === "float16";
     const out = await this.encoder.run({
-      pixel_values: new ort.Tensor("float32", tiles.data, [1, count, 3, height, width]),
+      pixel_values: floatInput(half ? "float16" : "float32", tiles.data, [1, count, 3, height, width]),
       pixel_attention_mask: new ort.Tensor("bool", new Uint8Array(count * height * width).fill(1), [1, count, height, width]),
     });
     const t = out.image_features ?? out[this.encoder.outputNames[0]!]!;
     const hidden = t.dims[t.dims.length - 1]!;
-    const features = t.data as Float32Array;
+    const features = floatSlice(t, 0, t.size);
     const rows = features.length / hidden;
     const expected = count * this.imageSeqLen;
     if (rows !== expected) throw new Error(`the vision encoder gave ${rows} feature rows for ${count} tiles; image_seq_len ${this.imageSeqLen} needs ${expected}`);

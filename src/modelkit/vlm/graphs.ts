@@ -53,10 +53,10 @@ export function buildVisionEncoder(s: VisionEncoderShape, w: VisionEncoderWeight
 }
 
 /** input_ids -> inputs_embeds with the decoder's own embedding table. */
-export function buildEmbedTokens(vocab: number, hidden: number, table: Float32Array): SerializedModel {
+export function buildEmbedTokens(vocab: number, hidden: number, table: Float32Array, dtype: "float32" | "float16" = "float32"): SerializedModel {
   const g = new GraphBuilder("embed_tokens");
   const ids = g.input("input_ids", "int64", ["batch_size", "sequence_length"]);
-  const w = g.initializer("model.embed_tokens.weight", floatTensor("float32", [vocab, hidden], table));
-  g.output("inputs_embeds", "float32", ["batch_size", "sequence_length", hidden], g.op("Gather", [w, ids], { axis: 0 }));
+  const w = g.initializer("model.embed_tokens.weight", floatTensor(dtype, [vocab, hidden], table));
+  g.output("inputs_embeds", dtype, ["batch_size", "sequence_length", hidden], g.op("Gather", [w, ids], { axis: 0 }));
   return serializeModel(g, { opsets: [{ domain: "", version: 17 }], metadata: { "sluice.role": "embed_tokens" } });
 }

@@ -5,7 +5,7 @@
 
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { type GraphVariant, type LlamaConfig, hfConfigJson } from "../llama/config.ts";
+import { type GraphVariant, type LlamaConfig, type WeightDType, hfConfigJson } from "../llama/config.ts";
 import { buildDecoderModel, gqaHeadDim } from "../llama/graph.ts";
 import { randomWeights } from "../llama/random.ts";
 import type { SluiceCapabilities, SluiceJson } from "../modeldir.ts";
@@ -36,6 +36,8 @@ export interface SyntheticVlmSpec {
   id?: string;
   seed?: number;
   variant?: GraphVariant;
+  /** Decoder and token embeddings (inputs_embeds) type; the vision encoder stays float32. */
+  dtype?: WeightDType;
   /** Longest edge after the first resize (preprocessor size.longest_edge). */
   longestEdge?: number;
   /** Tile side (max_image_size.longest_edge). */
@@ -60,6 +62,7 @@ function writeJson(path: string, value: unknown): void {
 export function buildSyntheticVlm(outDir: string, spec: SyntheticVlmSpec = {}): SyntheticVlmInfo {
   const seed = spec.seed ?? 7;
   const variant = spec.variant ?? "standard";
+  const dtype = spec.dtype ?? "float32";
   const tileSize = spec.tileSize ?? 32;
   const patchSize = spec.patchSize ?? 8;
   const longestEdge = spec.longestEdge ?? 64;
@@ -106,11 +109,11 @@ export function buildSyntheticVlm(outDir: string, spec: SyntheticVlmSpec = {}): 
   const onnxDir = join(outDir, "onnx");
   mkdirSync(onnxDir, { recursive: true });
   writeFileSync(join(onnxDir, "vision_encoder.onnx"), buildVisionEncoder(vision, visionWeights).model);
-  writeFileSync(join(onnxDir, "embed_tokens.onnx"), buildEmbedTokens(vocab, config.hiddenSize, weights.embed).model);
-  const decoder = buildDecoderModel(config, weights, { variant, dtype: "float32", rotaryCacheLength: contextLength, inputsEmbeds: true });
+  writeFileSync(join(onnxDir, "embed_tokens.onnx"), buildEmbedTokens(vocab, config.hiddenSize, weights.embed, dtype).model);
+  const decoder = buildDecoderModel(config, weights, { variant, dtype, rotaryCacheLength: contextLength, inputsEmbeds: true });
   writeFileSync(join(onnxDir, "decoder_model_merged.onnx"), decoder.model);
 
-  const textConfig = hfConfigJson(config, "float32");
+  const textConfig = hfConfigJson(config, dtype);
   writeJson(join(outDir, "config.json"), {
     architectures: ["Idefics3ForConditionalGeneration"],
     model_type: "idefics3",
@@ -120,7 +123,7 @@ export function buildSyntheticVlm(outDir: string, spec: SyntheticVlmSpec = {}): 
     vocab_size: vocab,
     text_config: textConfig,
     vision_config: { model_type: "idefics3_vision", hidden_size: vision.visionHidden, image_size: tileSize, patch_size: patchSize, num_channels: 3 },
-    torch_dtype: "float32",
+    torch_dtype: dtype,
     transformers_version: "4.51.0",
   });
   writeJson(join(outDir, "generation_config.json"), {
@@ -158,9 +161,9 @@ export function buildSyntheticVlm(outDir: string, spec: SyntheticVlmSpec = {}): 
     description: `Synthetic Idefics3-layout vision-language model with random weights (seed ${seed}); its output is noise. For tests only.`,
     graph: {
       variant,
-      dtype: "float32",
-      kv_cache_dtype: "float32",
-      logits_dtype: "float32",
+      dtype,
+      kv_cache_dtype: dtype,
+      logits_dtype: dtype,
       past_present_share_buffer: variant === "fused",
       max_cache_length: contextLength,
       kv_head_dim: variant === "fused" ? gqaHeadDim(config.headDim) : config.headDim,
