@@ -35,11 +35,14 @@ async function toRaw(img: Sharp): Promise<RawImage> {
   return meta.channels !== undefined && meta.channels !== out.channels ? convertChannels(out, meta.channels) : out;
 }
 
+/** Larger images are refused before their pixels are decoded (a decompression bomb guard). */
+export const MAX_INPUT_PIXELS = 64 * 1024 * 1024;
+
 /** Decodes PNG, JPEG, WebP or GIF (its first frame), applying EXIF orientation. */
 export async function decodeImage(bytes: Uint8Array): Promise<RawImage> {
   try {
     const sharp = await loadSharp();
-    return await toRaw(sharp(bytes, { failOn: "error" }));
+    return await toRaw(sharp(bytes, { failOn: "error", limitInputPixels: MAX_INPUT_PIXELS }));
   } catch (e) {
     throw new ImageInputError(`the image could not be decoded (${(e as Error).message})`);
   }

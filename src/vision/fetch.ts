@@ -24,13 +24,17 @@ function hostAllowed(url: URL, allow: string[]): boolean {
   return allow.includes(host) || allow.includes(`${host}:${port}`) || allow.includes(`[${host}]:${port}`);
 }
 
-/** Throws when `url` may not be fetched under `policy`. */
-export async function checkTarget(url: URL, policy: ImageFetchPolicy, resolve: Resolver = systemResolver): Promise<void> {
+/**
+ * Throws when `url` may not be fetched under `policy`; otherwise the address to connect to. The
+ * connection goes to exactly that address (the one checked), so a name that resolves differently
+ * a moment later (DNS rebinding) cannot lead the fetch elsewhere.
+ */
+export async function checkTarget(url: URL, policy: ImageFetchPolicy, resolve: Resolver = systemResolver): Promise<string> {
   if (url.protocol !== "http:" && url.protocol !== "https:") {
     throw new ImageInputError(`the image URL scheme '${url.protocol.slice(0, -1)}' is not supported (use https, http or a data: URL)`);
   }
   if (url.username || url.password) throw new ImageInputError("image URLs with credentials are not fetched");
-  if (hostAllowed(url, policy.allowHosts)) return;
+  const allowed = hostAllowed(url, policy.allowHosts);
   const host = url.hostname.replace(/^\[|\]$/g, "");
   let addresses: string[];
   if (isIP(host)) addresses = [host];
@@ -42,10 +46,22 @@ export async function checkTarget(url: URL, policy: ImageFetchPolicy, resolve: R
     }
     if (addresses.length === 0) throw new ImageInputError(`the image host '${host}' has no address`);
   }
-  for (const a of addresses) {
-    const why = forbiddenAddressReason(a);
-    if (why) throw new ImageInputError(`the image host '${host}' is ${why} (${a}), which is not fetched`);
+  if (!allowed) {
+    for (const a of addresses) {
+      const why = forbiddenAddressReason(a);
+      if (why) throw new ImageInputError(`the image host '${host}' is ${why} (${a}), which is not fetched`);
+    }
   }
+  return addresses[0]!;
+}
+
+/** The request for `url` sent to `address`: the name stays in Host and in TLS (SNI and certificate check). */
+function pinned(url: URL, address: string): { target: URL; host: string | null; serverName: string | null } {
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  if (isIP(host)) return { target: url, host: null, serverName: null };
+  const target = new URL(url);
+  target.hostname = isIP(address) === 6 ? `[${address}]` : address;
+  return { target, host: url.host, serverName: host };
 }
 
 /** GETs an image, following at most `maxRedirects` redirects, each re-checked. */
@@ -60,8 +76,10 @@ export async function fetchImage(raw: string, policy: ImageFetchPolicy, resolve:
   const timedOut = () => new ImageInputError(`fetching the image took longer than ${policy.timeoutMs} ms`);
   try {
     for (let hop = 0; ; hop++) {
-      await checkTarget(url, policy, resolve);
-      const res = await fetch(url, { redirect: "manual", signal, headers: { accept: [...ACCEPTED_MIME_TYPES].join(", ") } });
+      const { target, host, serverName } = pinned(url, await checkTarget(url, policy, resolve));
+      const headers: Record<string, string> = { accept: [...ACCEPTED_MIME_TYPES].join(", ") };
+      if (host) headers.host = host;
+      const res = await fetch(target, { redirect: "manual", signal, headers, ...(serverName ? { tls: { serverName } } : {}) });
       if (res.status >= 300 && res.status < 400 && res.headers.has("location")) {
         await res.body?.cancel();
         if (hop >= policy.maxRedirects) throw new ImageInputError(`the image URL redirected more than ${policy.maxRedirects} times`);

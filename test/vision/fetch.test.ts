@@ -24,6 +24,9 @@ beforeAll(async () => {
       switch (path) {
         case "/ok.png":
           return new Response(png, { headers: image });
+        case "/host.png":
+          // Answers only when asked for the name (the connection itself went to the pinned address).
+          return req.headers.get("host") === `images.test:${server.port}` ? new Response(png, { headers: image }) : new Response("wrong host", { status: 421 });
         case "/big.png":
           return new Response(new Uint8Array(64 * 1024), { headers: image });
         case "/big-chunked.png":
@@ -115,6 +118,15 @@ describe("remote image fetch", () => {
     const resolver: Resolver = async (host) => (host === "images.example" ? ["93.184.216.34", "10.0.0.7"] : []);
     expect(await refusal(fetchImage("https://images.example/cat.png", DEFAULT_IMAGE_POLICY, resolver))).toMatch(/'images\.example' is a private address \(10\.0\.0\.7\)/);
     expect(await refusal(fetchImage("https://localhost/cat.png", DEFAULT_IMAGE_POLICY))).toMatch(/loopback/);
+  });
+
+  test("a name connects to the address that was checked, keeping the name in Host", async () => {
+    let lookups = 0;
+    // A rebinding resolver: the first answer is the one checked and used; later ones would differ.
+    const resolver: Resolver = async () => (lookups++ === 0 ? ["127.0.0.1"] : ["10.9.9.9"]);
+    const got = await fetchImage(`http://images.test:${server.port}/host.png`, { ...allowed, allowHosts: ["images.test"] }, resolver);
+    expect(got.bytes.length).toBe(png.length);
+    expect(lookups).toBe(1);
   });
 
   test("unsupported schemes and credentials", async () => {

@@ -83,3 +83,24 @@ describe("preprocessing matches transformers.js", () => {
     await expect(decodeImage(bytes.subarray(0, 40))).rejects.toThrow(/could not be decoded/);
   });
 });
+
+test("an image with more pixels than the limit is refused before decoding", async () => {
+  const { MAX_INPUT_PIXELS } = await import("../../src/vision/decode.ts");
+  // A 1x1 PNG whose header is rewritten to claim 10000 x 10000: only the header gets read.
+  const png = await makeImage("png", 1, 1, 1);
+  const view = new DataView(png.buffer, png.byteOffset);
+  view.setUint32(16, 10000);
+  view.setUint32(20, 10000);
+  view.setUint32(29, crc32(png.subarray(12, 29)));
+  expect(10000 * 10000).toBeGreaterThan(MAX_INPUT_PIXELS);
+  await expect(decodeImage(png)).rejects.toThrow(/could not be decoded.*pixel limit/i);
+});
+
+function crc32(bytes: Uint8Array): number {
+  let c = 0xffffffff;
+  for (const b of bytes) {
+    c ^= b;
+    for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0xedb88320 : c >>> 1;
+  }
+  return (c ^ 0xffffffff) >>> 0;
+}

@@ -48,9 +48,6 @@ interface ModelConfig {
 
 const readJson = <T>(path: string): T | null => (existsSync(path) ? (JSON.parse(readFileSync(path, "utf8")) as T) : null);
 
-/** Images above this many pixels are refused before decoding (a decompression bomb guard). */
-const MAX_PIXELS = 64 * 1024 * 1024;
-
 export class VisionModel {
   private constructor(
     private readonly encoder: ort.InferenceSession,
@@ -93,7 +90,6 @@ export class VisionModel {
     let tiles;
     try {
       const raw = await decodeImage(decodeDataUrl(url, Number.MAX_SAFE_INTEGER));
-      if (raw.width * raw.height > MAX_PIXELS) throw new ImageInputError(`the image has ${raw.width}x${raw.height} pixels, more than ${MAX_PIXELS}`);
       // detail "low": one global tile; "high" and "auto": the processor's own tiling.
       tiles = await preprocessImage(this.preprocessor, raw, img.part.image_url.detail === "low" ? false : undefined);
     } catch (e) {
