@@ -140,6 +140,14 @@ describe("image input through the chat endpoint", () => {
     }
   });
 
+  test("an image placeholder typed as text next to an image is refused, not misaligned", async () => {
+    const err = (await client.chat.completions
+      .create(ask([{ type: "text", text: "look: <image>" }, image(dataUrl(pngA, "image/png"))]))
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(err.message).toMatch(/placeholders/);
+  });
+
   test("an image sent to a text-only model is refused, not dropped", async () => {
     const err = (await client.chat.completions
       .create({ ...ask([image(dataUrl(pngA, "image/png"))]), model: TEXT })

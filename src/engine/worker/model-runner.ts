@@ -93,7 +93,6 @@ export class ModelRunner {
         throw new EngineRequestError(`The model '${this.info.id}' does not accept image input (${requestImages[0]!.param}).`, requestImages[0]!.param, "image_input_not_supported");
       }
       try {
-        encoded = [];
         for (const img of requestImages) encoded.push(await vision.encode(img));
       } catch (e) {
         if (e instanceof ImageInputError) throw new EngineRequestError(e.message, e.param, "invalid_image");
