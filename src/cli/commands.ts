@@ -11,10 +11,11 @@ export function openStoreFor(args: CommandArgs): Store {
   return openSqliteStore(join(String(args.values.data), "sluice.db"));
 }
 
-function withStore<T>(args: CommandArgs, fn: (store: Store) => T): T {
+/** Opens the store for one command and closes it however the command ends. */
+export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T): Promise<T> {
   const store = openStoreFor(args);
   try {
-    return fn(store);
+    return await fn(store);
   } finally {
     store.close();
   }

@@ -1,6 +1,6 @@
 // Operator commands for rate limits: per account, or per key on top of its account's.
 import type { RateLimits, Store } from "../store/index.ts";
-import { DATA_OPTION, openStoreFor } from "./commands.ts";
+import { DATA_OPTION, withStore } from "./commands.ts";
 import { requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
 
 const DIMENSIONS = [
@@ -9,14 +9,6 @@ const DIMENSIONS = [
   { flag: "concurrent", field: "maxConcurrent", help: "Chat requests running at once" },
 ] as const;
 
-function withStore<T>(args: CommandArgs, fn: (store: Store) => T): T {
-  const store = openStoreFor(args);
-  try {
-    return fn(store);
-  } finally {
-    store.close();
-  }
-}
 
 function scopeOf(store: Store, args: CommandArgs): { accountId: number; keyId: string | null; label: string } {
   const name = requireString(args, "account");

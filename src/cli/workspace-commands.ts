@@ -1,6 +1,6 @@
 // Operator commands for the account workspace: users (who signs in) and billing (plans, credit).
 import type { Plan, Store, UserRole } from "../store/index.ts";
-import { DATA_OPTION, openStoreFor } from "./commands.ts";
+import { DATA_OPTION, withStore } from "./commands.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 const PASSWORD_STDIN: OptionSpec = {
@@ -10,14 +10,6 @@ const PASSWORD_STDIN: OptionSpec = {
   env: "SLUICE_PASSWORD_STDIN",
 };
 
-async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T): Promise<T> {
-  const store = openStoreFor(args);
-  try {
-    return await fn(store);
-  } finally {
-    store.close();
-  }
-}
 
 async function readPassword(args: CommandArgs): Promise<string> {
   if (args.values["password-stdin"] === true) {
