@@ -30,6 +30,15 @@ export function packageNotice(dir: string): PackageNotice {
     if (!existsSync(apache)) throw new Error(`${pkg.name} needs the Apache-2.0 text and ${apache} is missing`);
     texts.push({ file: "Apache-2.0 (the licence package.json declares)", text: readFileSync(apache, "utf8").trimEnd() });
   }
+  // libvips (sharp's native library) is LGPL-3.0-or-later and its package ships no licence text;
+  // the LGPL asks for it and for the GPL it builds on, taken from the system's common licences.
+  if (license.startsWith("LGPL-3.0") && texts.length === 0) {
+    for (const name of ["LGPL-3", "GPL-3"]) {
+      const path = join("/usr/share/common-licenses", name);
+      if (!existsSync(path)) throw new Error(`${pkg.name} needs the ${name} text and ${path} is missing`);
+      texts.push({ file: `${name} (the licence package.json declares)`, text: readFileSync(path, "utf8").trimEnd() });
+    }
+  }
   return { name: pkg.name, version: pkg.version, license, texts };
 }
 

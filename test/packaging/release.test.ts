@@ -31,4 +31,11 @@ describe("release notices", () => {
     expect(text).toContain("(Bun 1.2.3)");
     expect(text).toContain("ThirdPartyNotices.txt");
   });
+
+  test("libvips, embedded for images, carries the LGPL-3.0 and GPL-3.0 texts", () => {
+    const vips = packageNotice(`${REPO}/node_modules/@img/sharp-libvips-linux-x64`);
+    expect(vips.license).toBe("LGPL-3.0-or-later");
+    expect(vips.texts.map((t) => t.file)).toEqual(["LGPL-3 (the licence package.json declares)", "GPL-3 (the licence package.json declares)"]);
+    expect(vips.texts[0]!.text).toContain("GNU LESSER GENERAL PUBLIC LICENSE");
+  });
 });
