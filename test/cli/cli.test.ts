@@ -1,6 +1,8 @@
 // The `sluice` command line, run as a real process.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
+import { buildSyntheticModel } from "../../src/modelkit/index.ts";
 import { openSqliteStore } from "../../src/store/index.ts";
 import { BUN, REPO, tempDir } from "../helpers/paths.ts";
 
@@ -133,6 +135,43 @@ describe("sluice serve", () => {
     expect(await proc.exited).toBe(0);
     return out;
   }
+
+  test("SIGHUP synchronises the catalog with the models directory", async () => {
+    const dir = tempDir("sluice-hup-");
+    const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0", "--data", dir.path, "--models", join(dir.path, "models"), "--no-demo"], {
+      cwd: REPO,
+      stdout: "pipe",
+      stderr: "ignore",
+    });
+    try {
+      const reader = proc.stdout.getReader();
+      let out = "";
+      while (!/at (http:\/\/\S+)\/v1[\s\S]*sk-sluice-\w+/.test(out)) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`serve exited: ${out}`);
+        out += new TextDecoder().decode(value);
+      }
+      const url = /at (http:\/\/\S+)\/v1/.exec(out)![1]!;
+      const key = /(sk-sluice-\w+)/.exec(out)![1]!;
+      const ids = async () =>
+        ((await (await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] }).data.map((m) => m.id);
+      expect(await ids()).toEqual([]);
+      await buildSyntheticModel(join(dir.path, "models", "acme", "hup-1.0"), { preset: "tiny-bytes", seed: 3 });
+      rmSync(join(dir.path, "models", "acme", "hup-1.0", "sluice.json"));
+      proc.kill("SIGHUP");
+      let seen: string[] = [];
+      for (let i = 0; i < 200 && seen.length === 0; i++) {
+        await Bun.sleep(25);
+        seen = await ids();
+      }
+      // Named by its path below the models directory, as sluice.json's id is absent.
+      expect(seen).toEqual(["acme/hup-1.0"]);
+    } finally {
+      proc.kill("SIGTERM");
+      await proc.exited;
+      dir.remove();
+    }
+  }, 60_000);
 
   test("first start creates 'local' with one printed key and the demo model; later starts print none", async () => {
     const dir = tempDir("sluice-serve-");
