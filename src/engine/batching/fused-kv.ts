@@ -11,13 +11,13 @@ import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence }
 class FusedSequence implements Sequence {
   tokens: number[] = [];
   row = -1;
+  /** The pool it lives in now; it moves to a larger one as it grows, up to `capacity`. */
+  pool: Pool | null = null;
   constructor(
     readonly id: number,
-    readonly pool: Pool,
+    /** Its reservation: the most positions it may ever hold. */
+    readonly capacity: number,
   ) {}
-  get capacity(): number {
-    return this.pool.capacity;
-  }
 }
 
 /**
@@ -58,24 +58,33 @@ export class FusedKvBackend implements KvBackend {
     return this.tensorCount * capacity * this.decoder.positionBytes;
   }
 
-  /**
-   * Pools come in power-of-two capacities (the last one the graph's limit), so sequences of
-   * similar length share a pool and batch together. The binding copies every fetched present
-   * back to JavaScript, so a step costs rows × capacity: a small capacity keeps that small.
-   */
+  private get limit(): number {
+    return Math.min(this.decoder.spec.maxCacheLength, this.decoder.spec.contextLength);
+  }
+
+  /** The power-of-two class (at least 64, at most the graph's limit) that holds `needed` positions. */
   capacityFor(needed: number): number {
-    const limit = Math.min(this.decoder.spec.maxCacheLength, this.decoder.spec.contextLength);
     let c = 64;
     while (c < needed) c *= 2;
-    c = Math.min(c, limit);
-    // Join a running pool of a slightly larger class rather than start a batch of one.
+    return Math.min(c, this.limit);
+  }
+
+  /**
+   * Where a sequence that needs `needed` positions lives now. The binding copies every fetched
+   * present back to JavaScript, so a step costs rows × pool capacity: a sequence sits in the
+   * smallest class that holds it and moves up as it grows (one copy per doubling), rather than in
+   * the class of its whole reservation. It joins a running pool of a slightly larger class rather
+   * than start a batch of one.
+   */
+  private classFor(needed: number, reservation: number): number {
+    const c = Math.min(this.capacityFor(needed), reservation);
     for (const p of [...this.pools.values()].sort((a, b) => a.capacity - b.capacity)) {
-      if (p.rows.length > 0 && p.capacity >= c && p.capacity <= c * 4 && p.rows.length < p.maxRows) return p.capacity;
+      if (p.rows.length > 0 && p.capacity >= c && p.capacity <= Math.min(c * 4, reservation) && p.rows.length < p.maxRows) return p.capacity;
     }
     return c;
   }
 
-  open(capacity: number): Sequence {
+  private pool(capacity: number): Pool {
     let pool = this.pools.get(capacity);
     if (!pool) {
       const maxRows = Math.max(1, Math.floor(this.budgetBytes / this.sequenceBytes(capacity)));
@@ -89,21 +98,43 @@ export class FusedKvBackend implements KvBackend {
       const used = pool.rows.length * pool.stride;
       pool.arrays = Array.from({ length: this.tensorCount }, (_, i) => {
         const a = this.decoder.spec.kvType === "float16" ? new Uint16Array(n) : new Float32Array(n);
-        if (pool.arrays) a.set(pool.arrays[i]!.subarray(0, used));
+        if (pool!.arrays) a.set(pool!.arrays[i]!.subarray(0, used));
         return a;
       });
       pool.allocatedRows = rows;
     }
-    const seq = new FusedSequence(this.nextId++, pool);
+    return pool;
+  }
+
+  private place(seq: FusedSequence, capacity: number): void {
+    const pool = this.pool(capacity);
+    seq.pool = pool;
     seq.row = pool.rows.length;
     pool.rows.push(seq);
+  }
+
+  open(capacity: number): Sequence {
+    const seq = new FusedSequence(this.nextId++, capacity);
+    this.place(seq, this.classFor(1, capacity));
     return seq;
   }
 
-  close(s: Sequence): void {
-    const seq = s as FusedSequence;
-    const pool = seq.pool;
-    if (seq.row < 0) return;
+  /** Moves the sequence to a pool that holds `needed` positions, keeping its cache. */
+  private ensure(seq: FusedSequence, needed: number): void {
+    const from = seq.pool!;
+    if (needed <= from.capacity) return;
+    if (needed > seq.capacity) throw new Error(`sequence reserved ${seq.capacity} positions, needs ${needed}`);
+    // Saved before unplace: the last row of the pool moves into the gap it leaves.
+    const saved = from.arrays!.map((a) => a.slice(seq.row * from.stride, (seq.row + 1) * from.stride) as KvArray);
+    this.unplace(seq);
+    this.place(seq, this.classFor(needed, seq.capacity));
+    const to = seq.pool!;
+    saved.forEach((a, i) => copyHeads(a, 0, from.capacity, to.arrays![i]!, seq.row * to.stride, to.capacity, this.heads, this.dim, seq.tokens.length));
+  }
+
+  /** Takes the sequence out of its pool, keeping the pool packed (the last row fills the gap). */
+  private unplace(seq: FusedSequence): void {
+    const pool = seq.pool!;
     const last = pool.rows[pool.rows.length - 1]!;
     if (last !== seq) {
       for (const a of pool.arrays!) {
@@ -114,7 +145,14 @@ export class FusedKvBackend implements KvBackend {
     }
     pool.rows.pop();
     seq.row = -1;
+    seq.pool = null;
     if (pool.rows.length === 0) this.pools.delete(pool.capacity);
+  }
+
+  close(s: Sequence): void {
+    const seq = s as FusedSequence;
+    if (seq.row < 0) return;
+    this.unplace(seq);
   }
 
   private views(pool: Pool, firstRow: number, rows: number): ort.Tensor[] {
@@ -143,6 +181,8 @@ export class FusedKvBackend implements KvBackend {
     const past = seq.tokens.length;
     const total = past + tokens.length;
     if (total > seq.capacity) throw new Error(`sequence of capacity ${seq.capacity} cannot take ${total} positions`);
+    // One position to spare: a decode step of the pool writes a placeholder past a prefilling row.
+    this.ensure(seq, Math.min(total + 1, seq.capacity));
     const feeds = await this.decoder.feeds({
       batch: 1,
       width: tokens.length,
@@ -152,7 +192,7 @@ export class FusedKvBackend implements KvBackend {
       maskWidth: total,
       positions: tokens.map((_, i) => past + i),
     });
-    const logits = await this.run(feeds, this.views(seq.pool, seq.row, 1));
+    const logits = await this.run(feeds, this.views(seq.pool!, seq.row, 1));
     seq.tokens.push(...tokens);
     return this.decoder.logitsAt(logits, 0, tokens.length - 1, tokens.length);
   }
@@ -160,10 +200,14 @@ export class FusedKvBackend implements KvBackend {
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
     const result: Float32Array[] = new Array(list.length);
     const byPool = new Map<Pool, Map<FusedSequence, number>>();
+    for (const s of list) {
+      const seq = s as FusedSequence;
+      this.ensure(seq, Math.min(seq.tokens.length + 1, seq.capacity));
+    }
     list.forEach((s, i) => {
       const seq = s as FusedSequence;
-      let m = byPool.get(seq.pool);
-      if (!m) byPool.set(seq.pool, (m = new Map()));
+      let m = byPool.get(seq.pool!);
+      if (!m) byPool.set(seq.pool!, (m = new Map()));
       m.set(seq, i);
     });
     for (const [pool, members] of byPool) {
@@ -196,7 +240,7 @@ export class FusedKvBackend implements KvBackend {
 
   snapshot(s: Sequence, length: number): PrefixKv {
     const seq = s as FusedSequence;
-    const pool = seq.pool;
+    const pool = seq.pool!;
     const arrays = pool.arrays!.map((a) => {
       const out = a instanceof Float32Array ? new Float32Array(this.heads * length * this.dim) : new Uint16Array(this.heads * length * this.dim);
       copyHeads(a, seq.row * pool.stride, pool.capacity, out, 0, length, this.heads, this.dim, length);
@@ -207,7 +251,8 @@ export class FusedKvBackend implements KvBackend {
 
   restore(s: Sequence, prefix: PrefixKv, length: number): void {
     const seq = s as FusedSequence;
-    const pool = seq.pool;
+    this.ensure(seq, Math.min(length + 1, seq.capacity));
+    const pool = seq.pool!;
     const from = prefix.tokens.length;
     pool.arrays!.forEach((a, i) => copyHeads(prefix.arrays[i]!, 0, from, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, length));
     seq.tokens = prefix.tokens.slice(0, length);
