@@ -50,6 +50,8 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   const model = deps.store.catalog.getForAccount(key.accountId, req.model);
   if (!model) throw modelNotFound(req.model);
   const plan = applyRequestLimits(planChat(req, model), limits);
+  // Prompt text reaches the log only when the operator asked for it (serve --log-prompts).
+  if (deps.log.logPrompts) deps.log.debug("chat prompt", { request_id: requestId, model: model.id, messages: plan.messages });
   if (!deps.store.billing.hasCredit(key.accountId)) {
     throw new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
   }
@@ -256,25 +258,28 @@ function recordUsage(
   try {
     // Usage and its charge land together or not at all.
     deps.store.atomically(() => {
-    deps.store.usage.record({
-      requestId,
-      accountId: key.accountId,
-      keyId: key.id,
-      modelId,
-      promptTokens,
-      completionTokens: acc.completionTokens(),
-      latencyMs: performance.now() - started,
-      status,
-      finishReason: acc.finishReason(),
-      user: plan.user,
-      metadata: plan.metadata,
-    });
-    // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
-    if (status !== "error") {
-      deps.store.billing.charge({ accountId: key.accountId, requestId, modelId, promptTokens, completionTokens: acc.completionTokens() });
-    }
+      deps.store.usage.record({
+        requestId,
+        accountId: key.accountId,
+        keyId: key.id,
+        modelId,
+        promptTokens,
+        completionTokens: acc.completionTokens(),
+        latencyMs: performance.now() - started,
+        status,
+        finishReason: acc.finishReason(),
+        user: plan.user,
+        metadata: plan.metadata,
+      });
+      // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
+      if (status !== "error") {
+        deps.store.billing.charge({ accountId: key.accountId, requestId, modelId, promptTokens, completionTokens: acc.completionTokens() });
+      }
     });
   } catch (e) {
     deps.log.error("could not record usage", { request_id: requestId, error: (e as Error).message });
+  }
+  if (deps.log.logPrompts) {
+    deps.log.debug("chat completion", { request_id: requestId, status, choices: acc.choices.map((c) => ({ content: c.content, tool_calls: c.toolCalls })) });
   }
 }
