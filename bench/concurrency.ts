@@ -6,10 +6,8 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { createEngine } from "../src/engine/index.ts";
-import { silentLogger } from "../src/log.ts";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
-import { startServer } from "../src/server.ts";
+import { startServerProcess } from "./server-process.ts";
 import { machine, median, percentile, table, writeSection } from "./report.ts";
 
 const REPO = join(import.meta.dir, "..");
@@ -70,10 +68,8 @@ const prose = (n: number, seed: number) => Array.from({ length: n }, (_, i) => w
 
 async function main() {
   const ids = await models();
-  const engine = await createEngine({ log: silentLogger(), device: "cpu", threads });
-  const dataDir = join(ROOT, `data-${process.pid}`);
-  const server = await startServer({ host: "127.0.0.1", port: 0, dataDir, modelsDir: join(ROOT, "models"), demoModel: false, log: silentLogger(), engine });
-  const client = new OpenAI({ apiKey: server.firstKey!, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 600_000 });
+  const server = await startServerProcess(join(ROOT, "models"), threads > 0 ? ["--threads", String(threads)] : []);
+  const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 600_000 });
   const rows: (string | number)[][] = [];
   const speedup: string[] = [];
   try {
@@ -116,7 +112,7 @@ async function main() {
     const date = new Date().toISOString().slice(0, 10);
     const body = [
       `Written by \`bun bench/concurrency.ts\` on ${date}. Machine: ${machine()} (nproc ${navigator.hardwareConcurrency}). ` +
-        `ONNX Runtime intra-op threads: ${threads || "default"}. Through HTTP with the openai client, greedy, streamed; ` +
+        `ONNX Runtime intra-op threads: ${threads || "default"}. The server in its own process, through HTTP with the openai client, greedy, streamed; ` +
         `\`bench/50m\` is \`buildSyntheticModel(dir, {preset: "bench-50m", variant: "fused"})\` (random weights), ` +
         `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Times in ms. ` +
         `On a 2-core machine shared with other work these ratios move a lot from run to run; rerun before trusting one.`,
@@ -137,8 +133,6 @@ async function main() {
     writeSection("Concurrency", body);
   } finally {
     await server.stop();
-    const { rmSync } = await import("node:fs");
-    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 

@@ -4,18 +4,15 @@
 //
 //   bun bench/decode.ts [--tokens 128] [--runs 5] [--quick]
 import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
-import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import OpenAI from "openai";
 import { parseArgs } from "node:util";
-import { createEngine } from "../src/engine/index.ts";
-import { silentLogger } from "../src/log.ts";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
-import { startServer } from "../src/server.ts";
+import { startServerProcess } from "./server-process.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import { createSampler } from "../src/engine/sampling/index.ts";
 import { StopMatcher } from "../src/engine/text/stop.ts";
-import * as ort from "onnxruntime-node";
 import { machine, median, table, writeSection } from "./report.ts";
 
 const { values } = parseArgs({
@@ -139,10 +136,8 @@ async function main() {
   env.localModelPath = `${ROOT}/`;
   env.useFSCache = false;
 
-  const data = join(ROOT, `data-${process.pid}`);
-  const log = silentLogger();
-  const server = await startServer({ host: "127.0.0.1", port: 0, dataDir: data, modelsDir: ROOT, demoModel: false, log, engine: await createEngine({ log, device: "cpu", threads: 0 }) });
-  const client = new OpenAI({ apiKey: server.firstKey!, baseURL: `${server.url}/v1`, maxRetries: 0 });
+  const server = await startServerProcess(ROOT);
+  const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
   const rows: (string | number)[][] = [];
   try {
     for (const t of targets) {
@@ -165,7 +160,6 @@ async function main() {
     }
   } finally {
     await server.stop();
-    rmSync(data, { recursive: true, force: true });
   }
   const header = ["model", "runner", "decode tok/s (median)", "TTFT ms (median)", "vs transformers.js"];
   const speed = table(header, rows);
@@ -183,7 +177,7 @@ async function main() {
   writeSection(
     "Decode (bench/decode.ts)",
     `${new Date().toISOString().slice(0, 10)} on ${machine()}.\n\n` +
-      `Single stream, greedy, ${TOKENS} generated tokens, ${RUNS} runs each, medians. Sluice is measured through its HTTP API with the ` +
+      `Single stream, greedy, ${TOKENS} generated tokens, ${RUNS} runs each, medians. Sluice runs in its own process and is measured through its HTTP API with the ` +
       `openai client (streaming); transformers.js ${"4.3.1"} runs in-process on the same standard-variant directory and the same prompt ids. ` +
       `Decode tok/s counts from the first to the last token; TTFT includes prompt processing.\n\n${speed}\n\n` +
       `The engine's own per-token work against one model step at a 151k vocabulary (tiny-qwen3 widened; model step measured on ONNX Runtime directly):\n\n${overhead}\n`,
