@@ -4,25 +4,11 @@ import { describe, expect, test } from "bun:test";
 import { Idefics3ImageProcessor, RawImage } from "@huggingface/transformers";
 import { decodeImage } from "../../src/vision/decode.ts";
 import { preprocessImage, type PreprocessorConfig } from "../../src/vision/preprocess.ts";
+import { idefics3PreprocessorConfig } from "../../src/modelkit/vlm/synthetic.ts";
 import { makeImage } from "./images.ts";
 
 // SmolVLM's preprocessor_config.json with the sizes scaled down (1536/384 -> 96/32) to stay fast.
-const SMOLVLM_LIKE: PreprocessorConfig = {
-  do_convert_rgb: true,
-  do_image_splitting: true,
-  do_normalize: true,
-  do_pad: true,
-  do_rescale: true,
-  do_resize: true,
-  image_mean: [0.5, 0.5, 0.5],
-  image_processor_type: "Idefics3ImageProcessor",
-  image_std: [0.5, 0.5, 0.5],
-  max_image_size: { longest_edge: 32 },
-  processor_class: "Idefics3Processor",
-  resample: 1,
-  rescale_factor: 1 / 255,
-  size: { longest_edge: 96 },
-} as PreprocessorConfig;
+const SMOLVLM_LIKE = idefics3PreprocessorConfig(32, 96) as PreprocessorConfig;
 
 async function reference(cfg: PreprocessorConfig, bytes: Uint8Array, split?: boolean) {
   const processor = new Idefics3ImageProcessor(cfg as never);

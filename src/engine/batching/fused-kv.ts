@@ -4,7 +4,7 @@
 // tokens at [0, length)) and passes the same buffers as the present outputs, so ONNX Runtime
 // writes the new position of every row in place: no cache is copied into a new tensor per step.
 import type * as ort from "onnxruntime-node";
-import type { DecoderSession } from "../runtime/decoder.ts";
+import { chunkInputs, type DecoderSession } from "../runtime/decoder.ts";
 import { floatTensor } from "../runtime/tensors.ts";
 import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence } from "./kv.ts";
 
@@ -183,15 +183,7 @@ export class FusedKvBackend implements KvBackend {
     if (total > seq.capacity) throw new Error(`sequence of capacity ${seq.capacity} cannot take ${total} positions`);
     // One position to spare: a decode step of the pool writes a placeholder past a prefilling row.
     this.ensure(seq, Math.min(total + 1, seq.capacity));
-    const feeds = await this.decoder.feeds({
-      batch: 1,
-      width: tokens.length,
-      ids: tokens,
-      embeds,
-      mask: new Uint8Array(total).fill(1),
-      maskWidth: total,
-      positions: tokens.map((_, i) => past + i),
-    });
+    const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds));
     const logits = await this.run(feeds, this.views(seq.pool!, seq.row, 1));
     seq.tokens.push(...tokens);
     return this.decoder.logitsAt(logits, 0, tokens.length - 1, tokens.length);

@@ -3,7 +3,7 @@
 // on the left to a common length, as the standard graph's attention mask expects. That costs a
 // copy of every past per step: slower than the fused path, but any export runs batched.
 import type * as ort from "onnxruntime-node";
-import type { DecoderSession } from "../runtime/decoder.ts";
+import { chunkInputs, type DecoderSession } from "../runtime/decoder.ts";
 import { floatTensor, halfBits } from "../runtime/tensors.ts";
 import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence } from "./kv.ts";
 
@@ -73,16 +73,7 @@ export class PaddedKvBackend implements KvBackend {
   async prefill(s: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array> {
     const seq = s as PaddedSequence;
     const past = seq.tokens.length;
-    const total = past + tokens.length;
-    const feeds = await this.decoder.feeds({
-      batch: 1,
-      width: tokens.length,
-      ids: tokens,
-      embeds,
-      mask: new Uint8Array(total).fill(1),
-      maskWidth: total,
-      positions: tokens.map((_, i) => past + i),
-    });
+    const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds));
     const out = await this.run(feeds, seq.arrays, [1, this.heads, past, this.dim]);
     seq.arrays = this.presents(out);
     seq.tokens.push(...tokens);

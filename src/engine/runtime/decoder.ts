@@ -12,6 +12,20 @@ export interface SessionOptions {
 }
 
 /** The non-KV inputs of one run: token ids, the attention mask and positions, row-major. */
+/** The inputs of one prompt chunk of a single sequence: `tokens` after `past` cached positions. */
+export function chunkInputs(tokens: number[], past: number, embeds?: Float32Array): StepInputs {
+  const total = past + tokens.length;
+  return {
+    batch: 1,
+    width: tokens.length,
+    ids: tokens,
+    embeds,
+    mask: new Uint8Array(total).fill(1),
+    maskWidth: total,
+    positions: tokens.map((_, i) => past + i),
+  };
+}
+
 export interface StepInputs {
   batch: number;
   /** Tokens per row in this run. */

@@ -136,22 +136,7 @@ export function buildSyntheticVlm(outDir: string, spec: SyntheticVlmSpec = {}): 
   writeJson(join(outDir, "tokenizer.json"), json);
   writeJson(join(outDir, "tokenizer_config.json"), { ...chatmlTokenizerConfig(addedTokens, contextLength), chat_template: VLM_CHAT_TEMPLATE, processor_class: "Idefics3Processor" });
   writeJson(join(outDir, "special_tokens_map.json"), CHATML_SPECIAL_TOKENS_MAP);
-  writeJson(join(outDir, "preprocessor_config.json"), {
-    do_convert_rgb: true,
-    do_image_splitting: true,
-    do_normalize: true,
-    do_pad: true,
-    do_rescale: true,
-    do_resize: true,
-    image_mean: [0.5, 0.5, 0.5],
-    image_processor_type: "Idefics3ImageProcessor",
-    image_std: [0.5, 0.5, 0.5],
-    max_image_size: { longest_edge: tileSize },
-    processor_class: "Idefics3Processor",
-    resample: 1,
-    rescale_factor: 1 / 255,
-    size: { longest_edge: longestEdge },
-  });
+  writeJson(join(outDir, "preprocessor_config.json"), idefics3PreprocessorConfig(tileSize, longestEdge));
   writeJson(join(outDir, "processor_config.json"), { image_seq_len: imageSeqLen, processor_class: "Idefics3Processor" });
   const sluice: SluiceJson = {
     id: spec.id ?? "synthetic/tiny-vlm",
@@ -172,4 +157,24 @@ export function buildSyntheticVlm(outDir: string, spec: SyntheticVlmSpec = {}): 
   };
   writeJson(join(outDir, "sluice.json"), sluice);
   return { dir: outDir, sluice, config, imageTokenId: id(IMAGE_TOKEN), imageSeqLen };
+}
+
+/** SmolVLM's preprocessor_config.json (Idefics3ImageProcessor) for a tile size and longest edge. */
+export function idefics3PreprocessorConfig(tileSize: number, longestEdge: number) {
+  return {
+    do_convert_rgb: true,
+    do_image_splitting: true,
+    do_normalize: true,
+    do_pad: true,
+    do_rescale: true,
+    do_resize: true,
+    image_mean: [0.5, 0.5, 0.5],
+    image_processor_type: "Idefics3ImageProcessor",
+    image_std: [0.5, 0.5, 0.5],
+    max_image_size: { longest_edge: tileSize },
+    processor_class: "Idefics3Processor",
+    resample: 1,
+    rescale_factor: 1 / 255,
+    size: { longest_edge: longestEdge },
+  };
 }
