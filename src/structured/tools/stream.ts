@@ -305,17 +305,25 @@ export class ToolCallStreamParser {
     }
   }
 
-  private argsChar(c: string): void {
-    this.argBuf += c;
+  /** Follows JSON strings and their escapes; says whether `c` opens or closes a bracket outside them. */
+  private bracket(c: string): "open" | "close" | null {
     if (this.inString) {
       if (this.escaped) this.escaped = false;
       else if (c === "\\") this.escaped = true;
       else if (c === '"') this.inString = false;
-      return;
+      return null;
     }
     if (c === '"') this.inString = true;
-    else if (c === "{" || c === "[") this.depth++;
-    else if (c === "}" || c === "]") {
+    else if (c === "{" || c === "[") return "open";
+    else if (c === "}" || c === "]") return "close";
+    return null;
+  }
+
+  private argsChar(c: string): void {
+    this.argBuf += c;
+    const bracket = this.bracket(c);
+    if (bracket === "open") this.depth++;
+    else if (bracket === "close") {
       this.depth--;
       if (this.depth === 0) {
         this.flushArgs();
@@ -343,15 +351,9 @@ export class ToolCallStreamParser {
       } else if (this.afterBuf.length > 4 * HERMES_END.length) this.afterBuf = this.afterBuf.slice(-HERMES_END.length);
       return;
     }
-    if (this.inString) {
-      if (this.escaped) this.escaped = false;
-      else if (c === "\\") this.escaped = true;
-      else if (c === '"') this.inString = false;
-      return;
-    }
-    if (c === '"') this.inString = true;
-    else if (c === "{" || c === "[") this.depth++;
-    else if (c === "}" || c === "]") {
+    const bracket = this.bracket(c);
+    if (bracket === "open") this.depth++;
+    else if (bracket === "close") {
       if (this.depth > 0) this.depth--;
       else {
         this.mode = "between";

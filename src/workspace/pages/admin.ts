@@ -1,5 +1,5 @@
 // Admin (operators only): accounts, users, model access per account, prices, plans and top-ups.
-import type { Plan, UserRole } from "../../store/index.ts";
+import type { Account, Plan, UserRole } from "../../store/index.ts";
 import { dateTime, usd } from "../format.ts";
 import { html, type Html } from "../html.ts";
 import { redirect } from "../http.ts";
@@ -118,6 +118,11 @@ function account(c: SignedCtx) {
   return a;
 }
 
+/** A change to the account named in the form, coming back to that account's section. */
+function accountChange(c: SignedCtx, fn: (a: Account) => string): Promise<Response> {
+  return change(c, () => fn(account(c)), `${BASE}/admin?account=${encodeURIComponent(c.field("account"))}`);
+}
+
 const PLANS: Plan[] = ["prepaid", "unlimited"];
 
 export const adminRoutes: Route[] = [
@@ -178,49 +183,34 @@ export const adminRoutes: Route[] = [
     method: "POST",
     path: "/admin/access",
     access: "operator",
-    handle: (c) => {
-      const a = c.store.accounts.get(c.field("account"));
-      return change(
-        c,
-        () => {
-          if (!a) throw new Error(`no account named ${c.field("account")}`);
-          if (c.field("all") === "on") {
-            c.store.catalog.allowAll(a.id);
-            return `${a.name} may use every served model`;
-          }
-          const want = new Set(c.fields("model"));
-          const have = new Set(c.store.catalog.listForAccount(a.id).map((m) => m.id));
-          for (const m of c.store.catalog.listServed()) {
-            if (want.has(m.id) && !have.has(m.id)) c.store.catalog.grant(a.id, m.id);
-            if (!want.has(m.id) && have.has(m.id)) c.store.catalog.revoke(a.id, m.id);
-          }
-          return `saved model access for ${a.name}`;
-        },
-        `${BASE}/admin?account=${encodeURIComponent(a?.name ?? "")}`,
-      );
-    },
+    handle: (c) =>
+      accountChange(c, (a) => {
+        if (c.field("all") === "on") {
+          c.store.catalog.allowAll(a.id);
+          return `${a.name} may use every served model`;
+        }
+        const want = new Set(c.fields("model"));
+        const have = new Set(c.store.catalog.listForAccount(a.id).map((m) => m.id));
+        for (const m of c.store.catalog.listServed()) {
+          if (want.has(m.id) && !have.has(m.id)) c.store.catalog.grant(a.id, m.id);
+          if (!want.has(m.id) && have.has(m.id)) c.store.catalog.revoke(a.id, m.id);
+        }
+        return `saved model access for ${a.name}`;
+      }),
   },
   {
     method: "POST",
     path: "/admin/limits",
     access: "operator",
-    handle: (c) => {
-      const a = c.store.accounts.get(c.field("account"));
-      return change(
-        c,
-        () => {
-          if (!a) throw new Error(`no account named ${c.field("account")}`);
-          const limits = {
-            requestsPerMinute: limitField(c, "rpm", "Requests per minute"),
-            tokensPerMinute: limitField(c, "tpm", "Tokens per minute"),
-            maxConcurrent: limitField(c, "concurrent", "Concurrent requests"),
-          };
-          c.store.limits.set(a.id, null, limits);
-          return `saved rate limits for ${a.name}`;
-        },
-        `${BASE}/admin?account=${encodeURIComponent(a?.name ?? "")}`,
-      );
-    },
+    handle: (c) =>
+      accountChange(c, (a) => {
+        c.store.limits.set(a.id, null, {
+          requestsPerMinute: limitField(c, "rpm", "Requests per minute"),
+          tokensPerMinute: limitField(c, "tpm", "Tokens per minute"),
+          maxConcurrent: limitField(c, "concurrent", "Concurrent requests"),
+        });
+        return `saved rate limits for ${a.name}`;
+      }),
   },
   {
     method: "POST",
