@@ -4,24 +4,11 @@ import { expect, test } from "bun:test";
 import { join } from "node:path";
 import { openSqliteStore } from "../../src/store/index.ts";
 import { syntheticModel } from "../helpers/models.ts";
-import { BUN, REPO, tempDir } from "../helpers/paths.ts";
+import { tempDir } from "../helpers/paths.ts";
+import { spawnServe } from "../helpers/serve-process.ts";
 
-async function startProcess(data: string, models: string) {
-  const proc = Bun.spawn([BUN, join(REPO, "src/cli/main.ts"), "serve", "--port", "0", "--data", data, "--models", models, "--no-demo", "--device", "cpu"], {
-    cwd: REPO,
-    stdout: "pipe",
-    stderr: "ignore",
-  });
-  const reader = proc.stdout.getReader();
-  let out = "";
-  while (!/at (http:\/\/\S+)\/v1/.test(out)) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`server exited early: ${out}`);
-    out += new TextDecoder().decode(value);
-  }
-  reader.releaseLock();
-  return { proc, url: /at (http:\/\/\S+)\/v1/.exec(out)![1]!, key: /(sk-sluice-[0-9A-Za-z]+)/.exec(out)?.[1] };
-}
+const startProcess = (data: string, models: string) =>
+  spawnServe(["--data", data, "--models", models, "--no-demo", "--device", "cpu"]);
 
 test("kill -9 under load loses no usage row of a completed response", async () => {
   const data = tempDir("sluice-crash-");
@@ -61,8 +48,7 @@ test("kill -9 under load loses no usage row of a completed response", async () =
     // And the server restarts on the same file.
     const again = await startProcess(data.path, models.path);
     expect((await fetch(`${again.url}/ready`)).status).toBe(200);
-    again.proc.kill("SIGTERM");
-    expect(await again.proc.exited).toBe(0);
+    expect(await again.stop()).toBe(0);
   } finally {
     data.remove();
     models.remove();

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { buildSyntheticModel } from "../../src/modelkit/index.ts";
 import { openSqliteStore } from "../../src/store/index.ts";
 import { BUN, REPO, tempDir } from "../helpers/paths.ts";
+import { spawnServe } from "../helpers/serve-process.ts";
 
 const MAIN = join(REPO, "src/cli/main.ts");
 let data: ReturnType<typeof tempDir>;
@@ -107,58 +108,29 @@ describe("sluice CLI", () => {
 
 describe("sluice serve", () => {
   async function serveOnce(dir: string): Promise<string> {
-    const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0", "--data", dir, "--models", join(dir, "models")], {
-      cwd: REPO,
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    const reader = proc.stdout.getReader();
-    let out = "";
-    const deadline = Date.now() + 60_000;
-    while (!out.includes("/v1") || !/\n\n$/.test(out)) {
-      const { value, done } = await reader.read();
-      if (done || Date.now() > deadline) break;
-      out += new TextDecoder().decode(value);
-    }
-    const url = /at (http:\/\/[^ ]+)\/v1/.exec(out)?.[1];
-    expect(url).toBeTruthy();
-    const ready = await fetch(`${url}/ready`);
-    expect(ready.status).toBe(200);
-    const key = /(sk-sluice-[0-9A-Za-z]+)/.exec(out)?.[1];
-    if (key) {
-      const models = (await (await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as {
+    const server = await spawnServe(["--data", dir, "--models", join(dir, "models")]);
+    expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+    if (server.key) {
+      const models = (await (await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${server.key}` } })).json()) as {
         data: { id: string }[];
       };
       expect(models.data.map((m) => m.id)).toEqual(["sluice/demo"]);
     }
-    proc.kill("SIGTERM");
-    expect(await proc.exited).toBe(0);
-    return out;
+    expect(await server.stop()).toBe(0);
+    return server.banner;
   }
 
   test("SIGHUP synchronises the catalog with the models directory", async () => {
     const dir = tempDir("sluice-hup-");
-    const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0", "--data", dir.path, "--models", join(dir.path, "models"), "--no-demo"], {
-      cwd: REPO,
-      stdout: "pipe",
-      stderr: "ignore",
-    });
+    const server = await spawnServe(["--data", dir.path, "--models", join(dir.path, "models"), "--no-demo"]);
     try {
-      const reader = proc.stdout.getReader();
-      let out = "";
-      while (!/at (http:\/\/\S+)\/v1[\s\S]*sk-sluice-\w+/.test(out)) {
-        const { value, done } = await reader.read();
-        if (done) throw new Error(`serve exited: ${out}`);
-        out += new TextDecoder().decode(value);
-      }
-      const url = /at (http:\/\/\S+)\/v1/.exec(out)![1]!;
-      const key = /(sk-sluice-\w+)/.exec(out)![1]!;
+      const { url, key } = server;
       const ids = async () =>
         ((await (await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] }).data.map((m) => m.id);
       expect(await ids()).toEqual([]);
       await buildSyntheticModel(join(dir.path, "models", "acme", "hup-1.0"), { preset: "tiny-bytes", seed: 3 });
       rmSync(join(dir.path, "models", "acme", "hup-1.0", "sluice.json"));
-      proc.kill("SIGHUP");
+      server.proc.kill("SIGHUP");
       let seen: string[] = [];
       for (let i = 0; i < 200 && seen.length === 0; i++) {
         await Bun.sleep(25);
@@ -167,8 +139,7 @@ describe("sluice serve", () => {
       // Named by its path below the models directory, as sluice.json's id is absent.
       expect(seen).toEqual(["acme/hup-1.0"]);
     } finally {
-      proc.kill("SIGTERM");
-      await proc.exited;
+      await server.stop();
       dir.remove();
     }
   }, 60_000);

@@ -3,10 +3,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { buildSyntheticVlm } from "../../src/modelkit/index.ts";
-import { BUN, REPO, tempDir } from "../helpers/paths.ts";
+import { tempDir } from "../helpers/paths.ts";
+import { spawnServe } from "../helpers/serve-process.ts";
 import { makeImage } from "./images.ts";
 
-const MAIN = join(REPO, "src/cli/main.ts");
 const dir = tempDir("sluice-vlm-serve-");
 let images: ReturnType<typeof Bun.serve>;
 
@@ -22,24 +22,9 @@ afterAll(() => {
 });
 
 async function serveAndAsk(flags: string[], env: Record<string, string>, data: string): Promise<{ status: number; body: { error?: { param: string; message: string }; usage?: { prompt_tokens: number } } }> {
-  const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0", "--no-demo", "--data", join(dir.path, data), "--models", join(dir.path, "models"), ...flags], {
-    env: { ...process.env, ...env },
-    cwd: REPO,
-    stdout: "pipe",
-    stderr: "ignore",
-  });
+  const server = await spawnServe(["--no-demo", "--data", join(dir.path, data), "--models", join(dir.path, "models"), ...flags], { env });
+  const { url, key } = server;
   try {
-    const reader = proc.stdout.getReader();
-    let out = "";
-    let url: string | undefined;
-    let key: string | undefined;
-    while (!(url && key)) {
-      const { done, value } = await reader.read();
-      if (done) throw new Error(`serve exited: ${out}`);
-      out += new TextDecoder().decode(value);
-      url = /at (http:\/\/[^\s]+)\/v1/.exec(out)?.[1];
-      key = /sk-sluice-[A-Za-z0-9_-]+/.exec(out)?.[0];
-    }
     const r = await fetch(`${url}/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
@@ -51,8 +36,7 @@ async function serveAndAsk(flags: string[], env: Record<string, string>, data: s
     });
     return { status: r.status, body: await r.json() };
   } finally {
-    proc.kill();
-    await proc.exited;
+    await server.stop();
   }
 }
 

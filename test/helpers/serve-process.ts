@@ -1,0 +1,47 @@
+// `sluice serve` as a real process on a free port, for tests and benchmarks that need the
+// process itself (signals, crashes, flags, environment variables).
+import { join } from "node:path";
+import { BUN, REPO } from "./paths.ts";
+
+export interface ServeProcess {
+  proc: Bun.Subprocess<"ignore", "pipe", "pipe" | "ignore" | "inherit">;
+  url: string;
+  /** Printed on a first start only. */
+  key: string | null;
+  /** Everything the process printed on stdout up to its banner. */
+  banner: string;
+  /** Sends the signal and resolves with the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number>;
+}
+
+/** Resolves once the banner (the base URL, and the key on a first start) has been printed. */
+export async function spawnServe(
+  args: string[],
+  opts: { env?: Record<string, string | undefined>; stderr?: "pipe" | "ignore" | "inherit" } = {},
+): Promise<ServeProcess> {
+  const proc = Bun.spawn([BUN, join(REPO, "src/cli/main.ts"), "serve", "--port", "0", ...args], {
+    cwd: REPO,
+    env: { ...process.env, ...opts.env },
+    stdout: "pipe",
+    stderr: opts.stderr ?? "ignore",
+  });
+  const reader = proc.stdout.getReader();
+  let banner = "";
+  // The banner is one write ending in a blank line.
+  while (!/at http:\/\/\S+\/v1[\s\S]*\n\n$/.test(banner)) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`serve exited before it was ready:\n${banner}`);
+    banner += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  return {
+    proc,
+    url: /at (http:\/\/\S+)\/v1/.exec(banner)![1]!,
+    key: /(sk-sluice-[0-9A-Za-z]+)/.exec(banner)?.[1] ?? null,
+    banner,
+    async stop(signal = "SIGTERM") {
+      proc.kill(signal);
+      return await proc.exited;
+    },
+  };
+}
