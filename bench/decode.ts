@@ -11,7 +11,7 @@ import { parseArgs } from "node:util";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
 import { startServerProcess } from "./server-process.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
-import { createSampler } from "../src/engine/sampling/index.ts";
+import { createSampler, DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
 import { StopMatcher } from "../src/engine/text/stop.ts";
 import { machine, median, table, writeSection } from "./report.ts";
 
@@ -118,8 +118,8 @@ async function overheadAt151k(): Promise<{ modelMs: number; greedyUs: number; sa
     for (let r = 0; r < 4; r++) rows.forEach(fn);
     return ((performance.now() - t) / (rows.length * 4)) * 1000;
   };
-  const greedy = createSampler({ temperature: 0, topP: 1, topK: 0, minP: 0, presencePenalty: 0, frequencyPenalty: 0, logitBias: {} }, tok.vocabSize);
-  const sampled = createSampler({ temperature: 0.7, topP: 0.9, topK: 0, minP: 0, presencePenalty: 0, frequencyPenalty: 0, logitBias: {}, seed: 1 }, tok.vocabSize);
+  const greedy = createSampler({ ...DEFAULT_SAMPLING, temperature: 0 }, tok.vocabSize);
+  const sampled = createSampler({ ...DEFAULT_SAMPLING, temperature: 0.7, topP: 0.9, seed: 1 }, tok.vocabSize);
   const detok = tok.createDetokenizer();
   const stop = new StopMatcher(["\n\nUser:"]);
   const greedyUs = time((l) => greedy.sample(l));

@@ -3,7 +3,7 @@
 // Run: bun bench/sampling.ts
 
 import { join } from "node:path";
-import { computeLogprobs, createMask, createRandom, createSampler } from "../src/engine/sampling/index.ts";
+import { computeLogprobs, createMask, createRandom, createSampler, DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
 import { StopMatcher } from "../src/engine/text/stop.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import type { SamplingParams } from "../src/engine/types.ts";
@@ -31,16 +31,7 @@ function time(label: string, iterations: number, fn: (i: number) => void): [stri
   return [label, ((performance.now() - t0) * 1000) / iterations];
 }
 
-const base: SamplingParams = {
-  temperature: 1,
-  topP: 1,
-  topK: 0,
-  minP: 0,
-  presencePenalty: 0,
-  frequencyPenalty: 0,
-  logitBias: {},
-  seed: 1,
-};
+const base: SamplingParams = { ...DEFAULT_SAMPLING, seed: 1 };
 
 const rows = makeRows();
 const counts = new Map<number, number>();

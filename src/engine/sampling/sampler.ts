@@ -12,6 +12,17 @@ import { VocabWeights } from "./vocab-weights.ts";
 /** Up to this k, top-k selects with a heap in one pass over the logits. */
 const HEAP_TOP_K = 4096;
 
+/** The OpenAI API's defaults: every processor and filter off, temperature 1, no seed. */
+export const DEFAULT_SAMPLING: Readonly<SamplingParams> = {
+  temperature: 1,
+  topP: 1,
+  topK: 0,
+  minP: 0,
+  presencePenalty: 0,
+  frequencyPenalty: 0,
+  logitBias: {},
+};
+
 export class NoAllowedTokenError extends Error {
   constructor() {
     super("no token is allowed: the mask and logit_bias exclude every token");

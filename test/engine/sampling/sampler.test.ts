@@ -8,19 +8,11 @@ import {
   createMask,
   createRandom,
   createSampler,
+  DEFAULT_SAMPLING,
 } from "../../../src/engine/sampling/index.ts";
 import type { SamplingParams } from "../../../src/engine/types.ts";
 
-const base: SamplingParams = {
-  temperature: 1,
-  topP: 1,
-  topK: 0,
-  minP: 0,
-  presencePenalty: 0,
-  frequencyPenalty: 0,
-  logitBias: {},
-  seed: 1234,
-};
+const base: SamplingParams = { ...DEFAULT_SAMPLING, seed: 1234 };
 const params = (p: Partial<SamplingParams>): SamplingParams => ({ ...base, ...p });
 
 function softmax(logits: number[], t = 1): number[] {
