@@ -19,6 +19,33 @@ export interface Grammar {
   readonly callReturn: Int32Array;
   /** Start state of the root rule; the text is complete when the root rule ends with an empty stack. */
   readonly start: number;
+  /** Per state, the rule it belongs to; rule r's states start at ruleBase[r]. */
+  readonly ruleOf: Int32Array;
+  readonly ruleBase: Int32Array;
+  /**
+   * Per rule, its automaton's content when the rule calls nothing (string contents, numbers,
+   * formats, enums), else null. Equal keys mean equal automata state for state, so per-state
+   * token masks of such rules are shared across grammars (see state-masks.ts).
+   */
+  readonly leafKeys: readonly (string | null)[];
+}
+
+/** The automaton of a rule without calls as text (runs of equal targets per state), else null. */
+function leafKey(r: RuleDfa): string | null {
+  for (const c of r.calls) if (c.length) return null;
+  let key = "";
+  for (let s = 0; s < r.count; s++) {
+    key += r.final[s] ? "F" : "|";
+    let b = 0;
+    while (b < 256) {
+      const t = r.next[s * 256 + b];
+      let e = b;
+      while (e + 1 < 256 && r.next[s * 256 + e + 1] === t) e++;
+      if (t >= 0) key += `${b}-${e}>${t};`;
+      b = e + 1;
+    }
+  }
+  return key;
 }
 
 export class GrammarError extends Error {}
@@ -64,8 +91,10 @@ export class GrammarBuilder {
     const callOffset = new Int32Array(total + 1);
     const starts: number[] = [];
     const returns: number[] = [];
+    const ruleOf = new Int32Array(total);
     this.rules.forEach((r, i) => {
       const b = base[i];
+      ruleOf.fill(i, b, b + r!.count);
       for (let s = 0; s < r!.count; s++) {
         const g = b + s;
         for (let c = 0; c < 256; c++) {
@@ -95,6 +124,9 @@ export class GrammarBuilder {
       callStart: Int32Array.from(starts),
       callReturn: Int32Array.from(returns),
       start: base[root],
+      ruleOf,
+      ruleBase: Int32Array.from(base),
+      leafKeys: this.rules.map((r) => leafKey(r!)),
     };
   }
 }

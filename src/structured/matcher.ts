@@ -11,7 +11,7 @@ import { completionDistances } from "./distances.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import { type StateMask, stateMask, stateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
-import { bitsToIds, Levels, setBit, walk } from "./token-walk.ts";
+import { Levels, rangesToIds, setBit, walk } from "./token-walk.ts";
 
 /**
  * Applies a token mask to a row of logits: disallowed tokens (and ids past the mask, such as
@@ -38,6 +38,7 @@ export class GrammarMatcher {
   private readonly stopIds: ReadonlySet<number>;
   private history: Configs[];
   private terminated = false;
+  private readonly ranges: number[] = [];
 
   constructor(
     readonly grammar: Grammar,
@@ -107,11 +108,12 @@ export class GrammarMatcher {
       if (!ids) {
         const parent = new Configs();
         parent.addClosure(g, this.pool, st.ret, st.next);
-        const scratch = new Uint32Array(this.maskWords);
+        const ranges = this.ranges;
+        ranges.length = 0;
         if (parent.size > 0) {
-          for (const node of m.boundaries) walk(g, this.vocab.trie, this.pool, this.levels, node, parent, scratch, null);
+          for (const node of m.boundaries) walk(g, this.vocab.trie, this.pool, this.levels, node, parent, ranges, null);
         }
-        ids = bitsToIds(scratch);
+        ids = rangesToIds(this.vocab.trie, ranges);
         this.pool.continuations.set(key, ids);
       }
       for (let k = 0; k < ids.length; k++) setBit(mask, ids[k]);

@@ -22,11 +22,35 @@ export function bitsToIds(mask: Uint32Array): Int32Array {
   return Int32Array.from(out);
 }
 
-function markTokens(trie: TokenTrie, node: number, mask: Uint32Array): void {
-  const n = trie.tokCount[node];
-  if (n === 0) return;
-  const start = trie.tokStart[node];
-  for (let k = 0; k < n; k++) setBit(mask, trie.sortedIds[start + k]);
+/**
+ * Accepted tokens as ranges [lo, hi) of trie.sortedIds, flat pairs: a walk records a whole
+ * accepted subtree in one push, and the caller picks the representation (id list or bitmask)
+ * from the total without scanning a vocabulary-sized bitmask.
+ */
+export function rangesCount(ranges: readonly number[]): number {
+  let n = 0;
+  for (let k = 0; k < ranges.length; k += 2) n += ranges[k + 1] - ranges[k];
+  return n;
+}
+
+export function rangesToIds(trie: TokenTrie, ranges: readonly number[]): Int32Array {
+  const out = new Int32Array(rangesCount(ranges));
+  let o = 0;
+  for (let k = 0; k < ranges.length; k += 2) {
+    out.set(trie.sortedIds.subarray(ranges[k], ranges[k + 1]), o);
+    o += ranges[k + 1] - ranges[k];
+  }
+  return out;
+}
+
+export function rangesToBits(trie: TokenTrie, ranges: readonly number[], mask: Uint32Array): void {
+  const ids = trie.sortedIds;
+  for (let k = 0; k < ranges.length; k += 2) {
+    for (let j = ranges[k]; j < ranges[k + 1]; j++) {
+      const id = ids[j];
+      mask[id >>> 5] |= 1 << (id & 31);
+    }
+  }
 }
 
 /**
@@ -111,7 +135,7 @@ function plainRuns(g: Grammar): Int32Array {
 
 /**
  * Walks the subtree below `root` (exclusive) starting from `start`; marks tokens that can be fully
- * consumed. With `boundaries`, reaching the bottom of the stack mid-token is recorded instead of
+ * consumed (as ranges, see rangesCount). With `boundaries`, reaching the bottom of the stack mid-token is recorded instead of
  * counting as an ending (the local, stack-independent walk).
  */
 export function walk(
@@ -121,7 +145,7 @@ export function walk(
   levels: Levels,
   root: number,
   start: Configs,
-  mask: Uint32Array,
+  out: number[],
   boundaries: number[] | null,
 ): void {
   const base = trie.depth[root];
@@ -145,10 +169,7 @@ export function walk(
     if (ps >= 0) {
       const ph = plainHeight[i];
       if (ph > 0 && runs[ps] >= ph) {
-        for (let k = subLo[i]; k < subHi[i]; k++) {
-          const id = sortedIds[k];
-          mask[id >>> 5] |= 1 << (id & 31);
-        }
+        if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
         i = end[i];
         continue;
       }
@@ -161,13 +182,7 @@ export function walk(
         fastState[d] = t;
         fastStack[d] = fastStack[d - 1];
         const n = tokCount[i];
-        if (n) {
-          const first = tokStart[i];
-          for (let k = 0; k < n; k++) {
-            const id = sortedIds[first + k];
-            mask[id >>> 5] |= 1 << (id & 31);
-          }
-        }
+        if (n) out.push(tokStart[i], tokStart[i] + n);
         i++;
         continue;
       }
@@ -178,7 +193,7 @@ export function walk(
       cur = levels.at(d);
       (d === 1 ? start : levels.at(d - 1)).step(g, pool, b, cur);
     }
-    if (cur.size > 0 || cur.bottom) markTokens(trie, i, mask);
+    if ((cur.size > 0 || cur.bottom) && tokCount[i]) out.push(tokStart[i], tokStart[i] + tokCount[i]);
     if (boundaries && cur.bottom && end[i] > i + 1) boundaries.push(i);
     if (cur.size === 0) {
       i = end[i];
