@@ -1,11 +1,13 @@
 // The KV cache for GroupQueryAttention graphs (shared past/present buffer): sequences live in
 // rows of per-capacity pools, one [rows, kv_heads, capacity, head_dim] buffer per layer's key and
 // value. A decode step feeds the first rows of a pool as one batch (right padded, each row's
-// tokens at [0, length)) and passes the same buffers as the present outputs, so ONNX Runtime
-// writes the new position of every row in place: no cache is copied into a new tensor per step.
+// tokens at [0, length)) as the past. The decoder's step outputs (runtime/step-kv-outputs.ts) give
+// the positions the run added, which are copied into their rows: no cache is copied into a new
+// tensor per step. A graph loaded without step outputs gets the same buffers as its present
+// outputs, so ONNX Runtime writes in place (and the binding copies each present back).
 import type * as ort from "onnxruntime-node";
 import { chunkInputs, type DecoderSession } from "../runtime/decoder.ts";
-import { floatTensor } from "../runtime/tensors.ts";
+import { floatTensor, halfBits } from "../runtime/tensors.ts";
 import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence } from "./kv.ts";
 
 class FusedSequence implements Sequence {
@@ -70,11 +72,11 @@ export class FusedKvBackend implements KvBackend {
   }
 
   /**
-   * Where a sequence that needs `needed` positions lives now. The binding copies every fetched
-   * present back to JavaScript, so a step costs rows × pool capacity: a sequence sits in the
-   * smallest class that holds it and moves up as it grows (one copy per doubling), rather than in
-   * the class of its whole reservation. It joins a running pool of a slightly larger class rather
-   * than start a batch of one.
+   * Where a sequence that needs `needed` positions lives now. Attention and ONNX Runtime's buffers
+   * for the present scale with rows × pool capacity (and, without step outputs, so does the
+   * binding's copy of each present): a sequence sits in the smallest class that holds it and moves
+   * up as it grows (one copy per doubling), rather than in the class of its whole reservation. It
+   * joins a running pool of a slightly larger class rather than start a batch of one.
    */
   private classFor(needed: number, reservation: number): number {
     const c = Math.min(this.capacityFor(needed), reservation);
@@ -162,18 +164,49 @@ export class FusedKvBackend implements KvBackend {
     );
   }
 
+  /**
+   * One run over `rows` consecutive pool rows from `firstRow`. `writes` are the rows whose new
+   * positions must land in the cache (batch row, the position of its first new token): with step
+   * outputs only those are copied in; without them ONNX Runtime writes every row in place and the
+   * binding copies each present back whole.
+   */
   private async run(
     feeds: Record<string, ort.Tensor>,
-    kv: ort.Tensor[],
+    pool: Pool,
+    firstRow: number,
+    rows: number,
+    writes: [row: number, position: number][],
   ): Promise<ort.Tensor> {
-    const { spec } = this.decoder;
+    const { spec, stepKv } = this.decoder;
+    const kv = this.views(pool, firstRow, rows);
     const fetches: Record<string, ort.Tensor | null> = { [spec.logits]: null };
     spec.layers.forEach((l, i) => {
-      feeds[l.pastKey] = fetches[l.presentKey] = kv[2 * i]!;
-      feeds[l.pastValue] = fetches[l.presentValue] = kv[2 * i + 1]!;
+      feeds[l.pastKey] = kv[2 * i]!;
+      feeds[l.pastValue] = kv[2 * i + 1]!;
+      if (stepKv) {
+        fetches[stepKv[i]!.key] = fetches[stepKv[i]!.value] = null;
+      } else {
+        fetches[l.presentKey] = kv[2 * i]!;
+        fetches[l.presentValue] = kv[2 * i + 1]!;
+      }
     });
     const out = await this.decoder.session.run(feeds, fetches as ort.InferenceSession.FetchesType);
+    if (stepKv) {
+      stepKv.forEach((names, i) => {
+        this.writeStep(out[names.key]!, pool.arrays![2 * i]!, pool, firstRow, writes);
+        this.writeStep(out[names.value]!, pool.arrays![2 * i + 1]!, pool, firstRow, writes);
+      });
+    }
     return out[spec.logits]!;
+  }
+
+  /** Copies a step output [rows, heads, tokens, dim] into the rows' places in a pool buffer. */
+  private writeStep(t: ort.Tensor, dst: KvArray, pool: Pool, firstRow: number, writes: [number, number][]): void {
+    const src: KvArray = t.type === "float16" ? halfBits(t.data) : (t.data as Float32Array);
+    const tokens = t.dims[2]!;
+    for (const [row, position] of writes) {
+      copyHeads(src, row * this.heads * tokens * this.dim, tokens, dst, (firstRow + row) * pool.stride + position * this.dim, pool.capacity, this.heads, this.dim, tokens);
+    }
   }
 
   async prefill(s: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array> {
@@ -184,7 +217,7 @@ export class FusedKvBackend implements KvBackend {
     // One position to spare: a decode step of the pool writes a placeholder past a prefilling row.
     this.ensure(seq, Math.min(total + 1, seq.capacity));
     const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds));
-    const logits = await this.run(feeds, this.views(seq.pool!, seq.row, 1));
+    const logits = await this.run(feeds, seq.pool!, seq.row, 1, [[0, past]]);
     seq.tokens.push(...tokens);
     return this.decoder.logitsAt(logits, 0, tokens.length - 1, tokens.length);
   }
@@ -204,8 +237,8 @@ export class FusedKvBackend implements KvBackend {
     });
     for (const [pool, members] of byPool) {
       // Rows past the last member are left out; rows in between that are not decoding (still
-      // prefilling) ride along with a dummy token written past their valid length, where their
-      // next prefill chunk overwrites it.
+      // prefilling) ride along with a dummy token past their valid length, which is either not
+      // written (step outputs) or overwritten by their next prefill chunk.
       let rows = 0;
       for (const seq of members.keys()) rows = Math.max(rows, seq.row + 1);
       let width = 0;
@@ -213,15 +246,19 @@ export class FusedKvBackend implements KvBackend {
       const ids = new Array<number>(rows).fill(0);
       const positions = new Array<number>(rows);
       const mask = new Uint8Array(rows * width);
+      const writes: [number, number][] = [];
       for (let r = 0; r < rows; r++) {
         const seq = pool.rows[r]!;
         const i = members.get(seq);
-        if (i !== undefined) ids[r] = tokens[i]!;
         const len = Math.min(seq.tokens.length + 1, pool.capacity);
+        if (i !== undefined) {
+          ids[r] = tokens[i]!;
+          writes.push([r, len - 1]);
+        }
         positions[r] = len - 1;
         mask.fill(1, r * width, r * width + len);
       }
-      const logits = await this.run(await this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), this.views(pool, 0, rows));
+      const logits = await this.run(await this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), pool, 0, rows, writes);
       for (const [seq, i] of members) {
         seq.tokens.push(tokens[i]!);
         result[i] = this.decoder.logitsAt(logits, seq.row, 0, 1);

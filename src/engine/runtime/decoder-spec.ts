@@ -86,6 +86,11 @@ export function locateModelFiles(dir: string): ModelFiles {
   return { onnxPath, config, genai, card: readJson<SluiceGraphCard>(join(dir, "sluice.json")) };
 }
 
+/** Whether the directory's card or genai_config says the graph's past and present share a buffer. */
+export function declaresSharedBuffer(files: ModelFiles): boolean {
+  return files.card?.graph?.past_present_share_buffer === true || files.genai?.search?.past_present_share_buffer === true;
+}
+
 const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
 
 function dtypeOf(t: TensorInfo, what: string): KvDType {
@@ -158,7 +163,7 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
     headDim,
     vocabSize,
     contextLength,
-    sharedBuffer: files.card?.graph?.past_present_share_buffer === true || files.genai?.search?.past_present_share_buffer === true,
+    sharedBuffer: declaresSharedBuffer(files),
     maxCacheLength: num(files.card?.graph?.max_cache_length) ?? num(files.genai?.search?.max_length) ?? contextLength,
   };
 }

@@ -1,9 +1,10 @@
 // One decoder session: the ONNX Runtime session and what its graph expects. The KV caches and
 // batched runs that feed it live in src/engine/batching.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import * as ort from "onnxruntime-node";
-import { decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
+import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
+import { addStepKvOutputs, type StepOutputNames } from "./step-kv-outputs.ts";
 import { floatInput, floatSlice, floatTensor, int64Tensor, reusable } from "./tensors.ts";
 
 export interface SessionOptions {
@@ -55,6 +56,11 @@ export class DecoderSession {
     readonly provider: string,
     /** The embed_tokens graph of a split (vision-language) export: input_ids -> inputs_embeds. */
     readonly embedder: ort.InferenceSession | null,
+    /**
+     * Per layer (as spec.layers), outputs holding only the positions a run adds, for
+     * shared-buffer graphs loaded through addStepKvOutputs; null when the presents must be fetched.
+     */
+    readonly stepKv: StepOutputNames[] | null,
   ) {}
 
   static async create(dir: string, opts: SessionOptions): Promise<DecoderSession> {
@@ -65,7 +71,15 @@ export class DecoderSession {
       ...(opts.threads > 0 ? { intraOpNumThreads: opts.threads } : {}),
       interOpNumThreads: 1,
     };
-    const session = await ort.InferenceSession.create(files.onnxPath, sessionOptions);
+    // Shared-buffer graphs get outputs with only the new positions (see step-kv-outputs.ts).
+    const stepGraph = declaresSharedBuffer(files) ? addStepKvOutputs(readFileSync(files.onnxPath)) : null;
+    const session = stepGraph
+      ? await ort.InferenceSession.create(stepGraph.bytes, {
+          ...sessionOptions,
+          // Loaded from memory: external weights are found next to the original file.
+          extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
+        })
+      : await ort.InferenceSession.create(files.onnxPath, sessionOptions);
     const meta = (list: readonly ort.InferenceSession.ValueMetadata[]): TensorInfo[] =>
       list.map((m) => ({
         name: m.name,
@@ -73,13 +87,15 @@ export class DecoderSession {
         shape: m.isTensor ? [...m.shape] : [],
       }));
     const spec = decoderSpec(files, meta(session.inputMetadata), meta(session.outputMetadata));
+    const stepKv = stepGraph ? spec.layers.map((l) => stepGraph.outputs.get(l.pastKey) ?? null) : null;
+    const complete = stepKv?.every((o): o is StepOutputNames => o !== null) ? (stepKv as StepOutputNames[]) : null;
     let embedder: ort.InferenceSession | null = null;
     if (spec.inputsEmbeds) {
       const path = join(dirname(files.onnxPath), "embed_tokens.onnx");
       if (!existsSync(path)) throw new Error(`the decoder takes ${spec.inputsEmbeds} but there is no ${path.slice(dir.length + 1)}`);
       embedder = await ort.InferenceSession.create(path, sessionOptions);
     }
-    return new DecoderSession(session, spec, opts.providers[0]!, embedder);
+    return new DecoderSession(session, spec, opts.providers[0]!, embedder, complete);
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */

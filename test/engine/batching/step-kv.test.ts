@@ -1,0 +1,104 @@
+// The step outputs added to GroupQueryAttention graphs hold exactly the positions a run writes:
+// a cache kept by copying them in gives the same logits and the same cache as ONNX Runtime
+// writing the shared buffer in place, over a prefill and decode steps of right-padded rows of
+// different lengths, in float32 and float16.
+import { afterAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import * as ort from "onnxruntime-node";
+import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
+import { addStepKvOutputs } from "../../../src/engine/runtime/step-kv-outputs.ts";
+import { floatTensor, halfBits, int64Tensor } from "../../../src/engine/runtime/tensors.ts";
+import { buildSyntheticModel } from "../../../src/modelkit/index.ts";
+import { tempDir } from "../../helpers/paths.ts";
+
+const CAP = 32;
+const root = tempDir("sluice-step-kv-");
+afterAll(() => root.remove());
+const ROWS = 3;
+
+type Kv = Float32Array | Uint16Array;
+
+async function check(dtype: "float32" | "float16") {
+  const info = await buildSyntheticModel(join(root.path, dtype), { preset: "tiny-qwen3", variant: "fused", dtype, seed: 3 });
+  const path = join(info.dir, "onnx", "model.onnx");
+  const plain = await ort.InferenceSession.create(path);
+  const step = addStepKvOutputs(readFileSync(path));
+  expect(step).not.toBeNull();
+  const stepped = await ort.InferenceSession.create(step!.bytes);
+  const layers = plain.inputNames.filter((n) => n.startsWith("past_key_values.") && n.endsWith(".key"));
+  expect(step!.outputs.size).toBe(layers.length);
+  const meta = plain.inputMetadata.find((m) => m.name === layers[0]) as { shape: number[] };
+  const [heads, dim] = [meta.shape[1]!, meta.shape[3]!];
+  const alloc = () => layers.flatMap(() => [0, 1].map((): Kv => (dtype === "float16" ? new Uint16Array(ROWS * heads * CAP * dim) : new Float32Array(ROWS * heads * CAP * dim))));
+  const inPlace = alloc();
+  const copied = alloc();
+
+  const feeds = (ids: number[][], lens: number[], width: number, kv: Kv[], rows: number) => {
+    const t = ids[0]!.length;
+    const mask = lens.flatMap((l) => Array.from({ length: width }, (_, j) => (j < l ? 1 : 0)));
+    const f: Record<string, ort.Tensor> = {
+      input_ids: int64Tensor(ids.flat(), [rows, t]),
+      attention_mask: int64Tensor(mask, [rows, width]),
+    };
+    if (plain.inputNames.includes("position_ids")) f.position_ids = int64Tensor(lens.flatMap((l) => Array.from({ length: t }, (_, i) => l - t + i)), [rows, t]);
+    layers.forEach((name, i) => {
+      f[name] = floatTensor(dtype, kv[2 * i]!.subarray(0, rows * heads * CAP * dim), [rows, heads, CAP, dim]);
+      f[name.replace(/key$/, "value")] = floatTensor(dtype, kv[2 * i + 1]!.subarray(0, rows * heads * CAP * dim), [rows, heads, CAP, dim]);
+    });
+    return f;
+  };
+  const logitsOf = (t: ort.Tensor) => Array.from(dtype === "float16" ? halfBits(t.data) : (t.data as Float32Array));
+
+  async function both(ids: number[][], lens: number[], width: number) {
+    const rows = ids.length;
+    const a = feeds(ids, lens, width, inPlace, rows);
+    const fetches: Record<string, ort.Tensor | null> = { logits: null };
+    layers.forEach((name, i) => {
+      fetches[`present.${i}.key`] = a[name]!;
+      fetches[`present.${i}.value`] = a[name.replace(/key$/, "value")]!;
+    });
+    const outA = await plain.run(a, fetches as ort.InferenceSession.FetchesType);
+    const b = feeds(ids, lens, width, copied, rows);
+    const names = layers.map((n) => step!.outputs.get(n)!);
+    const outB = await stepped.run(b, ["logits", ...names.flatMap((n) => [n.key, n.value])]);
+    const t = ids[0]!.length;
+    names.forEach((n, i) => {
+      for (const [which, name] of [[0, n.key], [1, n.value]] as const) {
+        const out = outB[name]!;
+        expect(out.dims).toEqual([rows, heads, t, dim]);
+        const src = dtype === "float16" ? halfBits(out.data) : (out.data as Float32Array);
+        const dst = copied[2 * i + which]!;
+        for (let r = 0; r < rows; r++) {
+          for (let h = 0; h < heads; h++) dst.set(src.subarray((r * heads + h) * t * dim, ((r * heads + h) * t + t) * dim), ((r * heads + h) * CAP + lens[r]! - t) * dim);
+        }
+      }
+    });
+    expect(logitsOf(outB.logits!)).toEqual(logitsOf(outA.logits!));
+  }
+
+  // Row 0 prefills 6 tokens alone; then all three rows decode with different lengths.
+  await both([[11, 12, 13, 14, 15, 16]], [6], 6);
+  for (let s = 0; s < 4; s++) await both([[20 + s], [30 + s], [40 + s]], [7 + s, 1 + s, 1 + s], 7 + s);
+  inPlace.forEach((a, i) => expect(Array.from(copied[i]!)).toEqual(Array.from(a)));
+}
+
+describe("step KV outputs of GroupQueryAttention graphs", () => {
+  test("float32: same logits and cache as the in-place shared buffer", () => check("float32"));
+  test("float16: same logits and cache as the in-place shared buffer", () => check("float16"));
+
+  test("a decoder with external weights is loaded from memory with its weights found beside the file", async () => {
+    const info = await buildSyntheticModel(join(root.path, "external"), { preset: "tiny-bytes", variant: "fused", seed: 5, externalDataThreshold: 0 });
+    const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    expect(d.stepKv).toHaveLength(d.spec.layers.length);
+    const logits = await d.forward([1, 2, 3], d.emptyCache());
+    expect(logits.length).toBe(d.spec.vocabSize);
+    expect(logits.every(Number.isFinite)).toBe(true);
+    await d.release();
+  });
+
+  test("a graph without GroupQueryAttention is left alone", async () => {
+    const info = await buildSyntheticModel(join(root.path, "standard"), { preset: "tiny-qwen3", variant: "standard", seed: 3 });
+    expect(addStepKvOutputs(readFileSync(join(info.dir, "onnx", "model.onnx")))).toBeNull();
+  });
+});
