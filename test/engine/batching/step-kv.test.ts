@@ -28,7 +28,7 @@ async function check(dtype: "float32" | "float16") {
   const stepped = await ort.InferenceSession.create(step!.bytes);
   const layers = plain.inputNames.filter((n) => n.startsWith("past_key_values.") && n.endsWith(".key"));
   expect(step!.outputs.size).toBe(layers.length);
-  const meta = plain.inputMetadata.find((m) => m.name === layers[0]) as { shape: number[] };
+  const meta = plain.inputMetadata.find((m) => m.name === layers[0]) as unknown as { shape: number[] };
   const [heads, dim] = [meta.shape[1]!, meta.shape[3]!];
   const alloc = () => layers.flatMap(() => [0, 1].map((): Kv => (dtype === "float16" ? new Uint16Array(ROWS * heads * CAP * dim) : new Float32Array(ROWS * heads * CAP * dim))));
   const inPlace = alloc();
