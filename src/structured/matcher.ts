@@ -94,8 +94,10 @@ export class GrammarMatcher {
       let m = this.masks[s];
       if (!m) m = this.masks[s] = stateMask(g, this.vocab, s);
       const acc = m.accepted;
-      if (acc) for (let w = 0; w < words; w++) mask[w] |= acc[w];
-      else {
+      if (acc) {
+        if (i === 0) mask.set(acc.length > words ? acc.subarray(0, words) : acc);
+        else for (let w = 0; w < words; w++) mask[w] |= acc[w];
+      } else {
         const ids = m.acceptedIds!;
         for (let k = 0; k < ids.length; k++) setBit(mask, ids[k]);
       }

@@ -1,10 +1,11 @@
 // Per resting state, what it allows whatever the stack below holds: computed once per state and
 // vocabulary, shared between grammars when the automata behind two states are the same.
 
+import { contentBase } from "./content-base.ts";
 import type { Grammar } from "./grammar.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
-import { Levels, rangesCount, rangesToBits, rangesToIds, walk } from "./token-walk.ts";
+import { contentRun, Levels, rangesCount, rangesToBits, rangesToIds, walk } from "./token-walk.ts";
 
 /** What one resting state allows, independent of the stack below it. */
 export interface StateMask {
@@ -63,11 +64,18 @@ function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
   start.clear();
   start.states.push(s);
   start.stacks.push(null);
-  walk(g, vocab.trie, pool, levels, 0, start, ranges, boundaries);
+  const run = contentRun(g, s);
+  walk(g, vocab.trie, pool, levels, 0, start, ranges, boundaries, run);
   const b = Int32Array.from(boundaries);
   // Most states allow a handful of tokens: a list keeps thousands of cached states small.
-  if (rangesCount(ranges) <= SPARSE_LIMIT) return { accepted: null, acceptedIds: rangesToIds(vocab.trie, ranges), boundaries: b };
-  const accepted = new Uint32Array((vocab.size + 31) >>> 5);
+  if (run === 0 && rangesCount(ranges) <= SPARSE_LIMIT) return { accepted: null, acceptedIds: rangesToIds(vocab.trie, ranges), boundaries: b };
+  // Dense masks are copied whole into the step's mask (a memcpy even before the JIT warms up).
+  let accepted: Uint32Array;
+  if (run > 0) {
+    const content = contentBase(vocab, run);
+    accepted = content.bits.slice();
+    for (const id of content.extra) accepted[id >>> 5] |= 1 << (id & 31);
+  } else accepted = new Uint32Array((vocab.size + 31) >>> 5);
   rangesToBits(vocab.trie, ranges, accepted);
   return { accepted, acceptedIds: null, boundaries: b };
 }

@@ -3,7 +3,8 @@
 
 import type { Grammar } from "./grammar.ts";
 import { Configs, type StackPool, type Stack, simpleStates } from "./parser-state.ts";
-import type { TokenTrie } from "./trie.ts";
+import { classRun, classRuns } from "./class-runs.ts";
+import { contentStep, type TokenTrie } from "./trie.ts";
 
 export const setBit = (mask: Uint32Array, id: number) => {
   mask[id >>> 5] |= 1 << (id & 31);
@@ -133,10 +134,106 @@ function plainRuns(g: Grammar): Int32Array {
   return runs;
 }
 
+const UNKNOWN = -1;
+const charRunCache = new WeakMap<Grammar, Int32Array>();
+
+/**
+ * The state every unescaped character leads to from s, when it is the same for all of them (the
+ * bytes of multi-byte characters going through simple states only), else -1. Bytes outside string
+ * content (quote, backslash, controls) are not looked at: subtrees holding them are walked.
+ */
+function uniformCharTarget(g: Grammar, simple: Uint8Array, s: number): number {
+  if (!simple[s]) return -1;
+  const next = g.next;
+  const row = s * 256;
+  const t = next[row + 0x20];
+  if (t < 0 || !simple[t]) return -1;
+  const todo: number[] = [];
+  for (let b = 0x20; b < 0x100; b++) {
+    const q = contentStep(0, b);
+    if (q < 0) continue;
+    const x = next[row + b];
+    if (q === 0) {
+      if (x !== t) return -1;
+    } else {
+      if (x < 0 || !simple[x]) return -1;
+      todo.push(x, q);
+    }
+  }
+  const seen = new Set<number>();
+  while (todo.length) {
+    const q = todo.pop()!;
+    const x = todo.pop()!;
+    const key = x * 8 + q;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    for (let b = 0x80; b < 0xc0; b++) {
+      const q2 = contentStep(q, b);
+      if (q2 < 0) continue;
+      const y = next[x * 256 + b];
+      if (q2 === 0) {
+        if (y !== t) return -1;
+      } else {
+        if (y < 0 || !simple[y]) return -1;
+        todo.push(y, q2);
+      }
+    }
+  }
+  return t;
+}
+
+/**
+ * How many characters of string content (see TokenTrie.contentChars) can be read from s through
+ * uniform targets: the generalisation of plainRuns to any UTF-8 text, computed per state on first
+ * need (a counted string follows its chain of positions once).
+ */
+function charRun(g: Grammar, simple: Uint8Array, memo: Int32Array, s0: number): number {
+  const chain: number[] = [];
+  let s = s0;
+  let tail = 0;
+  for (;;) {
+    if (memo[s] !== UNKNOWN) {
+      tail = memo[s];
+      break;
+    }
+    if (chain.includes(s)) {
+      tail = UNBOUNDED_RUN;
+      break;
+    }
+    const t = uniformCharTarget(g, simple, s);
+    if (t < 0) {
+      memo[s] = 0;
+      tail = 0;
+      break;
+    }
+    chain.push(s);
+    s = t;
+  }
+  for (let k = chain.length - 1; k >= 0; k--) {
+    tail = tail >= UNBOUNDED_RUN ? UNBOUNDED_RUN : tail + 1;
+    memo[chain[k]] = tail;
+  }
+  return memo[s0];
+}
+
+function charRuns(g: Grammar): Int32Array {
+  let memo = charRunCache.get(g);
+  if (!memo) charRunCache.set(g, (memo = new Int32Array(g.stateCount).fill(UNKNOWN)));
+  return memo;
+}
+
+/** Characters of any string content state s reads through uniform states (0: s is no such state). */
+export function contentRun(g: Grammar, s: number): number {
+  const memo = charRuns(g);
+  return memo[s] === UNKNOWN ? charRun(g, simpleStates(g), memo, s) : memo[s];
+}
+
 /**
  * Walks the subtree below `root` (exclusive) starting from `start`; marks tokens that can be fully
  * consumed (as ranges, see rangesCount). With `boundaries`, reaching the bottom of the stack mid-token is recorded instead of
- * counting as an ending (the local, stack-independent walk).
+ * counting as an ending (the local, stack-independent walk). With `contentRun` R > 0 (a walk from
+ * the trie root whose start state reads any R characters, see contentRun), subtrees of tokens
+ * with at most R characters of content are skipped: the caller adds them from contentBase.
  */
 export function walk(
   g: Grammar,
@@ -147,12 +244,16 @@ export function walk(
   start: Configs,
   out: number[],
   boundaries: number[] | null,
+  contentRun = 0,
 ): void {
   const base = trie.depth[root];
   const stop = trie.end[root];
-  const { byte, depth, end, tokCount, tokStart, sortedIds, plainHeight, subLo, subHi } = trie;
+  const { byte, depth, end, tokCount, tokStart, plainHeight, subLo, subHi, contentChars, maxPathChars } = trie;
+  if (contentRun > 0 && root !== 0) throw new RangeError("contentRun needs a walk from the trie root");
   const next = g.next;
   const runs = plainRuns(g);
+  const cruns = charRuns(g);
+  const kruns = classRuns(g, trie);
   const simple = simpleStates(g);
   levels.at(trie.maxDepth + 1);
   const fastState = levels.fastState;
@@ -162,6 +263,13 @@ export function walk(
   fastStack[0] = start.stacks[0] ?? null;
   let i = root + 1;
   while (i < stop) {
+    if (contentRun > 0) {
+      const mc = maxPathChars[i];
+      if (mc > 0 && mc <= contentRun) {
+        i = end[i];
+        continue;
+      }
+    }
     const d = depth[i] - base;
     const b = byte[i];
     const ps = fastState[d - 1];
@@ -172,6 +280,26 @@ export function walk(
         if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
         i = end[i];
         continue;
+      }
+      const cc = contentChars[i];
+      if (cc > 0) {
+        let r = cruns[ps];
+        if (r === UNKNOWN) r = charRun(g, simple, cruns, ps);
+        if (r >= cc) {
+          if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
+          i = end[i];
+          continue;
+        }
+      }
+      let kr = kruns.run[ps];
+      if (kr === UNKNOWN) kr = classRun(g, trie, kruns, ps);
+      if (kr > 0) {
+        const h = kruns.heights[ps]![i];
+        if (h > 0 && kr >= h) {
+          if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
+          i = end[i];
+          continue;
+        }
       }
       const t = next[ps * 256 + b];
       if (t < 0) {

@@ -5,6 +5,8 @@ export interface TokenTrie {
   /** Node 0 is the root (no byte, depth 0). */
   readonly nodeCount: number;
   readonly byte: Uint8Array;
+  /** Parent node (-1 for the root). */
+  readonly parent: Int32Array;
   readonly depth: Uint16Array;
   /** One past the last node of the subtree rooted at each node. */
   readonly end: Int32Array;
@@ -22,6 +24,109 @@ export interface TokenTrie {
   /** All tokens in the subtree of n: sortedIds[subLo[n] .. subHi[n]). */
   readonly subLo: Int32Array;
   readonly subHi: Int32Array;
+  /**
+   * When every path from n (inclusive) down its subtree is unescaped JSON string content read
+   * from a character boundary (valid UTF-8 prefixes, no quote, backslash or control byte): the
+   * most characters on such a path, a trailing partial character counting as one. Else -1. Lets
+   * a walk accept the subtree at once inside strings (see token-walk.ts charRuns).
+   */
+  readonly contentChars: Int16Array;
+  /**
+   * Characters on the path from the root to n when those bytes are unescaped string content
+   * (a trailing partial character counting as one), else -1; maxPathChars: the most over the
+   * subtree of n when every node in it has one, else -1. A state that reads any R characters
+   * accepts every token with 0 < pathChars <= R: such masks are one precomputed bitmask (see
+   * content-base.ts), and the walk skips the subtrees it covers.
+   */
+  readonly pathChars: Int16Array;
+  readonly maxPathChars: Int16Array;
+}
+
+/**
+ * UTF-8 decoding states for JSON string content: 0 = at a character boundary; others expect
+ * continuation bytes (with the lead-byte restrictions that exclude overlong forms and surrogates).
+ * Returns the next state, or -1 when the byte cannot continue valid unescaped content.
+ */
+export function contentStep(q: number, b: number): number {
+  switch (q) {
+    case 0:
+      if (b >= 0x20 && b <= 0x7f) return b === 0x22 || b === 0x5c ? -1 : 0;
+      if (b >= 0xc2 && b <= 0xdf) return 1;
+      if (b === 0xe0) return 3;
+      if (b === 0xed) return 4;
+      if (b >= 0xe1 && b <= 0xef) return 2;
+      if (b === 0xf0) return 6;
+      if (b >= 0xf1 && b <= 0xf3) return 5;
+      if (b === 0xf4) return 7;
+      return -1;
+    case 1:
+      return b >= 0x80 && b <= 0xbf ? 0 : -1;
+    case 2:
+      return b >= 0x80 && b <= 0xbf ? 1 : -1;
+    case 3:
+      return b >= 0xa0 && b <= 0xbf ? 1 : -1;
+    case 4:
+      return b >= 0x80 && b <= 0x9f ? 1 : -1;
+    case 5:
+      return b >= 0x80 && b <= 0xbf ? 2 : -1;
+    case 6:
+      return b >= 0x90 && b <= 0xbf ? 2 : -1;
+    case 7:
+      return b >= 0x80 && b <= 0x8f ? 2 : -1;
+  }
+  return -1;
+}
+export const CONTENT_STATES = 8;
+
+/** See TokenTrie.pathChars: top-down (preorder has parents first), then folded bottom-up. */
+function pathChars(byte: Uint8Array, parent: Int32Array): { pathChars: Int16Array; maxPathChars: Int16Array } {
+  const n = byte.length;
+  const chars = new Int16Array(n);
+  const q = new Int8Array(n);
+  for (let i = 1; i < n; i++) {
+    const p = parent[i];
+    const q2 = chars[p] < 0 ? -1 : contentStep(q[p], byte[i]);
+    if (q2 < 0) {
+      chars[i] = -1;
+      continue;
+    }
+    chars[i] = Math.min(chars[p] + (q[p] === 0 ? 1 : 0), 0x7fff);
+    q[i] = q2;
+  }
+  const max = Int16Array.from(chars);
+  for (let i = n - 1; i > 0; i--) {
+    const p = parent[i];
+    if (max[p] >= 0) max[p] = max[i] < 0 ? -1 : Math.max(max[p], max[i]);
+  }
+  return { pathChars: chars, maxPathChars: max };
+}
+
+/** See TokenTrie.contentChars: one bottom-up pass carrying all decoding states at once. */
+function contentChars(byte: Uint8Array, parent: Int32Array): Int16Array {
+  const n = byte.length;
+  const Q = CONTENT_STATES;
+  const step = new Int8Array(Q * 256);
+  for (let q = 0; q < Q; q++) for (let b = 0; b < 256; b++) step[q * 256 + b] = contentStep(q, b);
+  // agg[i*Q+q]: over the children c of i, max chars of c read in state q (-1 if any is invalid).
+  const agg = new Int16Array(n * Q);
+  const out = new Int16Array(n).fill(-1);
+  for (let i = n - 1; i > 0; i--) {
+    const p = parent[i];
+    const b = byte[i];
+    for (let q = 0; q < Q; q++) {
+      const q2 = step[q * 256 + b];
+      let v = -1;
+      if (q2 >= 0) {
+        const below = agg[i * Q + q2];
+        if (below >= 0) v = Math.min(below + (q === 0 ? 1 : 0), 0x7fff);
+      }
+      if (q === 0) out[i] = v;
+      const k = p * Q + q;
+      const cur = agg[k];
+      if (cur >= 0) agg[k] = v < 0 ? -1 : Math.max(cur, v);
+    }
+  }
+  return out;
 }
 
 export const isPlainByte = (b: number): boolean => b >= 0x20 && b <= 0x7e && b !== 0x22 && b !== 0x5c;
@@ -81,9 +186,12 @@ export function buildTokenTrie(bytes: readonly (Uint8Array | null)[]): TokenTrie
     plainHeight[p] = plainHeight[i] < 0 ? -2 : Math.max(plainHeight[p], plainHeight[i] + 1);
   }
   for (let i = 0; i < n; i++) if (plainHeight[i] < 0) plainHeight[i] = -1;
+  const byteArr = Uint8Array.from(byte);
+  const parentArr = Int32Array.from(parent);
   return {
     nodeCount: byte.length,
-    byte: Uint8Array.from(byte),
+    byte: byteArr,
+    parent: parentArr,
     depth: Uint16Array.from(depth),
     end: Int32Array.from(end),
     tokStart: Int32Array.from(tokStart),
@@ -93,5 +201,7 @@ export function buildTokenTrie(bytes: readonly (Uint8Array | null)[]): TokenTrie
     plainHeight,
     subLo,
     subHi,
+    contentChars: contentChars(byteArr, parentArr),
+    ...pathChars(byteArr, parentArr),
   };
 }
