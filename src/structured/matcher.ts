@@ -30,6 +30,23 @@ export interface MatcherOptions {
   readonly stopTokenIds?: readonly number[];
 }
 
+const pools = new WeakMap<Grammar, WeakMap<TokenVocabulary, StackPool>>();
+/** Continuations cached past this many entries are dropped (they are recomputed on demand). */
+const CONTINUATIONS_LIMIT = 100_000;
+
+/**
+ * Matchers of one grammar and vocabulary share interned stacks and so the continuation cache:
+ * a new request finds the walks of earlier ones done.
+ */
+function sharedPool(g: Grammar, vocab: TokenVocabulary): StackPool {
+  let byVocab = pools.get(g);
+  if (!byVocab) pools.set(g, (byVocab = new WeakMap()));
+  let pool = byVocab.get(vocab);
+  if (!pool) byVocab.set(vocab, (pool = new StackPool(g.stateCount)));
+  if (pool.continuations.size > CONTINUATIONS_LIMIT) pool.continuations.clear();
+  return pool;
+}
+
 /** Parser state for one generation; tells which tokens may come next. */
 export class GrammarMatcher {
   private readonly pool: StackPool;
@@ -53,7 +70,7 @@ export class GrammarMatcher {
       this.history = [...initial.history];
       this.terminated = initial.terminated;
     } else {
-      this.pool = new StackPool(grammar.stateCount);
+      this.pool = sharedPool(grammar, vocab);
       const first = new Configs();
       first.addClosure(grammar, this.pool, grammar.start, null);
       this.history = [first];
@@ -104,8 +121,9 @@ export class GrammarMatcher {
       const st = cur.stacks[i];
       if (m.boundaries.length === 0 || st === null) continue;
       // Tokens that end this rule and go on in the caller depend on the stack: walked once per
-      // (state, stack) and remembered, since loops (array items, object members) revisit them.
-      const key = st.id * g.stateCount + s;
+      // (boundary list, stack) and remembered, since loops (array items, object members) and
+      // later requests with the same grammar revisit them.
+      const key = m.boundaryId * 2 ** 32 + st.id;
       let ids = this.pool.continuations.get(key);
       if (!ids) {
         const parent = new Configs();

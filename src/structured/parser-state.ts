@@ -15,7 +15,7 @@ export class Stack {
 /** Interns stacks so equal stacks are the same object (cheap dedup of configurations). */
 export class StackPool {
   private readonly table = new Map<number, Stack>();
-  /** Token ids valid past the end of state s's rule, per (stack id, state): see fillNextTokenBitmask. */
+  /** Token ids valid past the end of a rule, per (boundary list, stack id): see fillNextTokenBitmask. */
   readonly continuations = new Map<number, Int32Array>();
   private counter = 1;
   constructor(private readonly stateCount: number) {}

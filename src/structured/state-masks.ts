@@ -14,6 +14,23 @@ export interface StateMask {
   readonly acceptedIds: Int32Array | null;
   /** Trie nodes after which the state's rule may have ended with bytes of the token left over. */
   readonly boundaries: Int32Array;
+  /**
+   * Equal for equal boundary lists on a vocabulary: what follows them depends on the stack only,
+   * so e.g. every position of a string shares the tokens that close it and go on in the caller.
+   */
+  readonly boundaryId: number;
+}
+
+const boundaryIds = new WeakMap<TokenVocabulary, Map<string, number>>();
+
+function boundaryId(vocab: TokenVocabulary, b: readonly number[]): number {
+  if (b.length === 0) return 0;
+  let ids = boundaryIds.get(vocab);
+  if (!ids) boundaryIds.set(vocab, (ids = new Map()));
+  const key = b.join(",");
+  let id = ids.get(key);
+  if (id === undefined) ids.set(key, (id = ids.size + 1));
+  return id;
 }
 
 
@@ -67,8 +84,9 @@ function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
   const run = contentRun(g, s);
   walk(g, vocab.trie, pool, levels, 0, start, ranges, boundaries, run);
   const b = Int32Array.from(boundaries);
+  const bid = boundaryId(vocab, boundaries);
   // Most states allow a handful of tokens: a list keeps thousands of cached states small.
-  if (run === 0 && rangesCount(ranges) <= SPARSE_LIMIT) return { accepted: null, acceptedIds: rangesToIds(vocab.trie, ranges), boundaries: b };
+  if (run === 0 && rangesCount(ranges) <= SPARSE_LIMIT) return { accepted: null, acceptedIds: rangesToIds(vocab.trie, ranges), boundaries: b, boundaryId: bid };
   // Dense masks are copied whole into the step's mask (a memcpy even before the JIT warms up).
   let accepted: Uint32Array;
   if (run > 0) {
@@ -77,19 +95,21 @@ function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
     for (const id of content.extra) accepted[id >>> 5] |= 1 << (id & 31);
   } else accepted = new Uint32Array((vocab.size + 31) >>> 5);
   rangesToBits(vocab.trie, ranges, accepted);
-  return { accepted, acceptedIds: null, boundaries: b };
+  return { accepted, acceptedIds: null, boundaries: b, boundaryId: bid };
 }
 
 /**
  * Computes the shareable masks (states of rules without calls: string and key contents, numbers,
- * formats, literals) of the given grammars on a vocabulary. Meant for model load, so the first
+ * formats, literals) of the given grammars on a vocabulary, and every mask of the `whole` ones
+ * (grammars kept for the process, such as json_object's). Meant for model load, so the first
  * requests with new schemas do not pay for the vocabulary-wide walks of string contents.
  */
-export function warmStateMasks(vocab: TokenVocabulary, grammars: readonly Grammar[]): void {
-  for (const g of grammars) {
+export function warmStateMasks(vocab: TokenVocabulary, grammars: readonly Grammar[], whole: readonly Grammar[] = []): void {
+  for (const g of [...grammars, ...whole]) {
+    const all = whole.includes(g);
     const list = stateMasks(g, vocab);
     for (let s = 0; s < g.stateCount; s++) {
-      if (!g.hasBytes[s] || list[s] || g.leafKeys[g.ruleOf[s]] === null) continue;
+      if (!g.hasBytes[s] || list[s] || (!all && g.leafKeys[g.ruleOf[s]] === null)) continue;
       list[s] = stateMask(g, vocab, s);
     }
   }

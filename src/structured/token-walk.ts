@@ -253,7 +253,9 @@ export function walk(
   const next = g.next;
   const runs = plainRuns(g);
   const cruns = charRuns(g);
-  const kruns = classRuns(g, trie);
+  const kruns = classRuns(g);
+  const outside = kruns.outside;
+  const { height, subtreeBytes: sb } = trie;
   const simple = simpleStates(g);
   levels.at(trie.maxDepth + 1);
   const fastState = levels.fastState;
@@ -292,10 +294,14 @@ export function walk(
         }
       }
       let kr = kruns.run[ps];
-      if (kr === UNKNOWN) kr = classRun(g, trie, kruns, ps);
-      if (kr > 0) {
-        const h = kruns.heights[ps]![i];
-        if (h > 0 && kr >= h) {
+      if (kr === UNKNOWN) kr = classRun(g, kruns, ps);
+      if (kr >= height[i]) {
+        const o = i * 8;
+        const c = ps * 8;
+        const clash =
+          (sb[o] & outside[c]) | (sb[o + 1] & outside[c + 1]) | (sb[o + 2] & outside[c + 2]) | (sb[o + 3] & outside[c + 3]) |
+          (sb[o + 4] & outside[c + 4]) | (sb[o + 5] & outside[c + 5]) | (sb[o + 6] & outside[c + 6]) | (sb[o + 7] & outside[c + 7]);
+        if (clash === 0) {
           if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
           i = end[i];
           continue;

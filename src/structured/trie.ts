@@ -40,6 +40,14 @@ export interface TokenTrie {
    */
   readonly pathChars: Int16Array;
   readonly maxPathChars: Int16Array;
+  /** Height of the subtree of n (1 for a leaf). */
+  readonly height: Uint8Array;
+  /**
+   * The bytes used anywhere in the subtree of n (n included), 256 bits as 8 words at n*8. A state
+   * that treats a byte class alike accepts the subtree whole when these bytes are all in the
+   * class and the height fits its run (see class-runs.ts).
+   */
+  readonly subtreeBytes: Int32Array;
 }
 
 /**
@@ -99,6 +107,22 @@ function pathChars(byte: Uint8Array, parent: Int32Array): { pathChars: Int16Arra
     if (max[p] >= 0) max[p] = max[i] < 0 ? -1 : Math.max(max[p], max[i]);
   }
   return { pathChars: chars, maxPathChars: max };
+}
+
+/** See TokenTrie.subtreeBytes and height: folded bottom-up (children come after parents). */
+function subtreeBytes(byte: Uint8Array, parent: Int32Array): { subtreeBytes: Int32Array; height: Uint8Array } {
+  const n = byte.length;
+  const bits = new Int32Array(n * 8);
+  const height = new Uint8Array(n);
+  for (let i = n - 1; i > 0; i--) {
+    const b = byte[i];
+    bits[i * 8 + (b >>> 5)] |= 1 << (b & 31);
+    height[i] = Math.max(height[i], 1);
+    const p = parent[i];
+    for (let w = 0; w < 8; w++) bits[p * 8 + w] |= bits[i * 8 + w];
+    if (height[i] + 1 > height[p]) height[p] = Math.min(height[i] + 1, 255);
+  }
+  return { subtreeBytes: bits, height };
 }
 
 /** See TokenTrie.contentChars: one bottom-up pass carrying all decoding states at once. */
@@ -203,5 +227,6 @@ export function buildTokenTrie(bytes: readonly (Uint8Array | null)[]): TokenTrie
     subHi,
     contentChars: contentChars(byteArr, parentArr),
     ...pathChars(byteArr, parentArr),
+    ...subtreeBytes(byteArr, parentArr),
   };
 }
