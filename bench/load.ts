@@ -1,7 +1,8 @@
 // Load: (1) /v1/models throughput of the gateway against a bare Bun.serve answering the same
 // bytes, in the same run, with wrk on loopback; (2) 60 s of mixed load (wrk on /v1/models plus
 // streaming chats from this process): throughput, median and p99 latency, errors.
-// Usage: bun bench/load.ts [--seconds 60] [--no-write]   (needs `wrk`: apt-get install -y wrk)
+// Usage: bun bench/load.ts [--seconds 60] [--no-write] [--ratio-only] [--ratio-seconds 10]
+//   (needs `wrk`: apt-get install -y wrk; --ratio-only runs (1) alone and writes nothing)
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,8 +12,9 @@ import { machine, median, percentile, table, writeSection } from "./report.ts";
 const REPO = join(import.meta.dir, "..");
 const args = process.argv.slice(2);
 const SECONDS = Number(args[args.indexOf("--seconds") + 1] ?? 60) || 60;
-const WRITE = !args.includes("--no-write");
-const RATIO_SECONDS = 10;
+const RATIO_ONLY = args.includes("--ratio-only");
+const WRITE = !args.includes("--no-write") && !RATIO_ONLY;
+const RATIO_SECONDS = args.includes("--ratio-seconds") ? Number(args[args.indexOf("--ratio-seconds") + 1]) || 10 : 10;
 const CONNECTIONS = 32;
 const CHAT_CLIENTS = 8;
 
@@ -84,12 +86,21 @@ async function main() {
     const key = / (sk-sluice-\S+)/.exec(banner)![1]!;
     const base = /at (http:\/\/\S+)\/v1/.exec(banner)![1]!;
     const auth = { authorization: `Bearer ${key}` };
-    const modelsBody = new Uint8Array(await (await fetch(`${base}/v1/models`, { headers: auth })).arrayBuffer());
+    // One gateway answer, captured whole: the bare server repeats its status, headers and body, so
+    // the ratio measures the gateway's work and not a difference in bytes on the wire.
+    const sample = await fetch(`${base}/v1/models`, { headers: auth });
+    const modelsBody = new Uint8Array(await sample.arrayBuffer());
+    // Bun writes these two itself on every answer, the bare server's too.
+    const sampleHeaders = [...sample.headers].filter(([k]) => k !== "date" && k !== "content-length");
     await Bun.write(join(data, "models.json"), modelsBody);
-    // The bare server answers these bytes from memory.
+    await Bun.write(join(data, "models-head.json"), JSON.stringify({ status: sample.status, headers: sampleHeaders }));
     bare = Bun.spawn(
-      [process.execPath, "-e", `const body = await Bun.file(process.env.BODY_FILE).bytes(); const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response(body, { headers: { "content-type": "application/json" } }) }); console.log("port " + s.port);`],
-      { stdout: "pipe", stderr: "inherit", env: { ...process.env, BODY_FILE: join(data, "models.json") } },
+      [
+        process.execPath,
+        "-e",
+        `const body = await Bun.file(process.env.BODY_FILE).bytes(); const head = await Bun.file(process.env.HEAD_FILE).json(); const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response(body, head) }); console.log("port " + s.port);`,
+      ],
+      { stdout: "pipe", stderr: "inherit", env: { ...process.env, BODY_FILE: join(data, "models.json"), HEAD_FILE: join(data, "models-head.json") } },
     );
     const barePort = /port (\d+)/.exec(await waitForLine(bare.stdout as ReadableStream<Uint8Array>, (t) => (/port \d+/.test(t) ? t : null)))![1]!;
 
@@ -100,6 +111,7 @@ async function main() {
     const gwRun = await wrk(`${base}/v1/models`, RATIO_SECONDS, CONNECTIONS, auth);
     const ratio = gwRun.rps / bareRun.rps;
     console.log(`/v1/models ${gwRun.rps.toFixed(0)}/s, bare ${bareRun.rps.toFixed(0)}/s, ratio ${ratio.toFixed(2)}`);
+    if (RATIO_ONLY) return;
 
     // (2) Mixed: wrk on /v1/models while streaming chats run from here.
     const until = performance.now() + SECONDS * 1000;

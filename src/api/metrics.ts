@@ -34,20 +34,30 @@ const label = (v: string) => v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').repla
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 class Histogram {
-  readonly counts = new Array<number>(LATENCY_BUCKETS.length).fill(0);
+  /** Per bucket, not cumulative: an observation touches one slot; text() adds them up. */
+  private readonly slots = new Array<number>(LATENCY_BUCKETS.length + 1).fill(0);
   sum = 0;
   count = 0;
   observe(seconds: number): void {
     this.sum += seconds;
     this.count++;
-    for (let i = 0; i < LATENCY_BUCKETS.length; i++) if (seconds <= LATENCY_BUCKETS[i]!) this.counts[i]!++;
+    let i = 0;
+    while (i < LATENCY_BUCKETS.length && seconds > LATENCY_BUCKETS[i]!) i++;
+    this.slots[i]!++;
   }
   lines(name: string, labels: string): string[] {
     const sep = labels ? "," : "";
-    const out = LATENCY_BUCKETS.map((b, i) => `${name}_bucket{${labels}${sep}le="${b}"} ${this.counts[i]}`);
+    let below = 0;
+    const out = LATENCY_BUCKETS.map((b, i) => `${name}_bucket{${labels}${sep}le="${b}"} ${(below += this.slots[i]!)}`);
     out.push(`${name}_bucket{${labels}${sep}le="+Inf"} ${this.count}`, `${name}_sum{${labels}} ${this.sum}`, `${name}_count{${labels}} ${this.count}`);
     return out;
   }
+}
+
+/** One route, method and status: what a finished request counts itself into. */
+export interface RequestCounter {
+  /** Counts one request that took `seconds` to its response head. */
+  add(seconds: number): void;
 }
 
 /** The route label of a path: a fixed set, so hostile paths cannot grow the series without bound. */
@@ -75,20 +85,34 @@ export class HttpMetrics {
     m.set(k, (m.get(k) ?? 0) + by);
   }
 
-  private readonly requestKeys = new Map<string, string>();
+  private readonly counters = new Map<string, RequestCounter>();
 
-  request(route: string, method: string, status: number, seconds: number): void {
-    // Routes come from a fixed set and methods are few: escape each combination once.
+  /**
+   * The counter for a route, method and status, made once per combination: a hot route keeps
+   * its handle and pays two increments per request instead of building label strings.
+   */
+  counter(route: string, method: string, status: number): RequestCounter {
     const raw = `${route} ${method} ${status}`;
-    let key = this.requestKeys.get(raw);
-    if (key === undefined) {
-      key = `route="${label(route)}",method="${label(method.slice(0, 16))}",status="${status}"`;
-      if (this.requestKeys.size < 4096) this.requestKeys.set(raw, key);
-    }
-    HttpMetrics.inc(this.requests, key);
+    let c = this.counters.get(raw);
+    if (c) return c;
+    const key = `route="${label(route)}",method="${label(method.slice(0, 16))}",status="${status}"`;
     let h = this.latency.get(route);
     if (!h) this.latency.set(route, (h = new Histogram()));
-    h.observe(seconds);
+    const requests = this.requests;
+    const histogram = h;
+    c = {
+      add(seconds) {
+        requests.set(key, (requests.get(key) ?? 0) + 1);
+        histogram.observe(seconds);
+      },
+    };
+    // Methods are client-chosen: past a bound, combinations are still counted, just not kept.
+    if (this.counters.size < 4096) this.counters.set(raw, c);
+    return c;
+  }
+
+  request(route: string, method: string, status: number, seconds: number): void {
+    this.counter(route, method, status).add(seconds);
   }
 
   /** An error answer: its HTTP status and OpenAI code (a fixed vocabulary). */

@@ -1,38 +1,61 @@
 import type { Database } from "bun:sqlite";
+import { watchWalIndex, type WalIndexWatch } from "./wal-index.ts";
 
 /**
  * The number that migration 3's triggers bump whenever a key is revoked or a rate limit changes,
  * from any connection. A cache that remembers the number it was filled at is valid while the
- * number stays the same: one primary-key read per request instead of the lookups it saves.
+ * number stays the same.
+ *
+ * The number is read again only when the wal-index header says some connection committed since
+ * the last read (see wal-index.ts): a memory compare per request instead of a SQLite read
+ * transaction, and still exact, so a key revoked by another process fails on its next request.
+ * Without a wal-index to watch (in-memory database), it is read once per synchronous turn: the
+ * key, limit and model-list caches of one request share that read.
  */
 export function authGeneration(db: Database): () => number {
   let read = readers.get(db);
   if (!read) {
     const q = db.query<{ n: number }, []>("SELECT n FROM auth_generation WHERE id = 1");
-    // Read once per synchronous turn: the key, limit and model-list caches of one request share
-    // the read. A change committed meanwhile is seen by the next request, as without the memo.
-    // This process's own writes forget the memo at once (see forgetGeneration).
     let memo = -1;
+    let watch: WalIndexWatch | null = null;
+    let tried = false;
     const forget = () => (memo = -1);
     read = () => {
-      if (memo < 0) {
-        memo = q.get()?.n ?? 0;
-        queueMicrotask(forget);
+      if (memo >= 0 && (watch ? !watch.moved() : true)) return memo;
+      // Marked before the read: a commit landing in between makes the next call read again.
+      watch?.mark();
+      memo = q.get()?.n ?? 0;
+      if (!watch && !tried) {
+        // After the first read, so that the -shm file exists; marked now, so this read is the one
+        // the mark stands for (a commit since then moves the header).
+        tried = true;
+        watch = watchWalIndex(db);
+        watch?.mark();
+        if (watch) memo = q.get()?.n ?? 0;
       }
+      if (!watch) queueMicrotask(forget);
       return memo;
     };
     readers.set(db, read);
     forgetters.set(db, forget);
+    watches.set(db, () => watch?.close());
   }
   return read;
 }
 
 const readers = new WeakMap<Database, () => number>();
 const forgetters = new WeakMap<Database, () => void>();
+const watches = new WeakMap<Database, () => void>();
 
-/** After a write that moves the generation: the next read in this turn goes to the database. */
+/** After a write that moves the generation: the next read goes to the database. */
 export function forgetGeneration(db: Database): void {
   forgetters.get(db)?.();
+}
+
+/** Before the connection closes: the wal-index mapping is never read after. */
+export function closeGeneration(db: Database): void {
+  watches.get(db)?.();
+  forgetGeneration(db);
 }
 
 /** Wraps the named methods of a store part so that each call forgets the memo afterwards. */

@@ -5,7 +5,7 @@ import { openDatabase } from "./db.ts";
 import { keyStore } from "./keys.ts";
 import { cachedKeyStore } from "./key-cache.ts";
 import { limitStore } from "./limits.ts";
-import { authGeneration, forgettingAfter } from "./generation.ts";
+import { authGeneration, closeGeneration, forgettingAfter } from "./generation.ts";
 import type { Store } from "./types.ts";
 import { usageStore } from "./usage.ts";
 import { sessionStore, signInThrottleStore } from "./sessions.ts";
@@ -45,6 +45,7 @@ export function openSqliteStore(path: string): Store {
     close() {
       if (closed) return;
       closed = true;
+      closeGeneration(db);
       db.close();
     },
   };
