@@ -91,7 +91,10 @@ async function main() {
     const sample = await fetch(`${base}/v1/models`, { headers: auth });
     const modelsBody = new Uint8Array(await sample.arrayBuffer());
     // Bun writes these two itself on every answer, the bare server's too.
-    const sampleHeaders = [...sample.headers].filter(([k]) => k !== "date" && k !== "content-length");
+    const sampleHeaders: [string, string][] = [];
+    sample.headers.forEach((v, k) => {
+      if (k !== "date" && k !== "content-length") sampleHeaders.push([k, v]);
+    });
     await Bun.write(join(data, "models.json"), modelsBody);
     await Bun.write(join(data, "models-head.json"), JSON.stringify({ status: sample.status, headers: sampleHeaders }));
     bare = Bun.spawn(

@@ -74,9 +74,9 @@ test("changes stay visible across WAL checkpoints and restarts", () => {
 
 test("a rate limit set by another process is seen by the next lookup", () => {
   const account = store.accounts.get("acme") ?? store.accounts.create("acme");
-  expect(store.limits.effective(account.id, null).account).toBeNull();
+  expect(store.limits.effective(account.id, "key_none").account).toBeNull();
   inOtherProcess(`s.limits.set(${account.id}, null, { requestsPerMinute: 7, tokensPerMinute: null, maxConcurrent: null })`);
-  expect(store.limits.effective(account.id, null).account?.requestsPerMinute).toBe(7);
+  expect(store.limits.effective(account.id, "key_none").account?.requestsPerMinute).toBe(7);
 });
 
 test("without a WAL index (in memory) the generation is still exact for this connection", () => {
