@@ -1,9 +1,10 @@
 // The sampling warpers (top-k, top-p, min-p) work on a candidate list rather than the whole
-// vocabulary: tokens whose probability is within e^-30 of the best one (anything below cannot
-// change a float sample). Selection uses partitioning, never a full sort.
+// vocabulary. Selection uses partitioning, never a full sort.
 
 import { expNonPositive } from "./fast-exp.ts";
 import type { TokenMask } from "./mask.ts";
+import { AllowedRuns } from "./runs.ts";
+import { argmax } from "./scan.ts";
 
 /** Below max·e^-30 a token's share is under 1e-13 per token: it cannot be drawn in practice. */
 export const NEGLIGIBLE = 30;
@@ -19,37 +20,23 @@ export class Candidates {
     this.weights = new Float64Array(capacity);
   }
 
-  /** Gathers every allowed token with logit >= cutoff, weighed at temperature `t`. */
-  collect(logits: Float32Array, size: number, mask: TokenMask | null, max: number, t: number, cutoff: number): void {
-    const ids = this.ids;
-    let n = 0;
-    if (mask) {
-      for (let i = 0; i < size; i++) {
-        if (logits[i]! >= cutoff && ((mask[i >>> 5]! >>> (i & 31)) & 1) === 1) ids[n++] = i;
-      }
-    } else {
-      for (let i = 0; i < size; i++) if (logits[i]! >= cutoff) ids[n++] = i;
-    }
-    const w = this.weights;
-    const inv = 1 / t;
-    for (let j = 0; j < n; j++) w[j] = expNonPositive((logits[ids[j]!]! - max) * inv);
-    this.n = n;
-  }
-
   /**
-   * Gathers the k allowed tokens with the largest logits (>= cutoff) with a min-heap: one pass in
-   * which nearly every token fails a single comparison.
+   * Gathers the k allowed tokens with the largest logits with a min-heap, holding logits in
+   * `weights` until `weighLogits`: one pass in which nearly every token fails one comparison.
+   * Among equal logits at the boundary the lowest ids stay.
    */
-  collectTopK(logits: Float32Array, size: number, mask: TokenMask | null, max: number, t: number, cutoff: number, k: number): void {
+  collectTopK(logits: Float32Array, runs: AllowedRuns, k: number): void {
+    const heap = this.weights;
     const ids = this.ids;
-    const heap = this.weights; // logits while selecting, weights afterwards
+    const b = runs.bounds;
     let n = 0;
-    let floor = cutoff;
-    for (let i = 0; i < size; i++) {
-      const v = logits[i]!;
-      if (!(v >= floor) || (n === k && v === floor)) continue;
-      if (mask && ((mask[i >>> 5]! >>> (i & 31)) & 1) === 0) continue;
-      if (n < k) {
+    let floor = -Infinity;
+    for (let r = 0; r < runs.count; r++) {
+      const hi = b[2 * r + 1]!;
+      let i = b[2 * r]!;
+      for (; n < k && i < hi; i++) {
+        const v = logits[i]!;
+        if (!(v >= -Infinity)) continue; // NaN
         let j = n++;
         while (j > 0) {
           const parent = (j - 1) >> 1;
@@ -61,55 +48,98 @@ export class Candidates {
         heap[j] = v;
         ids[j] = i;
         if (n === k) floor = heap[0]!;
-      } else {
-        let j = 0;
-        for (;;) {
-          const l = 2 * j + 1;
-          if (l >= k) break;
-          const r = l + 1;
-          const c = r < k && heap[r]! < heap[l]! ? r : l;
-          if (heap[c]! >= v) break;
-          heap[j] = heap[c]!;
-          ids[j] = ids[c]!;
-          j = c;
-        }
-        heap[j] = v;
-        ids[j] = i;
-        floor = heap[0]!;
+      }
+      for (; i < hi; i++) {
+        const v = logits[i]!;
+        if (v > floor) floor = this.replaceLightest(v, i, k);
       }
     }
-    const inv = 1 / t;
-    for (let j = 0; j < n; j++) heap[j] = Math.exp((heap[j]! - max) * inv);
     this.n = n;
   }
 
-  private swap(a: number, b: number): void {
+  /** Puts (v, id) in place of the heap's root and restores the heap; returns the new root. */
+  private replaceLightest(v: number, id: number, k: number): number {
+    const heap = this.weights;
     const ids = this.ids;
-    const w = this.weights;
-    const ti = ids[a]!;
-    ids[a] = ids[b]!;
-    ids[b] = ti;
-    const tw = w[a]!;
-    w[a] = w[b]!;
-    w[b] = tw;
+    let j = 0;
+    for (;;) {
+      const l = 2 * j + 1;
+      if (l >= k) break;
+      const r = l + 1;
+      const c = r < k && heap[r]! < heap[l]! ? r : l;
+      if (heap[c]! >= v) break;
+      heap[j] = heap[c]!;
+      ids[j] = ids[c]!;
+      j = c;
+    }
+    heap[j] = v;
+    ids[j] = id;
+    return heap[0]!;
   }
 
   /**
-   * Three-way partition of [lo, hi) around `pivot`, heavier first. Returns [gt, eq]: [lo, gt)
-   * holds weights > pivot, [gt, eq) weights == pivot, [eq, hi) the rest.
+   * Turns the logits `collectTopK` left in `weights` into weights exp((logit - max)·inv),
+   * dropping candidates whose (max - logit)·inv exceeds `limit`.
    */
-  private partition(lo: number, hi: number, pivot: number): [number, number] {
+  weighLogits(max: number, inv: number, limit: number): void {
     const w = this.weights;
+    const ids = this.ids;
+    let n = 0;
+    if (max === Infinity) {
+      // Infinite logits share all the mass equally.
+      for (let j = 0; j < this.n; j++) {
+        if (w[j] !== Infinity) continue;
+        ids[n] = ids[j]!;
+        w[n++] = 1;
+      }
+      this.n = n;
+      return;
+    }
+    for (let j = 0; j < this.n; j++) {
+      const x = (w[j]! - max) * inv;
+      if (!(-x <= limit)) continue;
+      ids[n] = ids[j]!;
+      w[n++] = expNonPositive(x);
+    }
+    this.n = n;
+  }
+
+  /** Results of `partition`: [lo, gt) heavier than the pivot, [gt, eq) equal, and the sum of [lo, gt). */
+  private gt = 0;
+  private eq = 0;
+  private heavier = 0;
+
+  /** Three-way partition of [lo, hi) around `pivot`, heavier first; sets gt, eq and heavier. */
+  private partition(lo: number, hi: number, pivot: number): void {
+    const w = this.weights;
+    const ids = this.ids;
     let lt = lo;
     let i = lo;
     let gt = hi;
+    let heavier = 0;
     while (i < gt) {
       const v = w[i]!;
-      if (v > pivot) this.swap(lt++, i++);
-      else if (v < pivot) this.swap(i, --gt);
-      else i++;
+      if (v > pivot) {
+        heavier += v;
+        w[i] = w[lt]!;
+        w[lt] = v;
+        const id = ids[i]!;
+        ids[i] = ids[lt]!;
+        ids[lt] = id;
+        lt++;
+        i++;
+      } else if (v < pivot) {
+        gt--;
+        w[i] = w[gt]!;
+        w[gt] = v;
+        const id = ids[i]!;
+        ids[i] = ids[gt]!;
+        ids[gt] = id;
+      } else i++;
     }
-    return [lt, gt];
+    this.gt = lt;
+    this.eq = gt;
+    this.heavier = heavier;
   }
 
   private pivot(lo: number, hi: number): number {
@@ -120,40 +150,44 @@ export class Candidates {
     return a < b ? (b < c ? b : a < c ? c : a) : a < c ? a : b < c ? c : b;
   }
 
+  /** Sum of the candidates' weights. */
+  sum(): number {
+    const w = this.weights;
+    let total = 0;
+    for (let i = 0; i < this.n; i++) total += w[i]!;
+    return total;
+  }
+
   /** Keeps the k heaviest candidates (exactly k; ties at the boundary broken arbitrarily). */
   topK(k: number): void {
     if (k <= 0 || k >= this.n) return;
     let lo = 0;
     let hi = this.n;
     while (hi - lo > 1) {
-      const [gt, eq] = this.partition(lo, hi, this.pivot(lo, hi));
-      if (k <= gt) hi = gt;
-      else if (k <= eq) break;
-      else lo = eq;
+      this.partition(lo, hi, this.pivot(lo, hi));
+      if (k <= this.gt) hi = this.gt;
+      else if (k <= this.eq) break;
+      else lo = this.eq;
     }
     this.n = k;
   }
 
   /**
    * Keeps the smallest set of heaviest candidates whose share of `total` (by default the
-   * candidates' own sum) is at least p.
+   * candidates' own sum) is at least p. Among equal weights at the boundary, only as many as
+   * needed stay.
    */
   topP(p: number, total = -1): void {
     if (p >= 1 || this.n <= 1) return;
-    const w = this.weights;
-    if (total < 0) {
-      total = 0;
-      for (let i = 0; i < this.n; i++) total += w[i]!;
-    }
+    if (total < 0) total = this.sum();
     let need = p * total;
     let lo = 0;
     let hi = this.n;
     let keep = this.n;
     while (lo < hi) {
       const pivot = this.pivot(lo, hi);
-      const [gt, eq] = this.partition(lo, hi, pivot);
-      let heavier = 0;
-      for (let i = lo; i < gt; i++) heavier += w[i]!;
+      this.partition(lo, hi, pivot);
+      const { gt, eq, heavier } = this;
       if (heavier >= need && gt > lo) {
         hi = gt;
         keep = gt;
@@ -190,10 +224,12 @@ export class Candidates {
 
   /** Draws one candidate id in proportion to its weight; `u` is uniform in [0, 1). */
   draw(u: number): number {
+    return this.pick(u * this.sum());
+  }
+
+  /** The candidate at which the running sum of weights first exceeds `target`. */
+  pick(target: number): number {
     const w = this.weights;
-    let total = 0;
-    for (let i = 0; i < this.n; i++) total += w[i]!;
-    let target = u * total;
     for (let i = 0; i < this.n; i++) {
       target -= w[i]!;
       if (target < 0) return this.ids[i]!;
@@ -202,35 +238,10 @@ export class Candidates {
   }
 }
 
-/** Largest logit among allowed ids (-Infinity when none is allowed). */
+/** Largest logit among allowed ids (-Infinity and id -1 when none is allowed). */
 export function maxLogit(logits: Float32Array, size: number, mask: TokenMask | null): { id: number; value: number } {
-  let best = -Infinity;
-  let id = -1;
-  if (mask) {
-    for (let w = 0, base = 0; base < size; w++, base += 32) {
-      let bits = mask[w]!;
-      // Whole words of disallowed tokens are skipped; structured output masks are often sparse.
-      while (bits !== 0) {
-        const bit = 31 - Math.clz32(bits & -bits);
-        bits &= bits - 1;
-        const i = base + bit;
-        if (i >= size) break;
-        const v = logits[i]!;
-        if (v > best) {
-          best = v;
-          id = i;
-        }
-      }
-    }
-  } else {
-    for (let i = 0; i < size; i++) {
-      const v = logits[i]!;
-      if (v > best) {
-        best = v;
-        id = i;
-      }
-    }
-  }
-  return { id, value: best };
+  const runs = new AllowedRuns(size);
+  runs.fill(size, mask);
+  const id = argmax(logits, runs);
+  return { id, value: id < 0 ? -Infinity : logits[id]! };
 }
-

@@ -2,15 +2,17 @@
 // greedy argmax or temperature sampling with top-k / top-p / min-p.
 
 import type { SamplingParams } from "../types.ts";
-import { Candidates, NEGLIGIBLE, maxLogit } from "./candidates.ts";
+import { Candidates, NEGLIGIBLE } from "./candidates.ts";
 import { computeLogprobs, type LogprobsResult } from "./logprobs.ts";
 import type { TokenMask } from "./mask.ts";
 import { LogitsEdits, buildProcessors, type LogitsProcessor, type TokenCounts } from "./processors.ts";
 import { createRandom, type Random } from "./rng.ts";
-import { VocabWeights } from "./vocab-weights.ts";
+import { RowSplit } from "./row-split.ts";
+import { AllowedRuns } from "./runs.ts";
+import { argmax } from "./scan.ts";
 
 /** Up to this k, top-k selects with a heap in one pass over the logits. */
-const HEAP_TOP_K = 4096;
+const HEAP_TOP_K = 1024;
 
 /** The OpenAI API's defaults: every processor and filter off, temperature 1, no seed. */
 export const DEFAULT_SAMPLING: Readonly<SamplingParams> = {
@@ -49,10 +51,15 @@ export interface Sampler {
 
 class LogitsSampler implements Sampler {
   private readonly processors: LogitsProcessor[];
-  private readonly candidates: Candidates;
-  private readonly vocabWeights: VocabWeights | null;
+  private readonly runs: AllowedRuns;
+  /** Top-k by heap (k ≤ HEAP_TOP_K). */
+  private readonly heap: Candidates | null;
+  /** Every other temperature setting. */
+  private readonly split: RowSplit | null;
   private readonly random: Random;
   private readonly greedy: boolean;
+  /** min-p as a bound on (max - logit) / T, capped where tokens stop mattering. */
+  private readonly limitUnits: number;
 
   constructor(
     private readonly params: SamplingParams,
@@ -61,43 +68,55 @@ class LogitsSampler implements Sampler {
   ) {
     this.processors = buildProcessors(params, vocabSize);
     this.greedy = params.temperature <= 0 || params.topK === 1;
-    this.candidates = new Candidates(this.greedy ? 0 : vocabSize);
-    this.vocabWeights = this.greedy || (params.topK > 0 && params.topK <= HEAP_TOP_K) ? null : new VocabWeights(vocabSize);
+    this.runs = new AllowedRuns(vocabSize);
+    const heap = !this.greedy && params.topK > 0 && params.topK <= HEAP_TOP_K;
+    this.heap = heap ? new Candidates(params.topK) : null;
+    this.split = this.greedy || heap ? null : new RowSplit(vocabSize);
+    this.limitUnits = params.minP > 0 ? Math.min(NEGLIGIBLE, Math.max(0, -Math.log(params.minP))) : NEGLIGIBLE;
     this.random = options.random ?? createRandom(params.seed, options.stream ?? 0);
   }
 
   sample(logits: Float32Array, counts: TokenCounts | null = null, mask: TokenMask | null = null): number {
     const size = Math.min(this.vocabSize, logits.length);
-    const edits = new LogitsEdits(logits);
+    const edits = this.processors.length > 0 ? new LogitsEdits(logits) : null;
     try {
-      for (const p of this.processors) p.apply(edits, counts);
-      const best = maxLogit(logits, size, mask);
-      if (best.id < 0 || best.value === -Infinity) throw new NoAllowedTokenError();
-      if (this.greedy) return best.id;
-
-      // Order as vLLM: min-p (a logit threshold, which also spares work), then top-k, then top-p.
-      const { temperature: t, topK, topP, minP } = this.params;
-      const max = best.value;
-      let cutoff = max - NEGLIGIBLE * t;
-      if (minP > 0) cutoff = Math.max(cutoff, max + t * Math.log(minP));
-      const c = this.candidates;
-      const vw = this.vocabWeights;
-      if (vw === null) {
-        c.collectTopK(logits, size, mask, max, t, cutoff, topK);
-      } else if (topK > 0) {
-        c.collect(logits, size, mask, max, t, cutoff);
-        c.topK(topK);
-      } else {
-        vw.weigh(logits, size, mask, max, t, cutoff, topP < 1);
-        if (topP >= 1) return vw.draw(this.random(), size);
-        vw.nucleus(topP, c, logits, size, max, t);
-        return c.draw(this.random());
-      }
-      if (topP < 1) c.topP(topP);
-      return c.draw(this.random());
+      if (edits) for (const p of this.processors) p.apply(edits, counts);
+      this.runs.fill(size, mask);
+      return this.pick(logits);
     } finally {
-      edits.undo();
+      edits?.undo();
     }
+  }
+
+  private pick(logits: Float32Array): number {
+    const runs = this.runs;
+    const { temperature: t, topK, topP } = this.params;
+    // Order as vLLM: min-p (a bound on the logits), then top-k, then top-p.
+    if (this.heap) {
+      const c = this.heap;
+      c.collectTopK(logits, runs, topK);
+      let max = -Infinity;
+      for (let j = 0; j < c.n; j++) if (c.weights[j]! > max) max = c.weights[j]!;
+      if (max === -Infinity) throw new NoAllowedTokenError();
+      c.weighLogits(max, 1 / t, this.limitUnits);
+      c.topP(topP);
+      return c.draw(this.random());
+    }
+    const best = argmax(logits, runs);
+    if (best < 0) throw new NoAllowedTokenError();
+    if (this.greedy) return best;
+    const split = this.split!;
+    split.split(logits, runs, logits[best]!, t, this.limitUnits);
+    if (topK > 0) {
+      split.topK(topK, logits, runs);
+      split.head.topP(topP);
+      return split.head.draw(this.random());
+    }
+    if (topP < 1) {
+      split.nucleus(topP, logits, runs);
+      return split.head.draw(this.random());
+    }
+    return split.draw(logits, runs, this.random);
   }
 
   logprobs(logits: Float32Array, tokenId: number, topN: number): LogprobsResult {
