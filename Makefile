@@ -11,7 +11,7 @@ run: deps
 	$(BUN) src/cli/main.ts serve
 
 test: deps
-	$(BUN) test
+	$(BUN) test --timeout 60000
 
 typecheck: deps
 	$(BUN) x tsc -p tsconfig.json
