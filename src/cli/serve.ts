@@ -26,7 +26,7 @@ export const serveCommand: Command = {
     { name: "log-level", type: "string", help: "debug, info, warn or error", default: "info" },
     { name: "log-prompts", type: "boolean", help: "Include prompt text in debug logs (off: never logged)" },
     { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
-    { name: "threads", type: "string", help: "Intra-op threads per model (0: ONNX Runtime's default)", default: "0" },
+    { name: "threads", type: "string", help: "Intra-op threads per model (0: one for models under 16 MiB of weights, else ONNX Runtime's default)", default: "0" },
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of RAM, 256 MiB to 8 GiB)", default: "0" },
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 429 (0: 64)", default: "0" },

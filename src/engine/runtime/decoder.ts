@@ -1,6 +1,6 @@
 // One decoder session: the ONNX Runtime session and what its graph expects. The KV caches and
 // batched runs that feed it live in src/engine/batching.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
@@ -9,7 +9,27 @@ import { floatInput, floatSlice, floatTensor, int64Tensor, reusable } from "./te
 
 export interface SessionOptions {
   providers: ("cuda" | "cpu")[];
+  /** Intra-op threads; 0 chooses (see intraOpThreads). */
   threads: number;
+}
+
+/**
+ * Below this much weight a decoder runs on one intra-op thread unless told otherwise: its
+ * operators take microseconds, so a parallel section costs more than it saves, and the thread
+ * pool's spinning takes the core the HTTP thread and the other models need.
+ */
+const SINGLE_THREAD_BELOW_BYTES = 16 * 2 ** 20;
+
+/** The configured count, else 1 for small models and ONNX Runtime's default (0) otherwise. */
+export function intraOpThreads(configured: number, onnxPath: string): number {
+  if (configured > 0) return configured;
+  const dir = dirname(onnxPath);
+  const base = onnxPath.slice(dir.length + 1);
+  // The graph and its external data files (model.onnx_data, model.onnx.data, ...).
+  const bytes = readdirSync(dir)
+    .filter((f) => f.startsWith(base))
+    .reduce((sum, f) => sum + statSync(join(dir, f)).size, 0);
+  return bytes < SINGLE_THREAD_BELOW_BYTES ? 1 : 0;
 }
 
 /** The non-KV inputs of one run: token ids, the attention mask and positions, row-major. */
@@ -65,10 +85,11 @@ export class DecoderSession {
 
   static async create(dir: string, opts: SessionOptions): Promise<DecoderSession> {
     const files = locateModelFiles(dir);
+    const threads = intraOpThreads(opts.threads, files.onnxPath);
     const sessionOptions: ort.InferenceSession.SessionOptions = {
       executionProviders: opts.providers.map((p) => (p === "cuda" ? { name: "cuda" } : { name: "cpu" })),
       graphOptimizationLevel: "all",
-      ...(opts.threads > 0 ? { intraOpNumThreads: opts.threads } : {}),
+      ...(threads > 0 ? { intraOpNumThreads: threads } : {}),
       interOpNumThreads: 1,
     };
     // Shared-buffer graphs get outputs with only the new positions (see step-kv-outputs.ts).

@@ -180,8 +180,9 @@ function attentionStandard(
   const toBhsd = (t: string) => g.op("Transpose", [t], { perm: [0, 2, 1, 3] });
   const qr = applyRotary(ctx, toBhsd(q), rope.cos, rope.sin);
   const kr = applyRotary(ctx, toBhsd(k), rope.cos, rope.sin);
-  const presentK = g.op("Concat", [pastKeyName(i, "key"), kr], { axis: 2 });
-  const presentV = g.op("Concat", [pastKeyName(i, "value"), toBhsd(v)], { axis: 2 });
+  // Named as the graph outputs: an Identity to rename them would copy the whole cache every step.
+  const [presentK] = g.node("Concat", [pastKeyName(i, "key"), kr], [presentName(i, "key")], { axis: 2 }) as [string];
+  const [presentV] = g.node("Concat", [pastKeyName(i, "value"), toBhsd(v)], [presentName(i, "value")], { axis: 2 }) as [string];
 
   // Grouped heads without copying K/V: q as [B, KV, G, S, D] against k as [B, KV, 1, D, T].
   const scale = g.constant(floatTensor(ctx.dt, [], Float32Array.of(1 / Math.sqrt(c.headDim))), "scale");
@@ -326,8 +327,9 @@ function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number): void {
       k = perHeadNorm(k, c.numKvHeads, qkNormWeight(`${att}.k_norm.weight`, l.kNorm as Float32Array));
     }
     const attnOut = g.fresh("gqa");
-    const pk = g.fresh(`present_${i}_key`);
-    const pv = g.fresh(`present_${i}_value`);
+    // Named as the graph outputs: an Identity to rename them would copy the whole cache every step.
+    const pk = presentName(i, "key");
+    const pv = presentName(i, "value");
     g.node(
       "GroupQueryAttention",
       [q, k, v, pastKeyName(i, "key"), pastKeyName(i, "value"), seqlensK, totalLen, cosCache, sinCache],
