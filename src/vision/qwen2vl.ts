@@ -4,6 +4,7 @@
 // merge_size x merge_size group of neighbouring patches is consecutive (the vision encoder's
 // patch merger folds those groups into one image token).
 import type { RawImage } from "./decode.ts";
+import { ImageInputError } from "./errors.ts";
 import { baseProcess, type PreprocessorConfig } from "./preprocess.ts";
 
 export interface Qwen2VLPreprocessorConfig extends PreprocessorConfig {
@@ -41,7 +42,7 @@ export function smartResize(height: number, width: number, factor: number, minPi
     width = Math.round(width * scale);
   }
   if (Math.max(height, width) / Math.min(height, width) > 200) {
-    throw new Error(`the image's aspect ratio must be smaller than 200, got ${Math.max(height, width) / Math.min(height, width)}`);
+    throw new ImageInputError(`the image's aspect ratio must be smaller than 200, got ${Math.max(height, width) / Math.min(height, width)}`);
   }
   let h = Math.round(height / factor) * factor;
   let w = Math.round(width / factor) * factor;
