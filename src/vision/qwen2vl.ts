@@ -68,11 +68,12 @@ interface Geometry {
 
 /** The processor's sizes, with the defaults of Qwen2-VL's own preprocessor_config.json. */
 export function qwen2vlGeometry(cfg: Qwen2VLPreprocessorConfig, detail: ImageDetail = "auto"): Geometry {
-  const size = typeof cfg.size === "object" ? cfg.size : undefined;
+  // Configs name the bounds min_pixels / max_pixels, or (newer) size.shortest_edge / longest_edge.
+  const size = typeof cfg.size === "object" ? (cfg.size as { shortest_edge?: number; longest_edge?: number; min_pixels?: number; max_pixels?: number }) : undefined;
   const patch = cfg.patch_size ?? 14;
   const merge = cfg.merge_size ?? 2;
-  let minPixels = cfg.min_pixels ?? size?.shortest_edge ?? 56 * 56;
-  let maxPixels = cfg.max_pixels ?? size?.longest_edge ?? 28 * 28 * 1280;
+  let minPixels = cfg.min_pixels ?? size?.shortest_edge ?? size?.min_pixels ?? 56 * 56;
+  let maxPixels = cfg.max_pixels ?? size?.longest_edge ?? size?.max_pixels ?? 28 * 28 * 1280;
   if (detail === "low") {
     maxPixels = Math.min(maxPixels, LOW_DETAIL_TOKENS * (patch * merge) ** 2);
     minPixels = Math.min(minPixels, maxPixels);
