@@ -16,3 +16,5 @@ export { buildSyntheticVlm, VLM_CHAT_TEMPLATE, IMAGE_TOKEN, FAKE_IMAGE_TOKEN, GL
 export type { SyntheticVlmSpec, SyntheticVlmInfo } from "./vlm/synthetic.ts";
 export { buildVisionEncoder, buildEmbedTokens } from "./vlm/graphs.ts";
 export type { VisionEncoderShape, VisionEncoderWeights } from "./vlm/graphs.ts";
+export { buildSyntheticQwen2VL, qwen2vlPreprocessorConfig, QWEN2VL_CHAT_TEMPLATE } from "./vlm/qwen2vl.ts";
+export type { SyntheticQwen2VLSpec, SyntheticQwen2VLInfo } from "./vlm/qwen2vl.ts";

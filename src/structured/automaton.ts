@@ -368,106 +368,194 @@ export function complement(d: RuleDfa): RuleDfa {
   return { count: n + 1, next, final, calls: Array.from({ length: n + 1 }, () => []) };
 }
 
-const MINIMIZE_LIMIT = 300;
+/** Cycles (strongly connected components) larger than this are not refined inside. */
+const CYCLE_REFINE_LIMIT = 400;
+
+/** Transitions of state s as runs of equal targets: flat [firstByte, target, ...] (target -1 = none). */
+function runsOf(d: RuleDfa, s: number): number[] {
+  const r: number[] = [];
+  let prev = -2;
+  for (let b = 0; b < 256; b++) {
+    const t = d.next[s * 256 + b];
+    if (t !== prev) {
+      r.push(b, t);
+      prev = t;
+    }
+  }
+  return r;
+}
+
+/** Strongly connected components in reverse topological order (a component after all it reaches). */
+function components(n: number, succ: (s: number) => readonly number[]): number[][] {
+  const index = new Int32Array(n).fill(-1);
+  const low = new Int32Array(n);
+  const onStack = new Uint8Array(n);
+  const stack: number[] = [];
+  const out: number[][] = [];
+  let counter = 0;
+  for (let root = 0; root < n; root++) {
+    if (index[root] >= 0) continue;
+    // Iterative Tarjan: frames of (state, next successor position).
+    const frames: Array<[number, number]> = [[root, 0]];
+    index[root] = low[root] = counter++;
+    stack.push(root);
+    onStack[root] = 1;
+    while (frames.length) {
+      const f = frames[frames.length - 1];
+      const v = f[0];
+      const list = succ(v);
+      if (f[1] < list.length) {
+        const w = list[f[1]++];
+        if (index[w] < 0) {
+          index[w] = low[w] = counter++;
+          stack.push(w);
+          onStack[w] = 1;
+          frames.push([w, 0]);
+        } else if (onStack[w]) low[v] = Math.min(low[v], index[w]);
+        continue;
+      }
+      frames.pop();
+      if (frames.length) {
+        const u = frames[frames.length - 1][0];
+        low[u] = Math.min(low[u], low[v]);
+      }
+      if (low[v] === index[v]) {
+        const comp: number[] = [];
+        let w: number;
+        do {
+          w = stack.pop()!;
+          onStack[w] = 0;
+          comp.push(w);
+        } while (w !== v);
+        out.push(comp);
+      }
+    }
+  }
+  return out;
+}
 
 /**
- * Merges equivalent states (Moore's partition refinement). Besides making automata smaller, this
- * matters for speed: the matcher computes one vocabulary-wide mask per distinct state, and an
- * unminimized DFA has several copies of e.g. "inside a string".
+ * Merges equivalent states. Besides making automata smaller, this matters for speed: the matcher
+ * computes one vocabulary-wide mask per distinct state, and an unminimized DFA has several copies
+ * of e.g. "inside a string". Components are taken sinks first, so states outside cycles (most of
+ * a JSON structure: literals, bounded whitespace, counted repetitions) are merged in one pass by
+ * their transitions to already merged states; states on a cycle are refined (Moore) within their
+ * component, and states upstream merge into them by the same test. Copies of a whole cycle in two
+ * components are left apart (rare; still correct).
  */
 export function minimize(d: RuleDfa): RuleDfa {
-  // Refinement takes as many rounds as the longest chain of states; large automata (long counted
-  // repetitions) are left as they are rather than paying that at compile time.
-  if (d.count <= 1 || d.count > MINIMIZE_LIMIT) return d;
-  let block = new Int32Array(d.count);
-  let blocks = 0;
-  {
-    const ids = new Map<string, number>();
-    for (let s = 0; s < d.count; s++) {
-      const c = d.calls[s];
-      const rules: number[] = [];
-      for (let j = 0; j < c.length; j += 2) rules.push(c[j]);
-      const k = `${d.final[s]}|${rules.sort((a, b) => a - b).join(",")}`;
-      let id = ids.get(k);
-      if (id === undefined) ids.set(k, (id = ids.size));
-      block[s] = id;
-    }
-    blocks = ids.size;
-  }
-  // Transitions as runs of equal targets (few per state), so each refinement round is cheap.
+  const n = d.count;
+  if (n <= 1) return d;
   const runs: number[][] = [];
-  for (let s = 0; s < d.count; s++) {
-    const r: number[] = [];
-    let prev = -2;
-    for (let b = 0; b < 256; b++) {
-      const t = d.next[s * 256 + b];
-      if (t !== prev) {
-        r.push(b, t);
-        prev = t;
-      }
-    }
+  const succ: number[][] = [];
+  for (let s = 0; s < n; s++) {
+    const r = runsOf(d, s);
     runs.push(r);
+    const out: number[] = [];
+    for (let j = 1; j < r.length; j += 2) if (r[j] >= 0) out.push(r[j]);
+    const c = d.calls[s];
+    for (let j = 1; j < c.length; j += 2) out.push(c[j]);
+    succ.push(out);
   }
-  for (;;) {
-    const ids = new Map<string, number>();
-    const next = new Int32Array(d.count);
-    for (let s = 0; s < d.count; s++) {
-      let k = `${block[s]}:`;
-      let prev = -2;
-      const r = runs[s];
-      for (let j = 0; j < r.length; j += 2) {
-        const tb = r[j + 1] < 0 ? -1 : block[r[j + 1]];
-        if (tb !== prev) {
-          k += `${r[j]}=${tb};`;
-          prev = tb;
-        }
-      }
-      const c = d.calls[s];
+  const canon = new Int32Array(n).fill(-1);
+  const ids = new Map<string, number>();
+  let fresh = 0;
+  const comp = new Int32Array(n).fill(-1);
+  // Key of s: finality, calls and transitions; targets inside the component being refined are
+  // named by their block there ("i"), others by their merged id.
+  const keyOf = (s: number, inner: Int32Array | null): string => {
+    const tgt = (t: number) => (t < 0 ? "-" : inner && comp[t] === comp[s] ? `i${inner[t]}` : `${canon[t]}`);
+    let k = d.final[s] ? "F" : "N";
+    const r = runs[s];
+    for (let j = 0; j < r.length; j += 2) k += `${r[j]}=${tgt(r[j + 1])};`;
+    const c = d.calls[s];
+    if (c.length) {
       const pairs: string[] = [];
-      for (let j = 0; j < c.length; j += 2) pairs.push(`${c[j]}>${block[c[j + 1]]}`);
-      k += pairs.sort().join(",");
+      for (let j = 0; j < c.length; j += 2) pairs.push(`${c[j]}>${tgt(c[j + 1])}`);
+      k += `C${[...new Set(pairs)].sort().join(",")}`;
+    }
+    return k;
+  };
+  const comps = components(n, (s) => succ[s]);
+  comps.forEach((members, ci) => {
+    for (const s of members) comp[s] = ci;
+    const s0 = members[0];
+    if (members.length === 1 && !succ[s0].includes(s0)) {
+      const k = keyOf(s0, null);
       let id = ids.get(k);
-      if (id === undefined) ids.set(k, (id = ids.size));
-      next[s] = id;
+      if (id === undefined) ids.set(k, (id = fresh++));
+      canon[s0] = id;
+      return;
     }
-    const changed = ids.size !== blocks;
-    block = next;
-    blocks = ids.size;
-    if (!changed) break;
-  }
-  // Renumber so the start state's block is 0.
-  const order = new Int32Array(blocks).fill(-1);
-  const rep = new Int32Array(blocks);
-  let n = 0;
-  order[block[0]] = n++;
-  rep[0] = 0;
-  for (let s = 0; s < d.count; s++) {
-    if (order[block[s]] < 0) {
-      order[block[s]] = n;
-      rep[n++] = s;
+    let block = new Int32Array(n);
+    let blocks = members.length;
+    if (members.length <= CYCLE_REFINE_LIMIT) {
+      blocks = 1;
+      for (;;) {
+        const seen = new Map<string, number>();
+        const nextBlock = new Int32Array(n);
+        for (const s of members) {
+          const k = `${block[s]}|${keyOf(s, block)}`;
+          let b = seen.get(k);
+          if (b === undefined) seen.set(k, (b = seen.size));
+          nextBlock[s] = b;
+        }
+        const changed = seen.size !== blocks;
+        block = nextBlock;
+        blocks = seen.size;
+        if (!changed) break;
+      }
+    } else members.forEach((s, i) => (block[s] = i));
+    for (const s of members) canon[s] = fresh + block[s];
+    fresh += blocks;
+    // A state upstream with the same transitions is a copy of this one (e.g. the unrolled first
+    // item of "item (sep item)*"): register the merged states for the states still to come.
+    for (const s of members) {
+      const k = keyOf(s, null);
+      if (!ids.has(k)) ids.set(k, canon[s]);
+    }
+  });
+  // Renumber merged states from the start (state 0) in discovery order.
+  const rep = new Int32Array(fresh).fill(-1);
+  for (let s = n - 1; s >= 0; s--) rep[canon[s]] = s;
+  const order = new Int32Array(fresh).fill(-1);
+  const queue = [canon[0]];
+  order[canon[0]] = 0;
+  for (let q = 0; q < queue.length; q++) {
+    for (const t of succ[rep[queue[q]]]) {
+      const c = canon[t];
+      if (order[c] < 0) {
+        order[c] = queue.length;
+        queue.push(c);
+      }
     }
   }
-  const nextOut = new Int32Array(blocks * 256).fill(-1);
-  const final = new Uint8Array(blocks);
+  const count = queue.length;
+  const nextOut = new Int32Array(count * 256).fill(-1);
+  const final = new Uint8Array(count);
   const calls: number[][] = [];
-  for (let i = 0; i < blocks; i++) {
-    const s = rep[i];
-    for (let b = 0; b < 256; b++) {
-      const t = d.next[s * 256 + b];
-      if (t >= 0) nextOut[i * 256 + b] = order[block[t]];
+  for (let i = 0; i < count; i++) {
+    const s = rep[queue[i]];
+    const r = runs[s];
+    for (let j = 0; j < r.length; j += 2) {
+      const t = r[j + 1];
+      if (t < 0) continue;
+      const endByte = j + 2 < r.length ? r[j + 2] : 256;
+      nextOut.fill(order[canon[t]], i * 256 + r[j], i * 256 + endByte);
     }
     final[i] = d.final[s];
     const c = d.calls[s];
     const row: number[] = [];
     const seen = new Set<string>();
     for (let j = 0; j < c.length; j += 2) {
-      const pair = `${c[j]},${order[block[c[j + 1]]]}`;
+      const t = order[canon[c[j + 1]]];
+      const pair = `${c[j]},${t}`;
       if (!seen.has(pair)) {
         seen.add(pair);
-        row.push(c[j], order[block[c[j + 1]]]);
+        row.push(c[j], t);
       }
     }
     calls.push(row);
   }
-  return { count: blocks, next: nextOut, final, calls };
+  return { count, next: nextOut, final, calls };
 }

@@ -33,7 +33,7 @@ export interface ImageTiles {
 }
 
 /** A float32 image, channel-first [3, height, width]. */
-interface Planes {
+export interface Planes {
   data: Float32Array;
   height: number;
   width: number;
@@ -65,13 +65,22 @@ export function resizeTarget(cfg: PreprocessorConfig, width: number, height: num
 const perChannel = (v: number | number[] | undefined, fallback: number): number[] =>
   Array.isArray(v) ? v : new Array<number>(3).fill(v ?? fallback);
 
-/** Resize, RGB, rescale and normalise: one image as float32 planes. */
-async function baseProcess(cfg: PreprocessorConfig, img: RawImage): Promise<Planes> {
+/** The [width, height] an image is resized to, or null to keep its size. */
+export type ResizeRule = (width: number, height: number) => [number, number] | null;
+
+const sizeRule =
+  (cfg: PreprocessorConfig): ResizeRule =>
+  (w, h) =>
+    cfg.do_resize !== false && cfg.size !== undefined ? resizeTarget(cfg, w, h) : null;
+
+/**
+ * Resize (by `rule`, default the config's `size`), RGB, rescale and normalise: one image as
+ * float32 planes (transformers.js ImageProcessor.preprocess).
+ */
+export async function baseProcess(cfg: PreprocessorConfig, img: RawImage, rule: ResizeRule = sizeRule(cfg)): Promise<Planes> {
   let image = cfg.do_convert_rgb === false ? img : toRgb(img);
-  if (cfg.do_resize !== false && cfg.size !== undefined) {
-    const [w, h] = resizeTarget(cfg, image.width, image.height);
-    image = await resizeImage(image, w, h, cfg.resample ?? 2);
-  }
+  const target = rule(image.width, image.height);
+  if (target) image = await resizeImage(image, target[0], target[1], cfg.resample ?? 2);
   if (image.channels !== 3) image = toRgb(image);
   const hwc = Float32Array.from(image.data);
   if (cfg.do_rescale !== false) {

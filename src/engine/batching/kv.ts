@@ -2,6 +2,8 @@
 // capacity, prefill (one sequence, a chunk of tokens), one batched decode step over many
 // sequences, and copies of a prefix in and out for the prefix cache.
 
+import type { RopePlan } from "../runtime/mrope.ts";
+
 export type KvArray = Float32Array | Uint16Array;
 
 export interface Sequence {
@@ -10,6 +12,11 @@ export interface Sequence {
   readonly capacity: number;
   /** The tokens whose keys and values are in the cache, in order. */
   readonly tokens: number[];
+  /**
+   * 3-D positions of a prompt with images, for multimodal rotary graphs (only the padded backend
+   * takes those); set by the scheduler before the prefill. Absent: token i sits at position i.
+   */
+  rope?: RopePlan;
 }
 
 /** A copy of the first `tokens.length` positions of a sequence's cache, per KV tensor [heads, length, headDim]. */

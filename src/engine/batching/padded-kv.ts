@@ -4,12 +4,14 @@
 // copy of every past per step: slower than the fused path, but any export runs batched.
 import type * as ort from "onnxruntime-node";
 import { chunkInputs, type DecoderSession } from "../runtime/decoder.ts";
+import type { RopePlan } from "../runtime/mrope.ts";
 import { floatTensor, halfBits } from "../runtime/tensors.ts";
 import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence } from "./kv.ts";
 
 class PaddedSequence implements Sequence {
   tokens: number[] = [];
   arrays: KvArray[];
+  rope?: RopePlan;
   constructor(
     readonly id: number,
     readonly capacity: number,
@@ -73,7 +75,7 @@ export class PaddedKvBackend implements KvBackend {
   async prefill(s: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array> {
     const seq = s as PaddedSequence;
     const past = seq.tokens.length;
-    const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds));
+    const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds, seq.rope));
     const out = await this.run(feeds, seq.arrays, [1, this.heads, past, this.dim]);
     seq.arrays = this.presents(out);
     seq.tokens.push(...tokens);
@@ -95,7 +97,8 @@ export class PaddedKvBackend implements KvBackend {
       const pad = P - len;
       for (let t = 0; t < this.tensorCount; t++) copyHeads(s.arrays[t]!, 0, len, past[t]!, b * rowSize + pad * dim, P, heads, dim, len);
       mask.fill(1, b * (P + 1) + pad, (b + 1) * (P + 1));
-      positions.push(len);
+      // Decoding is past the prompt: every position row is len + the prompt's rope delta.
+      positions.push(len + (s.rope?.delta ?? 0));
     });
     const feeds = await this.decoder.feeds({ batch: B, width: 1, ids: tokens, mask, maskWidth: P + 1, positions });
     const out = await this.run(feeds, past, [B, heads, P, dim]);

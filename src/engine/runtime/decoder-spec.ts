@@ -19,6 +19,11 @@ export interface DecoderSpec {
   embedsType: KvDType | null;
   attentionMask: string | null;
   positionIds: string | null;
+  /**
+   * 1: position_ids [batch, seq]. 3: [3, batch, seq], multimodal rotary (Qwen2-VL): temporal,
+   * height and width rows, which only the padded (standard) KV backend feeds.
+   */
+  positionRows: 1 | 3;
   logits: string;
   logitsType: KvDType;
   /** Per layer: [past key input, past value input, present key output, present value output]. */
@@ -149,12 +154,22 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
   const contextLength =
     num(files.genai?.model?.context_length) ?? num(cfg.max_position_embeddings) ?? num(cfg.n_positions) ?? 2048;
 
+  const positionIds = pick([gi.position_ids ?? "position_ids"]);
+  const positionRows = positionIds && inputByName.get(positionIds)!.shape.length === 3 ? 3 : 1;
+  const sharedBuffer = declaresSharedBuffer(files);
+  if (positionRows === 3 && sharedBuffer) {
+    throw new Error(
+      "the graph takes 3-D (multimodal rotary) position_ids but declares a shared past/present KV buffer: that cache derives positions from sequence lengths and cannot apply them; use a standard-ops export",
+    );
+  }
+
   return {
     inputIds,
     inputsEmbeds,
     embedsType: inputsEmbeds ? dtypeOf(inputByName.get(inputsEmbeds)!, "inputs_embeds input") : null,
     attentionMask: pick([gi.attention_mask ?? "attention_mask"]),
-    positionIds: pick([gi.position_ids ?? "position_ids"]),
+    positionIds,
+    positionRows,
     logits: logitsName,
     logitsType: dtypeOf(logits, "logits output"),
     layers,
@@ -163,7 +178,7 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
     headDim,
     vocabSize,
     contextLength,
-    sharedBuffer: declaresSharedBuffer(files),
+    sharedBuffer,
     maxCacheLength: num(files.card?.graph?.max_cache_length) ?? num(files.genai?.search?.max_length) ?? contextLength,
   };
 }

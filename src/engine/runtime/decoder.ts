@@ -4,6 +4,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
+import { planPositions, type RopePlan } from "./mrope.ts";
 import { addStepKvOutputs, type StepOutputNames } from "./step-kv-outputs.ts";
 import { floatInput, floatSlice, floatTensor, int64Tensor, reusable } from "./tensors.ts";
 
@@ -32,9 +33,11 @@ export function intraOpThreads(configured: number, onnxPath: string): number {
   return bytes < SINGLE_THREAD_BELOW_BYTES ? 1 : 0;
 }
 
-/** The non-KV inputs of one run: token ids, the attention mask and positions, row-major. */
-/** The inputs of one prompt chunk of a single sequence: `tokens` after `past` cached positions. */
-export function chunkInputs(tokens: number[], past: number, embeds?: Float32Array): StepInputs {
+/**
+ * The inputs of one prompt chunk of a single sequence: `tokens` after `past` cached positions.
+ * With a rope plan (a prompt with images, for a 3-D position graph) the positions are the plan's.
+ */
+export function chunkInputs(tokens: number[], past: number, embeds?: Float32Array, rope?: RopePlan): StepInputs {
   const total = past + tokens.length;
   return {
     batch: 1,
@@ -43,7 +46,7 @@ export function chunkInputs(tokens: number[], past: number, embeds?: Float32Arra
     embeds,
     mask: new Uint8Array(total).fill(1),
     maskWidth: total,
-    positions: tokens.map((_, i) => past + i),
+    positions: rope ? planPositions(rope, past, tokens.length) : tokens.map((_, i) => past + i),
   };
 }
 
@@ -55,6 +58,10 @@ export interface StepInputs {
   /** [batch, maskWidth] of 0/1. */
   mask: Uint8Array;
   maskWidth: number;
+  /**
+   * [batch, width]; or [3, batch, width] (temporal, height, width rows) for a graph with 3-D
+   * position_ids, which otherwise gets the same positions on all three rows (text tokens).
+   */
   positions: ArrayLike<number>;
   /**
    * Row-major [batch, width, hidden] input embeddings to use instead of looking `ids` up (a
@@ -142,7 +149,14 @@ export class DecoderSession {
       feeds[spec.inputsEmbeds!] = floatInput(spec.embedsType!, embeds, [s.batch, s.width, embeds.length / (s.batch * s.width)]);
     }
     if (spec.attentionMask) feeds[spec.attentionMask] = int64Tensor(s.mask, [s.batch, s.maskWidth]);
-    if (spec.positionIds) feeds[spec.positionIds] = int64Tensor(s.positions, [s.batch, s.width]);
+    if (spec.positionIds) {
+      const n = s.batch * s.width;
+      if (spec.positionRows === 1) feeds[spec.positionIds] = int64Tensor(s.positions, [s.batch, s.width]);
+      else {
+        const rows = s.positions.length === n ? Array.from({ length: 3 * n }, (_, i) => s.positions[i % n]!) : s.positions;
+        feeds[spec.positionIds] = int64Tensor(rows, [3, s.batch, s.width]);
+      }
+    }
     return feeds;
   }
 

@@ -1,17 +1,22 @@
 // The image side of a split vision-language export (transformers.js ImageTextToText layout):
 // onnx/vision_encoder.onnx, preprocessor_config.json, processor_config.json and config.json's
 // image_token_id. Turns a request's images into image features and the prompt text that holds
-// their tokens; the prefill then swaps those tokens' embeddings for the features.
+// their tokens; the prefill then swaps those tokens' embeddings for the features. Families:
+// Idefics3 / SmolVLM, and Qwen2-VL (whose image tokens also get 3-D rotary positions).
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import type { ImagePart } from "../types.ts";
-import { floatInput, floatSlice } from "../runtime/tensors.ts";
+import type { RopePlan } from "../runtime/mrope.ts";
+import { floatSlice } from "../runtime/tensors.ts";
 import { decodeImage } from "../../vision/decode.ts";
 import { ImageInputError } from "../../vision/errors.ts";
-import { preprocessImage, type PreprocessorConfig } from "../../vision/preprocess.ts";
+import type { PreprocessorConfig } from "../../vision/preprocess.ts";
 import { decodeDataUrl } from "../../vision/resolve.ts";
-import { imagePromptString, type ImageTokens } from "./placeholders.ts";
+import type { ImageAdapter, PreparedImage } from "./adapter.ts";
+import { Idefics3Adapter } from "./idefics3.ts";
+import { Qwen2VLAdapter } from "./qwen2vl.ts";
+import { ropeIndex } from "./rope-index.ts";
 
 export interface VisionSessionOptions {
   providers: ("cuda" | "cpu")[];
@@ -30,6 +35,8 @@ export interface EncodedImage {
   /** [rows, hidden] */
   features: Float32Array;
   rows: number;
+  /** image_grid_thw (Qwen2-VL), for the 3-D positions; null for other families. */
+  grid: [number, number, number] | null;
 }
 
 /** Image features of one prompt: which prompt position takes which feature row. */
@@ -39,22 +46,42 @@ export interface PromptImages {
   features: Float32Array;
   hidden: number;
   tokenCount: number;
+  /** The prompt's 3-D positions, for multimodal rotary decoders (Qwen2-VL); null otherwise. */
+  rope: RopePlan | null;
 }
 
 interface ModelConfig {
+  model_type?: string;
   image_token_id?: number;
   image_token_index?: number;
+  vision_config?: { spatial_merge_size?: number };
 }
 
 const readJson = <T>(path: string): T | null => (existsSync(path) ? (JSON.parse(readFileSync(path, "utf8")) as T) : null);
 
+/** The family's adapter; throws with the reason when the layout is not one we know. */
+function adapterFor(dir: string, pre: PreprocessorConfig, config: ModelConfig, encoder: { inputNames: readonly string[] }): ImageAdapter {
+  const proc = readJson<{ image_seq_len?: number; processor_class?: string }>(join(dir, "processor_config.json")) ?? {};
+  const kind = proc.processor_class ?? pre.processor_class ?? pre.image_processor_type ?? "";
+  if (config.model_type === "qwen2_vl" || /^qwen2vl/i.test(kind)) {
+    const grid = ["grid_thw", "image_grid_thw"].find((n) => encoder.inputNames.includes(n));
+    if (!grid || !encoder.inputNames.includes("pixel_values")) {
+      throw new Error(`the Qwen2-VL vision encoder must take pixel_values and grid_thw (it takes ${encoder.inputNames.join(", ")})`);
+    }
+    return new Qwen2VLAdapter(pre, grid, config.vision_config?.spatial_merge_size ?? 2);
+  }
+  if (/idefics3|smolvlm/i.test(kind)) {
+    if (!proc.image_seq_len) throw new Error("processor_config.json has no image_seq_len");
+    return new Idefics3Adapter(pre, proc.image_seq_len);
+  }
+  throw new Error(`image processor '${kind || "unknown"}' is not supported (supported: Idefics3 / SmolVLM and Qwen2-VL layouts)`);
+}
+
 export class VisionModel {
   private constructor(
     private readonly encoder: ort.InferenceSession,
-    readonly preprocessor: PreprocessorConfig,
-    readonly imageSeqLen: number,
+    private readonly adapter: ImageAdapter,
     readonly imageTokenId: number,
-    readonly tokens: ImageTokens,
   ) {}
 
   /** The directory's vision model, or null when it has no vision encoder (a text-only model). */
@@ -63,23 +90,31 @@ export class VisionModel {
     if (!path) return null;
     const pre = readJson<PreprocessorConfig>(join(dir, "preprocessor_config.json"));
     if (!pre) throw new Error("the model has a vision encoder but no preprocessor_config.json");
-    const proc = readJson<{ image_seq_len?: number; processor_class?: string }>(join(dir, "processor_config.json")) ?? {};
     const config = readJson<ModelConfig>(join(dir, "config.json")) ?? {};
     const imageTokenId = config.image_token_id ?? config.image_token_index;
     if (imageTokenId === undefined) throw new Error("config.json has no image_token_id");
-    const kind = proc.processor_class ?? pre.processor_class ?? pre.image_processor_type ?? "";
-    if (!/idefics3|smolvlm/i.test(kind)) {
-      throw new Error(`image processor '${kind || "unknown"}' is not supported (supported: Idefics3 / SmolVLM layout)`);
-    }
-    if (!proc.image_seq_len) throw new Error("processor_config.json has no image_seq_len");
     const encoder = await ort.InferenceSession.create(path, {
       executionProviders: opts.providers.map((p) => ({ name: p })),
       graphOptimizationLevel: "all",
       ...(opts.threads > 0 ? { intraOpNumThreads: opts.threads } : {}),
       interOpNumThreads: 1,
     });
-    const tokens: ImageTokens = { image: "<image>", fake: "<fake_token_around_image>", global: "<global-img>" };
-    return new VisionModel(encoder, pre, proc.image_seq_len, imageTokenId, tokens);
+    try {
+      return new VisionModel(encoder, adapterFor(dir, pre, config, encoder), imageTokenId);
+    } catch (e) {
+      await encoder.release();
+      throw e;
+    }
+  }
+
+  /** What the chat template writes for each image, expanded per image by `encode`'s promptText. */
+  get placeholder(): string {
+    return this.adapter.placeholder;
+  }
+
+  /** True when image tokens take 3-D positions (the decoder must take [3, batch, seq] position_ids). */
+  get needs3dPositions(): boolean {
+    return this.adapter.mergeSize !== null;
   }
 
   /** Decodes, preprocesses and encodes one image; failures name the part. */
@@ -87,28 +122,22 @@ export class VisionModel {
     const url = img.part.image_url.url;
     const fail = (why: string) => new ImageInputError(`Invalid image in ${img.param}: ${why}.`, img.param);
     if (!/^data:/i.test(url)) throw fail("the image was not resolved to inline data before reaching the engine");
-    let tiles;
+    const pixelType = this.encoder.inputMetadata.find((m) => m.name === "pixel_values");
+    const half = pixelType?.isTensor === true && pixelType.type === "float16";
+    let prepared: PreparedImage;
     try {
       const raw = await decodeImage(decodeDataUrl(url, Number.MAX_SAFE_INTEGER));
-      // detail "low": one global tile; "high" and "auto": the processor's own tiling.
-      tiles = await preprocessImage(this.preprocessor, raw, img.part.image_url.detail === "low" ? false : undefined);
+      prepared = await this.adapter.prepare(raw, img.part.image_url.detail, half ? "float16" : "float32");
     } catch (e) {
       throw e instanceof ImageInputError ? fail(e.message) : e;
     }
-    const { count, height, width } = tiles;
-    const pixelType = this.encoder.inputMetadata.find((m) => m.name === "pixel_values");
-    const half = pixelType?.isTensor === true && pixelType.type === "float16";
-    const out = await this.encoder.run({
-      pixel_values: floatInput(half ? "float16" : "float32", tiles.data, [1, count, 3, height, width]),
-      pixel_attention_mask: new ort.Tensor("bool", new Uint8Array(count * height * width).fill(1), [1, count, height, width]),
-    });
+    const out = await this.encoder.run(prepared.feeds);
     const t = out.image_features ?? out[this.encoder.outputNames[0]!]!;
     const hidden = t.dims[t.dims.length - 1]!;
     const features = floatSlice(t, 0, t.size);
     const rows = features.length / hidden;
-    const expected = count * this.imageSeqLen;
-    if (rows !== expected) throw new Error(`the vision encoder gave ${rows} feature rows for ${count} tiles; image_seq_len ${this.imageSeqLen} needs ${expected}`);
-    return { promptText: imagePromptString(tiles.rows, tiles.cols, this.imageSeqLen, this.tokens), features, rows };
+    if (rows !== prepared.rows) throw new Error(`the vision encoder gave ${rows} feature rows for an image of ${prepared.rows} image tokens`);
+    return { promptText: prepared.promptText, features, rows, grid: prepared.grid };
   }
 
   /** Maps the tokenised prompt's image tokens onto the images' feature rows, in order. */
@@ -120,6 +149,11 @@ export class VisionModel {
       if (id === this.imageTokenId) rowAt[p] = row++;
     });
     if (row !== total) return null;
+    let rope: RopePlan | null = null;
+    if (this.adapter.mergeSize !== null) {
+      rope = ropeIndex(ids, images.map((i) => ({ grid: i.grid! })), this.imageTokenId, this.adapter.mergeSize);
+      if (!rope) return null;
+    }
     const hidden = total > 0 ? images[0]!.features.length / images[0]!.rows : 0;
     const features = new Float32Array(total * hidden);
     let at = 0;
@@ -127,7 +161,7 @@ export class VisionModel {
       features.set(img.features, at);
       at += img.features.length;
     }
-    return { rowAt, features, hidden, tokenCount: total };
+    return { rowAt, features, hidden, tokenCount: total, rope };
   }
 
   async release(): Promise<void> {

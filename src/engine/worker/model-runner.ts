@@ -34,6 +34,10 @@ export class ModelRunner {
     const decoder = await DecoderSession.create(opts.dir, { providers: providers.providers, threads: opts.threads });
     const tokenizer = TextTokenizer.load(opts.dir);
     const vision = await VisionModel.load(opts.dir, { providers: providers.providers, threads: opts.threads });
+    if (vision?.needs3dPositions && decoder.spec.positionRows !== 3) {
+      await vision.release();
+      throw new Error("the vision encoder's image tokens take 3-D (multimodal rotary) positions, but the decoder's position_ids are not [3, batch, sequence]");
+    }
     const cardPath = join(opts.dir, "sluice.json");
     const card = (existsSync(cardPath) ? JSON.parse(readFileSync(cardPath, "utf8")) : {}) as ModelCard;
     // The card may lower the context (to bound KV memory), never raise it past the graph's.
@@ -98,10 +102,10 @@ export class ModelRunner {
         if (e instanceof ImageInputError) throw new EngineRequestError(e.message, e.param, "invalid_image");
         throw e;
       }
-      const expanded = expandPlaceholders(text, vision.tokens.image, encoded.map((e) => e.promptText));
+      const expanded = expandPlaceholders(text, vision.placeholder, encoded.map((e) => e.promptText));
       if (expanded === null) {
         throw new EngineRequestError(
-          `The messages hold ${requestImages.length} image(s) but the rendered prompt has a different number of '${vision.tokens.image}' placeholders (is '${vision.tokens.image}' written in a text part?).`,
+          `The messages hold ${requestImages.length} image(s) but the rendered prompt has a different number of '${vision.placeholder}' placeholders (is '${vision.placeholder}' written in a text part?).`,
           "messages",
           "invalid_value",
         );

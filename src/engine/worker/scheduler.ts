@@ -182,7 +182,11 @@ export class Scheduler {
       if (this.budget.freeBytes + this.prefix.usedBytes < need || !this.prefix.makeRoom(need)) return;
       this.budget.tryReserve(need);
       this.queue.shift();
-      for (const c of job.choices) c.seq = this.backend.open(capacity);
+      for (const c of job.choices) {
+        c.seq = this.backend.open(capacity);
+        // Every choice decodes past the prompt at its length + the prompt's rope delta.
+        if (job.images?.rope) c.seq.rope = job.images.rope;
+      }
       const first = job.choices[0]!.seq!;
       const hit = job.images ? null : this.prefix.lookup(job.prompt, job.prompt.length - 1);
       if (hit) this.backend.restore(first, hit.entry, hit.length);

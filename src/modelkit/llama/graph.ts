@@ -22,6 +22,12 @@ export interface DecoderGraphOptions {
    * vision-language export; the token embedding is then a separate graph).
    */
   inputsEmbeds?: boolean;
+  /**
+   * Qwen2-VL's multimodal rotary embedding: position_ids become [3, batch, seq] (temporal,
+   * height, width) and the rotary frequencies are split into these three sections (summing to
+   * head_dim / 2), each rotated by its own position row. Standard variant only.
+   */
+  mropeSection?: [number, number, number];
 }
 
 export const OPSET_ONNX = 17;
@@ -49,6 +55,7 @@ interface Ctx {
   /** ONNX TensorProto type code of the activations, for Cast. */
   dtCode: number;
   inputsEmbeds: boolean;
+  mropeSection: [number, number, number] | null;
 }
 
 function weight(ctx: Ctx, name: string, dims: number[], values: Float32Array): string {
@@ -95,7 +102,7 @@ function declareIo(ctx: Ctx, kvHeadDim: number): { ids: string; mask: string; po
   // With inputs_embeds, `ids` names the embeddings: only their shape [B, S, ...] is read from it.
   const ids = ctx.inputsEmbeds ? g.input("inputs_embeds", dt, [B, S, c.hiddenSize]) : g.input("input_ids", "int64", [B, S]);
   const mask = g.input("attention_mask", "int64", [B, T]);
-  const pos = g.input("position_ids", "int64", [B, S]);
+  const pos = g.input("position_ids", "int64", ctx.mropeSection ? [3, B, S] : [B, S]);
   for (let i = 0; i < c.numLayers; i++) {
     for (const kind of ["key", "value"] as const) g.input(pastKeyName(i, kind), dt, [B, c.numKvHeads, P, kvHeadDim]);
   }
@@ -128,11 +135,32 @@ function attentionBias(ctx: Ctx, ids: string, mask: string): string {
   return g.op("Unsqueeze", [bias, g.i64([1, 2])]);
 }
 
+/**
+ * Multimodal rotary angles [B, S, D/2] from position_ids [3, B, S]: frequency j takes the
+ * position row of its section (transformers' apply_multimodal_rotary_pos_emb), picked with a
+ * one-hot mask summed over the rows, which is exact.
+ */
+function mropeFreqs(ctx: Ctx, pos: string, inv: string, section: [number, number, number]): string {
+  const { g, c } = ctx;
+  const half = c.headDim / 2;
+  if (section[0] + section[1] + section[2] !== half) throw new Error(`mrope_section ${section.join("+")} must sum to head_dim / 2 = ${half}`);
+  const pick = new Float32Array(3 * half);
+  let j = 0;
+  section.forEach((n, row) => {
+    for (let k = 0; k < n; k++) pick[row * half + j++] = 1;
+  });
+  const rows = g.op("Mul", [g.op("Unsqueeze", [g.op("Cast", [pos], { to: 1 }), g.i64([-1])]), inv]); // [3,B,S,D/2]
+  const mask = g.initializer("rotary_mrope_sections", floatTensor("float32", [3, 1, 1, half], pick));
+  return g.op("ReduceSum", [g.op("Mul", [rows, mask]), g.i64([0])], { keepdims: 0 });
+}
+
 /** cos/sin [batch, 1, seq, head_dim] from position_ids, computed in float32. */
 function rotaryTables(ctx: Ctx, pos: string): { cos: string; sin: string } {
   const { g, c } = ctx;
   const inv = g.initializer("rotary_inv_freq", floatTensor("float32", [c.headDim / 2], inverseFrequencies(c.headDim, c.ropeTheta)));
-  const freqs = g.op("Mul", [g.op("Unsqueeze", [g.op("Cast", [pos], { to: 1 }), g.i64([-1])]), inv]); // [B,S,D/2]
+  const freqs = ctx.mropeSection
+    ? mropeFreqs(ctx, pos, inv, ctx.mropeSection)
+    : g.op("Mul", [g.op("Unsqueeze", [g.op("Cast", [pos], { to: 1 }), g.i64([-1])]), inv]); // [B,S,D/2]
   const emb = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], { axis: -1 }), g.i64([1])]);
   let cos = g.op("Cos", [emb]);
   let sin = g.op("Sin", [emb]);
@@ -359,7 +387,9 @@ export function buildDecoderModel(c: LlamaConfig, w: LlamaWeights, opts: Decoder
   validateConfig(c);
   checkWeights(c, w);
   const g = new GraphBuilder(`${c.modelType}_decoder_${opts.variant}`);
-  const ctx: Ctx = { g, c, dt: opts.dtype, dtCode: opts.dtype === "float16" ? 10 : 1, inputsEmbeds: opts.inputsEmbeds === true };
+  const ctx: Ctx = { g, c, dt: opts.dtype, dtCode: opts.dtype === "float16" ? 10 : 1, inputsEmbeds: opts.inputsEmbeds === true, mropeSection: opts.mropeSection ?? null };
+  // GroupQueryAttention rotates by sequence offsets: it cannot take 3-D positions.
+  if (ctx.mropeSection && opts.variant !== "standard") throw new Error("multimodal rotary (mrope) needs the standard variant");
   if (opts.variant === "standard") buildStandard(ctx, w);
   else buildFused(ctx, w, opts.rotaryCacheLength ?? c.maxPositionEmbeddings);
   const plan = opts.externalDataFile ? new ExternalDataPlan(opts.externalDataFile, opts.externalMinBytes ?? 1024) : undefined;
