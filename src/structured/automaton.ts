@@ -184,16 +184,27 @@ class Nfa {
     }
   }
 
-  closure(states: number[]): number[] {
-    const seen = new Set<number>();
-    const stack = [...states];
+  // Closure scratch: a state is in the current closure when mark[s] === stamp.
+  private mark = new Int32Array(0);
+  private stamp = 0;
+  private readonly stack: number[] = [];
+
+  closure(states: readonly number[]): Int32Array {
+    if (this.mark.length < this.eps.length) this.mark = new Int32Array(this.eps.length * 2);
+    const mark = this.mark;
+    const stamp = ++this.stamp;
+    const stack = this.stack;
+    const out: number[] = [];
+    for (const s of states) stack.push(s);
     while (stack.length) {
       const s = stack.pop()!;
-      if (seen.has(s)) continue;
-      seen.add(s);
-      for (const t of this.eps[s]) stack.push(t);
+      if (mark[s] === stamp) continue;
+      mark[s] = stamp;
+      out.push(s);
+      const e = this.eps[s];
+      for (let k = 0; k < e.length; k++) stack.push(e[k]);
     }
-    return [...seen].sort((a, b) => a - b);
+    return Int32Array.from(out).sort();
   }
 }
 
@@ -206,9 +217,9 @@ export function compileRe(re: Re): RuleDfa {
 }
 
 function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
-  const sets: number[][] = [];
+  const sets: Int32Array[] = [];
   const ids = new Map<string, number>();
-  const idOf = (set: number[]): number => {
+  const idOf = (set: Int32Array): number => {
     const key = set.join(",");
     let id = ids.get(key);
     if (id === undefined) {
@@ -268,14 +279,21 @@ function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
  * tokens leading nowhere, and generation could never finish. Returns count 0 for the empty language.
  */
 export function pruneDead(d: RuleDfa): RuleDfa {
+  // Distinct successors per state (byte targets come in runs), read once.
+  const succ: number[][] = [];
   const rev: number[][] = Array.from({ length: d.count }, () => []);
   for (let s = 0; s < d.count; s++) {
+    const out: number[] = [];
+    let prev = -1;
     for (let b = 0; b < 256; b++) {
       const t = d.next[s * 256 + b];
-      if (t >= 0) rev[t].push(s);
+      if (t >= 0 && t !== prev && !out.includes(t)) out.push(t);
+      prev = t;
     }
     const c = d.calls[s];
-    for (let i = 0; i < c.length; i += 2) rev[c[i + 1]].push(s);
+    for (let i = 0; i < c.length; i += 2) if (!out.includes(c[i + 1])) out.push(c[i + 1]);
+    succ.push(out);
+    for (const t of out) rev[t].push(s);
   }
   const live = new Uint8Array(d.count);
   const work: number[] = [];
@@ -287,16 +305,12 @@ export function pruneDead(d: RuleDfa): RuleDfa {
   const order: number[] = [0];
   map[0] = 0;
   for (let i = 0; i < order.length; i++) {
-    const s = order[i];
-    const visit = (t: number) => {
-      if (t >= 0 && live[t] && map[t] < 0) {
+    for (const t of succ[order[i]]) {
+      if (live[t] && map[t] < 0) {
         map[t] = order.length;
         order.push(t);
       }
-    };
-    for (let b = 0; b < 256; b++) visit(d.next[s * 256 + b]);
-    const c = d.calls[s];
-    for (let j = 0; j < c.length; j += 2) visit(c[j + 1]);
+    }
   }
   const next = new Int32Array(order.length * 256).fill(-1);
   const final = new Uint8Array(order.length);
