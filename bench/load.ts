@@ -3,7 +3,7 @@
 // streaming chats from this process): throughput, median and p99 latency, errors.
 // Usage: bun bench/load.ts [--seconds 60] [--no-write] [--ratio-only] [--ratio-seconds 10]
 //   (needs `wrk`: apt-get install -y wrk; --ratio-only runs (1) alone and writes nothing)
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildSyntheticModel } from "../src/modelkit/index.ts";
@@ -49,6 +49,43 @@ async function wrk(url: string, seconds: number, connections: number, headers: R
     requests: num(/(\d+) requests in/),
     errors: num(/Non-2xx or 3xx responses: (\d+)/) + (socket ? socket.slice(1).reduce((s, x) => s + Number(x), 0) : 0),
   };
+}
+
+/** User + system CPU seconds a process has used so far (Linux /proc), or NaN elsewhere. */
+function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th overall.
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[11]) + Number(f[12])) / CLOCK_TICKS;
+  } catch {
+    return NaN;
+  }
+}
+const CLOCK_TICKS = Number(Bun.spawnSync(["getconf", "CLK_TCK"]).stdout.toString().trim()) || 100;
+
+interface RatioRun extends WrkResult {
+  /** Server CPU (user + system) per request, µs. */
+  cpuUs: number;
+}
+
+/** wrk against one server for `rounds` slices, interleaved by the caller; totals them. */
+function sum(runs: { run: WrkResult; cpu: number }[], seconds: number): RatioRun {
+  const requests = runs.reduce((s, r) => s + r.run.requests, 0);
+  return {
+    rps: requests / seconds,
+    p50Ms: median(runs.map((r) => r.run.p50Ms)),
+    p99Ms: Math.max(...runs.map((r) => r.run.p99Ms)),
+    requests,
+    errors: runs.reduce((s, r) => s + r.run.errors, 0),
+    cpuUs: (runs.reduce((s, r) => s + r.cpu, 0) / requests) * 1e6,
+  };
+}
+
+async function measured(pid: number, url: string, seconds: number, headers: Record<string, string> = {}) {
+  const before = cpuSeconds(pid);
+  const run = await wrk(url, seconds, CONNECTIONS, headers);
+  return { run, cpu: cpuSeconds(pid) - before };
 }
 
 /** Reads lines from a child's stdout until `match` finds what it waits for. */
@@ -110,10 +147,19 @@ async function main() {
     // (1) Same bytes, same client, same connections: the gateway against the bare server.
     await wrk(`http://127.0.0.1:${barePort}/`, 2, CONNECTIONS);
     await wrk(`${base}/v1/models`, 2, CONNECTIONS, auth);
-    const bareRun = await wrk(`http://127.0.0.1:${barePort}/`, RATIO_SECONDS, CONNECTIONS);
-    const gwRun = await wrk(`${base}/v1/models`, RATIO_SECONDS, CONNECTIONS, auth);
+    // Interleaved halves, so that a change in the machine's other load hits both sides alike.
+    const bareParts: { run: WrkResult; cpu: number }[] = [];
+    const gwParts: { run: WrkResult; cpu: number }[] = [];
+    for (let i = 0; i < 2; i++) {
+      bareParts.push(await measured(bare.pid, `http://127.0.0.1:${barePort}/`, RATIO_SECONDS / 2));
+      gwParts.push(await measured(server.pid, `${base}/v1/models`, RATIO_SECONDS / 2, auth));
+    }
+    const bareRun = sum(bareParts, RATIO_SECONDS);
+    const gwRun = sum(gwParts, RATIO_SECONDS);
     const ratio = gwRun.rps / bareRun.rps;
-    console.log(`/v1/models ${gwRun.rps.toFixed(0)}/s, bare ${bareRun.rps.toFixed(0)}/s, ratio ${ratio.toFixed(2)}`);
+    console.log(
+      `/v1/models ${gwRun.rps.toFixed(0)}/s, bare ${bareRun.rps.toFixed(0)}/s, ratio ${ratio.toFixed(2)}; server CPU per request: gateway ${gwRun.cpuUs.toFixed(1)} µs, bare ${bareRun.cpuUs.toFixed(1)} µs (ratio ${(bareRun.cpuUs / gwRun.cpuUs).toFixed(2)})`,
+    );
     if (RATIO_ONLY) return;
 
     // (2) Mixed: wrk on /v1/models while streaming chats run from here.

@@ -72,7 +72,8 @@ export function routeLabel(path: string): string {
 
 /** Counters and histograms the API updates as requests finish. */
 export class HttpMetrics {
-  private readonly requests = new Map<string, number>();
+  /** Request counts by label set, in cells a RequestCounter holds on to. */
+  private readonly requests = new Map<string, { n: number }>();
   private readonly latency = new Map<string, Histogram>();
   private readonly ttft = new Map<string, Histogram>();
   private readonly promptTokens = new Map<string, number>();
@@ -98,11 +99,17 @@ export class HttpMetrics {
     const key = `route="${label(route)}",method="${label(method.slice(0, 16))}",status="${status}"`;
     let h = this.latency.get(route);
     if (!h) this.latency.set(route, (h = new Histogram()));
-    const requests = this.requests;
     const histogram = h;
+    // Created at the first request, so a label set never shows with a zero count.
+    let cell: { n: number } | undefined;
+    const requests = this.requests;
     c = {
       add(seconds) {
-        requests.set(key, (requests.get(key) ?? 0) + 1);
+        if (!cell) {
+          cell = requests.get(key);
+          if (!cell) requests.set(key, (cell = { n: 0 }));
+        }
+        cell.n++;
         histogram.observe(seconds);
       },
     };
@@ -145,7 +152,8 @@ export class HttpMetrics {
       lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
       for (const [k, h] of m) lines.push(...h.lines(name, `${key}="${label(k)}"`));
     };
-    counter("sluice_http_requests_total", "HTTP requests answered, by route, method and status.", this.requests);
+    lines.push("# HELP sluice_http_requests_total HTTP requests answered, by route, method and status.", "# TYPE sluice_http_requests_total counter");
+    for (const [k, cell] of this.requests) lines.push(`sluice_http_requests_total{${k}} ${cell.n}`);
     histogram("sluice_http_request_duration_seconds", "Time to the response head (a stream's body may run longer).", this.latency, "route");
     counter("sluice_http_errors_total", "Error answers by route, status and OpenAI error code.", this.errors);
     counter("sluice_rate_limited_total", "Requests refused by a per-account or per-key rate limit.", this.rateLimited);

@@ -40,22 +40,15 @@ export function limitStore(db: Database): LimitStore {
   const all = db.query<Row, []>(`${SELECT} ORDER BY a.name, l.key_id`);
   const forAccount = db.query<Row, [number]>(`${SELECT} WHERE l.account_id = ? ORDER BY l.key_id`);
   const generation = authGeneration(db);
-  const cache = new Lru<string, RateLimits | null>(4096);
+  // Per (account, key): both scopes' limits in one entry, so a request makes one lookup and gets
+  // the same frozen answer each time (no allocation on the hot path).
+  const cache = new Lru<string, EffectiveLimits>(4096);
   let seen = -1;
 
   const get = (accountId: number, keyId?: string | null): RateLimits | null => {
     const r = exact.get(accountId, keyId ?? "");
     return r ? toLimits(r) : null;
   };
-  const cached = (accountId: number, keyId: string | null): RateLimits | null => {
-    const k = `${accountId}\u0000${keyId ?? ""}`;
-    const hit = cache.get(k);
-    if (hit !== undefined) return hit;
-    const v = get(accountId, keyId);
-    cache.set(k, v);
-    return v;
-  };
-
   return {
     get,
     set(accountId, keyId, limits) {
@@ -78,7 +71,16 @@ export function limitStore(db: Database): LimitStore {
         cache.clear();
         seen = now;
       }
-      return { account: cached(accountId, null), key: cached(accountId, keyId) };
+      const k = `${accountId}\u0000${keyId}`;
+      let hit = cache.get(k);
+      if (hit === undefined) {
+        hit = Object.freeze({ account: freeze(get(accountId, null)), key: freeze(get(accountId, keyId)) });
+        cache.set(k, hit);
+      }
+      return hit;
     },
   };
 }
+
+type EffectiveLimits = Readonly<{ account: RateLimits | null; key: RateLimits | null }>;
+const freeze = (l: RateLimits | null) => (l ? Object.freeze(l) : null);

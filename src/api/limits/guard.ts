@@ -14,8 +14,10 @@ export class RateGuard {
     readonly limiter: RateLimiter = new RateLimiter(),
   ) {}
 
-  private scopes(key: ApiKeyInfo): LimitScope[] {
+  /** The limited scopes of a request; null when neither its account nor its key has limits. */
+  private scopes(key: ApiKeyInfo): LimitScope[] | null {
     const { account, key: own } = this.store.limits.effective(key.accountId, key.id);
+    if (!account && !own) return null;
     const scopes: LimitScope[] = [];
     if (account) scopes.push({ id: `account:${key.accountId}`, limits: account });
     if (own) scopes.push({ id: `key:${key.id}`, limits: own });
@@ -28,7 +30,7 @@ export class RateGuard {
    */
   admit(key: ApiKeyInfo, estimatedTokens: number, hold: boolean, scope?: RequestScope): Ticket {
     const scopes = this.scopes(key);
-    if (scopes.length === 0) return NOOP_TICKET;
+    if (scopes === null) return NOOP_TICKET;
     const r = this.limiter.admit(scopes, estimatedTokens, hold);
     const headers = rateHeaders(r.state);
     if (scope) Object.assign(scope.headers, headers);
