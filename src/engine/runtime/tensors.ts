@@ -25,9 +25,19 @@ export function reusable(t: ort.Tensor): ort.Tensor {
   return t.type === "float16" ? floatTensor("float16", halfBits(t.data), t.dims) : t;
 }
 
+/**
+ * Integers (|v| < 2^31: ids, positions, mask bits) as int64. Written as two 32-bit halves
+ * (little-endian) rather than through BigInt, which costs a conversion per element: the mask of a
+ * batch at a long context has tens of thousands of them per step.
+ */
 export function int64Tensor(values: ArrayLike<number>, dims: readonly number[]): ort.Tensor {
   const data = new BigInt64Array(values.length);
-  for (let i = 0; i < values.length; i++) data[i] = BigInt(values[i]!);
+  const halves = new Int32Array(data.buffer);
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i]!;
+    halves[2 * i] = v;
+    halves[2 * i + 1] = v < 0 ? -1 : 0;
+  }
   return new ort.Tensor("int64", data, dims);
 }
 
