@@ -195,6 +195,25 @@ describe("kept sets against the reference", () => {
   const cases = rows(V);
   const small = rows(400);
 
+  test("top-p with p exactly at a prefix's share keeps exactly that prefix", () => {
+    const runs = new AllowedRuns(500);
+    const split = new RowSplit(500);
+    for (let trial = 0; trial < 300; trial++) {
+      const row = Float32Array.from({ length: 500 }, () => gauss() * (trial % 2 ? 1 : 4));
+      const ref = reference(row, { t: 1, topK: 0, topP: 1, minP: 0 });
+      const total = ref.order.reduce((a, k) => a + k.w, 0);
+      const m = 1 + Math.floor(rnd() * Math.min(40, ref.order.length - 1));
+      const share = ref.order.slice(0, m).reduce((a, k) => a + k.w, 0) / total;
+      for (const [p, want] of [[share * (1 - 1e-7), m], [share * (1 + 1e-7), m + 1]] as const) {
+        if (p >= 1) continue;
+        runs.fill(500, null);
+        split.split(row, runs, ref.order.length ? row[ref.order[0]!.id]! : 0, 1, 30);
+        split.nucleus(p, row, runs);
+        expect(split.head.n).toBe(want);
+      }
+    }
+  });
+
   test("top-p nucleus, min-p and e^-30 cutoff on the head/tail split", () => {
     const runs = new AllowedRuns(V);
     const split = new RowSplit(V);
@@ -331,6 +350,29 @@ describe("draws from head and tail (no top-p, no top-k)", () => {
     [10, 9.8, 9.5, 9, 8.5, 8.2].forEach((l, i) => (row[i * 13] = l));
     checkFrequencies(row, { temperature: 1 }, 8000, 3);
     checkFrequencies(row, { temperature: 0.9 }, 8000, 4);
+  });
+
+  test("within one tail bin, tokens are drawn in proportion to their weights (not uniformly)", () => {
+    // One head token; 4000 tail tokens at d = 8.5 and 4000 at d = 8.56, all in bin floor(d·16) = 136.
+    const row = new Float32Array(8001);
+    row[0] = 10;
+    row.fill(1.5, 1, 4001);
+    row.fill(1.44, 4001, 8001);
+    const s = createSampler({ ...DEFAULT_SAMPLING, seed: 5 }, row.length);
+    let a = 0;
+    let b = 0;
+    for (let i = 0; i < 50_000; i++) {
+      const id = s.sample(row);
+      if (id > 4000) b++;
+      else if (id > 0) a++;
+    }
+    const wa = Math.exp(1.5 - 10);
+    const wb = Math.exp(Math.fround(1.44) - 10);
+    const share = wa / (wa + wb); // 0.515; uniform within the bin would give 0.5
+    const sd = Math.sqrt((share * (1 - share)) / (a + b));
+    expect(Math.abs(a / (a + b) - share)).toBeLessThan(4 * sd);
+    const tail = (4000 * (wa + wb)) / (1 + 4000 * (wa + wb));
+    expect(Math.abs((a + b) / 50_000 - tail)).toBeLessThan(5 * Math.sqrt((tail * (1 - tail)) / 50_000));
   });
 
   test("same seed, same draws, on every path", () => {
