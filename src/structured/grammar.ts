@@ -60,8 +60,14 @@ export class GrammarBuilder {
     return this.rules.length - 1;
   }
 
-  define(id: number, body: Re): void {
+  define(id: number, body: Re): RuleDfa {
     const dfa = compileRe(body);
+    this.defineDfa(id, dfa);
+    return dfa;
+  }
+
+  /** Defines a rule by an automaton compiled before (e.g. cached from an earlier grammar). */
+  defineDfa(id: number, dfa: RuleDfa): void {
     if (dfa.count === 0) throw new GrammarError(`rule ${id} matches nothing`);
     this.rules[id] = dfa;
   }

@@ -18,7 +18,23 @@ export class StackPool {
   /** Token ids valid past the end of a rule, per (boundary list, stack id): see fillNextTokenBitmask. */
   readonly continuations = new Map<number, Int32Array>();
   private counter = 1;
+  private readonly closures = new Map<number, Configs>();
   constructor(private readonly stateCount: number) {}
+
+  /**
+   * The closure of (s, st), computed once and shared: trie walks step into the same few
+   * configurations at thousands of nodes. The result must not be modified.
+   */
+  closure(g: Grammar, s: number, st: Stack | null): Configs {
+    const key = (st ? st.id : 0) * this.stateCount + s;
+    let c = this.closures.get(key);
+    if (!c) {
+      c = new Configs();
+      c.addClosure(g, this, s, st);
+      this.closures.set(key, c);
+    }
+    return c;
+  }
 
   push(ret: number, next: Stack | null): Stack {
     const key = (next ? next.id : 0) * this.stateCount + ret;
@@ -76,6 +92,27 @@ export class Configs {
     }
   }
 
+  /**
+   * This set advanced by one byte: a shared closure when one configuration moves (the usual
+   * case), else computed into `scratch`. The result must not be modified.
+   */
+  advance(g: Grammar, pool: StackPool, byte: number, scratch: Configs): Configs {
+    const next = g.next;
+    let moved = -1;
+    let target = -1;
+    for (let i = 0; i < this.states.length; i++) {
+      const t = next[this.states[i] * 256 + byte];
+      if (t < 0) continue;
+      if (moved >= 0) {
+        this.step(g, pool, byte, scratch);
+        return scratch;
+      }
+      moved = i;
+      target = t;
+    }
+    return moved < 0 ? NO_CONFIGS : pool.closure(g, target, this.stacks[moved]);
+  }
+
   /** This set advanced by one byte, into `out`. */
   step(g: Grammar, pool: StackPool, byte: number, out: Configs): void {
     out.clear();
@@ -95,6 +132,9 @@ export class Configs {
   }
 }
 
+
+/** The empty set (shared; never modified). */
+const NO_CONFIGS = new Configs();
 
 const simpleCache = new WeakMap<Grammar, Uint8Array>();
 /** States with byte transitions, no calls and not final: stepping into them needs no closure. */

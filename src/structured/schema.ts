@@ -63,6 +63,19 @@ const NUMBER_KEYWORDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMax
 
 const isObject = (v: unknown): v is SchemaObject => typeof v === "object" && v !== null && !Array.isArray(v);
 
+/**
+ * Automata of subschemas that call no other rule (strings with their formats, patterns and
+ * lengths, numbers with bounds, enums), by content: the same leaf in a later schema is not
+ * compiled again. Bounded, oldest dropped first.
+ */
+const leafDfas = new Map<string, RuleDfa>();
+const LEAF_CACHE_LIMIT = 512;
+
+function rememberLeaf(key: string, dfa: RuleDfa): void {
+  leafDfas.set(key, dfa);
+  if (leafDfas.size > LEAF_CACHE_LIMIT) leafDfas.delete(leafDfas.keys().next().value!);
+}
+
 /** Compiles schemas of one document (for $ref resolution) into rules of a GrammarBuilder. */
 export class SchemaCompiler {
   private readonly byIdentity = new Map<unknown, number>();
@@ -71,12 +84,14 @@ export class SchemaCompiler {
   private anyString: number | undefined;
   private readonly keyRules = new Map<string, number>();
   private readonly wsRe: Re;
+  private readonly wsKey: number;
 
   constructor(
     private readonly builder: GrammarBuilder,
     options: SchemaCompileOptions = DEFAULT_OPTIONS,
   ) {
     this.wsRe = ws(options.maxWhitespace);
+    this.wsKey = options.maxWhitespace;
   }
 
   /** The rule for values valid against `schema`; `root` is the document $refs resolve in. */
@@ -99,7 +114,13 @@ export class SchemaCompiler {
     this.byIdentity.set(schema, id);
     if (contentKey !== undefined) this.byContent.set(contentKey, id);
     try {
-      this.builder.define(id, this.body(schema, root, pointer));
+      const leafKey = contentKey === undefined ? undefined : `${this.wsKey}:${contentKey}`;
+      const cachedDfa = leafKey === undefined ? undefined : leafDfas.get(leafKey);
+      if (cachedDfa) this.builder.defineDfa(id, cachedDfa);
+      else {
+        const dfa = this.builder.define(id, this.body(schema, root, pointer));
+        if (leafKey !== undefined && dfa.calls.every((c) => c.length === 0)) rememberLeaf(leafKey, dfa);
+      }
     } catch (e) {
       // Callers may recover (a loose tool falls back to any object); leave no half-built rule.
       this.byIdentity.delete(schema);

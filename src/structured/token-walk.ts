@@ -61,6 +61,8 @@ export function rangesToBits(trie: TokenTrie, ranges: readonly number[], mask: U
  */
 export class Levels {
   private readonly sets: Configs[] = [];
+  /** The configurations at each depth of the current path (scratch sets or shared closures). */
+  readonly ref: Configs[] = [];
   fastState = new Int32Array(64);
   fastStack: (Stack | null)[] = [];
   at(d: number): Configs {
@@ -320,13 +322,11 @@ export function walk(
         i++;
         continue;
       }
-      cur = levels.at(d);
-      cur.clear();
-      cur.addClosure(g, pool, t, fastStack[d - 1]);
+      cur = pool.closure(g, t, fastStack[d - 1]);
     } else {
-      cur = levels.at(d);
-      (d === 1 ? start : levels.at(d - 1)).step(g, pool, b, cur);
+      cur = (d === 1 ? start : levels.ref[d - 1]).advance(g, pool, b, levels.at(d));
     }
+    levels.ref[d] = cur;
     if ((cur.size > 0 || cur.bottom) && tokCount[i]) out.push(tokStart[i], tokStart[i] + tokCount[i]);
     if (boundaries && cur.bottom && end[i] > i + 1) boundaries.push(i);
     if (cur.size === 0) {
