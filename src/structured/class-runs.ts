@@ -27,52 +27,99 @@ export function classRuns(g: Grammar): ClassRuns {
   return r;
 }
 
-/** Fills runs.run[s] (and runs.outside for s when the run is not 0); returns the run. */
-export function classRun(g: Grammar, runs: ClassRuns, s: number): number {
-  runs.run[s] = 0;
-  const simple = simpleStates(g);
-  if (!simple[s]) return 0;
+const IN_PROGRESS = -2;
+
+/**
+ * The class of simple state s: the bytes going to the target most bytes go to (written to
+ * runs.outside as its complement). Returns that target, or -1 when s has no class worth it.
+ */
+function classify(g: Grammar, simple: Uint8Array, runs: ClassRuns, s: number): number {
+  if (!simple[s]) return -1;
   const next = g.next;
-  // The class: the bytes going to the target that most bytes go to.
-  const counts = new Map<number, number>();
-  let best = -1;
-  let bestCount = 0;
+  // Targets come in runs of equal bytes: count per run, summing repeats of a target.
+  const targets: number[] = [];
+  const counts: number[] = [];
+  let prev = -2;
   for (let b = 0; b < 256; b++) {
     const t = next[s * 256 + b];
-    if (t < 0 || !simple[t]) continue;
-    const c = (counts.get(t) ?? 0) + 1;
-    counts.set(t, c);
-    if (c > bestCount) ((best = t), (bestCount = c));
+    if (t === prev) {
+      if (t >= 0) counts[counts.length - 1]++;
+      continue;
+    }
+    prev = t;
+    if (t >= 0 && simple[t]) {
+      targets.push(t);
+      counts.push(1);
+    } else prev = -3;
   }
-  if (bestCount < MIN_CLASS) return 0;
+  let best = -1;
+  let bestCount = 0;
+  for (let k = 0; k < targets.length; k++) {
+    let c = 0;
+    for (let j = 0; j < targets.length; j++) if (targets[j] === targets[k]) c += counts[j];
+    if (c > bestCount) ((best = targets[k]), (bestCount = c));
+  }
+  if (bestCount < MIN_CLASS) return -1;
+  const o = s * 8;
+  for (let w = 0; w < 8; w++) runs.outside[o + w] = -1;
+  for (let b = 0; b < 256; b++) if (next[s * 256 + b] === best) runs.outside[o + (b >>> 5)] &= ~(1 << (b & 31));
+  return best;
+}
+
+/** Bytes of s's class read in a row from s, following the chain by hand (classes differ along it). */
+function chainRun(g: Grammar, simple: Uint8Array, runs: ClassRuns, s: number, best: number): number {
   const bytes: number[] = [];
-  for (let b = 0; b < 256; b++) if (next[s * 256 + b] === best) bytes.push(b);
-  // Follow the chain while every class byte leads to one simple state.
+  const o = s * 8;
+  for (let b = 0; b < 256; b++) if ((runs.outside[o + (b >>> 5)] & (1 << (b & 31))) === 0) bytes.push(b);
+  const next = g.next;
   let run = 1;
   let x = best;
   const seen = new Set<number>([s]);
   for (;;) {
-    if (seen.has(x)) {
-      run = ENDLESS;
-      break;
-    }
+    if (seen.has(x)) return ENDLESS;
     seen.add(x);
     const y = next[x * 256 + bytes[0]];
-    if (y < 0 || !simple[y]) break;
-    let uniform = true;
-    for (const b of bytes) {
-      if (next[x * 256 + b] !== y) {
-        uniform = false;
-        break;
-      }
-    }
-    if (!uniform) break;
+    if (y < 0 || !simple[y]) return run;
+    for (const b of bytes) if (next[x * 256 + b] !== y) return run;
     run++;
     x = y;
   }
-  runs.run[s] = run;
-  const o = s * 8;
-  for (let w = 0; w < 8; w++) runs.outside[o + w] = -1;
-  for (const b of bytes) runs.outside[o + (b >>> 5)] &= ~(1 << (b & 31));
-  return run;
+}
+
+const sameClass = (outside: Int32Array, a: number, b: number): boolean => {
+  for (let w = 0; w < 8; w++) if (outside[a * 8 + w] !== outside[b * 8 + w]) return false;
+  return true;
+};
+
+/**
+ * Fills runs.run[s] (and runs.outside for s when the run is not 0); returns the run. Along a
+ * chain of states with the same class (a counted repetition), runs are derived from the next
+ * state's, so the whole chain costs one pass.
+ */
+export function classRun(g: Grammar, runs: ClassRuns, s0: number): number {
+  const simple = simpleStates(g);
+  const { run, outside } = runs;
+  const chain: number[] = [];
+  const bestOf: number[] = [];
+  let s = s0;
+  while (run[s] === UNKNOWN) {
+    const best = classify(g, simple, runs, s);
+    if (best < 0) {
+      run[s] = 0;
+      break;
+    }
+    run[s] = IN_PROGRESS;
+    chain.push(s);
+    bestOf.push(best);
+    if (run[best] !== UNKNOWN || classify(g, simple, runs, best) < 0 || !sameClass(outside, s, best)) break;
+    s = best;
+  }
+  for (let k = chain.length - 1; k >= 0; k--) {
+    const x = chain[k];
+    const t = bestOf[k];
+    if (run[t] === IN_PROGRESS && sameClass(outside, x, t)) run[x] = ENDLESS;
+    else if (run[t] > 0 && sameClass(outside, x, t)) run[x] = run[t] >= ENDLESS ? ENDLESS : run[t] + 1;
+    else run[x] = chainRun(g, simple, runs, x, t);
+  }
+  return run[s0];
 }
