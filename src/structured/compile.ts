@@ -7,6 +7,7 @@ import { ws } from "./json-text.ts";
 import { call, seq } from "./automaton.ts";
 import { DEFAULT_OPTIONS, SchemaCompiler, type SchemaCompileOptions } from "./schema.ts";
 import { SUPPORTED_FORMATS } from "./formats.ts";
+import { GrammarMatcher } from "./matcher.ts";
 import { warmStateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 
@@ -64,4 +65,12 @@ export function prepareVocabulary(vocab: TokenVocabulary): void {
     ...SUPPORTED_FORMATS.map((format) => ({ type: "string", format })),
   ];
   warmStateMasks(vocab, common.map((schema) => compileJsonSchema(schema)), [jsonObjectGrammar()]);
+  // One short document through a matcher, so the first request's steps do not run this code
+  // before the JIT has seen it (a cold first step costs several times a warm one).
+  const m = new GrammarMatcher(jsonObjectGrammar(), vocab);
+  const mask = new Uint32Array(m.maskWords);
+  for (const ch of '{"k": [1.5, "v", {"n": null}], "t": true}') {
+    m.fillNextTokenBitmask(mask);
+    if (!m.acceptString(ch)) break;
+  }
 }

@@ -85,13 +85,15 @@ for (let b = 0x20; b <= 0x7e; b++) if (b !== 0x22 && b !== 0x5c) PLAIN_BYTES.pus
 /**
  * Per state, how many plain string bytes (see TokenTrie.plainHeight) can be read in a row through
  * simple states that treat all plain bytes alike; a trie subtree of plain bytes no taller than
- * that is accepted whole, without visiting its nodes.
+ * that is accepted whole, without visiting its nodes. Filled on demand (-1: not yet).
  */
 function plainRuns(g: Grammar): Int32Array {
   let runs = runCache.get(g);
-  if (runs) return runs;
-  const simple = simpleStates(g);
-  const computed = new Int32Array(g.stateCount).fill(-1);
+  if (!runs) runCache.set(g, (runs = new Int32Array(g.stateCount).fill(-1)));
+  return runs;
+}
+
+function plainRun(g: Grammar, simple: Uint8Array, computed: Int32Array, s0: number): number {
   const uniformTarget = (s: number): number => {
     if (!simple[s]) return -1;
     const t = g.next[s * 256 + PLAIN_BYTES[0]];
@@ -99,41 +101,36 @@ function plainRuns(g: Grammar): Int32Array {
     for (const b of PLAIN_BYTES) if (g.next[s * 256 + b] !== t) return -1;
     return t;
   };
-  for (let s0 = 0; s0 < g.stateCount; s0++) {
-    if (computed[s0] >= 0) continue;
-    // Follow the chain of uniform targets; a chain returning to itself reads plain bytes forever.
-    const chain: number[] = [];
-    const onChain = new Set<number>();
-    let s = s0;
-    let tailRun = 0;
-    for (;;) {
-      if (computed[s] >= 0) {
-        tailRun = computed[s];
-        break;
-      }
-      if (onChain.has(s)) {
-        tailRun = UNBOUNDED_RUN;
-        break;
-      }
-      chain.push(s);
-      onChain.add(s);
-      const t = uniformTarget(s);
-      if (t < 0) {
-        computed[s] = 0;
-        chain.pop();
-        tailRun = 0;
-        break;
-      }
-      s = t;
+  // Follow the chain of uniform targets; a chain returning to itself reads plain bytes forever.
+  const chain: number[] = [];
+  const onChain = new Set<number>();
+  let s = s0;
+  let tailRun = 0;
+  for (;;) {
+    if (computed[s] >= 0) {
+      tailRun = computed[s];
+      break;
     }
-    for (let k = chain.length - 1; k >= 0; k--) {
-      tailRun = tailRun >= UNBOUNDED_RUN ? UNBOUNDED_RUN : tailRun + 1;
-      computed[chain[k]] = tailRun;
+    if (onChain.has(s)) {
+      tailRun = UNBOUNDED_RUN;
+      break;
     }
+    chain.push(s);
+    onChain.add(s);
+    const t = uniformTarget(s);
+    if (t < 0) {
+      computed[s] = 0;
+      chain.pop();
+      tailRun = 0;
+      break;
+    }
+    s = t;
   }
-  runs = computed;
-  runCache.set(g, runs);
-  return runs;
+  for (let k = chain.length - 1; k >= 0; k--) {
+    tailRun = tailRun >= UNBOUNDED_RUN ? UNBOUNDED_RUN : tailRun + 1;
+    computed[chain[k]] = tailRun;
+  }
+  return computed[s0];
 }
 
 const UNKNOWN = -1;
@@ -280,7 +277,12 @@ export function walk(
     let cur: Configs;
     if (ps >= 0) {
       const ph = plainHeight[i];
-      if (ph > 0 && runs[ps] >= ph) {
+      let pr = 0;
+      if (ph > 0) {
+        pr = runs[ps];
+        if (pr < 0) pr = plainRun(g, simple, runs, ps);
+      }
+      if (ph > 0 && pr >= ph) {
         if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
         i = end[i];
         continue;
