@@ -25,11 +25,14 @@ export function cachedKeyStore(inner: KeyStore, db: Database, capacity = 4096): 
       // Keyed by the hash, so the cache holds no plain key either.
       const hash = hashKey(plainKey);
       const hit = cache.get(hash);
-      if (hit) return { ...hit };
+      if (hit) return hit;
       const info = inner.authenticate(plainKey);
-      // Unknown keys are not cached: a flood of random keys cannot evict the real ones.
-      if (info) cache.set(hash, info);
-      return info ? { ...info } : null;
+      if (!info) return null;
+      // Unknown keys are not cached: a flood of random keys cannot evict the real ones. Frozen, so
+      // the one object every request gets back cannot be changed by any of them.
+      const frozen = Object.freeze(info);
+      cache.set(hash, frozen);
+      return frozen;
     },
     touch(keyId, at = Date.now()) {
       const last = touched.get(keyId);

@@ -40,8 +40,8 @@ export function limitStore(db: Database): LimitStore {
   const all = db.query<Row, []>(`${SELECT} ORDER BY a.name, l.key_id`);
   const forAccount = db.query<Row, [number]>(`${SELECT} WHERE l.account_id = ? ORDER BY l.key_id`);
   const generation = authGeneration(db);
-  // Per (account, key): both scopes' limits in one entry, so a request makes one lookup and gets
-  // the same frozen answer each time (no allocation on the hot path).
+  // Per key (a key id belongs to one account): both scopes' limits in one entry, so a request
+  // makes one lookup by a string it already holds and gets the same frozen answer each time.
   const cache = new Lru<string, EffectiveLimits>(4096);
   let seen = -1;
 
@@ -71,16 +71,15 @@ export function limitStore(db: Database): LimitStore {
         cache.clear();
         seen = now;
       }
-      const k = `${accountId}\u0000${keyId}`;
-      let hit = cache.get(k);
-      if (hit === undefined) {
-        hit = Object.freeze({ account: freeze(get(accountId, null)), key: freeze(get(accountId, keyId)) });
-        cache.set(k, hit);
+      let hit = cache.get(keyId);
+      if (hit === undefined || hit.accountId !== accountId) {
+        hit = Object.freeze({ accountId, account: freeze(get(accountId, null)), key: freeze(get(accountId, keyId)) });
+        cache.set(keyId, hit);
       }
       return hit;
     },
   };
 }
 
-type EffectiveLimits = Readonly<{ account: RateLimits | null; key: RateLimits | null }>;
+type EffectiveLimits = Readonly<{ accountId: number; account: RateLimits | null; key: RateLimits | null }>;
 const freeze = (l: RateLimits | null) => (l ? Object.freeze(l) : null);

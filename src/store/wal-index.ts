@@ -1,9 +1,9 @@
 // Whether any connection (this process or another) may have committed to a WAL database since the
 // last look, without a syscall: SQLite's wal-index header in the "-shm" file, mapped into memory.
 //
-// Every commit rewrites that header (frame count, checksums, and on a WAL restart the salts), and
-// every connection to the database maps the same file, so a byte-for-byte comparison with a copy
-// taken before the last real read tells "unchanged" exactly. A torn read during a commit only ever
+// Every commit rewrites that header (change counter, frame count, checksums, and on a WAL restart
+// the salts), and every connection to the database maps the same file, so comparing it with a
+// copy taken before the last real read tells "unchanged" exactly. A torn read during a commit only ever
 // looks "changed" (the caller then reads through SQLite, which locks properly). The layout is
 // SQLite's documented wal-index format (https://www.sqlite.org/walformat.html, version 3007000).
 //
@@ -14,10 +14,17 @@ import { existsSync, statSync } from "node:fs";
 
 /** The header is two 48-byte copies; the first is the one readers trust once both agree. */
 const HEADER_WORDS = 12;
+// Words of the first copy that every commit changes: iChange (a counter bumped per transaction),
+// mxFrame (the last valid frame) and the two words of the header's own checksum, which covers
+// everything before it (page size, database size, frame checksums, salts).
+const I_CHANGE = 2;
+const MX_FRAME = 4;
+const CKSUM_0 = 10;
+const CKSUM_1 = 11;
 const WALINDEX_VERSION = 3007000;
 
 export interface WalIndexWatch {
-  /** True when the header differs from the copy `mark` took (always true before the first mark). */
+  /** True when the header moved since `mark` (always true before the first mark). */
   moved(): boolean;
   /** Remembers the header as it is now; call it before the read whose result you keep. */
   mark(): void;
@@ -46,8 +53,7 @@ export function watchWalIndex(db: Database): WalIndexWatch | null {
     return {
       moved() {
         if (!words || !marked) return true;
-        for (let i = 0; i < HEADER_WORDS; i++) if (words[i] !== seen[i]) return true;
-        return false;
+        return words[I_CHANGE] !== seen[I_CHANGE] || words[MX_FRAME] !== seen[MX_FRAME] || words[CKSUM_0] !== seen[CKSUM_0] || words[CKSUM_1] !== seen[CKSUM_1];
       },
       mark() {
         if (!words) return;
