@@ -1,49 +1,59 @@
-// Sampling over the whole vocabulary without weighing every token. One pass splits the allowed
-// tokens by d = (max - logit) / T: the head (d < 8, weight above e^-8 of the best) is gathered
-// and weighed exactly; the tail is only counted, in bins of 1/16 of d, which bounds its mass
-// within a factor e^(1/16). Decisions that the bounds settle need nothing more:
-// - a draw lands in the head with probability S / (S + U) (S the head's mass, U the tail's upper
-//   bound); a draw that lands in the tail picks a bin by its bound, a token of the bin uniformly,
-//   and keeps it with probability weight / bound, else starts over (rejection sampling), so every
-//   token is drawn with probability exactly weight / total;
-// - top-p's nucleus is inside the head when S >= p·(S + U); its size is settled when the head's
-//   prefix counts agree for the totals S + L and S + U. Otherwise the head is widened to the bins
-//   that the bounds say the nucleus needs, and the tail's mass is computed exactly only when its
-//   bounds still leave the boundary open.
-// The tail costs a bin increment per token instead of an exp; in language-model logits nearly
-// every token is in the tail and nearly no draw or decision needs it.
+// Sampling over the whole vocabulary without gathering or sorting it. With d = (max - logit) / T,
+// one pass splits the allowed tokens:
+// - the head (d < 8: weight above e^-8 of the best) is gathered with its weights;
+// - the tail (8 <= d <= 30, or min_p's bound) is only summed, per bin of width 1/16 in d: a
+//   token's weight is e^-(b/16) · e^-x with b = round(16·d) its bin and |x| <= 1/32 the rest, so
+//   the pass adds a short polynomial for e^-x into its bin and the bin's factor is applied once.
+// Head and bins give the exact total, so top-p's boundary is found exactly: in the head (nothing
+// more to do), or in a known bin (one more pass gathers the bins down to it). A draw that lands in
+// the tail finds its token with one pass over that bin's tokens. In language-model logits nearly
+// every token is in the tail, and nearly no draw or nucleus reaches it.
 
 import { Candidates, NEGLIGIBLE } from "./candidates.ts";
-import { expNonPositive } from "./fast-exp.ts";
 import type { Random } from "./rng.ts";
 import type { AllowedRuns } from "./runs.ts";
 
 const BINS_PER_UNIT = 16;
 const HEAD_BINS = 8 * BINS_PER_UNIT;
 const LAST_BIN = NEGLIGIBLE * BINS_PER_UNIT;
-/** e^(-b/16): the largest weight in bin b, and the smallest in bin b - 1. */
+/** e^(-b/16) for each bin b. */
 const EDGE = Float64Array.from({ length: LAST_BIN + 2 }, (_, b) => Math.exp(-b / BINS_PER_UNIT));
-/** Widens every bound: exp's own error (3e-12) and the rounding of d and of bin edges. */
-const SLACK = 1e-9;
-const UPPER = Float64Array.from(EDGE, (e) => e * (1 + SLACK));
-const LOWER = Float64Array.from(EDGE, (e, b) => (b + 1 < EDGE.length ? EDGE[b + 1]! : 0) * (1 - SLACK));
+const X_PER_D = 1 / BINS_PER_UNIT;
+/**
+ * Adding and subtracting 1.5·2^52 rounds a double below 2^51 to the nearest integer, in double
+ * arithmetic. Bins are found this way rather than with `d | 0`: converting that integer back to a
+ * double for d - bin makes x86's cvtsi2sd wait on the previous iteration's result (it merges into
+ * its destination register), which serialises the pass and made it five times slower.
+ */
+const ROUND = 6755399441055744;
+
+/**
+ * e^-x for |x| <= 1/32 by its Taylor series to x⁵: the first omitted term bounds the relative
+ * error by x⁶/720 < 1.4e-12, of the same sign on both sides of 0, so a weight at the top of one
+ * bin meets the bottom of the next: weights decrease with d (to rounding).
+ */
+function expSmall(x: number): number {
+  return 1 - x * (1 - x * (0.5 - x * (0.16666666666666666 - x * (0.041666666666666664 - x * 0.008333333333333333))));
+}
+
+/** Bound on the relative error of a token's weight as RowSplit computes it. */
+export const WEIGHT_RELATIVE_ERROR = 2e-12;
 
 export class RowSplit {
   /** The head's tokens and weights exp((logit - max) / T). */
   readonly head: Candidates;
-  /** Tail tokens per bin floor(d·16). */
-  private readonly bins = new Int32Array(LAST_BIN + 2);
+  /** Per bin round(16·d), the sum of e^-x over its tail tokens (times EDGE[bin], the bin's mass). */
+  private readonly mass = new Float64Array(LAST_BIN + 2);
   private max = 0;
-  private inv = 1;
   /** 16 / T: d in bins. */
   private scale = 1;
   /** Tokens with d·16 above this are out (below e^-30 or below min_p). */
   private limit = 0;
-  /** The head holds the tokens with d·16 < headEnd, the tail the others up to `limit`. */
+  /** Tokens with d·16 below this are in the head. */
   private headEnd = 0;
-  /** Upper bound of the tail's mass, as last computed by `bounds`. */
-  private upper = 0;
-  private lower = 0;
+  /** Bins below this are in the head (all of them after `widen`). */
+  private firstBin = 0;
+  private tail = 0;
 
   constructor(capacity: number) {
     this.head = new Candidates(capacity);
@@ -54,18 +64,18 @@ export class RowSplit {
    * `max` is the largest allowed logit.
    */
   split(logits: Float32Array, runs: AllowedRuns, max: number, t: number, limitUnits: number): void {
-    const bins = this.bins;
-    bins.fill(0);
+    const mass = this.mass;
+    mass.fill(0);
     const head = this.head;
     const ids = head.ids;
     const scale = BINS_PER_UNIT / t;
     const limit = Math.max(0, Math.min(NEGLIGIBLE, limitUnits)) * BINS_PER_UNIT;
     const headEnd = Math.min(HEAD_BINS, limit);
     this.max = max;
-    this.inv = 1 / t;
     this.scale = scale;
     this.limit = limit;
     this.headEnd = headEnd;
+    this.firstBin = headEnd + ROUND - ROUND;
     let n = 0;
     const b = runs.bounds;
     if (max === Infinity) {
@@ -76,121 +86,103 @@ export class RowSplit {
       head.weights.fill(1, 0, n);
       head.n = n;
       this.headEnd = this.limit = -1;
-      this.bounds();
+      this.tail = 0;
       return;
     }
     for (let r = 0; r < runs.count; r++) {
       for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
         const d = (max - logits[i]!) * scale;
         if (d < headEnd) ids[n++] = i;
-        else if (d <= limit) bins[d | 0]!++;
+        else if (d <= limit) {
+          const bin = d + ROUND - ROUND;
+          mass[bin]! += expSmall((d - bin) * X_PER_D);
+        }
       }
     }
     const w = head.weights;
-    const inv = this.inv;
-    for (let j = 0; j < n; j++) w[j] = expNonPositive((logits[ids[j]!]! - max) * inv);
+    for (let j = 0; j < n; j++) w[j] = this.weight(logits[ids[j]!]!);
     head.n = n;
-    this.bounds();
+    this.sumTail();
   }
 
-  private bounds(): void {
-    const bins = this.bins;
-    let lo = 0;
-    let hi = 0;
-    for (let b = 0; b <= LAST_BIN; b++) {
-      const c = bins[b]!;
-      if (c === 0) continue;
-      lo += c * LOWER[b]!;
-      hi += c * UPPER[b]!;
-    }
-    this.lower = lo;
-    this.upper = hi;
+  /** A token's weight e^-(d/16), computed as for its bin's mass. */
+  private weight(v: number): number {
+    const d = (this.max - v) * this.scale;
+    const bin = d + ROUND - ROUND;
+    return EDGE[bin]! * expSmall((d - bin) * X_PER_D);
   }
 
-  /** Lower and upper bounds of the tail's mass (tests). */
-  tailBounds(): [number, number] {
-    return [this.lower, this.upper];
+  private sumTail(): void {
+    let tail = 0;
+    for (let b = this.firstBin; b <= LAST_BIN; b++) tail += EDGE[b]! * this.mass[b]!;
+    this.tail = tail;
   }
 
-  /** Moves the tail tokens with d·16 < end into the head. */
+  /** The tail's mass (tests). */
+  tailMass(): number {
+    return this.tail;
+  }
+
+  /** Moves the tail tokens in bins below `end` into the head. */
   private widen(logits: Float32Array, runs: AllowedRuns, end: number): void {
     const head = this.head;
     const ids = head.ids;
     const w = head.weights;
-    const { max, scale, limit, inv } = this;
-    const from = this.headEnd;
+    const { max, scale, limit, headEnd, firstBin } = this;
     let n = head.n;
     const b = runs.bounds;
     for (let r = 0; r < runs.count; r++) {
       for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
         const v = logits[i]!;
         const d = (max - v) * scale;
-        if (d >= from && d < end && d <= limit) {
+        if (d >= headEnd && d <= limit) {
+          const bin = d + ROUND - ROUND;
+          if (bin >= end || bin < firstBin) continue;
           ids[n] = i;
-          w[n++] = expNonPositive((v - max) * inv);
+          w[n++] = this.weight(v);
         }
       }
     }
     head.n = n;
-    this.bins.fill(0, 0, Math.min(Math.ceil(end), LAST_BIN + 1));
-    this.headEnd = end;
-    this.bounds();
-  }
-
-  /** The tail's mass, weighing every tail token (the bounds' check, and tests). */
-  tailMass(logits: Float32Array, runs: AllowedRuns): number {
-    if (this.upper === 0) return 0;
-    const { max, scale, limit, inv, headEnd } = this;
-    let total = 0;
-    const b = runs.bounds;
-    for (let r = 0; r < runs.count; r++) {
-      for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
-        const v = logits[i]!;
-        const d = (max - v) * scale;
-        if (d >= headEnd && d <= limit) total += expNonPositive((v - max) * inv);
-      }
-    }
-    return total;
+    this.mass.fill(0, this.firstBin, Math.min(end, LAST_BIN + 1));
+    this.firstBin = Math.max(this.firstBin, Math.min(end, LAST_BIN + 1));
+    this.sumTail();
   }
 
   /** Draws a token from the whole split (head and tail) in proportion to its weight. */
   draw(logits: Float32Array, runs: AllowedRuns, random: Random): number {
     const head = this.head;
     const s = head.sum();
-    if (!(s + this.upper > 0)) throw new Error("RowSplit.draw: nothing to draw from");
-    for (;;) {
-      const target = random() * (s + this.upper);
-      if (target < s) return head.pick(target);
-      const id = this.tryTail(logits, runs, target - s, random);
-      if (id >= 0) return id;
-    }
-  }
-
-  /** One rejection-sampling attempt in the tail; -1 when rejected. */
-  private tryTail(logits: Float32Array, runs: AllowedRuns, target: number, random: Random): number {
-    const bins = this.bins;
+    let target = random() * (s + this.tail);
+    if (target < s || this.tail === 0) return head.pick(target);
+    target -= s;
     let bin = -1;
-    for (let b = 0; b <= LAST_BIN; b++) {
-      const c = bins[b]!;
-      if (c === 0) continue;
+    for (let b = this.firstBin; b <= LAST_BIN; b++) {
+      const m = EDGE[b]! * this.mass[b]!;
+      if (m === 0) continue;
       bin = b;
-      target -= c * UPPER[b]!;
-      if (target < 0) break;
+      target -= m;
+      if (target < 0) {
+        target += m;
+        break;
+      }
     }
-    if (bin < 0) return -1;
-    let k = Math.floor(random() * bins[bin]!);
-    const { max, scale, limit, inv, headEnd } = this;
+    // The bin's tokens in index order, as its mass was summed.
+    const { max, scale, limit, headEnd } = this;
     const b = runs.bounds;
+    let last = -1;
     for (let r = 0; r < runs.count; r++) {
       for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
         const v = logits[i]!;
         const d = (max - v) * scale;
-        if (d >= headEnd && d <= limit && (d | 0) === bin && k-- === 0) {
-          return random() * UPPER[bin]! < expNonPositive((v - max) * inv) ? i : -1;
+        if (d >= headEnd && d <= limit && d + ROUND - ROUND === bin) {
+          last = i;
+          target -= this.weight(v);
+          if (target < 0) return i;
         }
       }
     }
-    return -1;
+    return last;
   }
 
   /**
@@ -199,50 +191,52 @@ export class RowSplit {
    */
   nucleus(p: number, logits: Float32Array, runs: AllowedRuns): void {
     const head = this.head;
-    let s = head.sum();
-    if (s < p * (s + this.upper)) {
-      // Widen to the first bin by which the tail's lower bounds surely reach p.
-      const need = p * (s + this.upper);
+    const s = head.sum();
+    const total = s + this.tail;
+    const need = p * total;
+    if (s < need) {
+      // The boundary is in the tail: gather the bins down to the one where it falls.
       let acc = s;
       let end = LAST_BIN + 1;
-      for (let b = Math.floor(this.headEnd); b <= LAST_BIN; b++) {
-        acc += this.bins[b]! * LOWER[b]!;
+      for (let b = this.firstBin; b <= LAST_BIN; b++) {
+        acc += EDGE[b]! * this.mass[b]!;
         if (acc >= need) {
           end = b + 1;
           break;
         }
       }
       this.widen(logits, runs, end);
-      s = head.sum();
     }
-    // The nucleus only shrinks as the total does: at the lower bound (and at the exact total) it
-    // is a prefix of the nucleus at the upper bound, which `topP` leaves first.
-    head.topP(p, s + this.upper);
-    const atUpper = head.n;
-    head.topP(p, s + this.lower);
-    if (head.n !== atUpper) {
-      head.n = atUpper;
-      head.topP(p, s + this.tailMass(logits, runs));
-    }
+    head.topP(p, total);
   }
 
   /** Leaves in the head exactly the k heaviest tokens (fewer when fewer are in play). */
   topK(k: number, logits: Float32Array, runs: AllowedRuns): void {
     const head = this.head;
-    if (head.n < k && this.upper > 0) {
+    if (head.n < k && this.tail > 0) {
+      // Count the tail per bin to find the bin where the k-th token falls.
+      const counts = new Int32Array(LAST_BIN + 2);
+      const { max, scale, limit, headEnd } = this;
+      const b = runs.bounds;
+      for (let r = 0; r < runs.count; r++) {
+        for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
+          const d = (max - logits[i]!) * scale;
+          if (d >= headEnd && d <= limit) counts[d + ROUND - ROUND]!++;
+        }
+      }
       let count = head.n;
       let end = LAST_BIN + 1;
-      for (let b = Math.floor(this.headEnd); b <= LAST_BIN; b++) {
-        count += this.bins[b]!;
+      for (let bin = this.firstBin; bin <= LAST_BIN; bin++) {
+        count += counts[bin]!;
         if (count >= k) {
-          end = b + 1;
+          end = bin + 1;
           break;
         }
       }
       this.widen(logits, runs, end);
     }
     head.topK(k);
-    this.bins.fill(0);
-    this.upper = this.lower = 0;
+    this.mass.fill(0);
+    this.tail = 0;
   }
 }
