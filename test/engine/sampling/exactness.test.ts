@@ -351,11 +351,11 @@ describe("draws from head and tail (no top-p, no top-k)", () => {
   });
 
   test("within one tail bin, tokens are drawn in proportion to their weights (not uniformly)", () => {
-    // One head token; 2000 tail tokens at d = 8.5 and 2000 at d = 8.56, all in bin floor(d·16) = 136.
+    // One head token; 2000 tail tokens at d = 8.47 and 2000 at d = 8.53, all in bin round(d·16) = 136.
     const row = new Float32Array(4001);
     row[0] = 10;
-    row.fill(1.5, 1, 2001);
-    row.fill(1.44, 2001, 4001);
+    row.fill(1.53, 1, 2001);
+    row.fill(1.47, 2001, 4001);
     const draws = 60_000;
     // The split's own draw, without redoing the split for every draw.
     const runs = new AllowedRuns(row.length);
@@ -370,8 +370,8 @@ describe("draws from head and tail (no top-p, no top-k)", () => {
       if (id > 2000) b++;
       else if (id > 0) a++;
     }
-    const wa = Math.exp(1.5 - 10);
-    const wb = Math.exp(Math.fround(1.44) - 10);
+    const wa = Math.exp(Math.fround(1.53) - 10);
+    const wb = Math.exp(Math.fround(1.47) - 10);
     const share = wa / (wa + wb); // 0.515; uniform within the bin would give 0.5
     const sd = Math.sqrt((share * (1 - share)) / (a + b));
     expect(Math.abs(a / (a + b) - share)).toBeLessThan(4 * sd);
