@@ -103,8 +103,12 @@ function dtypeOf(t: TensorInfo, what: string): KvDType {
   throw new Error(`${what} ${t.name} has type ${t.type}; only float32 and float16 are supported`);
 }
 
-/** Builds the spec from session metadata; throws with a precise reason when the graph is unusable. */
-export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: TensorInfo[]): DecoderSpec {
+/**
+ * Builds the spec from session metadata; throws with a precise reason when the graph is unusable.
+ * `stepLayers`: past key inputs whose layer has step outputs instead of presents (a graph
+ * rewritten at load, see split-attention.ts).
+ */
+export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: TensorInfo[], stepLayers?: Set<string>): DecoderSpec {
   const gi = files.genai?.model?.decoder?.inputs ?? {};
   const go = files.genai?.model?.decoder?.outputs ?? {};
   const inputByName = new Map(inputs.map((i) => [i.name, i]));
@@ -128,7 +132,8 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
     const names = [pastKeyT, pastValueT, presentKeyT, presentValueT].map((t) => t.replace("%d", String(i)));
     const [pk, pv, ck, cv] = names as [string, string, string, string];
     if (!inputByName.has(pk)) break;
-    if (!inputByName.has(pv) || !outputByName.has(ck) || !outputByName.has(cv)) {
+    const presents = stepLayers?.has(pk) || (outputByName.has(ck) && outputByName.has(cv));
+    if (!inputByName.has(pv) || !presents) {
       throw new Error(`layer ${i}: expected inputs ${pk}, ${pv} and outputs ${ck}, ${cv}`);
     }
     layers.push({ pastKey: pk, pastValue: pv, presentKey: ck, presentValue: cv });

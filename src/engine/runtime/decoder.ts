@@ -2,11 +2,14 @@
 // batched runs that feed it live in src/engine/batching.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { onnx } from "onnx-proto";
 import * as ort from "onnxruntime-node";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
 import { planPositions, type RopePlan } from "./mrope.ts";
-import { addStepKvOutputs, type StepOutputNames } from "./step-kv-outputs.ts";
-import { floatInput, floatSlice, floatTensor, int64Tensor, reusable } from "./tensors.ts";
+import { splitAttention } from "./split-attention.ts";
+import { addStepKvOutputs, type StepKvGraph, type StepOutputNames } from "./step-kv-outputs.ts";
+import { copyHeads, type KvArray } from "../batching/kv.ts";
+import { floatInput, floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
 
 export interface SessionOptions {
   providers: ("cuda" | "cpu")[];
@@ -31,6 +34,17 @@ export function intraOpThreads(configured: number, onnxPath: string): number {
     .filter((f) => f.startsWith(base))
     .reduce((sum, f) => sum + statSync(join(dir, f)).size, 0);
   return bytes < SINGLE_THREAD_BELOW_BYTES ? 1 : 0;
+}
+
+/**
+ * A shared-buffer decoder with step outputs: its attention split so that no present is built
+ * (split-attention.ts) where the graph allows, else with the new positions gathered from the
+ * presents (step-kv-outputs.ts).
+ */
+function loadWithStepOutputs(onnxPath: string): StepKvGraph | null {
+  const bytes = readFileSync(onnxPath);
+  const decoded = onnx.ModelProto.decode(bytes);
+  return splitAttention(bytes, decoded) ?? addStepKvOutputs(bytes, decoded);
 }
 
 /**
@@ -100,7 +114,7 @@ export class DecoderSession {
       interOpNumThreads: 1,
     };
     // Shared-buffer graphs get outputs with only the new positions (see step-kv-outputs.ts).
-    const stepGraph = declaresSharedBuffer(files) ? addStepKvOutputs(readFileSync(files.onnxPath)) : null;
+    const stepGraph = declaresSharedBuffer(files) ? loadWithStepOutputs(files.onnxPath) : null;
     const session = stepGraph
       ? await ort.InferenceSession.create(stepGraph.bytes, {
           ...sessionOptions,
@@ -114,7 +128,7 @@ export class DecoderSession {
         type: m.isTensor ? m.type : "non-tensor",
         shape: m.isTensor ? [...m.shape] : [],
       }));
-    const spec = decoderSpec(files, meta(session.inputMetadata), meta(session.outputMetadata));
+    const spec = decoderSpec(files, meta(session.inputMetadata), meta(session.outputMetadata), stepGraph ? new Set(stepGraph.outputs.keys()) : undefined);
     const stepKv = stepGraph ? spec.layers.map((l) => stepGraph.outputs.get(l.pastKey) ?? null) : null;
     const complete = stepKv?.every((o): o is StepOutputNames => o !== null) ? (stepKv as StepOutputNames[]) : null;
     let embedder: ort.InferenceSession | null = null;
@@ -195,12 +209,31 @@ export class DecoderSession {
       feeds[l.pastValue] = kv.tensors[2 * i + 1]!;
     });
     const out = await this.session.run(feeds);
+    const step = this.stepKv;
     spec.layers.forEach((l, i) => {
-      kv.tensors[2 * i] = reusable(out[l.presentKey]!);
-      kv.tensors[2 * i + 1] = reusable(out[l.presentValue]!);
+      if (step) {
+        // Only the new positions come back: append them to each head of the cache.
+        kv.tensors[2 * i] = this.appended(kv.tensors[2 * i]!, out[step[i]!.key]!, past);
+        kv.tensors[2 * i + 1] = this.appended(kv.tensors[2 * i + 1]!, out[step[i]!.value]!, past);
+      } else {
+        kv.tensors[2 * i] = reusable(out[l.presentKey]!);
+        kv.tensors[2 * i + 1] = reusable(out[l.presentValue]!);
+      }
     });
     kv.length = total;
     return this.logitsAt(out[spec.logits]!, 0, tokens.length - 1, tokens.length);
+  }
+
+  /** [1, heads, past, dim] followed by [1, heads, new, dim] along the positions. */
+  private appended(cache: ort.Tensor, step: ort.Tensor, past: number): ort.Tensor {
+    const { kvType, kvHeads, headDim } = this.spec;
+    const added = step.dims[2]!;
+    const total = past + added;
+    const from = (t: ort.Tensor): KvArray => (kvType === "float16" ? halfBits(t.data) : (t.data as Float32Array));
+    const out: KvArray = kvType === "float16" ? new Uint16Array(kvHeads * total * headDim) : new Float32Array(kvHeads * total * headDim);
+    copyHeads(from(cache), 0, past, out, 0, total, kvHeads, headDim, past);
+    copyHeads(from(step), 0, added, out, past * headDim, total, kvHeads, headDim, added);
+    return floatTensor(kvType, out, [1, kvHeads, total, headDim]);
   }
 
   async release(): Promise<void> {

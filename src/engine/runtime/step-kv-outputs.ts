@@ -14,6 +14,7 @@
 // repeated occurrences of an embedded message (its repeated fields are concatenated), so the
 // original bytes, weights included, are passed through untouched.
 import { onnx } from "onnx-proto";
+import { inputInfo, int64Constant, node, positionNodes, tensorOutput } from "./graph-edit.ts";
 
 export interface StepOutputNames {
   key: string;
@@ -28,7 +29,6 @@ export interface StepKvGraph {
 }
 
 const GRAPH_FIELD = 7;
-const INT64 = onnx.TensorProto.DataType.INT64;
 
 function varint(n: number): number[] {
   const out: number[] = [];
@@ -40,37 +40,13 @@ function varint(n: number): number[] {
   return out;
 }
 
-function int64Constant(name: string, values: number[], dims: number[]): onnx.INodeProto {
-  const raw = new Uint8Array(values.length * 8);
-  const view = new DataView(raw.buffer);
-  values.forEach((v, i) => view.setBigInt64(i * 8, BigInt(v), true));
-  return {
-    opType: "Constant",
-    input: [],
-    output: [name],
-    attribute: [{ name: "value", type: onnx.AttributeProto.AttributeType.TENSOR, t: { name: `${name}_value`, dataType: INT64, dims, rawData: raw } }],
-  };
-}
-
-function node(opType: string, input: string[], output: string[], attrs: onnx.IAttributeProto[] = []): onnx.INodeProto {
-  return { opType, input, output, attribute: attrs };
-}
-
-function tensorInfo(graph: onnx.IGraphProto, name: string): { elemType: number; dims: (number | null)[] } | null {
-  const vi = graph.input?.find((i) => i.name === name);
-  const t = vi?.type?.tensorType;
-  if (!t?.elemType || !t.shape?.dim) return null;
-  return { elemType: t.elemType, dims: t.shape.dim.map((d) => (d.dimValue != null && Number(d.dimValue) > 0 ? Number(d.dimValue) : null)) };
-}
-
 /**
  * Adds the step outputs to a GroupQueryAttention decoder, one pair per GroupQueryAttention node,
  * keyed by the node's past key input. Returns null when the graph has none (the standard
  * contract, where the present is a fresh concatenation anyway) or when a node's cache shape is
  * not fixed in the graph's inputs.
  */
-export function addStepKvOutputs(model: Uint8Array): StepKvGraph | null {
-  const decoded = onnx.ModelProto.decode(model);
+export function addStepKvOutputs(model: Uint8Array, decoded: onnx.ModelProto = onnx.ModelProto.decode(model)): StepKvGraph | null {
   const graph = decoded.graph;
   const attention = graph?.node?.filter((n) => n.opType === "GroupQueryAttention") ?? [];
   if (!graph || attention.length === 0) return null;
@@ -80,22 +56,9 @@ export function addStepKvOutputs(model: Uint8Array): StepKvGraph | null {
   if (!query || !seqlensK) return null;
 
   const p = "sluice_step";
-  const int = onnx.AttributeProto.AttributeType.INT;
   const nodes: onnx.INodeProto[] = [
-    int64Constant(`${p}_one_idx`, [1], []),
-    int64Constant(`${p}_zero`, [0], []),
-    int64Constant(`${p}_one`, [1], []),
-    int64Constant(`${p}_col`, [-1, 1], [2]),
+    ...positionNodes(p, seqlensK, query),
     int64Constant(`${p}_to4d`, [0, 1, -1, 1], [4]),
-    // seqlens_k[b] is the index of row b's last token; this run's tokens end there.
-    node("Cast", [seqlensK], [`${p}_last`], [{ name: "to", type: int, i: INT64 }]),
-    node("Reshape", [`${p}_last`, `${p}_col`], [`${p}_last_col`]),
-    node("Shape", [query], [`${p}_qshape`]),
-    node("Gather", [`${p}_qshape`, `${p}_one_idx`], [`${p}_tokens`], [{ name: "axis", type: int, i: 0 }]),
-    node("Sub", [`${p}_last_col`, `${p}_tokens`], [`${p}_before`]),
-    node("Add", [`${p}_before`, `${p}_one`], [`${p}_first`]),
-    node("Range", [`${p}_zero`, `${p}_tokens`, `${p}_one`], [`${p}_offsets`]),
-    node("Add", [`${p}_first`, `${p}_offsets`], [`${p}_positions`]),
     node("Reshape", [`${p}_positions`, `${p}_to4d`], [`${p}_positions4`]),
   ];
   const outputs = new Map<string, StepOutputNames>();
@@ -105,7 +68,7 @@ export function addStepKvOutputs(model: Uint8Array): StepKvGraph | null {
     const [pastKey, pastValue] = [n.input?.[3], n.input?.[4]];
     const [presentKey, presentValue] = [n.output?.[1], n.output?.[2]];
     if (!pastKey || !pastValue || !presentKey || !presentValue || n.input?.[5] !== seqlensK) return null;
-    const info = tensorInfo(graph, pastKey);
+    const info = inputInfo(graph, pastKey);
     const [, heads, , dim] = info?.dims ?? [];
     if (!info || !heads || !dim) return null;
     const shapeKey = `${heads}x${dim}`;
@@ -118,16 +81,8 @@ export function addStepKvOutputs(model: Uint8Array): StepKvGraph | null {
     }
     const names = { key: `${p}.${i}.key`, value: `${p}.${i}.value` };
     for (const [from, to] of [[presentKey, names.key], [presentValue, names.value]] as const) {
-      nodes.push(node("GatherElements", [from, index], [to], [{ name: "axis", type: int, i: 2 }]));
-      outputInfos.push({
-        name: to,
-        type: {
-          tensorType: {
-            elemType: info.elemType,
-            shape: { dim: [{ dimParam: "batch_size" }, { dimValue: heads }, { dimParam: "sequence_length" }, { dimValue: dim }] },
-          },
-        },
-      });
+      nodes.push(node("GatherElements", [from, index], [to], { axis: 2 }));
+      outputInfos.push(tensorOutput(to, info.elemType, ["batch_size", heads, "sequence_length", dim]));
     }
     outputs.set(pastKey, names);
   }

@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
+import { splitAttention } from "../../../src/engine/runtime/split-attention.ts";
 import { addStepKvOutputs } from "../../../src/engine/runtime/step-kv-outputs.ts";
 import { floatTensor, halfBits, int64Tensor } from "../../../src/engine/runtime/tensors.ts";
 import { buildSyntheticModel } from "../../../src/modelkit/index.ts";
@@ -19,12 +20,13 @@ const ROWS = 3;
 
 type Kv = Float32Array | Uint16Array;
 
-async function check(dtype: "float32" | "float16") {
+async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" = "gather") {
   const info = await buildSyntheticModel(join(root.path, dtype), { preset: "tiny-qwen3", variant: "fused", dtype, seed: 3 });
   const path = join(info.dir, "onnx", "model.onnx");
   const plain = await ort.InferenceSession.create(path);
-  const step = addStepKvOutputs(readFileSync(path));
+  const step = rewrite === "split" ? splitAttention(readFileSync(path)) : addStepKvOutputs(readFileSync(path));
   expect(step).not.toBeNull();
+  expect([...step!.outputs.values()][0]!.key).toStartWith(rewrite === "split" ? "sluice_split" : "sluice_step");
   const stepped = await ort.InferenceSession.create(step!.bytes);
   const layers = plain.inputNames.filter((n) => n.startsWith("past_key_values.") && n.endsWith(".key"));
   expect(step!.outputs.size).toBe(layers.length);
@@ -74,16 +76,29 @@ async function check(dtype: "float32" | "float16") {
         }
       }
     });
-    expect(logitsOf(outB.logits!)).toEqual(logitsOf(outA.logits!));
+    if (rewrite === "gather") expect(logitsOf(outB.logits!)).toEqual(logitsOf(outA.logits!));
+    else expectClose(logitsOf(outB.logits!), logitsOf(outA.logits!), 1e-4);
   }
 
   // Row 0 prefills 6 tokens alone; then all three rows decode with different lengths.
   await both([[11, 12, 13, 14, 15, 16]], [6], 6);
   for (let s = 0; s < 4; s++) await both([[20 + s], [30 + s], [40 + s]], [7 + s, 1 + s, 1 + s], 7 + s);
-  inPlace.forEach((a, i) => expect(Array.from(copied[i]!)).toEqual(Array.from(a)));
+  inPlace.forEach((a, i) => (rewrite === "gather" ? expect(Array.from(copied[i]!)).toEqual(Array.from(a)) : expectClose(Array.from(copied[i]!), Array.from(a), 1e-4)));
+}
+
+function expectClose(actual: number[], expected: number[], tolerance: number) {
+  expect(actual.length).toBe(expected.length);
+  let worst = 0;
+  for (let i = 0; i < actual.length; i++) worst = Math.max(worst, Math.abs(actual[i]! - expected[i]!) / (1 + Math.abs(expected[i]!)));
+  expect(worst).toBeLessThan(tolerance);
 }
 
 describe("step KV outputs of GroupQueryAttention graphs", () => {
+  test("split attention (no present): the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split"));
+  test("split attention leaves float16 graphs to the gathered outputs", async () => {
+    const info = await buildSyntheticModel(join(root.path, "half-split"), { preset: "tiny-qwen3", variant: "fused", dtype: "float16", seed: 3 });
+    expect(splitAttention(readFileSync(join(info.dir, "onnx", "model.onnx")))).toBeNull();
+  });
   test("float32: same logits and cache as the in-place shared buffer", () => check("float32"));
   test("float16: same logits and cache as the in-place shared buffer", () => check("float16"));
 

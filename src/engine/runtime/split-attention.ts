@@ -1,0 +1,185 @@
+// GroupQueryAttention on the CPU concatenates the past and the new keys and values into a present
+// buffer at every run: a copy of the whole cache that the engine does not need, since it keeps
+// the cache itself (see step-kv-outputs.ts). This rewrite replaces each GroupQueryAttention node
+// by the same attention computed in two parts, over the cache buffer as it is and over the run's
+// new positions, so nothing is concatenated:
+//
+//   scores = [ q·past_kᵀ + past mask | q·new_kᵀ + causal mask ] · scale
+//   out    = softmax(scores)[:, :cap] · past_v + softmax(scores)[:, cap:] · new_v
+//
+// The past mask hides the buffer's positions at or beyond each row's past length (read from
+// seqlens_k, as GroupQueryAttention does). Rotary embeddings use the node's own cos/sin caches at
+// the same positions. The new keys and values (rotated) become the graph's step outputs, which
+// the engine writes into its buffers. Grouped heads are matched without copying the cache: the
+// query is viewed as [batch, kv_heads, group * tokens, head] against [batch, kv_heads, cap, head].
+//
+// Only configurations whose semantics this reproduces exactly are rewritten (separate q/k/v,
+// float32, no sliding window, softcap, smooth softmax or extra inputs); any other graph is left to
+// addStepKvOutputs.
+import { onnx } from "onnx-proto";
+import { FLOAT, floatConstant, inputInfo, int64Constant, node, numberAttr, positionNodes, tensorOutput } from "./graph-edit.ts";
+import type { StepKvGraph, StepOutputNames } from "./step-kv-outputs.ts";
+
+const MS = "com.microsoft";
+/** Masked scores: far below any real score, finite so a fully masked part never makes NaN. */
+const MASK_MIN = -1e9;
+
+interface Layer {
+  node: onnx.INodeProto;
+  heads: number;
+  kvHeads: number;
+  dim: number;
+}
+
+/** The GroupQueryAttention nodes if every one can be rewritten, else null. */
+function supported(graph: onnx.IGraphProto): Layer[] | null {
+  const nodes = graph.node?.filter((n) => n.opType === "GroupQueryAttention") ?? [];
+  if (nodes.length === 0) return null;
+  const seqlensK = nodes[0]!.input?.[5];
+  const layers: Layer[] = [];
+  for (const n of nodes) {
+    const inputs = n.input ?? [];
+    // q, k, v, past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache; no
+    // position_ids, attention_bias or head_sink.
+    if (inputs.length > 9 && inputs.slice(9).some((x) => x !== "")) return null;
+    if (!inputs[1] || !inputs[2] || !inputs[3] || !inputs[4] || inputs[5] !== seqlensK) return null;
+    const rotary = numberAttr(n, "do_rotary", 0) === 1;
+    if (rotary && (!inputs[7] || !inputs[8])) return null;
+    if (numberAttr(n, "local_window_size", -1) !== -1 || numberAttr(n, "softcap", 0) !== 0 || numberAttr(n, "smooth_softmax", 0) !== 0) return null;
+    if ((n.output?.length ?? 0) > 3 && n.output!.slice(3).some((x) => x !== "")) return null;
+    const info = inputInfo(graph, inputs[3]);
+    const [, kvHeads, , dim] = info?.dims ?? [];
+    const heads = numberAttr(n, "num_heads", 0);
+    if (!info || info.elemType !== FLOAT || !kvHeads || !dim || numberAttr(n, "kv_num_heads", 0) !== kvHeads || heads % kvHeads !== 0) return null;
+    layers.push({ node: n, heads, kvHeads, dim });
+  }
+  return layers;
+}
+
+/** Rewrites the decoder's GroupQueryAttention nodes; null when it has none or one is not supported. */
+export function splitAttention(model: Uint8Array, decoded: onnx.ModelProto = onnx.ModelProto.decode(model)): StepKvGraph | null {
+  const graph = decoded.graph;
+  const layers = graph ? supported(graph) : null;
+  if (!graph || !layers) return null;
+  const first = layers[0]!.node.input!;
+  const p = "sluice_split";
+  const shared: onnx.INodeProto[] = [
+    ...positionNodes(p, first[5]!, first[0]!),
+    int64Constant(`${p}_i0`, [0], [1]),
+    int64Constant(`${p}_i2`, [2], [1]),
+    int64Constant(`${p}_last_axis`, [-1], [1]),
+    int64Constant(`${p}_big`, [2 ** 62], [1]),
+    int64Constant(`${p}_to4d`, [0, 1, 1, 1], [4]),
+    int64Constant(`${p}_scalar`, [], [0]),
+    floatConstant(`${p}_zero_f`, 0),
+    floatConstant(`${p}_min_f`, MASK_MIN),
+    // Past mask [batch, 1, 1, cap]: buffer position j is attended when j < the row's past length.
+    node("Shape", [first[3]!], [`${p}_past_shape`]),
+    node("Gather", [`${p}_past_shape`, `${p}_i2`], [`${p}_cap`], { axis: 0 }),
+    node("Reshape", [`${p}_cap`, `${p}_scalar`], [`${p}_cap_scalar`]),
+    node("Range", [`${p}_zero`, `${p}_cap_scalar`, `${p}_one`], [`${p}_cap_range`]),
+    node("Reshape", [`${p}_first`, `${p}_to4d`], [`${p}_past_len`]),
+    node("Less", [`${p}_cap_range`, `${p}_past_len`], [`${p}_past_ok`]),
+    node("Where", [`${p}_past_ok`, `${p}_zero_f`, `${p}_min_f`], [`${p}_past_bias`]),
+    // Causal mask among the new tokens [tokens, tokens]: token t sees new token j unless t < j.
+    node("Reshape", [`${p}_offsets`, `${p}_col`], [`${p}_offsets_col`]),
+    node("Less", [`${p}_offsets_col`, `${p}_offsets`], [`${p}_new_future`]),
+    node("Where", [`${p}_new_future`, `${p}_min_f`, `${p}_zero_f`], [`${p}_new_bias`]),
+  ];
+  const added: onnx.INodeProto[] = [];
+  const outputs = new Map<string, StepOutputNames>();
+  const outputInfos: onnx.IValueInfoProto[] = [];
+  const groupTiles = new Map<number, string>();
+
+  layers.forEach(({ node: gqa, heads, kvHeads, dim }, i) => {
+    const [q, k, v, pastK, pastV, , , cos, sin] = gqa.input!;
+    const out = gqa.output![0]!;
+    const l = `${p}_${i}`;
+    const group = heads / kvHeads;
+    const scale = numberAttr(gqa, "scale", 0) || 1 / Math.sqrt(dim);
+    const names = { key: `${p}.${i}.key`, value: `${p}.${i}.value` };
+    let tile = groupTiles.get(group);
+    if (!tile) {
+      tile = `${p}_new_bias_g${group}`;
+      added.push(int64Constant(`${tile}_reps`, [group, 1], [2]), node("Tile", [`${p}_new_bias`, `${tile}_reps`], [tile]));
+      groupTiles.set(group, tile);
+    }
+    let qr = q!;
+    let kr = k!;
+    if (numberAttr(gqa, "do_rotary", 0) === 1) {
+      const interleaved = numberAttr(gqa, "rotary_interleaved", 0);
+      qr = `${l}_q_rot`;
+      kr = `${l}_k_rot`;
+      added.push(
+        node("RotaryEmbedding", [q!, `${p}_positions`, cos!, sin!], [qr], { interleaved, num_heads: heads }, MS),
+        node("RotaryEmbedding", [k!, `${p}_positions`, cos!, sin!], [kr], { interleaved, num_heads: kvHeads }, MS),
+      );
+    }
+    added.push(
+      // q [b, t, heads*d] -> [b, kv, group*t, d]
+      int64Constant(`${l}_q5`, [0, 0, kvHeads, group, dim], [5]),
+      int64Constant(`${l}_q4`, [0, kvHeads, -1, dim], [4]),
+      int64Constant(`${l}_kv4`, [0, 0, kvHeads, dim], [4]),
+      node("Reshape", [qr, `${l}_q5`], [`${l}_q_5d`]),
+      node("Transpose", [`${l}_q_5d`], [`${l}_q_t`], { perm: [0, 2, 3, 1, 4] }),
+      node("Reshape", [`${l}_q_t`, `${l}_q4`], [`${l}_q`]),
+      // new k, v [b, t, kv*d] -> [b, kv, t, d]: the step outputs
+      node("Reshape", [kr, `${l}_kv4`], [`${l}_k_4d`]),
+      node("Transpose", [`${l}_k_4d`], [names.key], { perm: [0, 2, 1, 3] }),
+      node("Reshape", [v!, `${l}_kv4`], [`${l}_v_4d`]),
+      node("Transpose", [`${l}_v_4d`], [names.value], { perm: [0, 2, 1, 3] }),
+      // scores against the buffer and against the new keys
+      node("FusedMatMul", [`${l}_q`, pastK!], [`${l}_s_past_raw`], { transB: 1, alpha: { float: scale } }, MS),
+      node("Add", [`${l}_s_past_raw`, `${p}_past_bias`], [`${l}_s_past`]),
+      node("FusedMatMul", [`${l}_q`, names.key], [`${l}_s_new_raw`], { transB: 1, alpha: { float: scale } }, MS),
+      node("Add", [`${l}_s_new_raw`, tile], [`${l}_s_new`]),
+      node("Concat", [`${l}_s_past`, `${l}_s_new`], [`${l}_s`], { axis: -1 }),
+      node("Softmax", [`${l}_s`], [`${l}_p`], { axis: -1 }),
+      node("Slice", [`${l}_p`, `${p}_i0`, `${p}_cap`, `${p}_last_axis`], [`${l}_p_past`]),
+      node("Slice", [`${l}_p`, `${p}_cap`, `${p}_big`, `${p}_last_axis`], [`${l}_p_new`]),
+      node("MatMul", [`${l}_p_past`, pastV!], [`${l}_o_past`]),
+      node("MatMul", [`${l}_p_new`, names.value], [`${l}_o_new`]),
+      node("Add", [`${l}_o_past`, `${l}_o_new`], [`${l}_o`]),
+      // [b, kv, group*t, d] -> [b, t, heads*d]
+      int64Constant(`${l}_o5`, [0, kvHeads, group, -1, dim], [5]),
+      int64Constant(`${l}_o3`, [0, 0, heads * dim], [3]),
+      node("Reshape", [`${l}_o`, `${l}_o5`], [`${l}_o_5d`]),
+      node("Transpose", [`${l}_o_5d`], [`${l}_o_t`], { perm: [0, 3, 1, 2, 4] }),
+      node("Reshape", [`${l}_o_t`, `${l}_o3`], [out]),
+    );
+    outputs.set(pastK!, names);
+    for (const name of [names.key, names.value]) outputInfos.push(tensorOutput(name, FLOAT, ["batch_size", kvHeads, "sequence_length", dim]));
+  });
+
+  // The presents are no longer produced: drop them from the outputs with their nodes.
+  const gone = new Set(layers.map((l) => l.node));
+  const dropped = new Set(layers.flatMap((l) => [l.node.output![1], l.node.output![2]]));
+  graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...shared, ...added]);
+  graph.output = [...(graph.output ?? []).filter((o) => !dropped.has(o.name ?? "")), ...outputInfos];
+  return { bytes: onnx.ModelProto.encode(decoded).finish(), outputs };
+}
+
+/** The nodes in a topological order (ONNX requires it), the given order kept where it is free. */
+function topological(nodes: onnx.INodeProto[]): onnx.INodeProto[] {
+  const producer = new Map<string, number>();
+  nodes.forEach((n, i) => n.output?.forEach((o) => o && producer.set(o, i)));
+  const waiting = nodes.map(() => 0);
+  const consumers: number[][] = nodes.map(() => []);
+  nodes.forEach((n, i) => {
+    for (const x of new Set(n.input ?? [])) {
+      const from = x ? producer.get(x) : undefined;
+      if (from === undefined) continue;
+      waiting[i]!++;
+      consumers[from]!.push(i);
+    }
+  });
+  const ready = nodes.map((_, i) => i).filter((i) => waiting[i] === 0);
+  const ordered: onnx.INodeProto[] = [];
+  for (let r = 0; r < ready.length; r++) {
+    const i = ready[r]!;
+    ordered.push(nodes[i]!);
+    for (const c of consumers[i]!) if (--waiting[c]! === 0) ready.push(c);
+  }
+  if (ordered.length !== nodes.length) throw new Error("split attention: the rewritten graph has a cycle");
+  return ordered;
+}
