@@ -4,7 +4,7 @@
 import type { Grammar } from "./grammar.ts";
 import { Configs, type StackPool, type Stack, simpleStates } from "./parser-state.ts";
 import { classRun, classRuns } from "./class-runs.ts";
-import { contentStep, type TokenTrie } from "./trie.ts";
+import { CONTENT_STEP, type TokenTrie } from "./trie.ts";
 
 export const setBit = (mask: Uint32Array, id: number) => {
   mask[id >>> 5] |= 1 << (id & 31);
@@ -147,35 +147,33 @@ function uniformCharTarget(g: Grammar, simple: Uint8Array, s: number): number {
   const row = s * 256;
   const t = next[row + 0x20];
   if (t < 0 || !simple[t]) return -1;
-  const todo: number[] = [];
+  // Pending (state, decoding state) pairs inside a multi-byte character, each checked once.
+  const pending: number[] = [];
+  const seen: number[] = [];
+  const visit = (x: number, q: number): boolean => {
+    if (x < 0 || !simple[x]) return false;
+    const key = x * 8 + q;
+    if (!seen.includes(key)) {
+      seen.push(key);
+      pending.push(key);
+    }
+    return true;
+  };
   for (let b = 0x20; b < 0x100; b++) {
-    const q = contentStep(0, b);
+    const q = CONTENT_STEP[b];
     if (q < 0) continue;
     const x = next[row + b];
-    if (q === 0) {
-      if (x !== t) return -1;
-    } else {
-      if (x < 0 || !simple[x]) return -1;
-      todo.push(x, q);
-    }
+    if (q === 0 ? x !== t : !visit(x, q)) return -1;
   }
-  const seen = new Set<number>();
-  while (todo.length) {
-    const q = todo.pop()!;
-    const x = todo.pop()!;
-    const key = x * 8 + q;
-    if (seen.has(key)) continue;
-    seen.add(key);
+  while (pending.length) {
+    const key = pending.pop()!;
+    const x = key >>> 3;
+    const q = key & 7;
     for (let b = 0x80; b < 0xc0; b++) {
-      const q2 = contentStep(q, b);
+      const q2 = CONTENT_STEP[q * 256 + b];
       if (q2 < 0) continue;
       const y = next[x * 256 + b];
-      if (q2 === 0) {
-        if (y !== t) return -1;
-      } else {
-        if (y < 0 || !simple[y]) return -1;
-        todo.push(y, q2);
-      }
+      if (q2 === 0 ? y !== t : !visit(y, q2)) return -1;
     }
   }
   return t;

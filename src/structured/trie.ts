@@ -86,6 +86,13 @@ export function contentStep(q: number, b: number): number {
 }
 export const CONTENT_STATES = 8;
 
+/** contentStep as a table: CONTENT_STEP[q * 256 + b]. */
+export const CONTENT_STEP: Int8Array = (() => {
+  const t = new Int8Array(CONTENT_STATES * 256);
+  for (let q = 0; q < CONTENT_STATES; q++) for (let b = 0; b < 256; b++) t[q * 256 + b] = contentStep(q, b);
+  return t;
+})();
+
 /** See TokenTrie.pathChars: top-down (preorder has parents first), then folded bottom-up. */
 function pathChars(byte: Uint8Array, parent: Int32Array): { pathChars: Int16Array; maxPathChars: Int16Array } {
   const n = byte.length;
