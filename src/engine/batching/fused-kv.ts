@@ -204,8 +204,21 @@ export class FusedKvBackend implements KvBackend {
   private writeStep(t: ort.Tensor, dst: KvArray, pool: Pool, firstRow: number, writes: [number, number][]): void {
     const src: KvArray = t.type === "float16" ? halfBits(t.data) : (t.data as Float32Array);
     const tokens = t.dims[2]!;
+    const { heads, dim } = this;
     for (const [row, position] of writes) {
-      copyHeads(src, row * this.heads * tokens * this.dim, tokens, dst, (firstRow + row) * pool.stride + position * this.dim, pool.capacity, this.heads, this.dim, tokens);
+      const from = row * heads * tokens * dim;
+      const to = (firstRow + row) * pool.stride + position * dim;
+      if (tokens > 1) {
+        copyHeads(src, from, tokens, dst, to, pool.capacity, heads, dim, tokens);
+        continue;
+      }
+      // One position per head: a plain loop, no subarray objects (a decode step has rows × heads
+      // × layers × 2 of these).
+      for (let h = 0; h < heads; h++) {
+        const s = from + h * dim;
+        const d = to + h * pool.capacity * dim;
+        for (let j = 0; j < dim; j++) dst[d + j] = src[s + j]!;
+      }
     }
   }
 
