@@ -382,6 +382,13 @@ export function complement(d: RuleDfa): RuleDfa {
   return { count: n + 1, next, final, calls: Array.from({ length: n + 1 }, () => []) };
 }
 
+let zeroBlocks = new Int32Array(0);
+/** All-zero blocks: keyOf with it names every target inside the component alike ("i0"). */
+function ZERO_BLOCKS(n: number): Int32Array {
+  if (zeroBlocks.length < n) zeroBlocks = new Int32Array(n);
+  return zeroBlocks;
+}
+
 /** Cycles (strongly connected components) larger than this are not refined inside. */
 const CYCLE_REFINE_LIMIT = 400;
 
@@ -501,21 +508,42 @@ export function minimize(d: RuleDfa): RuleDfa {
       canon[s0] = id;
       return;
     }
-    let block = new Int32Array(n);
+    // Moore's refinement within the component. The transitions' shape (bytes, targets outside,
+    // finality, called rules) is fixed: it is the first partition, and each round only compares
+    // the blocks of the targets inside the component.
+    const block = new Int32Array(n);
     let blocks = members.length;
     if (members.length <= CYCLE_REFINE_LIMIT) {
-      blocks = 1;
+      const shapes = new Map<string, number>();
+      const inner: number[][] = [];
+      for (const s of members) {
+        const k = keyOf(s, ZERO_BLOCKS(n));
+        let id = shapes.get(k);
+        if (id === undefined) shapes.set(k, (id = shapes.size));
+        block[s] = id;
+        const list: number[] = [];
+        const r = runs[s];
+        for (let j = 1; j < r.length; j += 2) if (r[j] >= 0 && comp[r[j]] === ci) list.push(r[j]);
+        const c = d.calls[s];
+        const order: number[] = [];
+        for (let j = 0; j < c.length; j += 2) order.push(j);
+        order.sort((x, y) => c[x] - c[y]);
+        for (const j of order) if (comp[c[j + 1]] === ci) list.push(c[j + 1]);
+        inner.push(list);
+      }
+      blocks = shapes.size;
+      const next = new Int32Array(members.length);
       for (;;) {
         const seen = new Map<string, number>();
-        const nextBlock = new Int32Array(n);
-        for (const s of members) {
-          const k = `${block[s]}|${keyOf(s, block)}`;
+        members.forEach((s, m) => {
+          let k = `${block[s]}`;
+          for (const t of inner[m]) k += `,${block[t]}`;
           let b = seen.get(k);
           if (b === undefined) seen.set(k, (b = seen.size));
-          nextBlock[s] = b;
-        }
+          next[m] = b;
+        });
+        members.forEach((s, m) => (block[s] = next[m]));
         const changed = seen.size !== blocks;
-        block = nextBlock;
         blocks = seen.size;
         if (!changed) break;
       }
