@@ -102,6 +102,8 @@ export class DecoderSession {
      * shared-buffer graphs loaded through addStepKvOutputs; null when the presents must be fetched.
      */
     readonly stepKv: StepOutputNames[] | null,
+    /** How stepKv is produced (see loadWithStepOutputs); null without step outputs. */
+    readonly stepMode: StepKvGraph["kind"] | null,
   ) {}
 
   static async create(dir: string, opts: SessionOptions): Promise<DecoderSession> {
@@ -137,7 +139,7 @@ export class DecoderSession {
       if (!existsSync(path)) throw new Error(`the decoder takes ${spec.inputsEmbeds} but there is no ${path.slice(dir.length + 1)}`);
       embedder = await ort.InferenceSession.create(path, sessionOptions);
     }
-    return new DecoderSession(session, spec, opts.providers[0]!, embedder, complete);
+    return new DecoderSession(session, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null);
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */

@@ -156,7 +156,7 @@ export function splitAttention(model: Uint8Array, decoded: onnx.ModelProto = onn
   const dropped = new Set(layers.flatMap((l) => [l.node.output![1], l.node.output![2]]));
   graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...shared, ...added]);
   graph.output = [...(graph.output ?? []).filter((o) => !dropped.has(o.name ?? "")), ...outputInfos];
-  return { bytes: onnx.ModelProto.encode(decoded).finish(), outputs };
+  return { kind: "split", bytes: onnx.ModelProto.encode(decoded).finish(), outputs };
 }
 
 /** The nodes in a topological order (ONNX requires it), the given order kept where it is free. */

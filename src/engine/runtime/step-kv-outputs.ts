@@ -22,6 +22,8 @@ export interface StepOutputNames {
 }
 
 export interface StepKvGraph {
+  /** How the new positions are obtained: attention split around the cache, or gathered from the presents. */
+  kind: "split" | "gather";
   /** The model with the extra outputs. */
   bytes: Uint8Array;
   /** By past key input name: the outputs [batch, kv_heads, new tokens, head_dim] of that layer. */
@@ -92,5 +94,5 @@ export function addStepKvOutputs(model: Uint8Array, decoded: onnx.ModelProto = o
   bytes.set(model, 0);
   bytes.set(header, model.length);
   bytes.set(extra, model.length + header.length);
-  return { bytes, outputs };
+  return { kind: "gather", bytes, outputs };
 }

@@ -19,6 +19,14 @@ function rejectInfo(e: unknown): RejectInfo {
   return { kind: "internal", message: "internal error in the model worker", param: null, code: null };
 }
 
+function kvCacheMode(r: ModelRunner): string {
+  const { spec, stepMode } = r.decoder;
+  if (!spec.sharedBuffer) return "standard, batches padded on the left";
+  if (stepMode === "split") return "engine buffers written in place (attention split around the cache, no present)";
+  if (stepMode === "gather") return "engine buffers written in place (new positions gathered from the presents)";
+  return "in place (shared past/present buffer)";
+}
+
 self.onmessage = async (e: MessageEvent<HostMessage>) => {
   const m = e.data;
   switch (m.type) {
@@ -34,7 +42,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
         const s = scheduler.stats();
         const notes = [
           `model loaded on ${runner.info.provider}`,
-          `KV cache: ${runner.decoder.spec.sharedBuffer ? "in place (shared past/present buffer)" : "standard, batches padded on the left"}, ` +
+          `KV cache: ${kvCacheMode(runner)}, ` +
             `budget ${Math.round(s.kvBudgetBytes / 2 ** 20)} MiB, queue of ${s.queueLimit}`,
         ];
         post({ type: "loaded", model: runner.info, notes });
