@@ -26,6 +26,8 @@ const X_PER_D = 1 / BINS_PER_UNIT;
  * its destination register), which serialises the pass and made it five times slower.
  */
 const ROUND = 6755399441055744;
+/** Bins of slack in the logit pre-tests, far above the rounding of (max - v)·scale. */
+const MARGIN = 0.01;
 
 /**
  * e^-x for |x| <= 1/64 by its Taylor series to x³: the first omitted term bounds the relative
@@ -131,11 +133,14 @@ export class RowSplit {
     const ids = head.ids;
     const w = head.weights;
     const { max, scale, limit, headEnd, firstBin } = this;
+    // A cheap test on the logit first: only tokens near or above the widened bins go further.
+    const above = max - (end + MARGIN) / scale;
     let n = head.n;
     const b = runs.bounds;
     for (let r = 0; r < runs.count; r++) {
       for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
         const v = logits[i]!;
+        if (!(v >= above)) continue;
         const d = (max - v) * scale;
         if (d >= headEnd && d <= limit) {
           const bin = d + ROUND - ROUND;
@@ -169,13 +174,16 @@ export class RowSplit {
         break;
       }
     }
-    // The bin's tokens in index order, as its mass was summed.
+    // The bin's tokens in index order, as its mass was summed; a cheap test on the logit first.
     const { max, scale, limit, headEnd } = this;
+    const lo = max - (bin + 0.5 + MARGIN) / scale;
+    const hi = max - (bin - 0.5 - MARGIN) / scale;
     const b = runs.bounds;
     let last = -1;
     for (let r = 0; r < runs.count; r++) {
-      for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
+      for (let i = b[2 * r]!, end = b[2 * r + 1]!; i < end; i++) {
         const v = logits[i]!;
+        if (!(v >= lo && v <= hi)) continue;
         const d = (max - v) * scale;
         if (d >= headEnd && d <= limit && d + ROUND - ROUND === bin) {
           last = i;
