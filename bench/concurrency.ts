@@ -112,7 +112,7 @@ async function main() {
     const date = new Date().toISOString().slice(0, 10);
     const body = [
       `Written by \`bun bench/concurrency.ts\` on ${date}. Machine: ${machine()} (nproc ${navigator.hardwareConcurrency}). ` +
-        `ONNX Runtime intra-op threads: ${threads || "default"}. The server in its own process, through HTTP with the openai client, greedy, streamed; ` +
+        `ONNX Runtime intra-op threads: ${threads || "chosen by the server (one for a model under 16 MiB of weights, as stories260K; ONNX Runtime's default for bench/50m)"}. The server in its own process, through HTTP with the openai client, greedy, streamed; ` +
         `\`bench/50m\` is \`buildSyntheticModel(dir, {preset: "bench-50m", variant: "fused"})\` (random weights), ` +
         `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Times in ms. ` +
         `On a 2-core machine shared with other work these ratios move a lot from run to run; rerun before trusting one.`,
