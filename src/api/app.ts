@@ -58,8 +58,9 @@ function baseUrl(opts: ApiOptions, request: Request): string {
 // A random prefix per process and a counter: unique across restarts and instances, and cheap
 // (it is made for every request that does not bring its own id).
 const ID_PREFIX = Date.now().toString(36) + [...crypto.getRandomValues(new Uint8Array(6))].map((b) => (b % 36).toString(36)).join("");
-let requestCounter = 0;
-const newRequestId = () => ID_PREFIX + (requestCounter++).toString(36).padStart(4, "0");
+// Starting at 36^4 keeps the counter part at least five digits wide without padding each id.
+let requestCounter = 36 ** 4;
+const newRequestId = () => ID_PREFIX + (requestCounter++).toString(36);
 
 export function createApi(opts: ApiOptions) {
   const { store, log } = opts;

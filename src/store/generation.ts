@@ -77,13 +77,20 @@ export function forgettingAfter<T extends object>(db: Database, part: T, methods
 /** A bounded map that forgets its least recently used entry first. */
 export class Lru<K, V> {
   private readonly map = new Map<K, V>();
+  // The entry used last: asked again (one hot key), it is already the most recent, so the map is
+  // not touched. `hasLast` because undefined may be neither a key nor a value here.
+  private lastKey: K | undefined;
+  private lastValue: V | undefined;
+  private hasLast = false;
   constructor(private readonly capacity: number) {}
 
   get(k: K): V | undefined {
+    if (this.hasLast && this.lastKey === k) return this.lastValue;
     const v = this.map.get(k);
     if (v !== undefined) {
       this.map.delete(k);
       this.map.set(k, v);
+      this.remember(k, v);
     }
     return v;
   }
@@ -91,14 +98,28 @@ export class Lru<K, V> {
   set(k: K, v: V): void {
     this.map.delete(k);
     this.map.set(k, v);
-    if (this.map.size > this.capacity) this.map.delete(this.map.keys().next().value as K);
+    this.remember(k, v);
+    if (this.map.size > this.capacity) {
+      const oldest = this.map.keys().next().value as K;
+      this.map.delete(oldest);
+      if (oldest === this.lastKey) this.hasLast = false;
+    }
   }
 
   clear(): void {
     this.map.clear();
+    this.hasLast = false;
+    this.lastKey = undefined;
+    this.lastValue = undefined;
   }
 
   get size(): number {
     return this.map.size;
+  }
+
+  private remember(k: K, v: V): void {
+    this.lastKey = k;
+    this.lastValue = v;
+    this.hasLast = true;
   }
 }
