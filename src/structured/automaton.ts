@@ -229,6 +229,17 @@ function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
     }
     return id;
   };
+  // The DFA state reached through a set of NFA targets; most sets are one state, whose closure is
+  // computed once.
+  const single = new Map<number, number>();
+  const step = (targets: number[]): number => {
+    if (targets.length === 1) {
+      let id = single.get(targets[0]);
+      if (id === undefined) single.set(targets[0], (id = idOf(nfa.closure(targets))));
+      return id;
+    }
+    return idOf(nfa.closure(targets));
+  };
   idOf(nfa.closure([start]));
   const nextRows: Int32Array[] = [];
   const finals: number[] = [];
@@ -254,17 +265,16 @@ function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
       }
     }
     // Bytes between consecutive cut points share their target set: one closure per segment.
-    const points = [...cuts].sort((a, b) => a - b);
+    const points = Int32Array.from(cuts).sort();
     for (let k = 0; k + 1 < points.length; k++) {
       const lo = points[k];
       const targets: number[] = [];
       for (let j = 0; j < edges.length; j += 3) if (edges[j] <= lo && lo <= edges[j + 1]) targets.push(edges[j + 2]);
       if (targets.length === 0) continue;
-      const id = idOf(nfa.closure(targets));
-      row.fill(id, lo, points[k + 1]);
+      row.fill(step(targets), lo, points[k + 1]);
     }
     const callRow: number[] = [];
-    for (const [rule, targets] of byCall) callRow.push(rule, idOf(nfa.closure(targets)));
+    for (const [rule, targets] of byCall) callRow.push(rule, step(targets));
     nextRows.push(row);
     calls.push(callRow);
     finals.push(set.includes(accept) ? 1 : 0);
