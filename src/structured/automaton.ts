@@ -310,6 +310,8 @@ export function pruneDead(d: RuleDfa): RuleDfa {
   for (let s = 0; s < d.count; s++) if (d.final[s]) ((live[s] = 1), work.push(s));
   while (work.length) for (const p of rev[work.pop()!]) if (!live[p]) ((live[p] = 1), work.push(p));
   if (!live[0]) return { count: 0, next: new Int32Array(0), final: new Uint8Array(0), calls: [] };
+  // Automata built here are usually all live and numbered in discovery order already.
+  if (live.every((x) => x === 1) && isDiscoveryOrder(succ)) return d;
   // Renumber live states reachable from the start.
   const map = new Int32Array(d.count).fill(-1);
   const order: number[] = [0];
@@ -337,6 +339,18 @@ export function pruneDead(d: RuleDfa): RuleDfa {
     calls.push(row);
   });
   return { count: order.length, next, final, calls };
+}
+
+/** Whether states are numbered in the order a breadth-first walk from state 0 finds them. */
+function isDiscoveryOrder(succ: readonly (readonly number[])[]): boolean {
+  let found = 1;
+  for (let s = 0; s < succ.length && s < found; s++) {
+    for (const t of succ[s]) {
+      if (t === found) found++;
+      else if (t > found) return false;
+    }
+  }
+  return found === succ.length;
 }
 
 /** Intersection of two call-free DFAs (product construction), dead states removed. */
@@ -583,6 +597,8 @@ export function minimize(d: RuleDfa): RuleDfa {
     }
   }
   const count = queue.length;
+  // Nothing merged and the numbering kept: the automaton is already minimal as it is.
+  if (count === n && queue.every((c, i) => rep[c] === i)) return d;
   const nextOut = new Int32Array(count * 256).fill(-1);
   const final = new Uint8Array(count);
   const calls: number[][] = [];
