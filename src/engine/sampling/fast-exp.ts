@@ -29,5 +29,7 @@ export function expNonPositive(x: number): number {
   if (!(y >= 0 && y < TABLE.length - 1)) return Math.exp(x);
   const k = y + ROUND - ROUND;
   const f = (y - k) * F_PER_Y;
-  return TABLE[k]! * (1 - f * (1 - f * (0.5 - f * 0.16666666666666666)));
+  // `| 0` truncates the integral double; as a bare index JSC would also check the conversion is
+  // exact, converting back with the same cvtsi2sd.
+  return TABLE[k | 0]! * (1 - f * (1 - f * (0.5 - f * 0.16666666666666666)));
 }

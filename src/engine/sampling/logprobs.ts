@@ -27,30 +27,36 @@ export function computeLogprobs(logits: Float32Array, tokenId: number, topN = 0,
   const topIds = new Int32Array(k);
   const topVals = new Float64Array(k).fill(-Infinity);
   let floor = k > 0 ? -Infinity : Infinity;
-  // Two sums in turn, so that consecutive additions do not wait on each other.
+  const insert = (v: number, id: number): number => {
+    let j = k - 1;
+    while (j > 0 && topVals[j - 1]! < v) {
+      topVals[j] = topVals[j - 1]!;
+      topIds[j] = topIds[j - 1]!;
+      j--;
+    }
+    topVals[j] = v;
+    topIds[j] = id;
+    return topVals[k - 1]!;
+  };
+  // Two tokens per step into two sums, so that consecutive additions do not wait on each other.
+  // expNonPositive's relative error (< 1e-12) moves the log-sum by less than that.
   let sum0 = 0;
   let sum1 = 0;
   const cutoff = max - NEGLIGIBLE;
-  for (let i = 0; i < size; i++) {
-    const v = logits[i]!;
-    if (v >= cutoff) {
-      // expNonPositive's relative error (< 3e-12) moves the log-sum by less than that.
-      const e = expNonPositive(v - max);
-      if ((i & 1) === 0) sum0 += e;
-      else sum1 += e;
-    }
+  let i = 0;
+  for (const end = size - 1; i < end; i += 2) {
+    const v0 = logits[i]!;
+    const v1 = logits[i + 1]!;
+    if (v0 >= cutoff) sum0 += expNonPositive(v0 - max);
+    if (v1 >= cutoff) sum1 += expNonPositive(v1 - max);
     // The alternatives are the most likely tokens however unlikely: also below the cutoff.
-    if (v > floor) {
-      let j = k - 1;
-      while (j > 0 && topVals[j - 1]! < v) {
-        topVals[j] = topVals[j - 1]!;
-        topIds[j] = topIds[j - 1]!;
-        j--;
-      }
-      topVals[j] = v;
-      topIds[j] = i;
-      floor = topVals[k - 1]!;
-    }
+    if (v0 > floor) floor = insert(v0, i);
+    if (v1 > floor) floor = insert(v1, i + 1);
+  }
+  if (i < size) {
+    const v = logits[i]!;
+    if (v >= cutoff) sum0 += expNonPositive(v - max);
+    if (v > floor) floor = insert(v, i);
   }
   const lse = max + Math.log(sum0 + sum1);
   const top: TokenLogprobInfo[] = [];
