@@ -5,6 +5,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   GrammarMatcher,
+  prepareVocabulary,
   responseFormatGrammar,
   tokenVocabulary,
   UnsupportedSchemaError,
@@ -33,6 +34,9 @@ export function modelStructure(model: ModelRunner): ModelStructure {
     const syntax = detectToolCallSyntax(template);
     // Mistral's [TOOL_CALLS] is a control token the grammar must be able to produce as text.
     const vocab = tokenVocabulary(tokenizerJson, { textSpecialTokens: syntax === "mistral" ? ["[TOOL_CALLS]"] : [] });
+    // Masks shared by all schemas (string contents, numbers, formats, json_object): computed here
+    // once, so the first steps of each new schema do not walk the whole vocabulary.
+    prepareVocabulary(vocab);
     s = { vocab, syntax };
     perModel.set(model, s);
   }
