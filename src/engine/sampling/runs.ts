@@ -5,19 +5,26 @@
 import type { TokenMask } from "./mask.ts";
 
 export class AllowedRuns {
-  /** start0, end0, start1, end1, … */
-  readonly bounds: Int32Array;
+  /** start0, end0, start1, end1, … (grown on demand: masks rarely make more than a few runs). */
+  bounds = new Int32Array(64);
   /** Number of runs. */
   count = 0;
 
-  constructor(capacity: number) {
+  /** `vocabSize` bounds the ids; the runs' storage starts small and grows. */
+  constructor(readonly vocabSize: number) {}
+
+  private grow(): Int32Array {
     // At most one run per two ids (a run needs an allowed id followed by a disallowed one).
-    this.bounds = new Int32Array(2 * (((capacity + 1) >>> 1) + 1));
+    const most = 2 * (((this.vocabSize + 1) >>> 1) + 1);
+    const next = new Int32Array(Math.min(Math.max(most, this.bounds.length + 2), this.bounds.length * 4));
+    next.set(this.bounds);
+    this.bounds = next;
+    return next;
   }
 
   /** Every id below `size` (no mask), or the ids `mask` allows. */
   fill(size: number, mask: TokenMask | null): void {
-    const b = this.bounds;
+    let b = this.bounds;
     if (mask === null) {
       b[0] = 0;
       b[1] = size;
@@ -38,6 +45,7 @@ export class AllowedRuns {
       }
       if (bits === 0) {
         if (open >= 0) {
+          if (n + 2 > b.length) b = this.grow();
           b[n++] = open;
           b[n++] = base;
           open = -1;
@@ -52,6 +60,7 @@ export class AllowedRuns {
         p += 31 - Math.clz32(rest & -rest);
         if (open < 0) open = base + p;
         else {
+          if (n + 2 > b.length) b = this.grow();
           b[n++] = open;
           b[n++] = base + p;
           open = -1;
@@ -59,6 +68,7 @@ export class AllowedRuns {
       }
     }
     if (open >= 0) {
+      if (n + 2 > b.length) b = this.grow();
       b[n++] = open;
       b[n++] = Math.min(words << 5, size);
     }
