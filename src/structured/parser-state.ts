@@ -12,6 +12,9 @@ export class Stack {
   ) {}
 }
 
+/** Cached closures kept per pool; past this the cache starts over (they are recomputed on demand). */
+const CLOSURES_LIMIT = 200_000;
+
 /** Interns stacks so equal stacks are the same object (cheap dedup of configurations). */
 export class StackPool {
   private readonly table = new Map<number, Stack>();
@@ -29,6 +32,7 @@ export class StackPool {
     const key = (st ? st.id : 0) * this.stateCount + s;
     let c = this.closures.get(key);
     if (!c) {
+      if (this.closures.size >= CLOSURES_LIMIT) this.closures.clear();
       c = new Configs();
       c.addClosure(g, this, s, st);
       this.closures.set(key, c);

@@ -22,6 +22,9 @@ export interface StateMask {
 }
 
 const boundaryIds = new WeakMap<TokenVocabulary, Map<string, number>>();
+/** Ids are never reused (continuations are cached by them), so the table may simply be dropped. */
+let nextBoundaryId = 1;
+const BOUNDARY_TABLE_LIMIT = 50_000;
 
 function boundaryId(vocab: TokenVocabulary, b: readonly number[]): number {
   if (b.length === 0) return 0;
@@ -29,7 +32,10 @@ function boundaryId(vocab: TokenVocabulary, b: readonly number[]): number {
   if (!ids) boundaryIds.set(vocab, (ids = new Map()));
   const key = b.join(",");
   let id = ids.get(key);
-  if (id === undefined) ids.set(key, (id = ids.size + 1));
+  if (id === undefined) {
+    if (ids.size >= BOUNDARY_TABLE_LIMIT) ids.clear();
+    ids.set(key, (id = nextBoundaryId++));
+  }
   return id;
 }
 
@@ -45,6 +51,8 @@ export function stateMasks(g: Grammar, vocab: TokenVocabulary): (StateMask | und
 }
 
 const sharedMasks = new WeakMap<TokenVocabulary, Map<string, (StateMask | undefined)[]>>();
+/** Rules whose masks are kept per vocabulary (dense masks of long strings take 19 KB per state at 150k tokens). */
+const SHARED_RULES_LIMIT = 512;
 
 /**
  * The mask of a state of a rule without calls depends on that rule's automaton alone: such masks
@@ -58,7 +66,14 @@ export function stateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
   let shared = sharedMasks.get(vocab);
   if (!shared) sharedMasks.set(vocab, (shared = new Map()));
   let list = shared.get(key);
-  if (!list) shared.set(key, (list = []));
+  if (list) {
+    // Most recently used last, so the oldest rule's masks are the ones dropped.
+    shared.delete(key);
+    shared.set(key, list);
+  } else {
+    shared.set(key, (list = []));
+    if (shared.size > SHARED_RULES_LIMIT) shared.delete(shared.keys().next().value!);
+  }
   const local = s - g.ruleBase[r];
   return (list[local] ??= computeStateMask(g, vocab, s));
 }

@@ -10,19 +10,6 @@ export const setBit = (mask: Uint32Array, id: number) => {
   mask[id >>> 5] |= 1 << (id & 31);
 };
 
-export function bitsToIds(mask: Uint32Array): Int32Array {
-  const out: number[] = [];
-  for (let w = 0; w < mask.length; w++) {
-    let bits = mask[w];
-    while (bits) {
-      const low = bits & -bits;
-      out.push(w * 32 + (31 - Math.clz32(low)));
-      bits ^= low;
-    }
-  }
-  return Int32Array.from(out);
-}
-
 /**
  * Accepted tokens as ranges [lo, hi) of trie.sortedIds, flat pairs: a walk records a whole
  * accepted subtree in one push, and the caller picks the representation (id list or bitmask)
