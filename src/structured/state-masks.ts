@@ -1,5 +1,6 @@
 // Per resting state, what it allows whatever the stack below holds: computed once per state and
-// vocabulary, shared between grammars when the automata behind two states are the same.
+// vocabulary, and shared between grammars for the states of rules without calls (keyed by the
+// rule's automaton), so string contents, numbers and formats are walked once per vocabulary.
 
 import { contentBase } from "./content-base.ts";
 import type { Grammar } from "./grammar.ts";

@@ -1,5 +1,7 @@
 // Walking the vocabulary trie with parser configurations: marks every token that can be read
-// whole, skipping a subtree as soon as its prefix is rejected.
+// whole, skipping a subtree as soon as its prefix is rejected, and accepting a subtree whole
+// without visiting it when the state reads every byte in it alike (plain text, any UTF-8 string
+// content, a byte class of a format or pattern) for as long as the subtree is tall.
 
 import type { Grammar } from "./grammar.ts";
 import { Configs, type StackPool, type Stack, simpleStates } from "./parser-state.ts";
