@@ -232,7 +232,7 @@ export class FusedKvBackend implements KvBackend {
     const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds));
     const logits = await this.run(feeds, seq.pool!, seq.row, 1, [[0, past]]);
     seq.tokens.push(...tokens);
-    return this.decoder.logitsAt(logits, 0, tokens.length - 1, tokens.length);
+    return this.decoder.lastLogits(logits, 0);
   }
 
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
@@ -274,7 +274,7 @@ export class FusedKvBackend implements KvBackend {
       const logits = await this.run(await this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), pool, 0, rows, writes);
       for (const [seq, i] of members) {
         seq.tokens.push(tokens[i]!);
-        result[i] = this.decoder.logitsAt(logits, seq.row, 0, 1);
+        result[i] = this.decoder.lastLogits(logits, seq.row);
       }
     }
     return result;

@@ -79,7 +79,7 @@ export class PaddedKvBackend implements KvBackend {
     const out = await this.run(feeds, seq.arrays, [1, this.heads, past, this.dim]);
     seq.arrays = this.presents(out);
     seq.tokens.push(...tokens);
-    return this.decoder.logitsAt(out[this.decoder.spec.logits]!, 0, tokens.length - 1, tokens.length);
+    return this.decoder.lastLogits(out[this.decoder.spec.logits]!, 0);
   }
 
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
@@ -113,7 +113,7 @@ export class PaddedKvBackend implements KvBackend {
         return dst;
       });
       s.tokens.push(tokens[b]!);
-      return this.decoder.logitsAt(out[this.decoder.spec.logits]!, b, 0, 1);
+      return this.decoder.lastLogits(out[this.decoder.spec.logits]!, b);
     });
   }
 

@@ -1,13 +1,12 @@
 // One decoder session: the ONNX Runtime session and what its graph expects. The KV caches and
 // batched runs that feed it live in src/engine/batching.
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { onnx } from "onnx-proto";
 import * as ort from "onnxruntime-node";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
 import { planPositions, type RopePlan } from "./mrope.ts";
-import { splitAttention } from "./split-attention.ts";
-import { addStepKvOutputs, type StepKvGraph, type StepOutputNames } from "./step-kv-outputs.ts";
+import { prepareDecoderGraph } from "./load-graph.ts";
+import type { StepKvOutputs, StepOutputNames } from "./step-kv-outputs.ts";
 import { copyHeads, type KvArray } from "../batching/kv.ts";
 import { floatInput, floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
 
@@ -34,17 +33,6 @@ export function intraOpThreads(configured: number, onnxPath: string): number {
     .filter((f) => f.startsWith(base))
     .reduce((sum, f) => sum + statSync(join(dir, f)).size, 0);
   return bytes < SINGLE_THREAD_BELOW_BYTES ? 1 : 0;
-}
-
-/**
- * A shared-buffer decoder with step outputs: its attention split so that no present is built
- * (split-attention.ts) where the graph allows, else with the new positions gathered from the
- * presents (step-kv-outputs.ts).
- */
-function loadWithStepOutputs(onnxPath: string): StepKvGraph | null {
-  const bytes = readFileSync(onnxPath);
-  const decoded = onnx.ModelProto.decode(bytes);
-  return splitAttention(bytes, decoded) ?? addStepKvOutputs(bytes, decoded);
 }
 
 /**
@@ -102,8 +90,8 @@ export class DecoderSession {
      * shared-buffer graphs loaded through addStepKvOutputs; null when the presents must be fetched.
      */
     readonly stepKv: StepOutputNames[] | null,
-    /** How stepKv is produced (see loadWithStepOutputs); null without step outputs. */
-    readonly stepMode: StepKvGraph["kind"] | null,
+    /** How stepKv is produced (see load-graph.ts); null without step outputs. */
+    readonly stepMode: StepKvOutputs["kind"] | null,
   ) {}
 
   static async create(dir: string, opts: SessionOptions): Promise<DecoderSession> {
@@ -115,15 +103,14 @@ export class DecoderSession {
       ...(threads > 0 ? { intraOpNumThreads: threads } : {}),
       interOpNumThreads: 1,
     };
-    // Shared-buffer graphs get outputs with only the new positions (see step-kv-outputs.ts).
-    const stepGraph = declaresSharedBuffer(files) ? loadWithStepOutputs(files.onnxPath) : null;
-    const session = stepGraph
-      ? await ort.InferenceSession.create(stepGraph.bytes, {
-          ...sessionOptions,
-          // Loaded from memory: external weights are found next to the original file.
-          extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
-        })
-      : await ort.InferenceSession.create(files.onnxPath, sessionOptions);
+    const logitsName = files.genai?.model?.decoder?.outputs?.logits ?? "logits";
+    const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files));
+    const stepGraph = graph.step;
+    const session = await ort.InferenceSession.create(graph.bytes, {
+      ...sessionOptions,
+      // Loaded from memory: external weights are found next to the original file.
+      extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
+    });
     const meta = (list: readonly ort.InferenceSession.ValueMetadata[]): TensorInfo[] =>
       list.map((m) => ({
         name: m.name,
@@ -176,10 +163,11 @@ export class DecoderSession {
     return feeds;
   }
 
-  /** Row `row`, position `pos` of a [batch, width, vocab] logits output, as float32. */
-  logitsAt(t: ort.Tensor, row: number, pos: number, width: number): Float32Array {
+  /** The logits of row `row`'s last position, from a [batch, width, vocab] output, as float32. */
+  lastLogits(t: ort.Tensor, row: number): Float32Array {
     const vocab = this.spec.vocabSize;
-    return floatSlice(t, (row * width + pos) * vocab, vocab);
+    const width = t.dims[1]!;
+    return floatSlice(t, (row * width + width - 1) * vocab, vocab);
   }
 
   /**
@@ -223,7 +211,7 @@ export class DecoderSession {
       }
     });
     kv.length = total;
-    return this.logitsAt(out[spec.logits]!, 0, tokens.length - 1, tokens.length);
+    return this.lastLogits(out[spec.logits]!, 0);
   }
 
   /** [1, heads, past, dim] followed by [1, heads, new, dim] along the positions. */

@@ -16,9 +16,9 @@
 // Only configurations whose semantics this reproduces exactly are rewritten (separate q/k/v,
 // float32, no sliding window, softcap, smooth softmax or extra inputs); any other graph is left to
 // addStepKvOutputs.
-import { onnx } from "onnx-proto";
+import type { onnx } from "onnx-proto";
 import { FLOAT, floatConstant, inputInfo, int64Constant, node, numberAttr, positionNodes, tensorOutput } from "./graph-edit.ts";
-import type { StepKvGraph, StepOutputNames } from "./step-kv-outputs.ts";
+import type { StepKvOutputs, StepOutputNames } from "./step-kv-outputs.ts";
 
 const MS = "com.microsoft";
 /** Masked scores: far below any real score, finite so a fully masked part never makes NaN. */
@@ -57,8 +57,8 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
 }
 
 /** Rewrites the decoder's GroupQueryAttention nodes; null when it has none or one is not supported. */
-export function splitAttention(model: Uint8Array, decoded: onnx.ModelProto = onnx.ModelProto.decode(model)): StepKvGraph | null {
-  const graph = decoded.graph;
+export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
+  const graph = model.graph;
   const layers = graph ? supported(graph) : null;
   if (!graph || !layers) return null;
   const first = layers[0]!.node.input!;
@@ -156,7 +156,7 @@ export function splitAttention(model: Uint8Array, decoded: onnx.ModelProto = onn
   const dropped = new Set(layers.flatMap((l) => [l.node.output![1], l.node.output![2]]));
   graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...shared, ...added]);
   graph.output = [...(graph.output ?? []).filter((o) => !dropped.has(o.name ?? "")), ...outputInfos];
-  return { kind: "split", bytes: onnx.ModelProto.encode(decoded).finish(), outputs };
+  return { kind: "split", outputs };
 }
 
 /** The nodes in a topological order (ONNX requires it), the given order kept where it is free. */

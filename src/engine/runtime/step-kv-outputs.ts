@@ -3,17 +3,13 @@
 // buffer, that copy is the whole cache of the batch at every step: the per-token cost grows with
 // the context although ONNX Runtime itself wrote only the new positions.
 //
-// So the decoder is loaded with extra outputs that hold only the positions a run adds (gathered
-// from each present at seqlens_k), and the presents are not fetched. The cache stays in the
-// engine's own buffers, fed as the past (which the binding wraps without a copy); the engine
-// writes the new positions into it. ONNX Runtime then concatenates past and new into its own
-// arena, per row over the row's real length only, which costs far less than the binding's copy
-// of the whole buffer into fresh memory.
-//
-// The extra nodes are appended as a second GraphProto under ModelProto.graph: protobuf merges
-// repeated occurrences of an embedded message (its repeated fields are concatenated), so the
-// original bytes, weights included, are passed through untouched.
-import { onnx } from "onnx-proto";
+// So such a decoder is loaded with extra outputs that hold only the positions a run adds, and
+// the presents are not fetched. The cache stays in the engine's own buffers, fed as the past
+// (which the binding wraps without a copy); the engine writes the new positions into it. Where
+// the attention can be rewritten (split-attention.ts) no present is built at all; otherwise
+// (this module) the new positions are gathered from each present at seqlens_k, and ONNX Runtime
+// still concatenates past and new into its own arena, per row over the row's real length.
+import type { onnx } from "onnx-proto";
 import { inputInfo, int64Constant, node, positionNodes, tensorOutput } from "./graph-edit.ts";
 
 export interface StepOutputNames {
@@ -21,25 +17,11 @@ export interface StepOutputNames {
   value: string;
 }
 
-export interface StepKvGraph {
+export interface StepKvOutputs {
   /** How the new positions are obtained: attention split around the cache, or gathered from the presents. */
   kind: "split" | "gather";
-  /** The model with the extra outputs. */
-  bytes: Uint8Array;
   /** By past key input name: the outputs [batch, kv_heads, new tokens, head_dim] of that layer. */
   outputs: Map<string, StepOutputNames>;
-}
-
-const GRAPH_FIELD = 7;
-
-function varint(n: number): number[] {
-  const out: number[] = [];
-  while (n > 0x7f) {
-    out.push((n & 0x7f) | 0x80);
-    n = Math.floor(n / 128);
-  }
-  out.push(n);
-  return out;
 }
 
 /**
@@ -48,8 +30,8 @@ function varint(n: number): number[] {
  * contract, where the present is a fresh concatenation anyway) or when a node's cache shape is
  * not fixed in the graph's inputs.
  */
-export function addStepKvOutputs(model: Uint8Array, decoded: onnx.ModelProto = onnx.ModelProto.decode(model)): StepKvGraph | null {
-  const graph = decoded.graph;
+export function addStepKvOutputs(model: onnx.IModelProto): StepKvOutputs | null {
+  const graph = model.graph;
   const attention = graph?.node?.filter((n) => n.opType === "GroupQueryAttention") ?? [];
   if (!graph || attention.length === 0) return null;
   const first = attention[0]!;
@@ -88,11 +70,7 @@ export function addStepKvOutputs(model: Uint8Array, decoded: onnx.ModelProto = o
     }
     outputs.set(pastKey, names);
   }
-  const extra = onnx.GraphProto.encode({ node: nodes, output: outputInfos }).finish();
-  const header = [(GRAPH_FIELD << 3) | 2, ...varint(extra.length)];
-  const bytes = new Uint8Array(model.length + header.length + extra.length);
-  bytes.set(model, 0);
-  bytes.set(header, model.length);
-  bytes.set(extra, model.length + header.length);
-  return { kind: "gather", bytes, outputs };
+  graph.node!.push(...nodes);
+  graph.output = [...(graph.output ?? []), ...outputInfos];
+  return { kind: "gather", outputs };
 }

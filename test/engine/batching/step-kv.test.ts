@@ -5,9 +5,11 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { onnx } from "onnx-proto";
 import * as ort from "onnxruntime-node";
 import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
 import { splitAttention } from "../../../src/engine/runtime/split-attention.ts";
+import { trimLogitsToLastPosition } from "../../../src/engine/runtime/last-logits.ts";
 import { addStepKvOutputs } from "../../../src/engine/runtime/step-kv-outputs.ts";
 import { floatTensor, halfBits, int64Tensor } from "../../../src/engine/runtime/tensors.ts";
 import { buildSyntheticModel } from "../../../src/modelkit/index.ts";
@@ -20,14 +22,17 @@ const ROWS = 3;
 
 type Kv = Float32Array | Uint16Array;
 
+const load = (path: string) => onnx.ModelProto.decode(readFileSync(path));
+
 async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" = "gather") {
   const info = await buildSyntheticModel(join(root.path, dtype), { preset: "tiny-qwen3", variant: "fused", dtype, seed: 3 });
   const path = join(info.dir, "onnx", "model.onnx");
   const plain = await ort.InferenceSession.create(path);
-  const step = rewrite === "split" ? splitAttention(readFileSync(path)) : addStepKvOutputs(readFileSync(path));
+  const model = load(path);
+  const step = rewrite === "split" ? splitAttention(model) : addStepKvOutputs(model);
   expect(step).not.toBeNull();
   expect([...step!.outputs.values()][0]!.key).toStartWith(rewrite === "split" ? "sluice_split" : "sluice_step");
-  const stepped = await ort.InferenceSession.create(step!.bytes);
+  const stepped = await ort.InferenceSession.create(onnx.ModelProto.encode(model).finish());
   const layers = plain.inputNames.filter((n) => n.startsWith("past_key_values.") && n.endsWith(".key"));
   expect(step!.outputs.size).toBe(layers.length);
   const meta = plain.inputMetadata.find((m) => m.name === layers[0]) as unknown as { shape: number[] };
@@ -93,11 +98,11 @@ function expectClose(actual: number[], expected: number[], tolerance: number) {
   expect(worst).toBeLessThan(tolerance);
 }
 
-describe("step KV outputs of GroupQueryAttention graphs", () => {
+describe("load-time decoder rewrites: step KV outputs, split attention, last-position logits", () => {
   test("split attention (no present): the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split"));
   test("split attention leaves float16 graphs to the gathered outputs", async () => {
     const info = await buildSyntheticModel(join(root.path, "half-split"), { preset: "tiny-qwen3", variant: "fused", dtype: "float16", seed: 3 });
-    expect(splitAttention(readFileSync(join(info.dir, "onnx", "model.onnx")))).toBeNull();
+    expect(splitAttention(load(join(info.dir, "onnx", "model.onnx")))).toBeNull();
   });
   test("float32: same logits and cache as the in-place shared buffer", () => check("float32"));
   test("float16: same logits and cache as the in-place shared buffer", () => check("float16"));
@@ -114,6 +119,33 @@ describe("step KV outputs of GroupQueryAttention graphs", () => {
 
   test("a graph without GroupQueryAttention is left alone", async () => {
     const info = await buildSyntheticModel(join(root.path, "standard"), { preset: "tiny-qwen3", variant: "standard", seed: 3 });
-    expect(addStepKvOutputs(readFileSync(join(info.dir, "onnx", "model.onnx")))).toBeNull();
+    expect(addStepKvOutputs(load(join(info.dir, "onnx", "model.onnx")))).toBeNull();
+  });
+
+  test("logits trimmed to the last position equal the last position of the full logits", async () => {
+    for (const variant of ["standard", "fused"] as const) {
+      const info = await buildSyntheticModel(join(root.path, `trim-${variant}`), { preset: "tiny-qwen3", variant, seed: 4 });
+      const path = join(info.dir, "onnx", "model.onnx");
+      const model = load(path);
+      expect(trimLogitsToLastPosition(model, "logits")).toBe(true);
+      const full = await ort.InferenceSession.create(path);
+      const trimmed = await ort.InferenceSession.create(onnx.ModelProto.encode(model).finish());
+      const meta = full.inputMetadata.find((m) => m.name === "past_key_values.0.key") as unknown as { shape: number[] };
+      const [heads, dim] = [meta.shape[1]!, meta.shape[3]!];
+      const ids = [5, 9, 200, 31, 7];
+      const feeds: Record<string, ort.Tensor> = {
+        input_ids: int64Tensor(ids, [1, ids.length]),
+        attention_mask: int64Tensor(ids.map(() => 1), [1, ids.length]),
+      };
+      if (full.inputNames.includes("position_ids")) feeds.position_ids = int64Tensor(ids.map((_, i) => i), [1, ids.length]);
+      for (const name of full.inputNames.filter((n) => n.startsWith("past_key_values."))) {
+        feeds[name] = floatTensor("float32", new Float32Array(heads * (variant === "fused" ? 8 : 0) * dim), [1, heads, variant === "fused" ? 8 : 0, dim]);
+      }
+      const a = (await full.run(feeds)).logits!;
+      const b = (await trimmed.run(feeds)).logits!;
+      expect(b.dims).toEqual([1, 1, a.dims[2]!]);
+      const last = Array.from((a.data as Float32Array).subarray((ids.length - 1) * a.dims[2]!));
+      expectClose(Array.from(b.data as Float32Array), last, 1e-6);
+    }
   });
 });

@@ -1,0 +1,57 @@
+// Exports compute logits for every position of a run, [batch, tokens, vocab], but generation only
+// ever reads each row's last position. For a prompt chunk of a few hundred tokens that is the
+// largest matrix product of the run (tokens × hidden × vocab: gigaflops at a 151k vocabulary),
+// and the binding then copies all of it into JavaScript. This rewrite takes the last position of
+// the hidden states before the output projection, so the logits are [batch, 1, vocab].
+//
+// Right-padded batches put each row's last token at its own position, which is why only runs
+// where every row ends at the last column may use this: a prompt chunk (one row), a decode step
+// (one token per row), and left-padded standard batches.
+import type { onnx } from "onnx-proto";
+import { int64Constant, node } from "./graph-edit.ts";
+
+/** Operators between the projection and the logits output that act on each position alone. */
+const PER_POSITION = new Set(["Identity", "Cast", "Tanh", "Softcap", "Relu", "Sigmoid"]);
+const PER_POSITION_WITH_CONSTANT = new Set(["Add", "Sub", "Mul", "Div"]);
+
+/**
+ * Moves the logits' last-position selection before the output projection. Returns false (and
+ * changes nothing) when the graph does not end in a recognisable projection.
+ */
+export function trimLogitsToLastPosition(model: onnx.IModelProto, logits: string): boolean {
+  const graph = model.graph;
+  if (!graph?.node) return false;
+  const rank = graph.output?.find((o) => o.name === logits)?.type?.tensorType?.shape?.dim?.length;
+  if (rank !== 3) return false;
+  const producer = new Map<string, onnx.INodeProto>();
+  for (const n of graph.node) for (const o of n.output ?? []) producer.set(o, n);
+  const initializers = new Set((graph.initializer ?? []).map((t) => t.name ?? ""));
+  const constant = (name: string, depth = 0): boolean => {
+    if (initializers.has(name)) return true;
+    const p = producer.get(name);
+    if (!p || depth > 4) return false;
+    return p.opType === "Constant" || (p.input ?? []).every((x) => x === "" || constant(x, depth + 1));
+  };
+
+  let current = producer.get(logits);
+  while (current) {
+    const op = current.opType ?? "";
+    const inputs = current.input ?? [];
+    if (PER_POSITION.has(op)) current = producer.get(inputs[0] ?? "");
+    else if (PER_POSITION_WITH_CONSTANT.has(op) && inputs.length === 2 && constant(inputs[1]!)) current = producer.get(inputs[0]!);
+    else break;
+  }
+  if (!current || current.opType !== "MatMul" || !current.input?.[0] || !current.input[1] || !constant(current.input[1])) return false;
+
+  const hidden = current.input[0];
+  const p = "sluice_last";
+  const added = [
+    int64Constant(`${p}_start`, [-1], [1]),
+    int64Constant(`${p}_end`, [2 ** 62], [1]),
+    int64Constant(`${p}_axis`, [1], [1]),
+    node("Slice", [hidden, `${p}_start`, `${p}_end`, `${p}_axis`], [`${p}_hidden`]),
+  ];
+  current.input[0] = `${p}_hidden`;
+  graph.node.splice(graph.node.indexOf(current), 0, ...added);
+  return true;
+}

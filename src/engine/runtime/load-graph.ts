@@ -1,0 +1,26 @@
+// The decoder graph as the engine runs it: the directory's ONNX file with load-time rewrites that
+// change no result, only what is computed and copied (see each module).
+import { readFileSync } from "node:fs";
+import { onnx } from "onnx-proto";
+import { trimLogitsToLastPosition } from "./last-logits.ts";
+import { splitAttention } from "./split-attention.ts";
+import { addStepKvOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
+
+export interface PreparedGraph {
+  bytes: Uint8Array;
+  /** Logits come only for each row's last position ([batch, 1, vocab]). */
+  lastLogitsOnly: boolean;
+  /** Step outputs of a shared-buffer decoder; null for the standard contract. */
+  step: StepKvOutputs | null;
+}
+
+/**
+ * `sharedBuffer`: the graph's past and present share one buffer (GroupQueryAttention), so the
+ * engine keeps the cache and takes each run's new positions from step outputs.
+ */
+export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuffer: boolean): PreparedGraph {
+  const model = onnx.ModelProto.decode(readFileSync(onnxPath));
+  const lastLogitsOnly = trimLogitsToLastPosition(model, logits);
+  const step = sharedBuffer ? (splitAttention(model) ?? addStepKvOutputs(model)) : null;
+  return { bytes: onnx.ModelProto.encode(model).finish(), lastLogitsOnly, step };
+}
