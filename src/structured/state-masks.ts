@@ -63,7 +63,7 @@ const SHARED_RULES_LIMIT = 512;
 export function stateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
   const r = g.ruleOf[s];
   const key = g.leafKeys[r];
-  if (key === null) return computeStateMask(g, vocab, s);
+  if (key === null) return sharedInsideString(g, vocab, s);
   let shared = sharedMasks.get(vocab);
   if (!shared) sharedMasks.set(vocab, (shared = new Map()));
   let list = shared.get(key);
@@ -76,7 +76,66 @@ export function stateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
     if (shared.size > SHARED_RULES_LIMIT) shared.delete(shared.keys().next().value!);
   }
   const local = s - g.ruleBase[r];
-  return (list[local] ??= computeStateMask(g, vocab, s));
+  return (list[local] ??= sharedInsideString(g, vocab, s));
+}
+
+/** States reachable from a state beyond which its signature is not taken (no sharing). */
+const SIGNATURE_LIMIT = 64;
+const bySignature = new WeakMap<TokenVocabulary, Map<string, StateMask>>();
+
+/**
+ * Everything reachable from state s (transitions, calls, finals, renumbered in discovery order),
+ * or null past SIGNATURE_LIMIT states. The stack-independent mask of s depends on nothing else.
+ */
+function signature(g: Grammar, s: number): string | null {
+  const order = new Map<number, number>([[s, 0]]);
+  const queue = [s];
+  let key = "";
+  const id = (t: number): number => {
+    let n = order.get(t);
+    if (n === undefined) {
+      n = order.size;
+      order.set(t, n);
+      queue.push(t);
+    }
+    return n;
+  };
+  for (let q = 0; q < queue.length; q++) {
+    if (order.size > SIGNATURE_LIMIT) return null;
+    const x = queue[q];
+    key += g.final[x] ? "|F" : "|";
+    let b = 0;
+    while (b < 256) {
+      const t = g.next[x * 256 + b];
+      let e = b;
+      while (e + 1 < 256 && g.next[x * 256 + e + 1] === t) e++;
+      if (t >= 0) key += `${b}-${e}>${id(t)};`;
+      b = e + 1;
+    }
+    for (let c = g.callOffset[x]; c < g.callOffset[x + 1]; c++) key += `C${id(g.callStart[c])}>${id(g.callReturn[c])};`;
+  }
+  return key;
+}
+
+/**
+ * Inside string content the walk is the costly kind, and the same string automaton appears in
+ * rules that differ elsewhere (a nullable string, a string among enum values): such states are
+ * also shared by what is reachable from them. Other states are computed directly (a signature
+ * would cost more than their walk).
+ */
+function sharedInsideString(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
+  if (contentRun(g, s) === 0) return computeStateMask(g, vocab, s);
+  const sig = signature(g, s);
+  if (sig === null) return computeStateMask(g, vocab, s);
+  let map = bySignature.get(vocab);
+  if (!map) bySignature.set(vocab, (map = new Map()));
+  let m = map.get(sig);
+  if (!m) {
+    m = computeStateMask(g, vocab, s);
+    map.set(sig, m);
+    if (map.size > SHARED_RULES_LIMIT) map.delete(map.keys().next().value!);
+  }
+  return m;
 }
 
 const SPARSE_LIMIT = 1024;
