@@ -9,6 +9,7 @@ import { configureImagePolicy } from "../../src/vision/policy.ts";
 import { tempDir } from "../helpers/paths.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 import { dataUrl, makeImage } from "./images.ts";
+import { streamed } from "./support.ts";
 
 const VLM = "synthetic/tiny-vlm";
 const TEXT = "synthetic/tiny-bytes-noimg";
@@ -79,13 +80,7 @@ describe("image input through the chat endpoint", () => {
   test("streamed and whole agree, and usage counts the image tokens", async () => {
     const parts: Part[] = [{ type: "text", text: "What is this?" }, image(dataUrl(jpgB, "image/jpeg"))];
     const w = await whole(parts);
-    let text = "";
-    let usage: OpenAI.CompletionUsage | null = null;
-    const stream = await client.chat.completions.create({ ...ask(parts), stream: true, stream_options: { include_usage: true } });
-    for await (const chunk of stream) {
-      if (chunk.usage) usage = chunk.usage;
-      text += chunk.choices[0]?.delta.content ?? "";
-    }
+    const { text, usage } = await streamed(client, ask(parts));
     expect(text).toBe(w.text);
     expect(usage).toEqual(w.usage);
     const textOnly = await whole([{ type: "text", text: "What is this?" }]);

@@ -12,6 +12,7 @@ import { fetchImage, type Resolver } from "../../src/vision/fetch.ts";
 import { DEFAULT_IMAGE_POLICY, type ImageFetchPolicy } from "../../src/vision/policy.ts";
 import { resolveImageParts } from "../../src/vision/resolve.ts";
 import { makeImage } from "./images.ts";
+import { refusal } from "./support.ts";
 
 const openssl = Bun.which("openssl");
 if (!openssl) console.log("skipping https image fetch tests: openssl is not installed");
@@ -86,14 +87,6 @@ const testDns: Resolver = async (host) => {
   throw Object.assign(new Error("not found"), { code: "ENOTFOUND" });
 };
 
-async function refusal(p: Promise<unknown>): Promise<string> {
-  const e = await p.then(
-    () => null,
-    (err: unknown) => err,
-  );
-  expect(e).toBeInstanceOf(ImageInputError);
-  return (e as Error).message;
-}
 
 describe.skipIf(!openssl)("https image fetch with a pinned address", () => {
   test("connects to the checked address and verifies the certificate against the URL's name", async () => {

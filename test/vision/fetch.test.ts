@@ -7,6 +7,7 @@ import { fetchImage, type Resolver } from "../../src/vision/fetch.ts";
 import { DEFAULT_IMAGE_POLICY, type ImageFetchPolicy } from "../../src/vision/policy.ts";
 import { resolveImageParts } from "../../src/vision/resolve.ts";
 import { makeImage } from "./images.ts";
+import { refusal } from "./support.ts";
 
 let server: ReturnType<typeof Bun.serve>;
 let png: Uint8Array<ArrayBuffer>;
@@ -65,14 +66,6 @@ afterAll(() => server?.stop(true));
 
 const allowed: ImageFetchPolicy = { ...DEFAULT_IMAGE_POLICY, allowHosts: ["127.0.0.1"], maxBytes: 32 * 1024, timeoutMs: 10_000 };
 
-async function refusal(p: Promise<unknown>): Promise<string> {
-  const e = await p.then(
-    () => null,
-    (err: unknown) => err,
-  );
-  expect(e).toBeInstanceOf(ImageInputError);
-  return (e as Error).message;
-}
 
 describe("remote image fetch", () => {
   test("fetches an image from an allowed host", async () => {

@@ -12,6 +12,7 @@ import { buildSyntheticModel, buildSyntheticQwen2VL } from "../../src/modelkit/i
 import { tempDir } from "../helpers/paths.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 import { dataUrl, makeImage } from "./images.ts";
+import { streamed } from "./support.ts";
 
 const QWEN = "synthetic/tiny-qwen2vl";
 const TEXT = "synthetic/tiny-bytes-noimg";
@@ -69,13 +70,7 @@ describe("Qwen2-VL image input through the chat endpoint", () => {
   test("streamed and whole agree, and usage counts the image tokens", async () => {
     const parts: Part[] = [{ type: "text", text: "What is this?" }, image(pngA, "image/png")];
     const w = await whole(parts);
-    let text = "";
-    let usage: OpenAI.CompletionUsage | null = null;
-    const stream = await client.chat.completions.create({ ...ask(parts), stream: true, stream_options: { include_usage: true } });
-    for await (const chunk of stream) {
-      if (chunk.usage) usage = chunk.usage;
-      text += chunk.choices[0]?.delta.content ?? "";
-    }
+    const { text, usage } = await streamed(client, ask(parts));
     expect(text).toBe(w.text);
     expect(usage).toEqual(w.usage);
     const textOnly = await whole([{ type: "text", text: "What is this?" }]);

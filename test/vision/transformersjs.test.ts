@@ -4,13 +4,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { AutoModelForVision2Seq, AutoProcessor, RawImage, env } from "@huggingface/transformers";
-import { DEFAULT_SAMPLING } from "../../src/engine/sampling/index.ts";
 import { createEngine } from "../../src/engine/index.ts";
-import type { Engine, GenerateRequest } from "../../src/engine/types.ts";
+import type { Engine } from "../../src/engine/types.ts";
 import { silentLogger } from "../../src/log.ts";
 import { buildSyntheticVlm } from "../../src/modelkit/index.ts";
 import { tempDir } from "../helpers/paths.ts";
 import { dataUrl, makeImage } from "./images.ts";
+import { engineGreedy } from "./support.ts";
 
 const models = tempDir("sluice-vlm-tjs-");
 let engine: Engine;
@@ -27,24 +27,6 @@ afterAll(async () => {
   models.remove();
 });
 
-async function engineGreedy(image: Uint8Array, mime: string, maxTokens: number): Promise<{ text: string; promptTokens: number }> {
-  const req: GenerateRequest = {
-    requestId: "t",
-    modelId: "vlm",
-    messages: [{ role: "user", content: [{ type: "text", text: "Describe" }, { type: "image_url", image_url: { url: dataUrl(image, mime) } }] }],
-    sampling: { ...DEFAULT_SAMPLING, temperature: 0 },
-    maxTokens,
-    stop: [],
-    n: 1,
-    logprobs: false,
-    topLogprobs: 0,
-    signal: new AbortController().signal,
-  };
-  const g = await engine.start(req);
-  let text = "";
-  for await (const e of g.events) if (e.type === "content") text += e.text;
-  return { text, promptTokens: g.promptTokens };
-}
 
 describe("transformers.js reads the synthetic VLM like the engine does", () => {
   test("same prompt length and greedy text for PNG and JPEG images", async () => {
@@ -64,7 +46,7 @@ describe("transformers.js reads the synthetic VLM like the engine does", () => {
       const out = (await model.generate({ ...inputs, max_new_tokens: 10, do_sample: false } as never)) as unknown as { slice: (...a: unknown[]) => unknown };
       const promptLen = inputs.input_ids.dims.at(-1) as number;
       const [reference] = processor.batch_decode(out.slice(null, [promptLen, null]) as never, { skip_special_tokens: true });
-      const ours = await engineGreedy(bytes, mime, 10);
+      const ours = await engineGreedy(engine, "vlm", [{ type: "text", text: "Describe" }, { type: "image_url", image_url: { url: dataUrl(bytes, mime) } }], 10);
       expect(ours.promptTokens).toBe(promptLen);
       expect(ours.text).toBe(reference!);
       texts.push(ours.text);
