@@ -179,8 +179,15 @@ export class Candidates {
    */
   topP(p: number, total = -1): void {
     if (p >= 1 || this.n <= 1) return;
-    if (total < 0) total = this.sum();
-    let need = p * total;
+    this.keepMass(p * (total < 0 ? this.sum() : total));
+  }
+
+  /**
+   * Keeps the smallest set of heaviest candidates whose weights add up to at least `need` (all
+   * of them when they do not; at least one).
+   */
+  keepMass(need: number): void {
+    if (this.n <= 1) return;
     let lo = 0;
     let hi = this.n;
     let keep = this.n;

@@ -204,20 +204,64 @@ export class RowSplit {
     const s = head.sum();
     const total = s + this.tail;
     const need = p * total;
-    if (s < need) {
-      // The boundary is in the tail: gather the bins down to the one where it falls.
-      let acc = s;
-      let end = LAST_BIN + 1;
-      for (let b = this.firstBin; b <= LAST_BIN; b++) {
-        acc += EDGE[b]! * this.mass[b]!;
-        if (acc >= need) {
-          end = b + 1;
-          break;
+    if (s >= need || this.tail === 0) {
+      head.topP(p, total);
+      return;
+    }
+    // The boundary is in a tail bin: every token of the bins before it is in the nucleus (they
+    // are all heavier), so only that bin's own tokens need ordering.
+    let acc = s;
+    let boundary = LAST_BIN;
+    for (let b = this.firstBin; b <= LAST_BIN; b++) {
+      const m = EDGE[b]! * this.mass[b]!;
+      if (acc + m >= need) {
+        boundary = b;
+        break;
+      }
+      acc += m;
+    }
+    const edge = (this.edge ??= new Candidates(head.ids.length));
+    edge.n = 0;
+    this.gather(logits, runs, boundary, edge);
+    const rest = need - head.sum();
+    if (rest > 0) {
+      edge.keepMass(rest);
+      head.ids.set(edge.ids.subarray(0, edge.n), head.n);
+      head.weights.set(edge.weights.subarray(0, edge.n), head.n);
+      head.n += edge.n;
+    }
+  }
+
+  /** Scratch for the boundary bin's tokens. */
+  private edge: Candidates | null = null;
+
+  /** Moves the tail tokens of bins below `bin` into the head and those of `bin` into `edge`. */
+  private gather(logits: Float32Array, runs: AllowedRuns, bin: number, edge: Candidates): void {
+    const head = this.head;
+    const { max, scale, limit, headEnd, firstBin } = this;
+    const above = max - (bin + 1 + MARGIN) / scale;
+    let n = head.n;
+    let e = edge.n;
+    const b = runs.bounds;
+    for (let r = 0; r < runs.count; r++) {
+      for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
+        const v = logits[i]!;
+        if (!(v >= above)) continue;
+        const d = (max - v) * scale;
+        if (!(d >= headEnd && d <= limit)) continue;
+        const k = d + ROUND - ROUND;
+        if (k < firstBin || k > bin) continue;
+        if (k < bin) {
+          head.ids[n] = i;
+          head.weights[n++] = this.weight(v);
+        } else {
+          edge.ids[e] = i;
+          edge.weights[e++] = this.weight(v);
         }
       }
-      this.widen(logits, runs, end);
     }
-    head.topP(p, total);
+    head.n = n;
+    edge.n = e;
   }
 
   /** Leaves in the head exactly the k heaviest tokens (fewer when fewer are in play). */

@@ -6,7 +6,7 @@ import type { TokenMask } from "./mask.ts";
 
 export class AllowedRuns {
   /** start0, end0, start1, end1, … (grown on demand: masks rarely make more than a few runs). */
-  bounds = new Int32Array(64);
+  bounds: Int32Array = new Int32Array(64);
   /** Number of runs. */
   count = 0;
 
