@@ -1,4 +1,4 @@
-// Byte-class runs: a state that sends a set of bytes C (its largest one going to a single target)
+// Byte-class runs: a state that sends a set of ASCII bytes C (its largest one going to a single target)
 // through a chain of states that treat C alike accepts whole every trie subtree spelled in C and
 // no taller than the chain. This keeps formats and patterns (email local parts, hex digits,
 // [a-z0-9_]+) from visiting tens of thousands of trie nodes one by one.
@@ -36,6 +36,11 @@ const IN_PROGRESS = -2;
 function classify(g: Grammar, simple: Uint8Array, runs: ClassRuns, s: number): number {
   if (!simple[s]) return -1;
   const next = g.next;
+  // Classes are sets of ASCII bytes (formats, patterns): states reading only the rest of a
+  // multi-byte character, which a walk meets by the hundred inside strings, are let go early.
+  let ascii = false;
+  for (let b = 0x20; b < 0x7f && !ascii; b++) ascii = next[s * 256 + b] >= 0;
+  if (!ascii) return -1;
   // Targets come in runs of equal bytes: count per run, summing repeats of a target.
   const targets: number[] = [];
   const counts: number[] = [];
@@ -60,6 +65,7 @@ function classify(g: Grammar, simple: Uint8Array, runs: ClassRuns, s: number): n
     if (c > bestCount) ((best = targets[k]), (bestCount = c));
   }
   if (bestCount < MIN_CLASS) return -1;
+  for (let b = 0x80; b < 0x100; b++) if (next[s * 256 + b] === best) return -1;
   const o = s * 8;
   for (let w = 0; w < 8; w++) runs.outside[o + w] = -1;
   for (let b = 0; b < 256; b++) if (next[s * 256 + b] === best) runs.outside[o + (b >>> 5)] &= ~(1 << (b & 31));

@@ -284,7 +284,8 @@ export function walk(
           continue;
         }
       }
-      let kr = kruns.run[ps];
+      // A state reading any string content has the content check above, which covers its class.
+      let kr = cruns[ps] > 0 ? 0 : kruns.run[ps];
       if (kr === UNKNOWN) kr = classRun(g, kruns, ps);
       if (kr >= height[i]) {
         const o = i * 8;
