@@ -91,11 +91,16 @@ export class RowSplit {
       this.tail = 0;
       return;
     }
+    const w = head.weights;
     for (let r = 0; r < runs.count; r++) {
       for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
         const d = (max - logits[i]!) * scale;
-        if (d < headEnd) ids[n++] = i;
-        else if (d <= limit) {
+        if (d < headEnd) {
+          // As `weight` computes it.
+          const bin = d + ROUND - ROUND;
+          ids[n] = i;
+          w[n++] = EDGE[bin | 0]! * expSmall((d - bin) * X_PER_D);
+        } else if (d <= limit) {
           // `| 0` on an integral double is a plain truncation; as an index alone JSC would also
           // check that the conversion is exact.
           const bin = d + ROUND - ROUND;
@@ -103,8 +108,6 @@ export class RowSplit {
         }
       }
     }
-    const w = head.weights;
-    for (let j = 0; j < n; j++) w[j] = this.weight(logits[ids[j]!]!);
     head.n = n;
     this.sumTail();
   }
