@@ -97,20 +97,21 @@ export class HttpMetrics {
     let c = this.counters.get(raw);
     if (c) return c;
     const key = `route="${label(route)}",method="${label(method.slice(0, 16))}",status="${status}"`;
-    let h = this.latency.get(route);
-    if (!h) this.latency.set(route, (h = new Histogram()));
-    const histogram = h;
-    // Created at the first request, so a label set never shows with a zero count.
+    // Both made at the first request, so a label set never shows with a zero count.
     let cell: { n: number } | undefined;
+    let histogram: Histogram | undefined;
     const requests = this.requests;
+    const latency = this.latency;
     c = {
       add(seconds) {
         if (!cell) {
           cell = requests.get(key);
           if (!cell) requests.set(key, (cell = { n: 0 }));
+          histogram = latency.get(route);
+          if (!histogram) latency.set(route, (histogram = new Histogram()));
         }
         cell.n++;
-        histogram.observe(seconds);
+        histogram!.observe(seconds);
       },
     };
     // Methods are client-chosen: past a bound, combinations are still counted, just not kept.
