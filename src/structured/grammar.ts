@@ -23,29 +23,11 @@ export interface Grammar {
   readonly ruleOf: Int32Array;
   readonly ruleBase: Int32Array;
   /**
-   * Per rule, its automaton's content when the rule calls nothing (string contents, numbers,
-   * formats, enums), else null. Equal keys mean equal automata state for state, so per-state
-   * token masks of such rules are shared across grammars (see state-masks.ts).
+   * Per rule, its automaton when the rule calls nothing (string contents, numbers, formats,
+   * enums), else null. Equal automata mean equal states, so per-state token masks of such rules
+   * are shared across grammars (see state-masks.ts, leafId).
    */
-  readonly leafKeys: readonly (string | null)[];
-}
-
-/** The automaton of a rule without calls as text (runs of equal targets per state), else null. */
-function leafKey(r: RuleDfa): string | null {
-  for (const c of r.calls) if (c.length) return null;
-  let key = "";
-  for (let s = 0; s < r.count; s++) {
-    key += r.final[s] ? "F" : "|";
-    let b = 0;
-    while (b < 256) {
-      const t = r.next[s * 256 + b];
-      let e = b;
-      while (e + 1 < 256 && r.next[s * 256 + e + 1] === t) e++;
-      if (t >= 0) key += `${b}-${e}>${t};`;
-      b = e + 1;
-    }
-  }
-  return key;
+  readonly leafRules: readonly (RuleDfa | null)[];
 }
 
 export class GrammarError extends Error {}
@@ -132,7 +114,7 @@ export class GrammarBuilder {
       start: base[root],
       ruleOf,
       ruleBase: Int32Array.from(base),
-      leafKeys: this.rules.map((r) => leafKey(r!)),
+      leafRules: this.rules.map((r) => (r!.calls.every((c) => c.length === 0) ? r : null)),
     };
   }
 }

@@ -3,6 +3,7 @@
 // rule's automaton), so string contents, numbers and formats are walked once per vocabulary.
 
 import { contentBase } from "./content-base.ts";
+import type { RuleDfa } from "./automaton.ts";
 import type { Grammar } from "./grammar.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
@@ -51,7 +52,45 @@ export function stateMasks(g: Grammar, vocab: TokenVocabulary): (StateMask | und
   return list;
 }
 
-const sharedMasks = new WeakMap<TokenVocabulary, Map<string, (StateMask | undefined)[]>>();
+const sharedMasks = new WeakMap<TokenVocabulary, Map<number, (StateMask | undefined)[]>>();
+
+/**
+ * Leaf automata by content, as small numbers: equal automata (compiled apart, e.g. from schemas
+ * differing only in annotations) get the same id. Looked up once per automaton object, by a
+ * sampled hash and then an exact comparison of the transition tables.
+ */
+const leafIds = new WeakMap<RuleDfa, number>();
+const leavesByHash = new Map<number, Array<{ dfa: RuleDfa; id: number }>>();
+let leafCount = 0;
+let nextLeafId = 1;
+
+const bytesOf = (a: Int32Array | Uint8Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+
+function sameAutomaton(a: RuleDfa, b: RuleDfa): boolean {
+  return a.count === b.count && Buffer.compare(bytesOf(a.final), bytesOf(b.final)) === 0 && Buffer.compare(bytesOf(a.next), bytesOf(b.next)) === 0;
+}
+
+function leafId(dfa: RuleDfa): number {
+  let id = leafIds.get(dfa);
+  if (id !== undefined) return id;
+  let h = dfa.count | 0;
+  for (let s = 0; s < dfa.count; s++) h = Math.imul(h ^ dfa.final[s], 0x01000193);
+  for (let k = 0; k < dfa.next.length; k += 61) h = Math.imul(h ^ dfa.next[k], 0x01000193);
+  let list = leavesByHash.get(h);
+  if (!list) {
+    // Ids are never reused; dropping the table only loses sharing with automata seen before.
+    if (leafCount >= LEAF_IDS_LIMIT) ((leavesByHash.clear()), (leafCount = 0));
+    leavesByHash.set(h, (list = []));
+  }
+  id = list.find((e) => sameAutomaton(e.dfa, dfa))?.id;
+  if (id === undefined) {
+    list.push({ dfa, id: (id = nextLeafId++) });
+    leafCount++;
+  }
+  leafIds.set(dfa, id);
+  return id;
+}
+const LEAF_IDS_LIMIT = 4096;
 /** Rules whose masks are kept per vocabulary (dense masks of long strings take 19 KB per state at 150k tokens). */
 const SHARED_RULES_LIMIT = 512;
 
@@ -62,8 +101,9 @@ const SHARED_RULES_LIMIT = 512;
  */
 export function stateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
   const r = g.ruleOf[s];
-  const key = g.leafKeys[r];
-  if (key === null) return sharedInsideString(g, vocab, s);
+  const leaf = g.leafRules[r];
+  if (leaf === null) return sharedInsideString(g, vocab, s);
+  const key = leafId(leaf);
   let shared = sharedMasks.get(vocab);
   if (!shared) sharedMasks.set(vocab, (shared = new Map()));
   let list = shared.get(key);
@@ -184,7 +224,7 @@ export function warmStateMasks(vocab: TokenVocabulary, grammars: readonly Gramma
     const all = whole.includes(g);
     const list = stateMasks(g, vocab);
     for (let s = 0; s < g.stateCount; s++) {
-      if (!g.hasBytes[s] || list[s] || (!all && g.leafKeys[g.ruleOf[s]] === null)) continue;
+      if (!g.hasBytes[s] || list[s] || (!all && g.leafRules[g.ruleOf[s]] === null)) continue;
       list[s] = stateMask(g, vocab, s);
     }
   }
