@@ -6,6 +6,7 @@
 //   bun bench/decode.ts --engine-only   (only the per-token engine work; rewrites just its table)
 import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { cpus, loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import OpenAI from "openai";
 import { parseArgs } from "node:util";
@@ -186,7 +187,8 @@ function engineWorkText(o: EngineWork): string {
   console.log(overhead);
   return (
     `${ENGINE_WORK_INTRO} (tiny-qwen3 widened; model step measured on ONNX Runtime directly; sampling on that model's ` +
-    `own logits, steady state after one untimed round, best of three; ${new Date().toISOString().slice(0, 10)}; ` +
+    `own logits, steady state after one untimed round, best of three; ${new Date().toISOString().slice(0, 10)}, ` +
+    `1-minute load average ${loadavg()[0]!.toFixed(1)} on ${cpus().length} cores; ` +
     "`bun bench/decode.ts --engine-only` refreshes just this table):\n\n" +
     overhead
   );
