@@ -4,10 +4,11 @@
 // - the tail (8 <= d <= 30, or min_p's bound) is only summed, per bin of width 1/32 in d: a
 //   token's weight is e^-(b/32) · e^-x with b = round(32·d) its bin and |x| <= 1/64 the rest, so
 //   the pass adds a cubic for e^-x into its bin and the bin's factor is applied once.
-// Head and bins give the exact total, so top-p's boundary is found exactly: in the head (nothing
-// more to do), or in a known bin (one more pass gathers the bins down to it). A draw that lands in
-// the tail finds its token with one pass over that bin's tokens. In language-model logits nearly
-// every token is in the tail, and nearly no draw or nucleus reaches it.
+// Head and bins give the exact total, so top-p's boundary is found exactly: in the head (a
+// partition of the head), or in a known bin (one more pass gathers the bins before it, which are
+// all in the nucleus, and only that bin's tokens are partitioned). A draw that lands in the tail
+// finds its token with one pass over that bin's tokens. In language-model logits most tokens are
+// in the tail, and most draws and nuclei end in the head.
 
 import { Candidates, NEGLIGIBLE } from "./candidates.ts";
 import type { Random } from "./rng.ts";
@@ -23,7 +24,7 @@ const X_PER_D = 1 / BINS_PER_UNIT;
  * Adding and subtracting 1.5·2^52 rounds a double below 2^51 to the nearest integer, in double
  * arithmetic. Bins are found this way rather than with `d | 0`: converting that integer back to a
  * double for d - bin makes x86's cvtsi2sd wait on the previous iteration's result (it merges into
- * its destination register), which serialises the pass and made it five times slower.
+ * its destination register), which serialises the pass (it ran between two and three times slower).
  */
 const ROUND = 6755399441055744;
 /** Bins of slack in the logit pre-tests, far above the rounding of (max - v)·scale. */
