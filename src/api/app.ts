@@ -91,25 +91,28 @@ export function createApi(opts: ApiOptions) {
       account_id: scope?.accountId ?? null,
     });
   };
-  // The /v1/models body per account, valid while the store's cache generation stays the same
-  // (any change of catalog, access, keys or limits moves it, from this process or another).
-  const modelLists = new Map<number, string>();
+  // The /v1/models answer per account, valid while the store's cache generation stays the same
+  // (any change of catalog, access, keys or limits moves it, from this process or another). Kept
+  // as a Response to clone: a clone shares the body and copies the headers natively, cheaper than
+  // building a Response and its headers from JavaScript for every request.
+  const modelLists = new Map<number, Response>();
   let modelListsAt = -1;
-  const modelListBody = (accountId: number): string => {
+  const modelListTemplate = (accountId: number): Response => {
     const generation = store.cacheGeneration();
     if (generation !== modelListsAt) {
       modelLists.clear();
       modelListsAt = generation;
     }
-    let body = modelLists.get(accountId);
-    if (body === undefined) {
-      body = JSON.stringify({ object: "list", data: store.catalog.listForAccount(accountId).map(modelObject) });
+    let template = modelLists.get(accountId);
+    if (template === undefined) {
+      const body = JSON.stringify({ object: "list", data: store.catalog.listForAccount(accountId).map(modelObject) });
+      template = new Response(body, { headers: { "content-type": "application/json" } });
       if (modelLists.size >= 1024) modelLists.clear();
-      modelLists.set(accountId, body);
+      modelLists.set(accountId, template);
     }
-    return body;
+    return template;
   };
-  const modelList = (accountId: number): Response => new Response(modelListBody(accountId), { headers: { "content-type": "application/json" } });
+  const modelList = (accountId: number): Response => modelListTemplate(accountId).clone();
   /** Authenticates, notes the account for the access log, and counts the request against its rate limits. */
   const admitted = (request: Request, scope: RequestScope) => {
     const key = authenticate(store, request);
@@ -134,20 +137,19 @@ export function createApi(opts: ApiOptions) {
    */
   const fastModelList = (request: Request): Response => {
     const scope = newScope(request);
-    let body: string;
+    let res: Response;
     try {
       if (lifecycle.draining) throw shuttingDown();
-      body = modelListBody(admitted(request, scope).accountId);
+      res = modelList(admitted(request, scope).accountId);
     } catch (e) {
       const failure = e instanceof ApiError ? e : internalError();
       if (!(e instanceof ApiError)) log.error("unhandled error", { request_id: scope.requestId, path: "/v1/models", error: String((e as Error)?.stack ?? e) });
       observe(request, scope, failure.status, failure.code);
       return failure.toResponse({ ...scope.headers, "x-request-id": scope.requestId });
     }
-    // All headers in the constructor: setting them afterwards costs a Headers object per answer.
-    const headers: Record<string, string> = { "content-type": "application/json", "x-request-id": scope.requestId };
-    for (const k in scope.headers) headers[k] = scope.headers[k]!;
-    const res = new Response(body, { headers });
+    const headers = res.headers;
+    headers.set("x-request-id", scope.requestId);
+    for (const k in scope.headers) headers.set(k, scope.headers[k]!);
     // The access line and metrics of `observe`, with what this route already knows (its path and
     // label; Bun's router matched the path exactly) instead of parsing the URL again.
     const seconds = (performance.now() - scope.started) / 1000;
