@@ -131,7 +131,7 @@ export class GrammarMatcher {
         const ranges = this.ranges;
         ranges.length = 0;
         if (parent.size > 0) {
-          for (const node of m.boundaries) walk(g, this.vocab.trie, this.pool, this.levels, node, parent, ranges, null);
+          walk(g, this.vocab.trie, this.pool, this.levels, m.boundaries, parent, ranges, null);
         }
         ids = rangesToIds(this.vocab.trie, ranges);
         this.pool.continuations.set(key, ids);

@@ -186,6 +186,7 @@ const levels = new Levels();
 const start = new Configs();
 const boundaries: number[] = [];
 const ranges: number[] = [];
+const ROOT = [0];
 const pools = new WeakMap<Grammar, StackPool>();
 
 function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
@@ -197,7 +198,7 @@ function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
   start.states.push(s);
   start.stacks.push(null);
   const run = contentRun(g, s);
-  walk(g, vocab.trie, pool, levels, 0, start, ranges, boundaries, run);
+  walk(g, vocab.trie, pool, levels, ROOT, start, ranges, boundaries, run);
   const b = Int32Array.from(boundaries);
   const bid = boundaryId(vocab, boundaries);
   // Most states allow a handful of tokens: a list keeps thousands of cached states small.

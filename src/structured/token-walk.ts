@@ -215,7 +215,7 @@ export function contentRun(g: Grammar, s: number): number {
 }
 
 /**
- * Walks the subtree below `root` (exclusive) starting from `start`; marks tokens that can be fully
+ * Walks the subtrees below each of `roots` (exclusive) starting from `start`; marks tokens that can be fully
  * consumed (as ranges, see rangesCount). With `boundaries`, reaching the bottom of the stack mid-token is recorded instead of
  * counting as an ending (the local, stack-independent walk). With `contentRun` R > 0 (a walk from
  * the trie root whose start state reads any R characters, see contentRun), subtrees of tokens
@@ -226,16 +226,14 @@ export function walk(
   trie: TokenTrie,
   pool: StackPool,
   levels: Levels,
-  root: number,
+  roots: ArrayLike<number>,
   start: Configs,
   out: number[],
   boundaries: number[] | null,
   contentRun = 0,
 ): void {
-  const base = trie.depth[root];
-  const stop = trie.end[root];
   const { byte, depth, end, tokCount, tokStart, plainHeight, subLo, subHi, contentChars, maxPathChars } = trie;
-  if (contentRun > 0 && root !== 0) throw new RangeError("contentRun needs a walk from the trie root");
+  if (contentRun > 0 && (roots.length !== 1 || roots[0] !== 0)) throw new RangeError("contentRun needs a walk from the trie root");
   const next = g.next;
   const runs = plainRuns(g);
   const cruns = charRuns(g);
@@ -247,86 +245,93 @@ export function walk(
   const fastState = levels.fastState;
   const fastStack = levels.fastStack;
   // Level 0 is `start`; fastState[d] >= 0 marks a level held as one simple configuration.
-  fastState[0] = start.size === 1 && !start.bottom && simple[start.states[0]] ? start.states[0] : -1;
-  fastStack[0] = start.stacks[0] ?? null;
-  let i = root + 1;
-  while (i < stop) {
-    if (contentRun > 0) {
-      const mc = maxPathChars[i];
-      if (mc > 0 && mc <= contentRun) {
-        i = end[i];
-        continue;
-      }
-    }
-    const d = depth[i] - base;
-    const b = byte[i];
-    const ps = fastState[d - 1];
-    let cur: Configs;
-    if (ps >= 0) {
-      const ph = plainHeight[i];
-      let pr = 0;
-      if (ph > 0) {
-        pr = runs[ps];
-        if (pr < 0) pr = plainRun(g, simple, runs, ps);
-      }
-      if (ph > 0 && pr >= ph) {
-        if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
-        i = end[i];
-        continue;
-      }
-      const cc = contentChars[i];
-      if (cc > 0) {
-        let r = cruns[ps];
-        if (r === UNKNOWN) r = charRun(g, simple, cruns, ps);
-        if (r >= cc) {
-          if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
+  const startState = start.size === 1 && !start.bottom && simple[start.states[0]] ? start.states[0] : -1;
+  const startStack = start.stacks[0] ?? null;
+  for (let r = 0; r < roots.length; r++) {
+    const root = roots[r];
+    const base = depth[root];
+    const stop = end[root];
+    fastState[0] = startState;
+    fastStack[0] = startStack;
+    let i = root + 1;
+    while (i < stop) {
+      if (contentRun > 0) {
+        const mc = maxPathChars[i];
+        if (mc > 0 && mc <= contentRun) {
           i = end[i];
           continue;
         }
       }
-      // A state reading any string content has the content check above, which covers its class.
-      let kr = cruns[ps] > 0 ? 0 : kruns.run[ps];
-      if (kr === UNKNOWN) kr = classRun(g, kruns, ps);
-      if (kr >= height[i]) {
-        const o = i * 8;
-        const c = ps * 8;
-        const clash =
-          (sb[o] & outside[c]) | (sb[o + 1] & outside[c + 1]) | (sb[o + 2] & outside[c + 2]) | (sb[o + 3] & outside[c + 3]) |
-          (sb[o + 4] & outside[c + 4]) | (sb[o + 5] & outside[c + 5]) | (sb[o + 6] & outside[c + 6]) | (sb[o + 7] & outside[c + 7]);
-        if (clash === 0) {
+      const d = depth[i] - base;
+      const b = byte[i];
+      const ps = fastState[d - 1];
+      let cur: Configs;
+      if (ps >= 0) {
+        const ph = plainHeight[i];
+        let pr = 0;
+        if (ph > 0) {
+          pr = runs[ps];
+          if (pr < 0) pr = plainRun(g, simple, runs, ps);
+        }
+        if (ph > 0 && pr >= ph) {
           if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
           i = end[i];
           continue;
         }
+        const cc = contentChars[i];
+        if (cc > 0) {
+          let r = cruns[ps];
+          if (r === UNKNOWN) r = charRun(g, simple, cruns, ps);
+          if (r >= cc) {
+            if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
+            i = end[i];
+            continue;
+          }
+        }
+        // A state reading any string content has the content check above, which covers its class.
+        let kr = cruns[ps] > 0 ? 0 : kruns.run[ps];
+        if (kr === UNKNOWN) kr = classRun(g, kruns, ps);
+        if (kr >= height[i]) {
+          const o = i * 8;
+          const c = ps * 8;
+          const clash =
+            (sb[o] & outside[c]) | (sb[o + 1] & outside[c + 1]) | (sb[o + 2] & outside[c + 2]) | (sb[o + 3] & outside[c + 3]) |
+            (sb[o + 4] & outside[c + 4]) | (sb[o + 5] & outside[c + 5]) | (sb[o + 6] & outside[c + 6]) | (sb[o + 7] & outside[c + 7]);
+          if (clash === 0) {
+            if (subHi[i] > subLo[i]) out.push(subLo[i], subHi[i]);
+            i = end[i];
+            continue;
+          }
+        }
+        const t = next[ps * 256 + b];
+        if (t < 0) {
+          i = end[i];
+          continue;
+        }
+        if (simple[t]) {
+          fastState[d] = t;
+          fastStack[d] = fastStack[d - 1];
+          const n = tokCount[i];
+          if (n) out.push(tokStart[i], tokStart[i] + n);
+          i++;
+          continue;
+        }
+        cur = pool.closure(g, t, fastStack[d - 1]);
+      } else {
+        cur = (d === 1 ? start : levels.ref[d - 1]).advance(g, pool, b, levels.at(d));
       }
-      const t = next[ps * 256 + b];
-      if (t < 0) {
+      levels.ref[d] = cur;
+      if ((cur.size > 0 || cur.bottom) && tokCount[i]) out.push(tokStart[i], tokStart[i] + tokCount[i]);
+      if (boundaries && cur.bottom && end[i] > i + 1) boundaries.push(i);
+      if (cur.size === 0) {
         i = end[i];
         continue;
       }
-      if (simple[t]) {
-        fastState[d] = t;
-        fastStack[d] = fastStack[d - 1];
-        const n = tokCount[i];
-        if (n) out.push(tokStart[i], tokStart[i] + n);
-        i++;
-        continue;
-      }
-      cur = pool.closure(g, t, fastStack[d - 1]);
-    } else {
-      cur = (d === 1 ? start : levels.ref[d - 1]).advance(g, pool, b, levels.at(d));
+      if (cur.size === 1 && !cur.bottom && simple[cur.states[0]]) {
+        fastState[d] = cur.states[0];
+        fastStack[d] = cur.stacks[0];
+      } else fastState[d] = -1;
+      i++;
     }
-    levels.ref[d] = cur;
-    if ((cur.size > 0 || cur.bottom) && tokCount[i]) out.push(tokStart[i], tokStart[i] + tokCount[i]);
-    if (boundaries && cur.bottom && end[i] > i + 1) boundaries.push(i);
-    if (cur.size === 0) {
-      i = end[i];
-      continue;
-    }
-    if (cur.size === 1 && !cur.bottom && simple[cur.states[0]]) {
-      fastState[d] = cur.states[0];
-      fastStack[d] = cur.stacks[0];
-    } else fastState[d] = -1;
-    i++;
   }
 }
