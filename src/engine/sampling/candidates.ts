@@ -184,11 +184,12 @@ export class Candidates {
 
   /**
    * Keeps the smallest set of heaviest candidates whose weights add up to at least `need` (all
-   * of them when they do not; at least one).
+   * of them when they do not; at least one). Only candidates from `from` on take part; those
+   * before it all stay.
    */
-  keepMass(need: number): void {
-    if (this.n <= 1) return;
-    let lo = 0;
+  keepMass(need: number, from = 0): void {
+    if (this.n - from <= 1) return;
+    let lo = from;
     let hi = this.n;
     let keep = this.n;
     while (lo < hi) {
@@ -209,7 +210,7 @@ export class Candidates {
       lo = eq;
       keep = eq;
     }
-    this.n = Math.max(1, Math.min(keep, this.n));
+    this.n = Math.max(from + 1, Math.min(keep, this.n));
   }
 
   /** Keeps candidates with probability at least minP times the best candidate's. */

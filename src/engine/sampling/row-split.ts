@@ -224,28 +224,31 @@ export class RowSplit {
       }
       acc += m;
     }
-    const edge = (this.edge ??= new Candidates(head.ids.length));
-    edge.n = 0;
-    this.gather(logits, runs, boundary, edge);
+    const e = this.gather(logits, runs, boundary);
+    const before = head.n;
     const rest = need - head.sum();
+    const end = head.ids.length;
+    head.ids.copyWithin(before, end - e, end);
+    head.weights.copyWithin(before, end - e, end);
     if (rest > 0) {
-      edge.keepMass(rest);
-      head.ids.set(edge.ids.subarray(0, edge.n), head.n);
-      head.weights.set(edge.weights.subarray(0, edge.n), head.n);
-      head.n += edge.n;
+      head.n = before + e;
+      head.keepMass(rest, before);
     }
   }
 
-  /** Scratch for the boundary bin's tokens. */
-  private edge: Candidates | null = null;
-
-  /** Moves the tail tokens of bins below `bin` into the head and those of `bin` into `edge`. */
-  private gather(logits: Float32Array, runs: AllowedRuns, bin: number, edge: Candidates): void {
+  /**
+   * Appends the tail tokens of bins below `bin` to the head, and writes those of `bin` from the
+   * far end of the head's arrays down (the two never meet: together they are at most every
+   * token). Returns how many `bin` has.
+   */
+  private gather(logits: Float32Array, runs: AllowedRuns, bin: number): number {
     const head = this.head;
+    const ids = head.ids;
+    const w = head.weights;
     const { max, scale, limit, headEnd, firstBin } = this;
     const above = max - (bin + 1 + MARGIN) / scale;
     let n = head.n;
-    let e = edge.n;
+    let e = ids.length;
     const b = runs.bounds;
     for (let r = 0; r < runs.count; r++) {
       for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
@@ -256,16 +259,16 @@ export class RowSplit {
         const k = d + ROUND - ROUND;
         if (k < firstBin || k > bin) continue;
         if (k < bin) {
-          head.ids[n] = i;
-          head.weights[n++] = this.weight(v);
+          ids[n] = i;
+          w[n++] = this.weight(v);
         } else {
-          edge.ids[e] = i;
-          edge.weights[e++] = this.weight(v);
+          ids[--e] = i;
+          w[e] = this.weight(v);
         }
       }
     }
     head.n = n;
-    edge.n = e;
+    return ids.length - e;
   }
 
   /** Leaves in the head exactly the k heaviest tokens (fewer when fewer are in play). */
