@@ -139,11 +139,11 @@ async function overheadAt151k(): Promise<EngineWork> {
   }
   const modelMs = (performance.now() - t0) / steps;
   // Steady state, as in a long generation: one untimed round first, so the JIT has compiled
-  // the loops; then the best of three timed rounds (the machine may be shared).
+  // the loops; then the best of five timed rounds (the machine may be shared).
   const time = (fn: (l: Float32Array, i: number) => void) => {
     rows.forEach(fn);
     let best = Infinity;
-    for (let round = 0; round < 3; round++) {
+    for (let round = 0; round < 5; round++) {
       const t = performance.now();
       for (let r = 0; r < 2; r++) rows.forEach(fn);
       best = Math.min(best, ((performance.now() - t) / (rows.length * 2)) * 1000);
@@ -187,7 +187,7 @@ function engineWorkText(o: EngineWork): string {
   console.log(overhead);
   return (
     `${ENGINE_WORK_INTRO} (tiny-qwen3 widened; model step measured on ONNX Runtime directly; sampling on that model's ` +
-    `own logits, steady state after one untimed round, best of three; ${new Date().toISOString().slice(0, 10)}, ` +
+    `own logits, steady state after one untimed round, best of five; ${new Date().toISOString().slice(0, 10)}, ` +
     `1-minute load average ${loadavg()[0]!.toFixed(1)} on ${cpus().length} cores; ` +
     "`bun bench/decode.ts --engine-only` refreshes just this table):\n\n" +
     overhead
