@@ -2,7 +2,7 @@
 // bytes, in the same run, with wrk on loopback; (2) 60 s of mixed load (wrk on /v1/models plus
 // streaming chats from this process): throughput, median and p99 latency, errors.
 // Usage: bun bench/load.ts [--seconds 60] [--no-write] [--ratio-only] [--ratio-seconds 10]
-//   (needs `wrk`: apt-get install -y wrk; --ratio-only runs (1) without rate limits and writes nothing)
+//   (needs `wrk`: apt-get install -y wrk; --ratio-only runs (1) alone and writes nothing)
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -174,13 +174,13 @@ async function main() {
     // installed (no rate limits), then with an account limit set from the CLI (another process, as
     // an operator would), so every answer carries the x-ratelimit-* headers and pays for the buckets.
     const plain = await compare(base, auth, "plain");
-    if (RATIO_ONLY) return;
     const cli = Bun.spawnSync([process.execPath, join(REPO, "src/cli/main.ts"), "limits", "set", "--account", "local", "--rpm", "1000000000", "--tpm", "1000000000", "--data", data], { stdout: "pipe", stderr: "pipe" });
     if (cli.exitCode !== 0) throw new Error(`sluice limits set failed: ${cli.stderr.toString()}`);
     const limited = await compare(base, auth, "limited");
     if (!limited.headerNames.includes("x-ratelimit-remaining-requests")) throw new Error("the limit set from the CLI did not reach the gateway's answers");
     const unset = Bun.spawnSync([process.execPath, join(REPO, "src/cli/main.ts"), "limits", "set", "--account", "local", "--rpm", "none", "--tpm", "none", "--data", data], { stdout: "pipe", stderr: "pipe" });
     if (unset.exitCode !== 0) throw new Error(`sluice limits set failed: ${unset.stderr.toString()}`);
+    if (RATIO_ONLY) return;
 
     // (2) Mixed: wrk on /v1/models while streaming chats run from here.
     const until = performance.now() + SECONDS * 1000;

@@ -14,13 +14,22 @@ export class RateGuard {
     readonly limiter: RateLimiter = new RateLimiter(),
   ) {}
 
+  // The scopes made from one effective-limits answer: the store hands out the same frozen object
+  // while its cache stays valid, so a request finds its scopes without building ids or objects.
+  private readonly made = new WeakMap<object, { keyId: string; accountId: number; scopes: readonly LimitScope[] | null }>();
+
   /** The limited scopes of a request; null when neither its account nor its key has limits. */
-  private scopes(key: ApiKeyInfo): LimitScope[] | null {
-    const { account, key: own } = this.store.limits.effective(key.accountId, key.id);
-    if (!account && !own) return null;
-    const scopes: LimitScope[] = [];
-    if (account) scopes.push({ id: `account:${key.accountId}`, limits: account });
-    if (own) scopes.push({ id: `key:${key.id}`, limits: own });
+  private scopes(key: ApiKeyInfo): readonly LimitScope[] | null {
+    const effective = this.store.limits.effective(key.accountId, key.id);
+    const known = this.made.get(effective);
+    // Checked against the key too: nothing promises that one answer object serves one key only.
+    if (known && known.keyId === key.id && known.accountId === key.accountId) return known.scopes;
+    const { account, key: own } = effective;
+    const list: LimitScope[] = [];
+    if (account) list.push({ id: `account:${key.accountId}`, limits: account });
+    if (own) list.push({ id: `key:${key.id}`, limits: own });
+    const scopes = list.length ? Object.freeze(list) : null;
+    this.made.set(effective, { keyId: key.id, accountId: key.accountId, scopes });
     return scopes;
   }
 

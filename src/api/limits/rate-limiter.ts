@@ -118,7 +118,7 @@ export class RateLimiter {
    * when to retry. A request estimated above a whole minute's tokens needs a full bucket (else it
    * could never run); `hold` takes a concurrency slot until finish().
    */
-  admit(scopes: LimitScope[], estimatedTokens: number, hold: boolean): Ticket | Refusal {
+  admit(scopes: readonly LimitScope[], estimatedTokens: number, hold: boolean): Ticket | Refusal {
     const now = this.clock();
     const pairs = scopes.map((sc): [LimitScope, ScopeState] => [sc, this.state(sc, now)]);
     for (const [sc, s] of pairs) {
