@@ -7,6 +7,7 @@ import type { RuleDfa } from "./automaton.ts";
 import type { Grammar } from "./grammar.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
+import { CONTENT_STEP } from "./trie.ts";
 import { contentRun, Levels, rangesCount, rangesToBits, rangesToIds, walk } from "./token-walk.ts";
 
 /** What one resting state allows, independent of the stack below it. */
@@ -187,6 +188,18 @@ const start = new Configs();
 const boundaries: number[] = [];
 const ranges: number[] = [];
 const ROOT = [0];
+const UNBOUNDED_CONTENT = 1 << 20;
+
+/** Whether the state reached after `run` characters from s accepts no further content byte. */
+function contentEndsAfterRun(g: Grammar, s: number, run: number): boolean {
+  if (run >= UNBOUNDED_CONTENT) return false;
+  let t = s;
+  // Along the run every content character leads to the same state; a space is one.
+  for (let k = 0; k < run && t >= 0; k++) t = g.next[t * 256 + 0x20];
+  if (t < 0) return false;
+  for (let b = 0x20; b < 0x100; b++) if (CONTENT_STEP[b] >= 0 && g.next[t * 256 + b] >= 0) return false;
+  return true;
+}
 const pools = new WeakMap<Grammar, StackPool>();
 
 function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
@@ -198,7 +211,9 @@ function computeStateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
   start.states.push(s);
   start.stacks.push(null);
   const run = contentRun(g, s);
-  walk(g, vocab.trie, pool, levels, ROOT, start, ranges, boundaries, run);
+  // The walk skips subtrees of pure content no longer than the run (contentBase adds them), and
+  // all of them when no content can follow the run (maxLength reached): longer ones are refused.
+  walk(g, vocab.trie, pool, levels, ROOT, start, ranges, boundaries, run > 0 && contentEndsAfterRun(g, s, run) ? UNBOUNDED_CONTENT : run);
   const b = Int32Array.from(boundaries);
   const bid = boundaryId(vocab, boundaries);
   // Most states allow a handful of tokens: a list keeps thousands of cached states small.

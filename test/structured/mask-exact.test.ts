@@ -79,6 +79,7 @@ const SCHEMAS: Record<string, object> = {
   ascii: { type: "string", pattern: "^[ -\u007f]*$" },
   latin: { type: "string", pattern: "^[a-zé]{0,8}$" },
   notAcute: { type: "string", pattern: "^[^é]{0,30}$" },
+  anyThenLetters: { type: "string", pattern: "^[\\s\\S]{3}[a-z]*$" },
   email: { type: "string", format: "email" },
   uuid: { type: "string", format: "uuid" },
   dateTime: { type: "string", format: "date-time" },
@@ -104,7 +105,7 @@ describe("masks equal acceptToken token for token", () => {
   });
   test("Qwen3 vocabulary (every 7th token per step, rotating)", async () => {
     const vocab = await qwenVocab();
-    for (const name of ["bounded", "pattern", "email", "object"]) {
+    for (const name of ["bounded", "pattern", "email", "object", "anyThenLetters"]) {
       expect(exactWalk(compileJsonSchema(SCHEMAS[name]), vocab, 11, 8, 7)).toEqual([]);
     }
   });
