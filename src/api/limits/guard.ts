@@ -16,11 +16,12 @@ export class RateGuard {
 
   // The scopes made from one effective-limits answer: the store hands out the same frozen object
   // while its cache stays valid, so a request finds its scopes without building ids or objects.
-  private readonly made = new WeakMap<object, { keyId: string; accountId: number; scopes: readonly LimitScope[] | null }>();
+  private readonly made = new WeakMap<object, { keyId: string; accountId: number; scopes: readonly LimitScope[] }>();
 
   /** The limited scopes of a request; null when neither its account nor its key has limits. */
   private scopes(key: ApiKeyInfo): readonly LimitScope[] | null {
     const effective = this.store.limits.effective(key.accountId, key.id);
+    if (!effective.account && !effective.key) return null;
     const known = this.made.get(effective);
     // Checked against the key too: nothing promises that one answer object serves one key only.
     if (known && known.keyId === key.id && known.accountId === key.accountId) return known.scopes;
@@ -28,7 +29,7 @@ export class RateGuard {
     const list: LimitScope[] = [];
     if (account) list.push({ id: `account:${key.accountId}`, limits: account });
     if (own) list.push({ id: `key:${key.id}`, limits: own });
-    const scopes = list.length ? Object.freeze(list) : null;
+    const scopes = Object.freeze(list);
     this.made.set(effective, { keyId: key.id, accountId: key.accountId, scopes });
     return scopes;
   }
@@ -41,8 +42,8 @@ export class RateGuard {
     const scopes = this.scopes(key);
     if (scopes === null) return NOOP_TICKET;
     const r = this.limiter.admit(scopes, estimatedTokens, hold);
-    const headers = rateHeaders(r.state);
-    if (scope) Object.assign(scope.headers, headers);
+    // Straight into the request's headers (the response copies them from there).
+    const headers = rateHeaders(r.state, scope?.headers);
     if (r.ok) return r;
     const wait = Math.max(1, Math.ceil(r.retryAfterMs / 1000));
     const on = r.scope.startsWith("key:") ? "this API key" : `account '${key.accountName}'`;

@@ -12,9 +12,8 @@ export function formatDuration(ms: number): string {
   return `${h ? `${h}h` : ""}${m}m${s}s`;
 }
 
-/** The headers for the dimensions that have a limit; an unlimited dimension has none. */
-export function rateHeaders(state: RateState): Record<string, string> {
-  const h: Record<string, string> = {};
+/** The headers for the dimensions that have a limit (an unlimited dimension has none), set on `h`. */
+export function rateHeaders(state: RateState, h: Record<string, string> = {}): Record<string, string> {
   if (state.requests) {
     h["x-ratelimit-limit-requests"] = String(state.requests.limit);
     h["x-ratelimit-remaining-requests"] = String(state.requests.remaining);
