@@ -92,6 +92,8 @@ export class DecoderSession {
     readonly stepKv: StepOutputNames[] | null,
     /** How stepKv is produced (see load-graph.ts); null without step outputs. */
     readonly stepMode: StepKvOutputs["kind"] | null,
+    /** What the operator should know about how the graph was loaded. */
+    readonly notes: string[],
   ) {}
 
   static async create(dir: string, opts: SessionOptions): Promise<DecoderSession> {
@@ -104,13 +106,22 @@ export class DecoderSession {
       interOpNumThreads: 1,
     };
     const logitsName = files.genai?.model?.decoder?.outputs?.logits ?? "logits";
-    const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files));
-    const stepGraph = graph.step;
-    const session = await ort.InferenceSession.create(graph.bytes, {
-      ...sessionOptions,
-      // Loaded from memory: external weights are found next to the original file.
-      extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
-    });
+    const notes: string[] = [];
+    let stepGraph: StepKvOutputs | null = null;
+    let session: ort.InferenceSession;
+    try {
+      const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files));
+      session = await ort.InferenceSession.create(graph.bytes, {
+        ...sessionOptions,
+        // Loaded from memory: external weights are found next to the original file.
+        extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
+      });
+      stepGraph = graph.step;
+    } catch (e) {
+      // The rewrites only save work; an export they do not fit still runs as it is.
+      notes.push(`the load-time graph rewrites failed (${(e as Error).message.split("\n")[0]}); running the graph as exported`);
+      session = await ort.InferenceSession.create(files.onnxPath, sessionOptions);
+    }
     const meta = (list: readonly ort.InferenceSession.ValueMetadata[]): TensorInfo[] =>
       list.map((m) => ({
         name: m.name,
@@ -126,7 +137,7 @@ export class DecoderSession {
       if (!existsSync(path)) throw new Error(`the decoder takes ${spec.inputsEmbeds} but there is no ${path.slice(dir.length + 1)}`);
       embedder = await ort.InferenceSession.create(path, sessionOptions);
     }
-    return new DecoderSession(session, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null);
+    return new DecoderSession(session, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null, notes);
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */

@@ -31,10 +31,26 @@ interface Layer {
   dim: number;
 }
 
+/**
+ * The nodes that only rename a present into a graph output (older exports name the outputs
+ * through Identity); null when a present feeds anything else, which the rewrite could not keep.
+ */
+function presentRenames(graph: onnx.IGraphProto, nodes: onnx.INodeProto[]): onnx.INodeProto[] | null {
+  const presents = new Set(nodes.flatMap((n) => [n.output?.[1], n.output?.[2]]));
+  const outputs = new Set((graph.output ?? []).map((o) => o.name));
+  const renames: onnx.INodeProto[] = [];
+  for (const n of graph.node ?? []) {
+    if (!(n.input ?? []).some((x) => presents.has(x))) continue;
+    if (n.opType !== "Identity" || !outputs.has(n.output?.[0])) return null;
+    renames.push(n);
+  }
+  return renames;
+}
+
 /** The GroupQueryAttention nodes if every one can be rewritten, else null. */
 function supported(graph: onnx.IGraphProto): Layer[] | null {
   const nodes = graph.node?.filter((n) => n.opType === "GroupQueryAttention") ?? [];
-  if (nodes.length === 0) return null;
+  if (nodes.length === 0 || !presentRenames(graph, nodes)) return null;
   const seqlensK = nodes[0]!.input?.[5];
   const layers: Layer[] = [];
   for (const n of nodes) {
@@ -152,8 +168,9 @@ export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
   });
 
   // The presents are no longer produced: drop them from the outputs with their nodes.
-  const gone = new Set(layers.map((l) => l.node));
-  const dropped = new Set(layers.flatMap((l) => [l.node.output![1], l.node.output![2]]));
+  const renames = presentRenames(graph, layers.map((l) => l.node))!;
+  const gone = new Set([...layers.map((l) => l.node), ...renames]);
+  const dropped = new Set([...layers.flatMap((l) => [l.node.output![1], l.node.output![2]]), ...renames.map((n) => n.output![0])]);
   graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...shared, ...added]);
   graph.output = [...(graph.output ?? []).filter((o) => !dropped.has(o.name ?? "")), ...outputInfos];
   return { kind: "split", outputs };

@@ -45,7 +45,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           `KV cache: ${kvCacheMode(runner)}, ` +
             `budget ${Math.round(s.kvBudgetBytes / 2 ** 20)} MiB, queue of ${s.queueLimit}`,
         ];
-        post({ type: "loaded", model: runner.info, notes });
+        post({ type: "loaded", model: runner.info, notes: [...notes, ...runner.decoder.notes] });
       } catch (err) {
         post({ type: "load-failed", error: (err as Error).message });
       }

@@ -117,6 +117,29 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     await d.release();
   });
 
+  test("split attention also rewrites exports that rename the presents through Identity", async () => {
+    const info = await buildSyntheticModel(join(root.path, "renamed"), { preset: "tiny-qwen3", variant: "fused", seed: 6 });
+    const path = join(info.dir, "onnx", "model.onnx");
+    const model = load(path);
+    for (const n of model.graph!.node!.filter((x) => x.opType === "GroupQueryAttention")) {
+      for (const i of [1, 2]) {
+        const name = n.output![i]!;
+        n.output![i] = `${name}_inner`;
+        model.graph!.node!.push({ opType: "Identity", input: [`${name}_inner`], output: [name] });
+      }
+    }
+    const renamed = onnx.ModelProto.encode(model).finish();
+    const rewritten = onnx.ModelProto.decode(renamed);
+    expect(splitAttention(rewritten)?.kind).toBe("split");
+    const session = await ort.InferenceSession.create(onnx.ModelProto.encode(rewritten).finish());
+    expect(session.outputNames.some((n) => n.startsWith("present."))).toBe(false);
+    // A present that feeds real computation cannot be dropped: such a graph is left alone.
+    const odd = onnx.ModelProto.decode(renamed);
+    const gqa = odd.graph!.node!.find((x) => x.opType === "GroupQueryAttention")!;
+    odd.graph!.node!.push({ opType: "Neg", input: [gqa.output![1]!], output: ["odd"] });
+    expect(splitAttention(odd)).toBeNull();
+  });
+
   test("a graph without GroupQueryAttention is left alone", async () => {
     const info = await buildSyntheticModel(join(root.path, "standard"), { preset: "tiny-qwen3", variant: "standard", seed: 3 });
     expect(addStepKvOutputs(load(join(info.dir, "onnx", "model.onnx")))).toBeNull();
