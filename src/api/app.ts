@@ -155,15 +155,12 @@ export function createApi(opts: ApiOptions) {
     const seconds = (performance.now() - scope.started) / 1000;
     const method = request.method;
     (method === "GET" ? (modelsOk ??= metrics.counter("/v1/models", "GET", 200)) : metrics.counter("/v1/models", method, 200)).add(seconds);
-    log.info("request", {
-      request_id: scope.requestId,
-      method,
-      route: "/v1/models",
-      path: "/v1/models",
-      status: 200,
-      latency_ms: Math.round(seconds * 1e4) / 10,
-      account_id: scope.accountId,
-    });
+    // The same access line `observe` writes, serialised here: every value's type is known.
+    log.json(
+      "info",
+      "request",
+      `{"request_id":${JSON.stringify(scope.requestId)},"method":${method === "GET" ? '"GET"' : JSON.stringify(method)},"route":"/v1/models","path":"/v1/models","status":200,"latency_ms":${Math.round(seconds * 1e4) / 10},"account_id":${scope.accountId}}`,
+    );
     return res;
   };
 
