@@ -4,7 +4,7 @@
 //   bun bench/grammar.ts
 
 import { existsSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import OpenAI from "openai";
 import { createEngine } from "../src/engine/index.ts";
@@ -176,6 +176,7 @@ async function main() {
   }
   const header = ["schema", "compile ms", "document", "caches", "steps", "median µs", "p99 µs", "max µs"];
   const masks = table(header, rows);
+  const maskLoad = loadavg()[0];
   console.log(masks);
   // --masks-only: measure the masks without the HTTP generation part and leave the docs alone.
   if (process.argv.includes("--masks-only")) return;
@@ -183,12 +184,13 @@ async function main() {
   console.log(speed);
   writeSection(
     "Structured output (bench/grammar.ts)",
-    `${new Date().toISOString().slice(0, 10)} on ${machine()}.\n\n` +
+    `${new Date().toISOString().slice(0, 10)} on ${machine()}; 1-minute load average ${maskLoad.toFixed(1)} when the masks were measured ` +
+      `(a shared machine inflates the p99 and max columns most: one step per row is all a cold walk has).\n\n` +
       `One step's token mask on the Qwen3 vocabulary (${vocab.size} tokens), measured while walking a valid document token by token; ` +
       `"cold" is the first walk of a new grammar (its per-state masks are computed on first visit, except those shared with ` +
-      `grammars seen before: string contents, numbers and the built-in formats are prepared per vocabulary at model load, ` +
-      `json_object's grammar entirely), "warm" a second walk. Compile time is for the schema alone on a loaded model ` +
-      `(after prepareVocabulary: ${prepareMs.toFixed(0)} ms once per model, which also compiles the built-in formats; ` +
+      `grammars seen before: string contents, numbers and the built-in formats are prepared with the vocabulary, ` +
+      `json_object's grammar entirely), "warm" a second walk. Compile time is for the schema alone once the vocabulary is prepared ` +
+      `(prepareVocabulary: ${prepareMs.toFixed(0)} ms once per model, when its vocabulary is first built, which also compiles the built-in formats; ` +
       `the process's first compile, unrelated, took ${firstCompileMs.toFixed(0)} ms). Vocabulary: ${vocabMs.toFixed(0)} ms once per model.\n\n${masks}\n\n` +
       `Generation with and without a schema through the HTTP API (tiny-qwen3 widened: 4 layers, hidden 256, vocab 151,936, fused graph; ` +
       `greedy, streamed; per-token time from the first to the last token, median of runs):\n\n${speed}\n`,
