@@ -34,7 +34,7 @@ const IN_PROGRESS = -2;
  * runs.outside as its complement). Returns that target, or -1 when s has no class worth it.
  */
 function classify(g: Grammar, simple: Uint8Array, runs: ClassRuns, s: number): number {
-  if (!simple[s]) return -1;
+  if (!simple[s] || g.byteCount[s] < MIN_CLASS) return -1;
   const next = g.next;
   // Classes are sets of ASCII bytes (formats, patterns): states reading only the rest of a
   // multi-byte character, which a walk meets by the hundred inside strings, are let go early.

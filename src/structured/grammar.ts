@@ -11,6 +11,8 @@ export interface Grammar {
   readonly next: Int32Array;
   /** 1 when the state has at least one byte transition. */
   readonly hasBytes: Uint8Array;
+  /** How many bytes have a transition from the state. */
+  readonly byteCount: Uint16Array;
   /** 1 when the state's rule may end here. */
   readonly final: Uint8Array;
   /** Calls of state s are pairs at callOffset[s]..callOffset[s+1] in callStart/callReturn. */
@@ -75,6 +77,7 @@ export class GrammarBuilder {
     });
     const next = new Int32Array(total * 256).fill(-1);
     const hasBytes = new Uint8Array(total);
+    const byteCount = new Uint16Array(total);
     const final = new Uint8Array(total);
     const callOffset = new Int32Array(total + 1);
     const starts: number[] = [];
@@ -90,6 +93,7 @@ export class GrammarBuilder {
           if (t >= 0) {
             next[g * 256 + c] = b + t;
             hasBytes[g] = 1;
+            byteCount[g]++;
           }
         }
         final[g] = r!.final[s];
@@ -107,6 +111,7 @@ export class GrammarBuilder {
       stateCount: total,
       next,
       hasBytes,
+      byteCount,
       final,
       callOffset,
       callStart: Int32Array.from(starts),

@@ -267,6 +267,12 @@ export function walk(
       const ps = fastState[d - 1];
       let cur: Configs;
       if (ps >= 0) {
+        // A first byte the state refuses rules the subtree out (no shortcut accepts it either).
+        const t = next[ps * 256 + b];
+        if (t < 0) {
+          i = end[i];
+          continue;
+        }
         const ph = plainHeight[i];
         let pr = 0;
         if (ph > 0) {
@@ -289,7 +295,8 @@ export function walk(
           }
         }
         // A state reading any string content has the content check above, which covers its class.
-        let kr = cruns[ps] > 0 ? 0 : kruns.run[ps];
+        // (A leaf is as cheap to visit as to check.)
+        let kr = cruns[ps] > 0 || height[i] < 2 ? 0 : kruns.run[ps];
         if (kr === UNKNOWN) kr = classRun(g, kruns, ps);
         if (kr >= height[i]) {
           const o = i * 8;
@@ -302,11 +309,6 @@ export function walk(
             i = end[i];
             continue;
           }
-        }
-        const t = next[ps * 256 + b];
-        if (t < 0) {
-          i = end[i];
-          continue;
         }
         if (simple[t]) {
           fastState[d] = t;
