@@ -9,8 +9,8 @@ import { simpleStates } from "./parser-state.ts";
 const UNKNOWN = -1;
 /** Longer than any token: a chain that loops reads a class forever. */
 const ENDLESS = 1 << 20;
-/** Classes of fewer bytes than this are not worth checking. */
-const MIN_CLASS = 4;
+/** Classes of fewer bytes than this are not worth checking (whitespace, four bytes, is not: its subtrees hold other tokens anyway). */
+const MIN_CLASS = 8;
 
 export interface ClassRuns {
   /** Per state: bytes of its class it reads in a row (0: none), UNKNOWN until first asked. */
