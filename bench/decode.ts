@@ -5,8 +5,8 @@
 //   bun bench/decode.ts [--tokens 128] [--runs 5] [--quick]
 //   bun bench/decode.ts --engine-only   (only the per-token engine work; rewrites just its table)
 import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
-import { cpus, loadavg } from "node:os";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import OpenAI from "openai";
 import { parseArgs } from "node:util";
@@ -112,6 +112,46 @@ interface EngineWork {
   /** [label, µs per token] for each sampling setting. */
   sampling: [string, number][];
   detokUs: number;
+  /** CPU of the server's HTTP thread per streamed token (SSE chunk, worker message). */
+  streamUs: number;
+}
+
+/** CPU time (µs) a thread of a process has used, from /proc. */
+function threadCpuUs(pid: number, tid: number): number {
+  const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100;
+}
+
+/** The HTTP thread's CPU per token while the server streams a long greedy completion. */
+async function streamingCostUs(dir: string, eos: number[]): Promise<number> {
+  const models = mkdtempSync(join(tmpdir(), "sluice-bench-stream-"));
+  symlinkSync(dir, join(models, "wide"));
+  const server = await startServerProcess(models);
+  try {
+    const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
+    const run = async () => {
+      const stream = await client.chat.completions.create({
+        model: "bench/tiny-qwen3-wide",
+        messages: [{ role: "user", content: "Tell me a story." }],
+        max_tokens: 256,
+        temperature: 0,
+        stream: true,
+        stream_options: { include_usage: true },
+        logit_bias: Object.fromEntries(eos.map((e) => [e, -100])),
+      });
+      let tokens = 0;
+      for await (const chunk of stream) if (chunk.usage) tokens = chunk.usage.completion_tokens;
+      return tokens;
+    };
+    await run();
+    const before = threadCpuUs(server.pid, server.pid);
+    const tokens = await run();
+    return (threadCpuUs(server.pid, server.pid) - before) / tokens;
+  } finally {
+    await server.stop();
+    rmSync(models, { recursive: true, force: true });
+  }
 }
 
 /** Sampling settings whose per-token cost the table reports. */
@@ -171,7 +211,9 @@ async function overheadAt151k(): Promise<EngineWork> {
   const stop = new StopMatcher(["\n\nUser:"]);
   const detokUs = time((_l, i) => stop.push(detok.push(1000 + i)));
   await d.release();
-  return { modelMs, sampling, detokUs };
+  // /proc's CPU times tick in 10 ms: 256 tokens of ~10 ms each make the share readable.
+  const streamUs = await streamingCostUs(dir, [...tok.eosTokenIds]);
+  return { modelMs, sampling, detokUs, streamUs };
 }
 
 const ENGINE_WORK_INTRO = "The engine's own per-token work against one model step at a 151k vocabulary";
@@ -186,12 +228,14 @@ function engineWorkText(o: EngineWork): string {
       ["model step (4 layers, hidden 256, fused)", stepUs.toFixed(0), "100%"],
       ...o.sampling.map(([label, us]) => [label, us.toFixed(0), share(us, 1)]),
       ["detokenise + stop strings", o.detokUs.toFixed(1), share(o.detokUs, 2)],
+      ["streaming: the HTTP thread's CPU per token (SSE)", o.streamUs.toFixed(0), share(o.streamUs, 1)],
     ],
   );
   console.log(overhead);
   return (
     `${ENGINE_WORK_INTRO} (tiny-qwen3 widened; model step measured on ONNX Runtime directly; sampling on that model's ` +
-    `own logits, steady state after one untimed round, best of five; ${new Date().toISOString().slice(0, 10)}, ` +
+    `own logits, steady state after one untimed round, best of five; streaming is the server's HTTP thread's CPU time (from /proc) ` +
+    `over a streamed 256-token greedy completion of the same model through the openai client; ${new Date().toISOString().slice(0, 10)}, ` +
     `1-minute load average ${loadavg()[0]!.toFixed(1)} on ${cpus().length} cores; ` +
     "`bun bench/decode.ts --engine-only` refreshes just this table):\n\n" +
     overhead

@@ -8,6 +8,8 @@ import { spawnServe } from "../test/helpers/serve-process.ts";
 export interface ServerProcess {
   url: string;
   key: string;
+  /** The server's process id; its main (HTTP) thread has the same id. */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -20,6 +22,7 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
   return {
     url: server.url,
     key: server.key!,
+    pid: server.proc.pid,
     async stop() {
       await server.stop();
       rmSync(data, { recursive: true, force: true });
