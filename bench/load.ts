@@ -15,6 +15,8 @@ const SECONDS = Number(args[args.indexOf("--seconds") + 1] ?? 60) || 60;
 const RATIO_ONLY = args.includes("--ratio-only");
 const WRITE = !args.includes("--no-write") && !RATIO_ONLY;
 const RATIO_SECONDS = args.includes("--ratio-seconds") ? Number(args[args.indexOf("--ratio-seconds") + 1]) || 10 : 10;
+/** Interleaved slices per side: the machine's speed drifts between seconds, alike for both sides. */
+const RATIO_SLICES = 5;
 const CONNECTIONS = 32;
 const CHAT_CLIENTS = 8;
 
@@ -121,7 +123,7 @@ async function main() {
   /**
    * One gateway answer, captured whole, repeated by a bare Bun.serve (same status, header names and
    * values, body), so the ratio measures the gateway's work and not a difference in bytes on the
-   * wire; then both under the same wrk, in interleaved halves so a change in the machine's other
+   * wire; then both under the same wrk, in interleaved slices so a change in the machine's other
    * load hits both sides alike.
    */
   async function compare(base: string, auth: Record<string, string>, name: string) {
@@ -148,9 +150,9 @@ async function main() {
     await wrk(`${base}/v1/models`, 2, CONNECTIONS, auth);
     const bareParts: { run: WrkResult; cpu: number }[] = [];
     const gwParts: { run: WrkResult; cpu: number }[] = [];
-    for (let i = 0; i < 2; i++) {
-      bareParts.push(await measured(bare.pid, `http://127.0.0.1:${barePort}/`, RATIO_SECONDS / 2));
-      gwParts.push(await measured(server.pid, `${base}/v1/models`, RATIO_SECONDS / 2, auth));
+    for (let i = 0; i < RATIO_SLICES; i++) {
+      bareParts.push(await measured(bare.pid, `http://127.0.0.1:${barePort}/`, RATIO_SECONDS / RATIO_SLICES));
+      gwParts.push(await measured(server.pid, `${base}/v1/models`, RATIO_SECONDS / RATIO_SLICES, auth));
     }
     bare.kill();
     await bare.exited;
@@ -237,7 +239,7 @@ async function main() {
     const body = [
       `Written by \`bench/load.ts\` on ${machine()}; wrk ${(await new Response(Bun.spawn(["wrk", "-v"], { stdout: "pipe", stderr: "pipe" }).stdout).text()).split("\n")[0]!.split(" [")[0]}, loopback, the gateway in its own process (default log level: one access line per request, to /dev/null), the tiny synthetic byte-level model.`,
       "",
-      `**/v1/models against a bare \`Bun.serve\` that returns one captured gateway answer** (the same status, header names and values, and ${plain.bytes}-byte body; Bun adds date and content-length to both; it builds its Response per request, as an ordinary handler does), wrk 1 thread, ${CONNECTIONS} connections, ${RATIO_SECONDS} s each side in two interleaved halves, same run: **ratio ${plain.ratio.toFixed(2)}** (target ≥ 0.7)${plain.ratio < 0.7 ? ", below the target" : ""}. Server CPU per request (user + system, from /proc) is the steadier figure when other work shares the machine; wrk shares the two cores with both servers.`,
+      `**/v1/models against a bare \`Bun.serve\` that returns one captured gateway answer** (the same status, header names and values, and ${plain.bytes}-byte body; Bun adds date and content-length to both; it builds its Response per request, as an ordinary handler does), wrk 1 thread, ${CONNECTIONS} connections, ${RATIO_SECONDS} s each side in ${RATIO_SLICES} interleaved slices, same run: **ratio ${plain.ratio.toFixed(2)}** (target ≥ 0.7)${plain.ratio < 0.7 ? ", below the target" : ""}. Server CPU per request (user + system, from /proc) is the steadier figure when other work shares the machine; wrk shares the two cores with both servers.`,
       "",
       table(
         ["answer", "gateway req/s", "bare req/s", "ratio", "gateway CPU µs/req", "bare CPU µs/req", "CPU ratio", "gateway p50 / p99 ms", "bare p50 / p99 ms"],
