@@ -111,11 +111,13 @@ export class DecoderSession {
     let session: ort.InferenceSession;
     try {
       const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files));
-      session = await ort.InferenceSession.create(graph.bytes, {
-        ...sessionOptions,
-        // Loaded from memory: external weights are found next to the original file.
-        extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
-      });
+      session = graph.bytes
+        ? await ort.InferenceSession.create(graph.bytes, {
+            ...sessionOptions,
+            // Loaded from memory: external weights are found next to the original file.
+            extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
+          })
+        : await ort.InferenceSession.create(files.onnxPath, sessionOptions);
       stepGraph = graph.step;
     } catch (e) {
       // The rewrites only save work; an export they do not fit still runs as it is.

@@ -11,7 +11,7 @@ import type { onnx } from "onnx-proto";
 import { int64Constant, node } from "./graph-edit.ts";
 
 /** Operators between the projection and the logits output that act on each position alone. */
-const PER_POSITION = new Set(["Identity", "Cast", "Tanh", "Softcap", "Relu", "Sigmoid"]);
+const PER_POSITION = new Set(["Identity", "Cast", "Tanh"]);
 const PER_POSITION_WITH_CONSTANT = new Set(["Add", "Sub", "Mul", "Div"]);
 
 /**

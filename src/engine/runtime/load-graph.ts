@@ -7,9 +7,8 @@ import { splitAttention } from "./split-attention.ts";
 import { addStepKvOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
 
 export interface PreparedGraph {
-  bytes: Uint8Array;
-  /** Logits come only for each row's last position ([batch, 1, vocab]). */
-  lastLogitsOnly: boolean;
+  /** The rewritten model; null when no rewrite applied (the file is loaded as it is). */
+  bytes: Uint8Array | null;
   /** Step outputs of a shared-buffer decoder; null for the standard contract. */
   step: StepKvOutputs | null;
 }
@@ -20,7 +19,8 @@ export interface PreparedGraph {
  */
 export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuffer: boolean): PreparedGraph {
   const model = onnx.ModelProto.decode(readFileSync(onnxPath));
-  const lastLogitsOnly = trimLogitsToLastPosition(model, logits);
+  const trimmed = trimLogitsToLastPosition(model, logits);
   const step = sharedBuffer ? (splitAttention(model) ?? addStepKvOutputs(model)) : null;
-  return { bytes: onnx.ModelProto.encode(model).finish(), lastLogitsOnly, step };
+  // Encoding a model with inline weights copies them all: only when something changed.
+  return { bytes: trimmed || step ? onnx.ModelProto.encode(model).finish() : null, step };
 }

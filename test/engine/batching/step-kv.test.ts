@@ -3,10 +3,11 @@
 // writing the shared buffer in place, over a prefill and decode steps of right-padded rows of
 // different lengths, in float32 and float16.
 import { afterAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { onnx } from "onnx-proto";
 import * as ort from "onnxruntime-node";
+import { FusedKvBackend } from "../../../src/engine/batching/fused-kv.ts";
 import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
 import { splitAttention } from "../../../src/engine/runtime/split-attention.ts";
 import { trimLogitsToLastPosition } from "../../../src/engine/runtime/last-logits.ts";
@@ -138,6 +139,38 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     const gqa = odd.graph!.node!.find((x) => x.opType === "GroupQueryAttention")!;
     odd.graph!.node!.push({ opType: "Neg", input: [gqa.output![1]!], output: ["odd"] });
     expect(splitAttention(odd)).toBeNull();
+  });
+
+  test("a shared-buffer graph no rewrite fits runs in place and decodes as the rewritten one does", async () => {
+    const make = async (name: string) => (await buildSyntheticModel(join(root.path, name), { preset: "tiny-qwen3", variant: "fused", seed: 8 })).dir;
+    const [plainDir, symbolicDir] = [await make("inplace-ref"), await make("inplace")];
+    // Symbolic cache dims: neither rewrite can size its nodes, so the presents are fetched in place.
+    const path = join(symbolicDir, "onnx", "model.onnx");
+    const model = load(path);
+    for (const input of model.graph!.input!.filter((i) => i.name!.startsWith("past_key_values."))) {
+      const dims = input.type!.tensorType!.shape!.dim!;
+      dims[1] = { dimParam: "kv_heads" };
+      dims[3] = { dimParam: "head_size" };
+    }
+    writeFileSync(path, onnx.ModelProto.encode(model).finish());
+    const decoders = [await DecoderSession.create(plainDir, { providers: ["cpu"], threads: 1 }), await DecoderSession.create(symbolicDir, { providers: ["cpu"], threads: 1 })];
+    expect(decoders.map((d) => d.stepMode)).toEqual(["split", null]);
+    const tokens = await Promise.all(
+      decoders.map(async (d) => {
+        const kv = new FusedKvBackend(d, 1 << 26);
+        const seqs = [kv.open(64), kv.open(64), kv.open(64)];
+        let logits = await Promise.all(seqs.map((s, i) => kv.prefill(s, [10 + i, 20, 30 + 2 * i].slice(0, 1 + i))));
+        const out: number[][] = [];
+        for (let step = 0; step < 6; step++) {
+          const next = logits.map((l) => l.indexOf(Math.max(...l)));
+          out.push(next);
+          logits = await kv.decode(seqs, next);
+        }
+        await d.release();
+        return out;
+      }),
+    );
+    expect(tokens[1]).toEqual(tokens[0]!);
   });
 
   test("a graph without GroupQueryAttention is left alone", async () => {
