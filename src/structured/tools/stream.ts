@@ -38,16 +38,18 @@ function matchCallHeader(s: string, from: number): HeaderResult {
     }
     return "ok";
   };
-  ws();
-  let r = lit("{");
+  /** Each literal after optional whitespace; the first that is not matched decides. */
+  const lits = (...ts: string[]): "ok" | "partial" | "fail" => {
+    for (const t of ts) {
+      ws();
+      const r = lit(t);
+      if (r !== "ok") return r;
+    }
+    ws();
+    return "ok";
+  };
+  let r = lits("{", '"name"', ":");
   if (r !== "ok") return { status: r };
-  ws();
-  r = lit('"name"');
-  if (r !== "ok") return { status: r };
-  ws();
-  r = lit(":");
-  if (r !== "ok") return { status: r };
-  ws();
   if (i >= s.length) return { status: "partial" };
   if (s[i] !== '"') return { status: "fail" };
   const start = i++;
@@ -65,10 +67,8 @@ function matchCallHeader(s: string, from: number): HeaderResult {
     return { status: "fail" };
   }
   if (typeof name !== "string" || name === "") return { status: "fail" };
-  ws();
-  r = lit(",");
+  r = lits(",");
   if (r !== "ok") return { status: r };
-  ws();
   if (i >= s.length) return { status: "partial" };
   const keyStart = i;
   r = lit('"arguments"');
@@ -77,10 +77,8 @@ function matchCallHeader(s: string, from: number): HeaderResult {
     r = lit('"parameters"');
   }
   if (r !== "ok") return { status: r };
-  ws();
-  r = lit(":");
+  r = lits(":");
   if (r !== "ok") return { status: r };
-  ws();
   if (i >= s.length) return { status: "partial" };
   if (s[i] !== "{") return { status: "fail" };
   return { status: "ok", name, end: i };

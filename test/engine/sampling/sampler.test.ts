@@ -38,6 +38,15 @@ function expectClose(freq: number[], probs: number[], draws: number): void {
   }
 }
 
+/** Candidates holding every weight of `w`, by id. */
+function candidatesOf(w: number[]): Candidates {
+  const c = new Candidates(w.length);
+  c.ids.set(w.map((_, i) => i));
+  c.weights.set(w);
+  c.n = w.length;
+  return c;
+}
+
 const LOGITS = [2.0, 1.5, 1.0, 0.2, -0.5, -1.0, 0.7, 1.2];
 const N = 20000;
 
@@ -97,20 +106,14 @@ describe("filters", () => {
       while (nucleus < n && acc < p * total) acc += sorted[nucleus++]!;
       nucleus = Math.max(1, nucleus);
 
-      const c = new Candidates(n);
-      c.ids.set(w.map((_, i) => i));
-      c.weights.set(w);
-      c.n = n;
+      const c = candidatesOf(w);
       c.topP(p);
       expect(c.n).toBe(nucleus);
       const kept = Array.from(c.weights.subarray(0, c.n)).sort((a, b) => b - a);
       expect(kept).toEqual(sorted.slice(0, nucleus));
 
       const k = 1 + Math.floor(rnd() * n);
-      const d = new Candidates(n);
-      d.ids.set(w.map((_, i) => i));
-      d.weights.set(w);
-      d.n = n;
+      const d = candidatesOf(w);
       d.topK(k);
       expect(d.n).toBe(k);
       expect(Array.from(d.weights.subarray(0, k)).sort((a, b) => b - a)).toEqual(sorted.slice(0, k));
