@@ -64,19 +64,17 @@ export class FusedKvBackend implements KvBackend {
     return Math.min(this.decoder.spec.maxCacheLength, this.decoder.spec.contextLength);
   }
 
-  /** The power-of-two class (at least 64, at most the graph's limit) that holds `needed` positions. */
+  /** The class (see capacityClass; at most the graph's limit) that holds `needed` positions. */
   capacityFor(needed: number): number {
-    let c = 64;
-    while (c < needed) c *= 2;
-    return Math.min(c, this.limit);
+    return Math.min(capacityClass(needed), this.limit);
   }
 
   /**
    * Where a sequence that needs `needed` positions lives now. Attention and ONNX Runtime's buffers
    * for the present scale with rows × pool capacity (and, without step outputs, so does the
    * binding's copy of each present): a sequence sits in the smallest class that holds it and moves
-   * up as it grows (one copy per doubling), rather than in the class of its whole reservation. It
-   * joins a running pool of a slightly larger class rather than start a batch of one.
+   * up as it grows, rather than in the class of its whole reservation. It joins a running pool of
+   * a slightly larger class rather than start a batch of one.
    */
   private classFor(needed: number, reservation: number): number {
     const c = Math.min(this.capacityFor(needed), reservation);
@@ -86,11 +84,15 @@ export class FusedKvBackend implements KvBackend {
     return c;
   }
 
+  private newPool(capacity: number): Pool {
+    const maxRows = Math.max(1, Math.floor(this.budgetBytes / this.sequenceBytes(capacity)));
+    return new Pool(capacity, maxRows, this.heads * capacity * this.dim);
+  }
+
   private pool(capacity: number): Pool {
     let pool = this.pools.get(capacity);
     if (!pool) {
-      const maxRows = Math.max(1, Math.floor(this.budgetBytes / this.sequenceBytes(capacity)));
-      pool = new Pool(capacity, maxRows, this.heads * capacity * this.dim);
+      pool = this.newPool(capacity);
       this.pools.set(capacity, pool);
     }
     if (pool.rows.length >= pool.maxRows) throw new Error(`KV pool of capacity ${capacity} is full`);
@@ -126,12 +128,46 @@ export class FusedKvBackend implements KvBackend {
     const from = seq.pool!;
     if (needed <= from.capacity) return;
     if (needed > seq.capacity) throw new Error(`sequence reserved ${seq.capacity} positions, needs ${needed}`);
+    if (this.growTogether(from, needed)) return;
     // Saved before unplace: the last row of the pool moves into the gap it leaves.
     const saved = from.arrays!.map((a) => a.slice(seq.row * from.stride, (seq.row + 1) * from.stride) as KvArray);
     this.unplace(seq);
     this.place(seq, this.classFor(needed, seq.capacity));
     const to = seq.pool!;
     saved.forEach((a, i) => copyHeads(a, 0, from.capacity, to.arrays![i]!, seq.row * to.stride, to.capacity, this.heads, this.dim, seq.tokens.length));
+  }
+
+  /**
+   * Decoding rows of a batch grow one position per step, so they cross a class boundary within a
+   * few steps of each other. Moving them one by one would split the batch into two runs (each
+   * paying the graph's fixed cost) until the last has moved; instead the whole pool moves up to
+   * the next class at once, when every row's reservation allows it and no pool of that class
+   * runs. A bigger jump (a prompt chunk) moves only its own sequence.
+   */
+  private growTogether(from: Pool, needed: number): boolean {
+    const next = Math.min(capacityClass(from.capacity + 1), this.limit);
+    if (needed > next || this.pools.has(next) || from.rows.some((r) => r.capacity < next)) return false;
+    const to = this.newPool(next);
+    if (from.rows.length > to.maxRows) return false;
+    to.allocatedRows = Math.min(to.maxRows, Math.max(4, from.rows.length));
+    const n = to.allocatedRows * to.stride;
+    to.arrays = from.arrays!.map((a) => {
+      const out = a instanceof Float32Array ? new Float32Array(n) : new Uint16Array(n);
+      for (const row of from.rows) {
+        copyHeads(a, row.row * from.stride, from.capacity, out, row.row * to.stride, to.capacity, this.heads, this.dim, row.tokens.length);
+      }
+      return out;
+    });
+    to.rows = from.rows;
+    for (const row of to.rows) row.pool = to;
+    this.pools.delete(from.capacity);
+    this.pools.set(next, to);
+    return true;
+  }
+
+  /** Capacities of the pools in use, smallest first (for tests and diagnostics). */
+  poolCapacities(): number[] {
+    return [...this.pools.keys()].sort((a, b) => a - b);
   }
 
   /** Takes the sequence out of its pool, keeping the pool packed (the last row fills the gap). */
@@ -299,4 +335,16 @@ export class FusedKvBackend implements KvBackend {
     pool.arrays!.forEach((a, i) => copyHeads(prefix.arrays[i]!, 0, from, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, length));
     seq.tokens = prefix.tokens.slice(0, length);
   }
+}
+
+/**
+ * Capacity classes in quarter-octave steps from 64 (64, 80, 96, 112, 128, 160, 192, ..., 256, 320,
+ * ...): a pool holds at most a quarter more positions than its longest row needs. Attention reads
+ * every position of the pool's capacity, and at a batch of many rows that read is most of a step:
+ * power-of-two classes left up to half of it masked out.
+ */
+export function capacityClass(needed: number): number {
+  if (needed <= 64) return 64;
+  const step = 2 ** (Math.floor(Math.log2(needed - 1)) - 2);
+  return Math.ceil(needed / step) * step;
 }

@@ -1,0 +1,83 @@
+// The KV pools of shared-buffer graphs: capacity classes a quarter-octave apart, and a batch whose
+// rows cross a class boundary together moving up as one pool (one run per step) with every row's
+// logits unchanged against the same sequence decoded alone.
+import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { capacityClass, FusedKvBackend } from "../../../src/engine/batching/fused-kv.ts";
+import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
+import { buildSyntheticModel } from "../../../src/modelkit/index.ts";
+import { tempDir } from "../../helpers/paths.ts";
+
+const root = tempDir("sluice-pools-");
+afterAll(() => root.remove());
+
+const argmax = (l: Float32Array) => l.reduce((best, v, i) => (v > l[best]! ? i : best), 0);
+
+describe("capacity classes", () => {
+  test("hold what is needed with at most a quarter to spare above 64, and never shrink", () => {
+    let previous = 0;
+    for (let needed = 1; needed <= 5000; needed++) {
+      const c = capacityClass(needed);
+      expect(c).toBeGreaterThanOrEqual(needed);
+      expect(c).toBeGreaterThanOrEqual(previous);
+      if (needed > 64) expect(c).toBeLessThanOrEqual(Math.ceil(needed * 1.25));
+      previous = c;
+    }
+    expect([64, 65, 129, 257, 2049].map(capacityClass)).toEqual([64, 80, 160, 320, 2560]);
+  });
+});
+
+describe("a decoding batch crossing a class boundary", () => {
+  test("moves up as one pool and decodes as each sequence alone", async () => {
+    const info = await buildSyntheticModel(join(root.path, "fused"), { preset: "tiny-qwen3", variant: "fused", seed: 5 });
+    const decoder = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    try {
+      const prompts = [60, 62, 63].map((n, r) => Array.from({ length: n }, (_, i) => 10 + ((i * 7 + r * 13) % 200)));
+      const steps = 24; // from 61..64 positions to 84..87: across 64 and 80
+      const decodeAlone = async (prompt: number[]) => {
+        const b = new FusedKvBackend(decoder, 1 << 26);
+        const seq = b.open(256);
+        let logits = await b.prefill(seq, prompt);
+        const out: Float32Array[] = [];
+        for (let s = 0; s < steps; s++) {
+          [logits] = (await b.decode([seq], [argmax(logits)])) as [Float32Array];
+          out.push(logits);
+        }
+        return out;
+      };
+      const alone = await Promise.all(prompts.map(decodeAlone));
+
+      const b = new FusedKvBackend(decoder, 1 << 26);
+      const seqs = prompts.map(() => b.open(256));
+      let logits = await Promise.all(prompts.map((p, r) => b.prefill(seqs[r]!, p)));
+      const seen = new Set<number>();
+      let runs = 0;
+      const run = decoder.session.run.bind(decoder.session);
+      decoder.session.run = ((...args: Parameters<typeof run>) => {
+        runs++;
+        return run(...args);
+      }) as typeof decoder.session.run;
+      try {
+        for (let s = 0; s < steps; s++) {
+          runs = 0;
+          logits = await b.decode(seqs, logits.map(argmax));
+          expect(runs).toBe(1);
+          expect(b.poolCapacities()).toHaveLength(1);
+          seen.add(b.poolCapacities()[0]!);
+          logits.forEach((l, r) => {
+            const want = alone[r]![s]!;
+            let diff = 0;
+            for (let i = 0; i < l.length; i++) diff = Math.max(diff, Math.abs(l[i]! - want[i]!));
+            expect(diff).toBeLessThan(1e-4);
+          });
+        }
+      } finally {
+        decoder.session.run = run;
+      }
+      // It went through the classes 64 → 80 → 96 on the way.
+      expect([...seen]).toEqual([64, 80, 96]);
+    } finally {
+      await decoder.release();
+    }
+  });
+});
