@@ -160,6 +160,9 @@ class ModelWorker {
         p?.rejected(toError(m.error));
         return;
       }
+      case "round":
+        for (const r of m.messages) this.onMessage(r);
+        return;
       case "events":
         this.pending.get(m.rid)?.channel.push(m.events);
         return;

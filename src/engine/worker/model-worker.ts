@@ -1,12 +1,19 @@
 // Worker entry: owns one model. ONNX Runtime's runs happen here, off the HTTP thread.
 import { EngineBusyError, EngineRequestError } from "../types.ts";
 import { ModelRunner } from "./model-runner.ts";
-import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
+import type { HostMessage, RejectInfo, RoundMessage, WorkerMessage } from "./protocol.ts";
 import { Scheduler } from "./scheduler.ts";
 
 declare const self: Worker;
 
 const post = (m: WorkerMessage) => self.postMessage(m);
+/** Events and endings of the current scheduler round, posted together when it ends. */
+let round: RoundMessage[] = [];
+const endRound = () => {
+  if (round.length === 0) return;
+  post(round.length === 1 ? round[0]! : { type: "round", messages: round });
+  round = [];
+};
 let runner: ModelRunner | null = null;
 let scheduler: Scheduler | null = null;
 
@@ -34,8 +41,9 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
       try {
         runner = await ModelRunner.load(m.options);
         scheduler = new Scheduler(runner, {
-          events: (rid, events) => post({ type: "events", rid, events }),
-          done: (rid, error) => post({ type: "done", rid, error }),
+          events: (rid, events) => void round.push({ type: "events", rid, events }),
+          done: (rid, error) => void round.push({ type: "done", rid, error }),
+          endRound,
           stats: (stats) => post({ type: "stats", stats }),
         }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue });
         void scheduler.run();

@@ -36,6 +36,10 @@ export type WorkerMessage =
   | { type: "rejected"; rid: number; error: RejectInfo }
   | { type: "events"; rid: number; events: GenerationEvent[] }
   | { type: "done"; rid: number; error?: string }
+  /** A scheduler round's events and endings, in order: one message instead of one per request. */
+  | { type: "round"; messages: RoundMessage[] }
   | { type: "log"; level: "debug" | "info" | "warn" | "error"; msg: string; fields?: Record<string, unknown> }
   | { type: "stats"; stats: ModelStats }
   | { type: "closed" };
+
+export type RoundMessage = Extract<WorkerMessage, { type: "events" | "done" }>;

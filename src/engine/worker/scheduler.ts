@@ -17,6 +17,8 @@ import type { WireRequest } from "./protocol.ts";
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
   done(rid: number, error?: string): void;
+  /** The end of a round (or of the work before going idle): what was reported may be sent on. */
+  endRound?(): void;
   stats?(stats: ModelStats): void;
 }
 
@@ -146,6 +148,7 @@ export class Scheduler {
       this.dropCancelled();
       this.startQueued();
       if (this.active.length === 0) {
+        this.sink.endRound?.();
         this.publishStats(true);
         await new Promise<void>((resolve) => (this.wake = resolve));
         this.wake = null;
@@ -154,10 +157,12 @@ export class Scheduler {
       await this.prefillRound();
       await this.decodeRound();
       for (const job of this.active) this.flush(job);
+      this.sink.endRound?.();
       this.publishStats(false);
       // Let cancel and start messages in between rounds.
       await new Promise<void>((r) => setImmediate(r));
     }
+    this.sink.endRound?.();
   }
 
   private dropCancelled() {
