@@ -3,7 +3,7 @@
 // inter-token latency; decode time per token at context 100 vs 2,000; time to first token of a
 // request sharing a 1,000-token prefix with an earlier one. Writes `## Concurrency` of
 // docs/BENCHMARKS.md.  Run: bun bench/concurrency.ts [--threads N] [--quick]
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
@@ -65,6 +65,42 @@ async function stream(client: OpenAI, model: string, content: string, maxTokens:
   return { ttft, gaps, tokens, promptTokens };
 }
 
+/** CPU nanoseconds per thread group of the server process (from /proc's schedstat), and the client's. */
+interface CpuSample {
+  worker: number;
+  http: number;
+  other: number;
+  client: number;
+}
+
+function cpuSample(pid: number): CpuSample {
+  const s: CpuSample = { worker: 0, http: 0, other: 0, client: 0 };
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    let ns: number;
+    let name: string;
+    try {
+      ns = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
+      name = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
+    } catch {
+      continue; // the thread ended in between
+    }
+    // Model workers are Bun Worker threads; ONNX Runtime's pool threads start from them and keep the name.
+    if (Number(tid) === pid) s.http += ns;
+    else if (name === "Worker") s.worker += ns;
+    else s.other += ns;
+  }
+  const c = process.cpuUsage();
+  s.client = (c.user + c.system) * 1000;
+  return s;
+}
+
+const cpuPerToken = (a: CpuSample, b: CpuSample, tokens: number) => ({
+  worker: (b.worker - a.worker) / 1000 / tokens,
+  http: (b.http - a.http) / 1000 / tokens,
+  other: (b.other - a.other) / 1000 / tokens,
+  client: (b.client - a.client) / 1000 / tokens,
+});
+
 const words = "the cat sat on a mat and looked at the big red ball that rolled down the green hill".split(" ");
 const prose = (n: number, seed: number) => Array.from({ length: n }, (_, i) => words[(i * 7 + seed * 3) % words.length]).join(" ");
 
@@ -73,15 +109,21 @@ async function main() {
   const server = await startServerProcess(join(ROOT, "models"), threads > 0 ? ["--threads", String(threads)] : []);
   const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 600_000 });
   const rows: (string | number)[][] = [];
+  const cpuRows: (string | number)[][] = [];
+  const ceilings: string[] = [];
   const speedup: string[] = [];
   try {
     for (const model of ids) {
       const maxTokens = model === "stories260k" ? 128 : 48;
-      await stream(client, model, "warm up", 8);
+      // Warm up first: Bun's JIT keeps tiering the server's per-token code up over a few thousand
+      // tokens, and a cold first level would flatter the ratios of the later ones.
+      for (let w = 0; w < (quick ? 1 : 3); w++) await Promise.all(Array.from({ length: 16 }, (_, i) => stream(client, model, prose(8 + (i % 5), i), maxTokens)));
+      for (let w = 0; w < (quick ? 2 : 8); w++) await stream(client, model, prose(8, w), maxTokens);
       let single = 0;
       for (const n of LEVELS) {
         // A few rounds per level, the median round's throughput: one round moves a lot on 2 cores.
         const rounds: { tps: number; results: StreamResult[] }[] = [];
+        const cpuBefore = cpuSample(server.pid);
         for (let round = 0; round < LEVEL_ROUNDS; round++) {
           const t0 = performance.now();
           const results = await Promise.all(Array.from({ length: n }, (_, i) => stream(client, model, prose(8 + (i % 5), i + round), maxTokens)));
@@ -90,6 +132,17 @@ async function main() {
         }
         const tps = median(rounds.map((r) => r.tps));
         const results = rounds.flatMap((r) => r.results);
+        const cpu = cpuPerToken(cpuBefore, cpuSample(server.pid), results.reduce((s, r) => s + r.tokens, 0));
+        cpuRows.push([model, n, cpu.worker.toFixed(0), cpu.http.toFixed(0), cpu.other.toFixed(0), cpu.client.toFixed(0), (cpu.worker + cpu.http + cpu.other + cpu.client).toFixed(0)]);
+        if (n === 16) {
+          const total = cpu.worker + cpu.http + cpu.other + cpu.client;
+          ceilings.push(
+            `${model}: 6× one stream is ${(6 * single).toFixed(0)} tok/s. At 16 streams a token cost ${total.toFixed(0)} µs of CPU in all ` +
+              `(${cpu.worker.toFixed(0)} in the model worker, ${(cpu.http + cpu.other).toFixed(0)} in the server's other threads, ${cpu.client.toFixed(0)} in the client), ` +
+              `so ${navigator.hardwareConcurrency} cores allow at most ${((navigator.hardwareConcurrency * 1e6) / total).toFixed(0)} tok/s at that cost; ` +
+              `at 6× the model worker's threads alone would need ${((6 * single * cpu.worker) / 1e6).toFixed(2)} cores`,
+          );
+        }
         const tokens = results.reduce((s, r) => s + r.tokens, 0) / LEVEL_ROUNDS;
         if (n === 1) single = tps;
         const ttfts = results.map((r) => r.ttft);
@@ -129,12 +182,18 @@ async function main() {
       `Written by \`bun bench/concurrency.ts\` on ${date}. Machine: ${machine()} (nproc ${navigator.hardwareConcurrency}). ` +
         `ONNX Runtime intra-op threads: ${threads || "chosen by the server (one for a model under 16 MiB of weights, as stories260K; ONNX Runtime's default for bench/50m)"}. The server in its own process, through HTTP with the openai client, greedy, streamed; ` +
         `\`bench/50m\` is \`buildSyntheticModel(dir, {preset: "bench-50m", variant: "fused"})\` (random weights), ` +
-        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each level runs ${LEVEL_ROUNDS} rounds: the median round's throughput, TTFT and ITL pooled over the rounds. Times in ms. ` +
+        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each model is warmed up first (three rounds of 16 streams, eight single requests). Each level runs ${LEVEL_ROUNDS} rounds: the median round's throughput, TTFT and ITL pooled over the rounds. Times in ms. ` +
         `On a 2-core machine shared with other work these ratios move a lot from run to run; rerun before trusting one.`,
       "",
       table(["model", "streams", "tokens per round", "aggregate tok/s (median round)", "vs 1 stream", "TTFT median", "TTFT p99", "ITL median", "ITL p99"], rows),
       "",
       ...speedup.map((s) => `- ${s}.`),
+      "",
+      "CPU time per generated token over each level's rounds, in µs: the server's model worker threads (with ONNX Runtime's), its HTTP thread, its other threads (JIT, GC), and the benchmark's own process (the openai client parsing every chunk), all on the same cores (from /proc's schedstat):",
+      "",
+      table(["model", "streams", "model worker", "HTTP thread", "other server threads", "client", "total"], cpuRows),
+      "",
+      ...ceilings.map((s) => `- ${s}.`),
       "",
       `Decode time per token by context (bench/50m, one stream; ${CONTEXT_ROUNDS} alternating rounds, gaps pooled):`,
       "",
