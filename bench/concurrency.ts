@@ -18,7 +18,11 @@ const threads = Number(args[args.indexOf("--threads") + 1] ?? 0) || 0;
 const quick = args.includes("--quick");
 const LEVELS = quick ? [1, 4, 16] : [1, 4, 16, 64];
 const CONTEXT_ROUNDS = quick ? 2 : 5;
-const LEVEL_ROUNDS = quick ? 1 : 3;
+/**
+ * Rounds per level: a round of one stream is over in a fraction of a second, and its median is
+ * the denominator of every ratio, so the small levels run more rounds.
+ */
+const levelRounds = (streams: number) => (quick ? 1 : streams === 1 ? 9 : streams === 64 ? 3 : 5);
 
 async function models(): Promise<string[]> {
   const ids: string[] = [];
@@ -124,7 +128,8 @@ async function main() {
         // A few rounds per level, the median round's throughput: one round moves a lot on 2 cores.
         const rounds: { tps: number; results: StreamResult[] }[] = [];
         const cpuBefore = cpuSample(server.pid);
-        for (let round = 0; round < LEVEL_ROUNDS; round++) {
+        const levelRoundCount = levelRounds(n);
+        for (let round = 0; round < levelRoundCount; round++) {
           const t0 = performance.now();
           const results = await Promise.all(Array.from({ length: n }, (_, i) => stream(client, model, prose(8 + (i % 5), i + round), maxTokens)));
           const wall = (performance.now() - t0) / 1000;
@@ -143,7 +148,7 @@ async function main() {
               `at 6× the model worker's threads alone would need ${((6 * single * cpu.worker) / 1e6).toFixed(2)} cores`,
           );
         }
-        const tokens = results.reduce((s, r) => s + r.tokens, 0) / LEVEL_ROUNDS;
+        const tokens = results.reduce((s, r) => s + r.tokens, 0) / levelRoundCount;
         if (n === 1) single = tps;
         const ttfts = results.map((r) => r.ttft);
         const gaps = results.flatMap((r) => r.gaps);
@@ -182,7 +187,7 @@ async function main() {
       `Written by \`bun bench/concurrency.ts\` on ${date}. Machine: ${machine()} (nproc ${navigator.hardwareConcurrency}). ` +
         `ONNX Runtime intra-op threads: ${threads || "chosen by the server (one for a model under 16 MiB of weights, as stories260K; ONNX Runtime's default for bench/50m)"}. The server in its own process, through HTTP with the openai client, greedy, streamed; ` +
         `\`bench/50m\` is \`buildSyntheticModel(dir, {preset: "bench-50m", variant: "fused"})\` (random weights), ` +
-        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each model is warmed up first (three rounds of 16 streams, eight single requests). Each level runs ${LEVEL_ROUNDS} rounds: the median round's throughput, TTFT and ITL pooled over the rounds. Times in ms. ` +
+        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each model is warmed up first (three rounds of 16 streams, eight single requests). Each level runs ${quick ? "1 round" : "9 rounds (1 stream), 5 (4 and 16) or 3 (64)"}: the median round's throughput, TTFT and ITL pooled over the rounds. Times in ms. ` +
         `On a 2-core machine shared with other work these ratios move a lot from run to run; rerun before trusting one.`,
       "",
       table(["model", "streams", "tokens per round", "aggregate tok/s (median round)", "vs 1 stream", "TTFT median", "TTFT p99", "ITL median", "ITL p99"], rows),
