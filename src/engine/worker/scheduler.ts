@@ -13,6 +13,7 @@ import { ChoiceStream } from "./choice.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
+import { prefixKey } from "./prefix-key.ts";
 
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
@@ -44,11 +45,10 @@ interface Job {
   rid: number;
   request: WireRequest;
   prompt: number[];
-  /**
-   * Image features of the prompt. Such a prompt never enters or reads the prefix cache: its image
-   * tokens are the same ids whatever the image.
-   */
+  /** Image features of the prompt. */
   images: PromptImages | null;
+  /** The prompt as the prefix cache matches it (image positions stand for their content). */
+  key: number[];
   maxNew: number;
   state: "queued" | "prefill" | "decode";
   choices: ChoiceRun[];
@@ -106,7 +106,8 @@ export class Scheduler {
     for (let index = 0; index < request.n; index++) {
       choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew), seq: null, next: null });
     }
-    this.queue.push({ rid, request, prompt, images, maxNew, state: "queued", choices, cancelled: false, out: [] });
+    const key = prefixKey(prompt, images);
+    this.queue.push({ rid, request, prompt, images, key, maxNew, state: "queued", choices, cancelled: false, out: [] });
     this.wake?.();
     return prompt.length;
   }
@@ -193,7 +194,7 @@ export class Scheduler {
         if (job.images?.rope) c.seq.rope = job.images.rope;
       }
       const first = job.choices[0]!.seq!;
-      const hit = job.images ? null : this.prefix.lookup(job.prompt, job.prompt.length - 1);
+      const hit = this.prefix.lookup(job.key, job.prompt.length - 1);
       if (hit) this.backend.restore(first, hit.entry, hit.length);
       job.state = "prefill";
       this.active.push(job);
@@ -227,8 +228,8 @@ export class Scheduler {
   private beginDecoding(job: Job, logits: Float32Array) {
     const first = job.choices[0]!.seq!;
     let snapshot: PrefixKv | null = null;
-    const promptKv = () => (snapshot ??= this.backend.snapshot(first, job.prompt.length));
-    if (!job.images && job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.prompt)) this.prefix.insert(promptKv());
+    const promptKv = () => (snapshot ??= keyed(this.backend.snapshot(first, job.prompt.length), job.key));
+    if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.key)) this.prefix.insert(promptKv());
     job.choices.forEach((c, i) => {
       if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
       c.next = c.stream.advance(i === 0 ? logits : logits.slice(), job.out);
@@ -277,8 +278,10 @@ export class Scheduler {
     c.seq = null;
     c.next = null;
     this.budget.release(this.backend.sequenceBytes(seq.capacity));
-    if (completed && !job.images && c === job.choices[0] && seq.tokens.length >= this.prefix.minTokens && !this.prefix.covers(seq.tokens)) {
-      this.prefix.insert(this.backend.snapshot(seq, seq.tokens.length));
+    if (completed && c === job.choices[0] && seq.tokens.length >= this.prefix.minTokens) {
+      // The prompt part by its key, then the generated tokens (ordinary ids).
+      const key = [...job.key, ...seq.tokens.slice(job.key.length)];
+      if (!this.prefix.covers(key)) this.prefix.insert(keyed(this.backend.snapshot(seq, seq.tokens.length), key));
     }
     this.backend.close(seq);
   }
@@ -317,3 +320,8 @@ export class Scheduler {
 }
 
 const mib = (b: number) => Math.ceil(b / 2 ** 20);
+
+/** A snapshot filed under the prefix key of its positions rather than their token ids. */
+function keyed(kv: PrefixKv, key: number[]): PrefixKv {
+  return { ...kv, tokens: key.slice(0, kv.tokens.length) };
+}
