@@ -3,6 +3,7 @@
 // image_token_id. Turns a request's images into image features and the prompt text that holds
 // their tokens; the prefill then swaps those tokens' embeddings for the features. Families:
 // Idefics3 / SmolVLM, and Qwen2-VL (whose image tokens also get 3-D rotary positions).
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as ort from "onnxruntime-node";
@@ -21,6 +22,8 @@ import { ropeIndex } from "./rope-index.ts";
 export interface VisionSessionOptions {
   providers: ("cuda" | "cpu")[];
   threads: number;
+  /** Bytes of image features kept for images sent again; absent = ENCODED_CACHE_BYTES. */
+  encodedCacheBytes?: number;
 }
 
 /** An image part of the request and the param that names it (`messages[i].content[j]`). */
@@ -77,11 +80,25 @@ function adapterFor(dir: string, pre: PreprocessorConfig, config: ModelConfig, e
   throw new Error(`image processor '${kind || "unknown"}' is not supported (supported: Idefics3 / SmolVLM and Qwen2-VL layouts)`);
 }
 
+/**
+ * Encoded images kept per model, least recently used first out: a chat about an image sends it
+ * again with every turn, and with the prompt's prefix cached (see worker/prefix-key.ts) encoding
+ * it again would be most of the turn's work.
+ */
+export const ENCODED_CACHE_BYTES = 64 * 2 ** 20;
+
 export class VisionModel {
+  /** By SHA-256 of the data URL and the detail asked for; insertion order is recency. */
+  private readonly encoded = new Map<string, EncodedImage>();
+  private encodedBytes = 0;
+  /** Images answered from the cache (tests, diagnostics). */
+  cacheHits = 0;
+
   private constructor(
     private readonly encoder: ort.InferenceSession,
     private readonly adapter: ImageAdapter,
     readonly imageTokenId: number,
+    private readonly encodedCacheBytes: number,
   ) {}
 
   /** The directory's vision model, or null when it has no vision encoder (a text-only model). */
@@ -100,7 +117,7 @@ export class VisionModel {
       interOpNumThreads: 1,
     });
     try {
-      return new VisionModel(encoder, adapterFor(dir, pre, config, encoder), imageTokenId);
+      return new VisionModel(encoder, adapterFor(dir, pre, config, encoder), imageTokenId, opts.encodedCacheBytes ?? ENCODED_CACHE_BYTES);
     } catch (e) {
       await encoder.release();
       throw e;
@@ -117,8 +134,35 @@ export class VisionModel {
     return this.adapter.mergeSize !== null;
   }
 
-  /** Decodes, preprocesses and encodes one image; failures name the part. */
+  /** Decodes, preprocesses and encodes one image (or finds it encoded already); failures name the part. */
   async encode(img: RequestImage): Promise<EncodedImage> {
+    const url = img.part.image_url.url;
+    const key = createHash("sha256").update(url).update(`\n${img.part.image_url.detail ?? "auto"}`).digest("base64");
+    const cached = this.encoded.get(key);
+    if (cached) {
+      this.encoded.delete(key);
+      this.encoded.set(key, cached);
+      this.cacheHits++;
+      return cached;
+    }
+    const image = await this.encodeNew(img);
+    this.remember(key, image);
+    return image;
+  }
+
+  private remember(key: string, image: EncodedImage): void {
+    const bytes = image.features.byteLength;
+    if (bytes > this.encodedCacheBytes) return;
+    for (const [k, old] of this.encoded) {
+      if (this.encodedBytes + bytes <= this.encodedCacheBytes) break;
+      this.encoded.delete(k);
+      this.encodedBytes -= old.features.byteLength;
+    }
+    this.encoded.set(key, image);
+    this.encodedBytes += bytes;
+  }
+
+  private async encodeNew(img: RequestImage): Promise<EncodedImage> {
     const url = img.part.image_url.url;
     const fail = (why: string) => new ImageInputError(`Invalid image in ${img.param}: ${why}.`, img.param);
     if (!/^data:/i.test(url)) throw fail("the image was not resolved to inline data before reaching the engine");
