@@ -33,12 +33,25 @@ export function reusable(t: ort.Tensor): ort.Tensor {
 export function int64Tensor(values: ArrayLike<number>, dims: readonly number[]): ort.Tensor {
   const data = new BigInt64Array(values.length);
   const halves = new Int32Array(data.buffer);
+  // One loop per kind of source: a single loop fed masks (Uint8Array) and ids (arrays) in turn
+  // left JavaScriptCore's optimised code bailing out on every call (its element loads are
+  // specialised to the kind of array they first saw).
+  if (values instanceof Uint8Array) writeBytes(values, halves);
+  else if (Array.isArray(values)) writeNumbers(values as number[], halves);
+  else writeNumbers(Array.from(values), halves);
+  return new ort.Tensor("int64", data, dims);
+}
+
+function writeBytes(values: Uint8Array, halves: Int32Array): void {
+  for (let i = 0; i < values.length; i++) halves[2 * i] = values[i]!;
+}
+
+function writeNumbers(values: number[], halves: Int32Array): void {
   for (let i = 0; i < values.length; i++) {
     const v = values[i]!;
     halves[2 * i] = v;
     halves[2 * i + 1] = v < 0 ? -1 : 0;
   }
-  return new ort.Tensor("int64", data, dims);
 }
 
 /** Rows [offset, offset+length) of float logits as float32. */
