@@ -7,19 +7,23 @@
 import { createHash } from "node:crypto";
 import type { PromptImages } from "../vision/vision-model.ts";
 
-/** Content hashes of feature rows → their negative ids. Ids are never reused. */
+/** Content hashes of feature rows → their negative ids, least recently used first. Ids are never reused. */
 const interned = new Map<string, number>();
-/** Beyond this many rows the table starts over: old rows then only miss, they never match wrongly. */
+/**
+ * Beyond this many rows the least recently used is forgotten: a later prompt with that row gets a
+ * new id, so an entry keyed by the old one can only miss, never match wrongly.
+ */
 const MAX_INTERNED = 1 << 16;
 let nextId = -1;
 
 function internRow(digest: string): number {
   let id = interned.get(digest);
-  if (id === undefined) {
-    if (interned.size >= MAX_INTERNED) interned.clear();
+  if (id !== undefined) interned.delete(digest);
+  else {
+    if (interned.size >= MAX_INTERNED) interned.delete(interned.keys().next().value!);
     id = nextId--;
-    interned.set(digest, id);
   }
+  interned.set(digest, id);
   return id;
 }
 
