@@ -3,11 +3,11 @@
 // inter-token latency; decode time per token at context 100 vs 2,000; time to first token of a
 // request sharing a 1,000-token prefix with an earlier one. Writes `## Concurrency` of
 // docs/BENCHMARKS.md.  Run: bun bench/concurrency.ts [--threads N] [--quick]
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
-import { startServerProcess } from "./server-process.ts";
+import { startServerProcess, threadsCpu } from "./server-process.ts";
 import { machine, median, percentile, table, writeSection } from "./report.ts";
 
 const REPO = join(import.meta.dir, "..");
@@ -79,19 +79,11 @@ interface CpuSample {
 
 function cpuSample(pid: number): CpuSample {
   const s: CpuSample = { worker: 0, http: 0, other: 0, client: 0 };
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    let ns: number;
-    let name: string;
-    try {
-      ns = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
-      name = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
-    } catch {
-      continue; // the thread ended in between
-    }
+  for (const t of threadsCpu(pid)) {
     // Model workers are Bun Worker threads; ONNX Runtime's pool threads start from them and keep the name.
-    if (Number(tid) === pid) s.http += ns;
-    else if (name === "Worker") s.worker += ns;
-    else s.other += ns;
+    if (t.tid === pid) s.http += t.cpuNs;
+    else if (t.name === "Worker") s.worker += t.cpuNs;
+    else s.other += t.cpuNs;
   }
   const c = process.cpuUsage();
   s.client = (c.user + c.system) * 1000;

@@ -11,7 +11,7 @@ import { join, resolve } from "node:path";
 import OpenAI from "openai";
 import { parseArgs } from "node:util";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
-import { startServerProcess } from "./server-process.ts";
+import { startServerProcess, threadsCpu } from "./server-process.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import { createSampler, DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
 import { StopMatcher } from "../src/engine/text/stop.ts";
@@ -19,7 +19,8 @@ import { BENCHMARKS_MD, machine, median, table, writeSection } from "./report.ts
 import type { GenerationEvent, SamplingParams } from "../src/engine/types.ts";
 import { ModelRunner } from "../src/engine/worker/model-runner.ts";
 import { Scheduler } from "../src/engine/worker/scheduler.ts";
-import { modelWeightBytes, weightFloor, type WeightFloor } from "./weight-floor.ts";
+import { weightFloor, type WeightFloor } from "./weight-floor.ts";
+import { DecoderSession, modelFileBytes } from "../src/engine/runtime/decoder.ts";
 
 const { values } = parseArgs({
   options: {
@@ -190,10 +191,8 @@ interface EngineWork {
   streamUs: number;
 }
 
-/** CPU time (µs) a thread of a process has used, from /proc's schedstat (nanoseconds). */
-function threadCpuUs(pid: number, tid: number): number {
-  return Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]) / 1000;
-}
+/** CPU time (µs) the server's main (HTTP) thread has used. */
+const httpThreadCpuUs = (pid: number) => threadsCpu(pid).find((t) => t.tid === pid)!.cpuNs / 1000;
 
 /** The HTTP thread's CPU per token while the server streams a long greedy completion. */
 async function streamingCostUs(dir: string, eos: number[]): Promise<number> {
@@ -217,9 +216,9 @@ async function streamingCostUs(dir: string, eos: number[]): Promise<number> {
       return tokens;
     };
     await run();
-    const before = threadCpuUs(server.pid, server.pid);
+    const before = httpThreadCpuUs(server.pid);
     const tokens = await run();
-    return (threadCpuUs(server.pid, server.pid) - before) / tokens;
+    return (httpThreadCpuUs(server.pid) - before) / tokens;
   } finally {
     await server.stop();
     rmSync(models, { recursive: true, force: true });
@@ -241,7 +240,6 @@ async function overheadAt151k(): Promise<EngineWork> {
   if (!existsSync(join(dir, "sluice.json"))) {
     await buildSyntheticModel(dir, { preset: "tiny-qwen3", id: "bench/tiny-qwen3-wide", variant: "fused", shape: { hiddenSize: 256, intermediateSize: 768, numLayers: 4, numHeads: 4, numKvHeads: 2, headDim: 64 } });
   }
-  const { DecoderSession } = await import("../src/engine/runtime/decoder.ts");
   const d = await DecoderSession.create(dir, { providers: ["cpu"], threads: 0 });
   const tok = TextTokenizer.load(dir);
   const kv = d.emptyCache();
@@ -362,7 +360,7 @@ async function main() {
         const tps = median(ms.map((m) => m.tokPerS));
         rows.push([t.label, name, tps.toFixed(1), median(ms.map((m) => m.ttftMs)).toFixed(1), `${(tps / tj).toFixed(2)}×`]);
       }
-      const floor: WeightFloor = await weightFloor(modelWeightBytes(join(ROOT, t.dirs.standard, "onnx")));
+      const floor: WeightFloor = await weightFloor(modelFileBytes(join(ROOT, t.dirs.standard, "onnx", "model.onnx")));
       const best = Math.max(...Object.entries(results).filter(([n]) => n.startsWith("sluice")).map(([, ms]) => median(ms.map((m) => m.tokPerS))));
       floorRows.push([
         t.label,

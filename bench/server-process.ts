@@ -1,6 +1,6 @@
 // The gateway for benchmarks, in its own process as in production: the load generator's own
 // work (the openai client parsing every chunk) then does not share the server's thread.
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { spawnServe } from "../test/helpers/serve-process.ts";
@@ -28,4 +28,25 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
       rmSync(data, { recursive: true, force: true });
     },
   };
+}
+
+/** A thread of a process: its name and the CPU time it has used, from /proc (schedstat, nanoseconds). */
+export interface ThreadCpu {
+  tid: number;
+  name: string;
+  cpuNs: number;
+}
+
+/** The threads of a process now; one that ends while being read is left out. */
+export function threadsCpu(pid: number): ThreadCpu[] {
+  const out: ThreadCpu[] = [];
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const cpuNs = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
+      out.push({ tid: Number(tid), name: readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim(), cpuNs });
+    } catch {
+      // The thread ended in between.
+    }
+  }
+  return out;
 }

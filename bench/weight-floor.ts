@@ -2,9 +2,9 @@
 // read once per token: ONNX Runtime multiplying one row by a matrix as large as the model's weights
 // (the cheapest way to stream those bytes through its kernels). A decoder whose step takes close
 // to this is bound by memory bandwidth, whichever engine drives it.
-import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import * as ort from "onnxruntime-node";
+import { modelFileBytes } from "../src/engine/runtime/decoder.ts";
 import { GraphBuilder, serializeModel } from "../src/modelkit/index.ts";
 import { median } from "./report.ts";
 
@@ -16,13 +16,6 @@ export interface WeightFloor {
   ms: number;
   /** Bytes per second that pass streams. */
   bytesPerSecond: number;
-}
-
-/** Bytes of the model's ONNX graph and external data files (its weights, as exported). */
-export function modelWeightBytes(onnxDir: string): number {
-  return readdirSync(onnxDir)
-    .filter((f) => f.startsWith("model.onnx"))
-    .reduce((sum, f) => sum + statSync(join(onnxDir, f)).size, 0);
 }
 
 export async function weightFloor(weightBytes: number, runs = 15): Promise<WeightFloor> {
@@ -55,6 +48,6 @@ export async function weightFloor(weightBytes: number, runs = 15): Promise<Weigh
 if (import.meta.main) {
   const dir = process.argv[2];
   if (!dir) throw new Error("usage: bun bench/weight-floor.ts <model dir>");
-  const f = await weightFloor(modelWeightBytes(join(dir, "onnx")));
+  const f = await weightFloor(modelFileBytes(join(dir, "onnx", "model.onnx")));
   console.log(`${(f.weightBytes / 1e6).toFixed(1)} MB of weights: ${f.ms.toFixed(2)} ms per pass (${(f.bytesPerSecond / 1e9).toFixed(1)} GB/s)`);
 }

@@ -26,13 +26,16 @@ const SINGLE_THREAD_BELOW_BYTES = 16 * 2 ** 20;
 /** The configured count, else 1 for small models and ONNX Runtime's default (0) otherwise. */
 export function intraOpThreads(configured: number, onnxPath: string): number {
   if (configured > 0) return configured;
+  return modelFileBytes(onnxPath) < SINGLE_THREAD_BELOW_BYTES ? 1 : 0;
+}
+
+/** Bytes of a graph file and its external data files (model.onnx_data, model.onnx.data, ...). */
+export function modelFileBytes(onnxPath: string): number {
   const dir = dirname(onnxPath);
   const base = onnxPath.slice(dir.length + 1);
-  // The graph and its external data files (model.onnx_data, model.onnx.data, ...).
-  const bytes = readdirSync(dir)
+  return readdirSync(dir)
     .filter((f) => f.startsWith(base))
     .reduce((sum, f) => sum + statSync(join(dir, f)).size, 0);
-  return bytes < SINGLE_THREAD_BELOW_BYTES ? 1 : 0;
 }
 
 /**
