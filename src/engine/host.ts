@@ -161,17 +161,15 @@ class ModelWorker {
         return;
       }
       case "round":
-        for (const r of m.messages) this.onMessage(r);
+        for (const r of m.messages) {
+          const p = this.pending.get(r.rid);
+          if (r.type === "events") p?.channel.push(r.events);
+          else {
+            this.pending.delete(r.rid);
+            p?.channel.end(r.error ? new Error(r.error) : undefined);
+          }
+        }
         return;
-      case "events":
-        this.pending.get(m.rid)?.channel.push(m.events);
-        return;
-      case "done": {
-        const p = this.pending.get(m.rid);
-        this.pending.delete(m.rid);
-        p?.channel.end(m.error ? new Error(m.error) : undefined);
-        return;
-      }
       case "stats":
         this.stats = m.stats;
         return;

@@ -11,7 +11,7 @@ const post = (m: WorkerMessage) => self.postMessage(m);
 let round: RoundMessage[] = [];
 const endRound = () => {
   if (round.length === 0) return;
-  post(round.length === 1 ? round[0]! : { type: "round", messages: round });
+  post({ type: "round", messages: round });
   round = [];
 };
 let runner: ModelRunner | null = null;

@@ -34,12 +34,11 @@ export type WorkerMessage =
   | { type: "load-failed"; error: string }
   | { type: "started"; rid: number; promptTokens: number }
   | { type: "rejected"; rid: number; error: RejectInfo }
-  | { type: "events"; rid: number; events: GenerationEvent[] }
-  | { type: "done"; rid: number; error?: string }
   /** A scheduler round's events and endings, in order: one message instead of one per request. */
   | { type: "round"; messages: RoundMessage[] }
   | { type: "log"; level: "debug" | "info" | "warn" | "error"; msg: string; fields?: Record<string, unknown> }
   | { type: "stats"; stats: ModelStats }
   | { type: "closed" };
 
-export type RoundMessage = Extract<WorkerMessage, { type: "events" | "done" }>;
+/** What a round reports of one request: its new events, or its end (with the error, if it failed). */
+export type RoundMessage = { type: "events"; rid: number; events: GenerationEvent[] } | { type: "done"; rid: number; error?: string };
