@@ -44,7 +44,7 @@ async function stepUs(rows: number, capacity: number): Promise<number> {
       feeds[name] = floatTensor("float32", data, [rows, spec.kvHeads, capacity, spec.headDim]);
     }
   });
-  const fetches = [spec.logits, ...stepKv!.flatMap((s) => [s.key, s.value])];
+  const fetches = [spec.logits, stepKv!.output];
   const run = () => decoder.session.run(feeds as Record<string, ort.Tensor>, fetches);
   for (let i = 0; i < 50; i++) await run();
   const times: number[] = [];

@@ -219,30 +219,34 @@ export class FusedKvBackend implements KvBackend {
     spec.layers.forEach((l, i) => {
       feeds[l.pastKey] = kv[2 * i]!;
       feeds[l.pastValue] = kv[2 * i + 1]!;
-      if (stepKv) {
-        fetches[stepKv[i]!.key] = fetches[stepKv[i]!.value] = null;
-      } else {
+      if (!stepKv) {
         fetches[l.presentKey] = kv[2 * i]!;
         fetches[l.presentValue] = kv[2 * i + 1]!;
       }
     });
+    if (stepKv) fetches[stepKv.output] = null;
     const out = await this.decoder.session.run(feeds, fetches as ort.InferenceSession.FetchesType);
     if (stepKv) {
-      stepKv.forEach((names, i) => {
-        this.writeStep(out[names.key]!, pool.arrays![2 * i]!, pool, firstRow, writes);
-        this.writeStep(out[names.value]!, pool.arrays![2 * i + 1]!, pool, firstRow, writes);
+      const packed = out[stepKv.output]!;
+      stepKv.blocks.forEach((b, i) => {
+        this.writeStep(packed, b.key, rows, pool.arrays![2 * i]!, pool, firstRow, writes);
+        this.writeStep(packed, b.value, rows, pool.arrays![2 * i + 1]!, pool, firstRow, writes);
       });
     }
     return out[spec.logits]!;
   }
 
-  /** Copies a step output [rows, heads, tokens, dim] into the rows' places in a pool buffer. */
-  private writeStep(t: ort.Tensor, dst: KvArray, pool: Pool, firstRow: number, writes: [number, number][]): void {
+  /**
+   * Copies block `block` [rows, heads, tokens, dim] of the packed step output into the rows'
+   * places in a pool buffer.
+   */
+  private writeStep(t: ort.Tensor, block: number, rows: number, dst: KvArray, pool: Pool, firstRow: number, writes: [number, number][]): void {
     const src: KvArray = t.type === "float16" ? halfBits(t.data) : (t.data as Float32Array);
     const tokens = t.dims[2]!;
     const { heads, dim } = this;
+    const base = block * rows * heads * tokens * dim;
     for (const [row, position] of writes) {
-      const from = row * heads * tokens * dim;
+      const from = base + row * heads * tokens * dim;
       const to = (firstRow + row) * pool.stride + position * dim;
       if (tokens > 1) {
         copyHeads(src, from, tokens, dst, to, pool.capacity, heads, dim, tokens);

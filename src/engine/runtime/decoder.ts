@@ -6,7 +6,7 @@ import * as ort from "onnxruntime-node";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
 import { planPositions, type RopePlan } from "./mrope.ts";
 import { prepareDecoderGraph } from "./load-graph.ts";
-import type { StepKvOutputs, StepOutputNames } from "./step-kv-outputs.ts";
+import type { StepBlocks, StepKvOutputs } from "./step-kv-outputs.ts";
 import { copyHeads, type KvArray } from "../batching/kv.ts";
 import { floatInput, floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
 
@@ -81,6 +81,15 @@ export interface KvCache {
   tensors: ort.Tensor[];
 }
 
+/** Where a run's new positions are in the packed step output (see step-kv-outputs.ts). */
+export interface StepKvLayout {
+  /** Output name: [count * batch, kv_heads, new tokens, head_dim]. */
+  output: string;
+  count: number;
+  /** Per layer, as spec.layers. */
+  blocks: StepBlocks[];
+}
+
 export class DecoderSession {
   private constructor(
     readonly session: ort.InferenceSession,
@@ -89,10 +98,10 @@ export class DecoderSession {
     /** The embed_tokens graph of a split (vision-language) export: input_ids -> inputs_embeds. */
     readonly embedder: ort.InferenceSession | null,
     /**
-     * Per layer (as spec.layers), outputs holding only the positions a run adds, for
-     * shared-buffer graphs loaded through addStepKvOutputs; null when the presents must be fetched.
+     * The output holding only the positions a run adds, for shared-buffer graphs rewritten at
+     * load (see load-graph.ts); null when the presents must be fetched.
      */
-    readonly stepKv: StepOutputNames[] | null,
+    readonly stepKv: StepKvLayout | null,
     /** How stepKv is produced (see load-graph.ts); null without step outputs. */
     readonly stepMode: StepKvOutputs["kind"] | null,
     /** What the operator should know about how the graph was loaded. */
@@ -133,9 +142,10 @@ export class DecoderSession {
         type: m.isTensor ? m.type : "non-tensor",
         shape: m.isTensor ? [...m.shape] : [],
       }));
-    const spec = decoderSpec(files, meta(session.inputMetadata), meta(session.outputMetadata), stepGraph ? new Set(stepGraph.outputs.keys()) : undefined);
-    const stepKv = stepGraph ? spec.layers.map((l) => stepGraph.outputs.get(l.pastKey) ?? null) : null;
-    const complete = stepKv?.every((o): o is StepOutputNames => o !== null) ? (stepKv as StepOutputNames[]) : null;
+    const spec = decoderSpec(files, meta(session.inputMetadata), meta(session.outputMetadata), stepGraph ? new Set(stepGraph.blocks.keys()) : undefined);
+    const blocks = stepGraph ? spec.layers.map((l) => stepGraph.blocks.get(l.pastKey)) : [];
+    const complete: StepKvLayout | null =
+      stepGraph && blocks.every((b) => b !== undefined) ? { output: stepGraph.packed, count: stepGraph.count, blocks: blocks as StepBlocks[] } : null;
     let embedder: ort.InferenceSession | null = null;
     if (spec.inputsEmbeds) {
       const path = join(dirname(files.onnxPath), "embed_tokens.onnx");
@@ -219,8 +229,9 @@ export class DecoderSession {
     spec.layers.forEach((l, i) => {
       if (step) {
         // Only the new positions come back: append them to each head of the cache.
-        kv.tensors[2 * i] = this.appended(kv.tensors[2 * i]!, out[step[i]!.key]!, past);
-        kv.tensors[2 * i + 1] = this.appended(kv.tensors[2 * i + 1]!, out[step[i]!.value]!, past);
+        const packed = out[step.output]!;
+        kv.tensors[2 * i] = this.appended(kv.tensors[2 * i]!, packed, step.blocks[i]!.key, past);
+        kv.tensors[2 * i + 1] = this.appended(kv.tensors[2 * i + 1]!, packed, step.blocks[i]!.value, past);
       } else {
         kv.tensors[2 * i] = reusable(out[l.presentKey]!);
         kv.tensors[2 * i + 1] = reusable(out[l.presentValue]!);
@@ -230,15 +241,15 @@ export class DecoderSession {
     return this.lastLogits(out[spec.logits]!, 0);
   }
 
-  /** [1, heads, past, dim] followed by [1, heads, new, dim] along the positions. */
-  private appended(cache: ort.Tensor, step: ort.Tensor, past: number): ort.Tensor {
+  /** [1, heads, past, dim] followed by block `block` [1, heads, new, dim] of a packed step output. */
+  private appended(cache: ort.Tensor, packed: ort.Tensor, block: number, past: number): ort.Tensor {
     const { kvType, kvHeads, headDim } = this.spec;
-    const added = step.dims[2]!;
+    const added = packed.dims[2]!;
     const total = past + added;
     const from = (t: ort.Tensor): KvArray => (kvType === "float16" ? halfBits(t.data) : (t.data as Float32Array));
     const out: KvArray = kvType === "float16" ? new Uint16Array(kvHeads * total * headDim) : new Float32Array(kvHeads * total * headDim);
     copyHeads(from(cache), 0, past, out, 0, total, kvHeads, headDim, past);
-    copyHeads(from(step), 0, added, out, past * headDim, total, kvHeads, headDim, added);
+    copyHeads(from(packed), block * kvHeads * added * headDim, added, out, past * headDim, total, kvHeads, headDim, added);
     return floatTensor(kvType, out, [1, kvHeads, total, headDim]);
   }
 

@@ -9,16 +9,17 @@
 //
 // The past mask hides the buffer's positions at or beyond each row's past length (read from
 // seqlens_k, as GroupQueryAttention does). Rotary embeddings use the node's own cos/sin caches at
-// the same positions. The new keys and values (rotated) become the graph's step outputs, which
-// the engine writes into its buffers. Grouped heads are matched without copying the cache: the
-// query is viewed as [batch, kv_heads, group * tokens, head] against [batch, kv_heads, cap, head].
+// the same positions. The new keys and values (rotated) become the graph's packed step output
+// (see step-kv-outputs.ts), which the engine writes into its buffers. Grouped heads are matched
+// without copying the cache: the query is viewed as [batch, kv_heads, group * tokens, head]
+// against [batch, kv_heads, cap, head].
 //
 // Only configurations whose semantics this reproduces exactly are rewritten (separate q/k/v,
-// float32, no sliding window, softcap, smooth softmax or extra inputs); any other graph is left to
-// addStepKvOutputs.
+// float32, one cache shape for all layers, no sliding window, softcap, smooth softmax or extra
+// inputs); any other graph is left to addStepKvOutputs.
 import type { onnx } from "onnx-proto";
-import { FLOAT, floatConstant, inputInfo, int64Constant, node, numberAttr, positionNodes, tensorOutput } from "./graph-edit.ts";
-import type { StepKvOutputs, StepOutputNames } from "./step-kv-outputs.ts";
+import { FLOAT, floatConstant, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
+import { packStepOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
 
 const MS = "com.microsoft";
 /** Masked scores: far below any real score, finite so a fully masked part never makes NaN. */
@@ -67,6 +68,8 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
     const [, kvHeads, , dim] = info?.dims ?? [];
     const heads = numberAttr(n, "num_heads", 0);
     if (!info || info.elemType !== FLOAT || !kvHeads || !dim || numberAttr(n, "kv_num_heads", 0) !== kvHeads || heads % kvHeads !== 0) return null;
+    // One packed step output: every layer's cache has the same shape.
+    if (layers.length > 0 && (layers[0]!.kvHeads !== kvHeads || layers[0]!.dim !== dim)) return null;
     layers.push({ node: n, heads, kvHeads, dim });
   }
   return layers;
@@ -103,8 +106,7 @@ export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
     node("Where", [`${p}_new_future`, `${p}_min_f`, `${p}_zero_f`], [`${p}_new_bias`]),
   ];
   const added: onnx.INodeProto[] = [];
-  const outputs = new Map<string, StepOutputNames>();
-  const outputInfos: onnx.IValueInfoProto[] = [];
+  const steps: { pastKey: string; key: string; value: string }[] = [];
   const groupTiles = new Map<number, string>();
 
   layers.forEach(({ node: gqa, heads, kvHeads, dim }, i) => {
@@ -163,17 +165,18 @@ export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
       node("Transpose", [`${l}_o_5d`], [`${l}_o_t`], { perm: [0, 3, 1, 2, 4] }),
       node("Reshape", [`${l}_o_t`, `${l}_o3`], [out]),
     );
-    outputs.set(pastK!, names);
-    for (const name of [names.key, names.value]) outputInfos.push(tensorOutput(name, FLOAT, ["batch_size", kvHeads, "sequence_length", dim]));
+    steps.push({ pastKey: pastK!, ...names });
   });
+  const { kvHeads, dim } = layers[0]!;
+  const packed = packStepOutputs(steps, FLOAT, kvHeads, dim);
 
   // The presents are no longer produced: drop them from the outputs with their nodes.
   const renames = presentRenames(graph, layers.map((l) => l.node))!;
   const gone = new Set([...layers.map((l) => l.node), ...renames]);
   const dropped = new Set([...layers.flatMap((l) => [l.node.output![1], l.node.output![2]]), ...renames.map((n) => n.output![0])]);
-  graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...shared, ...added]);
-  graph.output = [...(graph.output ?? []).filter((o) => !dropped.has(o.name ?? "")), ...outputInfos];
-  return { kind: "split", outputs };
+  graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...shared, ...added, packed.node]);
+  graph.output = [...(graph.output ?? []).filter((o) => !dropped.has(o.name ?? "")), packed.output];
+  return { kind: "split", packed: packed.packed, count: packed.count, blocks: packed.blocks };
 }
 
 /** The nodes in a topological order (ONNX requires it), the given order kept where it is free. */

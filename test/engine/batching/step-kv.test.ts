@@ -32,10 +32,11 @@ async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" =
   const model = load(path);
   const step = rewrite === "split" ? splitAttention(model) : addStepKvOutputs(model);
   expect(step).not.toBeNull();
-  expect([...step!.outputs.values()][0]!.key).toStartWith(rewrite === "split" ? "sluice_split" : "sluice_step");
+  expect(step!.kind).toBe(rewrite);
   const stepped = await ort.InferenceSession.create(onnx.ModelProto.encode(model).finish());
   const layers = plain.inputNames.filter((n) => n.startsWith("past_key_values.") && n.endsWith(".key"));
-  expect(step!.outputs.size).toBe(layers.length);
+  expect(step!.blocks.size).toBe(layers.length);
+  expect(step!.count).toBe(2 * layers.length);
   const meta = plain.inputMetadata.find((m) => m.name === layers[0]) as unknown as { shape: number[] };
   const [heads, dim] = [meta.shape[1]!, meta.shape[3]!];
   const alloc = () => layers.flatMap(() => [0, 1].map((): Kv => (dtype === "float16" ? new Uint16Array(ROWS * heads * CAP * dim) : new Float32Array(ROWS * heads * CAP * dim))));
@@ -68,17 +69,18 @@ async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" =
     });
     const outA = await plain.run(a, fetches as ort.InferenceSession.FetchesType);
     const b = feeds(ids, lens, width, copied, rows);
-    const names = layers.map((n) => step!.outputs.get(n)!);
-    const outB = await stepped.run(b, ["logits", ...names.flatMap((n) => [n.key, n.value])]);
+    const outB = await stepped.run(b, ["logits", step!.packed]);
     const t = ids[0]!.length;
-    names.forEach((n, i) => {
-      for (const [which, name] of [[0, n.key], [1, n.value]] as const) {
-        const out = outB[name]!;
-        expect(out.dims).toEqual([rows, heads, t, dim]);
-        const src = dtype === "float16" ? halfBits(out.data) : (out.data as Float32Array);
+    const out = outB[step!.packed]!;
+    expect(out.dims).toEqual([step!.count * rows, heads, t, dim]);
+    const src = dtype === "float16" ? halfBits(out.data) : (out.data as Float32Array);
+    layers.forEach((n, i) => {
+      const blocks = step!.blocks.get(n)!;
+      for (const [which, block] of [[0, blocks.key], [1, blocks.value]] as const) {
         const dst = copied[2 * i + which]!;
         for (let r = 0; r < rows; r++) {
-          for (let h = 0; h < heads; h++) dst.set(src.subarray((r * heads + h) * t * dim, ((r * heads + h) * t + t) * dim), ((r * heads + h) * CAP + lens[r]! - t) * dim);
+          const from = (block * rows + r) * heads * t * dim;
+          for (let h = 0; h < heads; h++) dst.set(src.subarray(from + h * t * dim, from + (h + 1) * t * dim), ((r * heads + h) * CAP + lens[r]! - t) * dim);
         }
       }
     });
@@ -111,7 +113,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
   test("a decoder with external weights is loaded from memory with its weights found beside the file", async () => {
     const info = await buildSyntheticModel(join(root.path, "external"), { preset: "tiny-bytes", variant: "fused", seed: 5, externalDataThreshold: 0 });
     const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
-    expect(d.stepKv).toHaveLength(d.spec.layers.length);
+    expect(d.stepKv?.blocks).toHaveLength(d.spec.layers.length);
     const logits = await d.forward([1, 2, 3], d.emptyCache());
     expect(logits.length).toBe(d.spec.vocabSize);
     expect(logits.every(Number.isFinite)).toBe(true);
