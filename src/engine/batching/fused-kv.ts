@@ -201,13 +201,14 @@ export class FusedKvBackend implements KvBackend {
   }
 
   /**
-   * One run over `rows` consecutive pool rows from `firstRow`. `writes` are the rows whose new
-   * positions must land in the cache (batch row, the position of its first new token): with step
-   * outputs only those are copied in; without them ONNX Runtime writes every row in place and the
-   * binding copies each present back whole.
+   * One run of `tokens` per row over `rows` consecutive pool rows from `firstRow`. `writes` are
+   * the rows whose new positions must land in the cache (batch row, the position of its first new
+   * token): with step outputs only those are copied in; without them ONNX Runtime writes every
+   * row in place and the binding copies each present back whole.
    */
   private async run(
     feeds: Record<string, ort.Tensor>,
+    tokens: number,
     pool: Pool,
     firstRow: number,
     rows: number,
@@ -225,7 +226,7 @@ export class FusedKvBackend implements KvBackend {
       }
     });
     if (stepKv) fetches[stepKv.output] = null;
-    const out = await this.decoder.session.run(feeds, fetches as ort.InferenceSession.FetchesType);
+    const out = await this.decoder.run(feeds, fetches as ort.InferenceSession.FetchesType, tokens);
     if (stepKv) {
       const packed = out[stepKv.output]!;
       stepKv.blocks.forEach((b, i) => {
@@ -270,7 +271,7 @@ export class FusedKvBackend implements KvBackend {
     // One position to spare: a decode step of the pool writes a placeholder past a prefilling row.
     this.ensure(seq, Math.min(total + 1, seq.capacity));
     const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds));
-    const logits = await this.run(feeds, seq.pool!, seq.row, 1, [[0, past]]);
+    const logits = await this.run(feeds, tokens.length, seq.pool!, seq.row, 1, [[0, past]]);
     seq.tokens.push(...tokens);
     return this.decoder.lastLogits(logits, 0);
   }
@@ -311,7 +312,7 @@ export class FusedKvBackend implements KvBackend {
         positions[r] = len - 1;
         mask.fill(1, r * width, r * width + len);
       }
-      const logits = await this.run(await this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), pool, 0, rows, writes);
+      const logits = await this.run(await this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), 1, pool, 0, rows, writes);
       for (const [seq, i] of members) {
         seq.tokens.push(tokens[i]!);
         result[i] = this.decoder.lastLogits(logits, seq.row);

@@ -26,7 +26,16 @@ const SINGLE_THREAD_BELOW_BYTES = 16 * 2 ** 20;
 /** The configured count, else 1 for small models and ONNX Runtime's default (0) otherwise. */
 export function intraOpThreads(configured: number, onnxPath: string): number {
   if (configured > 0) return configured;
-  return modelFileBytes(onnxPath) < SINGLE_THREAD_BELOW_BYTES ? 1 : 0;
+  return isSmallModel(onnxPath) ? 1 : 0;
+}
+
+/**
+ * A model whose step is mostly ONNX Runtime's fixed cost per node rather than arithmetic: it
+ * also gets a one-token graph for decode steps (a second session, so a second copy of weights
+ * that are small).
+ */
+function isSmallModel(onnxPath: string): boolean {
+  return modelFileBytes(onnxPath) < SINGLE_THREAD_BELOW_BYTES;
 }
 
 /** Bytes of a graph file and its external data files (model.onnx_data, model.onnx.data, ...). */
@@ -93,6 +102,8 @@ export interface StepKvLayout {
 export class DecoderSession {
   private constructor(
     readonly session: ort.InferenceSession,
+    /** The same decoder for runs of one token per row (fewer nodes), when made; see run(). */
+    readonly oneTokenSession: ort.InferenceSession | null,
     readonly spec: DecoderSpec,
     readonly provider: string,
     /** The embed_tokens graph of a split (vision-language) export: input_ids -> inputs_embeds. */
@@ -121,19 +132,19 @@ export class DecoderSession {
     const notes: string[] = [];
     let stepGraph: StepKvOutputs | null = null;
     let session: ort.InferenceSession;
+    let oneTokenSession: ort.InferenceSession | null = null;
     try {
-      const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files));
-      session = graph.bytes
-        ? await ort.InferenceSession.create(graph.bytes, {
-            ...sessionOptions,
-            // Loaded from memory: external weights are found next to the original file.
-            extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
-          })
-        : await ort.InferenceSession.create(files.onnxPath, sessionOptions);
+      const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files), isSmallModel(files.onnxPath));
+      // Loaded from memory: external weights are found next to the original file.
+      const fromMemory = { ...sessionOptions, extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } } };
+      session = graph.bytes ? await ort.InferenceSession.create(graph.bytes, fromMemory) : await ort.InferenceSession.create(files.onnxPath, sessionOptions);
+      if (graph.oneTokenBytes) oneTokenSession = await ort.InferenceSession.create(graph.oneTokenBytes, fromMemory);
       stepGraph = graph.step;
     } catch (e) {
       // The rewrites only save work; an export they do not fit still runs as it is.
       notes.push(`the load-time graph rewrites failed (${(e as Error).message.split("\n")[0]}); running the graph as exported`);
+      await oneTokenSession?.release();
+      oneTokenSession = null;
       session = await ort.InferenceSession.create(files.onnxPath, sessionOptions);
     }
     const meta = (list: readonly ort.InferenceSession.ValueMetadata[]): TensorInfo[] =>
@@ -152,7 +163,13 @@ export class DecoderSession {
       if (!existsSync(path)) throw new Error(`the decoder takes ${spec.inputsEmbeds} but there is no ${path.slice(dir.length + 1)}`);
       embedder = await ort.InferenceSession.create(path, sessionOptions);
     }
-    return new DecoderSession(session, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null, notes);
+    if (oneTokenSession) notes.push("decode steps run a one-token graph (attention reshaped, not transposed: fewer nodes)");
+    return new DecoderSession(session, oneTokenSession, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null, notes);
+  }
+
+  /** One run of `width` tokens per row, on the one-token graph when there is one and it fits. */
+  run(feeds: Record<string, ort.Tensor>, fetches: ort.InferenceSession.FetchesType, width: number): Promise<ort.InferenceSession.ReturnType> {
+    return (width === 1 && this.oneTokenSession ? this.oneTokenSession : this.session).run(feeds, fetches);
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */
@@ -255,6 +272,7 @@ export class DecoderSession {
 
   async release(): Promise<void> {
     await this.session.release();
+    await this.oneTokenSession?.release();
     await this.embedder?.release();
   }
 }

@@ -11,16 +11,29 @@ export interface PreparedGraph {
   bytes: Uint8Array | null;
   /** Step outputs of a shared-buffer decoder; null for the standard contract. */
   step: StepKvOutputs | null;
+  /**
+   * The same decoder for runs of one token per row (see splitAttention's `oneToken`), with the
+   * same inputs and outputs; null when not asked for or when the attention was not split.
+   */
+  oneTokenBytes: Uint8Array | null;
 }
 
 /**
  * `sharedBuffer`: the graph's past and present share one buffer (GroupQueryAttention), so the
  * engine keeps the cache and takes each run's new positions from step outputs.
  */
-export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuffer: boolean): PreparedGraph {
-  const model = onnx.ModelProto.decode(readFileSync(onnxPath));
+export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuffer: boolean, oneToken = false): PreparedGraph {
+  const file = readFileSync(onnxPath);
+  const model = onnx.ModelProto.decode(file);
   const trimmed = trimLogitsToLastPosition(model, logits);
   const step = sharedBuffer ? (splitAttention(model) ?? addStepKvOutputs(model)) : null;
+  let oneTokenBytes: Uint8Array | null = null;
+  if (oneToken && step?.kind === "split") {
+    const decode = onnx.ModelProto.decode(file);
+    trimLogitsToLastPosition(decode, logits);
+    splitAttention(decode, true);
+    oneTokenBytes = onnx.ModelProto.encode(decode).finish();
+  }
   // Encoding a model with inline weights copies them all: only when something changed.
-  return { bytes: trimmed || step ? onnx.ModelProto.encode(model).finish() : null, step };
+  return { bytes: trimmed || step ? onnx.ModelProto.encode(model).finish() : null, step, oneTokenBytes };
 }

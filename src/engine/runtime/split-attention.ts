@@ -18,7 +18,7 @@
 // float32, one cache shape for all layers, no sliding window, softcap, smooth softmax or extra
 // inputs); any other graph is left to addStepKvOutputs.
 import type { onnx } from "onnx-proto";
-import { FLOAT, floatConstant, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
+import { FLOAT, floatConstant, INT64, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
 import { packStepOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
 
 const MS = "com.microsoft";
@@ -75,15 +75,21 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
   return layers;
 }
 
-/** Rewrites the decoder's GroupQueryAttention nodes; null when it has none or one is not supported. */
-export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
+/**
+ * Rewrites the decoder's GroupQueryAttention nodes; null when it has none or one is not supported.
+ *
+ * `oneToken`: the graph will only run one new token per row (decode steps), as a second session
+ * beside the general one. The query, new keys and output then change layout by Reshape alone (a
+ * transpose that moves an axis of size 1 moves no element), and the new token sees itself with no
+ * causal mask: about a fifth fewer nodes, which is most of a small model's step.
+ */
+export function splitAttention(model: onnx.IModelProto, oneToken = false): StepKvOutputs | null {
   const graph = model.graph;
   const layers = graph ? supported(graph) : null;
   if (!graph || !layers) return null;
   const first = layers[0]!.node.input!;
   const p = "sluice_split";
   const shared: onnx.INodeProto[] = [
-    ...positionNodes(p, first[5]!, first[0]!),
     int64Constant(`${p}_i0`, [0], [1]),
     int64Constant(`${p}_i2`, [2], [1]),
     int64Constant(`${p}_last_axis`, [-1], [1]),
@@ -92,6 +98,16 @@ export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
     int64Constant(`${p}_scalar`, [], [0]),
     floatConstant(`${p}_zero_f`, 0),
     floatConstant(`${p}_min_f`, MASK_MIN),
+    ...(oneToken
+      ? [
+          // One token per row, at position seqlens_k, after as many cached positions.
+          int64Constant(`${p}_zero`, [0], []),
+          int64Constant(`${p}_one`, [1], []),
+          int64Constant(`${p}_col`, [-1, 1], [2]),
+          node("Cast", [first[5]!], [`${p}_first`], { to: INT64 }),
+          node("Reshape", [`${p}_first`, `${p}_col`], [`${p}_positions`]),
+        ]
+      : positionNodes(p, first[5]!, first[0]!)),
     // Past mask [batch, 1, 1, cap]: buffer position j is attended when j < the row's past length.
     node("Shape", [first[3]!], [`${p}_past_shape`]),
     node("Gather", [`${p}_past_shape`, `${p}_i2`], [`${p}_cap`], { axis: 0 }),
@@ -100,11 +116,15 @@ export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
     node("Reshape", [`${p}_first`, `${p}_to4d`], [`${p}_past_len`]),
     node("Less", [`${p}_cap_range`, `${p}_past_len`], [`${p}_past_ok`]),
     node("Where", [`${p}_past_ok`, `${p}_zero_f`, `${p}_min_f`], [`${p}_past_bias`]),
-    // Causal mask among the new tokens [tokens, tokens]: token t sees new token j unless t < j.
-    node("Reshape", [`${p}_offsets`, `${p}_col`], [`${p}_offsets_col`]),
-    node("Less", [`${p}_offsets_col`, `${p}_offsets`], [`${p}_new_future`]),
-    node("Where", [`${p}_new_future`, `${p}_min_f`, `${p}_zero_f`], [`${p}_new_bias`]),
   ];
+  if (!oneToken) {
+    shared.push(
+      // Causal mask among the new tokens [tokens, tokens]: token t sees new token j unless t < j.
+      node("Reshape", [`${p}_offsets`, `${p}_col`], [`${p}_offsets_col`]),
+      node("Less", [`${p}_offsets_col`, `${p}_offsets`], [`${p}_new_future`]),
+      node("Where", [`${p}_new_future`, `${p}_min_f`, `${p}_zero_f`], [`${p}_new_bias`]),
+    );
+  }
   const added: onnx.INodeProto[] = [];
   const steps: { pastKey: string; key: string; value: string }[] = [];
   const groupTiles = new Map<number, string>();
@@ -116,12 +136,6 @@ export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
     const group = heads / kvHeads;
     const scale = numberAttr(gqa, "scale", 0) || 1 / Math.sqrt(dim);
     const names = { key: `${p}.${i}.key`, value: `${p}.${i}.value` };
-    let tile = groupTiles.get(group);
-    if (!tile) {
-      tile = `${p}_new_bias_g${group}`;
-      added.push(int64Constant(`${tile}_reps`, [group, 1], [2]), node("Tile", [`${p}_new_bias`, `${tile}_reps`], [tile]));
-      groupTiles.set(group, tile);
-    }
     let qr = q!;
     let kr = k!;
     if (numberAttr(gqa, "do_rotary", 0) === 1) {
@@ -133,38 +147,66 @@ export function splitAttention(model: onnx.IModelProto): StepKvOutputs | null {
         node("RotaryEmbedding", [k!, `${p}_positions`, cos!, sin!], [kr], { interleaved, num_heads: kvHeads }, MS),
       );
     }
+    let newScores = `${l}_s_new_raw`;
+    if (oneToken) {
+      added.push(
+        // q [b, 1, heads*d] -> [b, kv, group, d]; new k, v [b, 1, kv*d] -> [b, kv, 1, d]
+        int64Constant(`${l}_q4`, [0, kvHeads, group, dim], [4]),
+        int64Constant(`${l}_kv4`, [0, kvHeads, 1, dim], [4]),
+        node("Reshape", [qr, `${l}_q4`], [`${l}_q`]),
+        node("Reshape", [kr, `${l}_kv4`], [names.key]),
+        node("Reshape", [v!, `${l}_kv4`], [names.value]),
+      );
+    } else {
+      let tile = groupTiles.get(group);
+      if (!tile) {
+        tile = `${p}_new_bias_g${group}`;
+        added.push(int64Constant(`${tile}_reps`, [group, 1], [2]), node("Tile", [`${p}_new_bias`, `${tile}_reps`], [tile]));
+        groupTiles.set(group, tile);
+      }
+      newScores = `${l}_s_new`;
+      added.push(
+        // q [b, t, heads*d] -> [b, kv, group*t, d]
+        int64Constant(`${l}_q5`, [0, 0, kvHeads, group, dim], [5]),
+        int64Constant(`${l}_q4`, [0, kvHeads, -1, dim], [4]),
+        int64Constant(`${l}_kv4`, [0, 0, kvHeads, dim], [4]),
+        node("Reshape", [qr, `${l}_q5`], [`${l}_q_5d`]),
+        node("Transpose", [`${l}_q_5d`], [`${l}_q_t`], { perm: [0, 2, 3, 1, 4] }),
+        node("Reshape", [`${l}_q_t`, `${l}_q4`], [`${l}_q`]),
+        // new k, v [b, t, kv*d] -> [b, kv, t, d]: the step outputs
+        node("Reshape", [kr, `${l}_kv4`], [`${l}_k_4d`]),
+        node("Transpose", [`${l}_k_4d`], [names.key], { perm: [0, 2, 1, 3] }),
+        node("Reshape", [v!, `${l}_kv4`], [`${l}_v_4d`]),
+        node("Transpose", [`${l}_v_4d`], [names.value], { perm: [0, 2, 1, 3] }),
+        node("Add", [`${l}_s_new_raw`, tile], [newScores]),
+      );
+    }
     added.push(
-      // q [b, t, heads*d] -> [b, kv, group*t, d]
-      int64Constant(`${l}_q5`, [0, 0, kvHeads, group, dim], [5]),
-      int64Constant(`${l}_q4`, [0, kvHeads, -1, dim], [4]),
-      int64Constant(`${l}_kv4`, [0, 0, kvHeads, dim], [4]),
-      node("Reshape", [qr, `${l}_q5`], [`${l}_q_5d`]),
-      node("Transpose", [`${l}_q_5d`], [`${l}_q_t`], { perm: [0, 2, 3, 1, 4] }),
-      node("Reshape", [`${l}_q_t`, `${l}_q4`], [`${l}_q`]),
-      // new k, v [b, t, kv*d] -> [b, kv, t, d]: the step outputs
-      node("Reshape", [kr, `${l}_kv4`], [`${l}_k_4d`]),
-      node("Transpose", [`${l}_k_4d`], [names.key], { perm: [0, 2, 1, 3] }),
-      node("Reshape", [v!, `${l}_kv4`], [`${l}_v_4d`]),
-      node("Transpose", [`${l}_v_4d`], [names.value], { perm: [0, 2, 1, 3] }),
       // scores against the buffer and against the new keys
       node("FusedMatMul", [`${l}_q`, pastK!], [`${l}_s_past_raw`], { transB: 1, alpha: { float: scale } }, MS),
       node("Add", [`${l}_s_past_raw`, `${p}_past_bias`], [`${l}_s_past`]),
       node("FusedMatMul", [`${l}_q`, names.key], [`${l}_s_new_raw`], { transB: 1, alpha: { float: scale } }, MS),
-      node("Add", [`${l}_s_new_raw`, tile], [`${l}_s_new`]),
-      node("Concat", [`${l}_s_past`, `${l}_s_new`], [`${l}_s`], { axis: -1 }),
+      node("Concat", [`${l}_s_past`, newScores], [`${l}_s`], { axis: -1 }),
       node("Softmax", [`${l}_s`], [`${l}_p`], { axis: -1 }),
       node("Slice", [`${l}_p`, `${p}_i0`, `${p}_cap`, `${p}_last_axis`], [`${l}_p_past`]),
       node("Slice", [`${l}_p`, `${p}_cap`, `${p}_big`, `${p}_last_axis`], [`${l}_p_new`]),
       node("MatMul", [`${l}_p_past`, pastV!], [`${l}_o_past`]),
       node("MatMul", [`${l}_p_new`, names.value], [`${l}_o_new`]),
       node("Add", [`${l}_o_past`, `${l}_o_new`], [`${l}_o`]),
-      // [b, kv, group*t, d] -> [b, t, heads*d]
-      int64Constant(`${l}_o5`, [0, kvHeads, group, -1, dim], [5]),
-      int64Constant(`${l}_o3`, [0, 0, heads * dim], [3]),
-      node("Reshape", [`${l}_o`, `${l}_o5`], [`${l}_o_5d`]),
-      node("Transpose", [`${l}_o_5d`], [`${l}_o_t`], { perm: [0, 3, 1, 2, 4] }),
-      node("Reshape", [`${l}_o_t`, `${l}_o3`], [out]),
     );
+    if (oneToken) {
+      // [b, kv, group, d] -> [b, 1, heads*d]
+      added.push(int64Constant(`${l}_o3`, [0, 1, heads * dim], [3]), node("Reshape", [`${l}_o`, `${l}_o3`], [out]));
+    } else {
+      added.push(
+        // [b, kv, group*t, d] -> [b, t, heads*d]
+        int64Constant(`${l}_o5`, [0, kvHeads, group, -1, dim], [5]),
+        int64Constant(`${l}_o3`, [0, 0, heads * dim], [3]),
+        node("Reshape", [`${l}_o`, `${l}_o5`], [`${l}_o_5d`]),
+        node("Transpose", [`${l}_o_5d`], [`${l}_o_t`], { perm: [0, 3, 1, 2, 4] }),
+        node("Reshape", [`${l}_o_t`, `${l}_o3`], [out]),
+      );
+    }
     steps.push({ pastKey: pastK!, ...names });
   });
   const { kvHeads, dim } = layers[0]!;

@@ -11,6 +11,7 @@ import { FusedKvBackend } from "../../../src/engine/batching/fused-kv.ts";
 import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
 import { splitAttention } from "../../../src/engine/runtime/split-attention.ts";
 import { trimLogitsToLastPosition } from "../../../src/engine/runtime/last-logits.ts";
+import { prepareDecoderGraph } from "../../../src/engine/runtime/load-graph.ts";
 import { addStepKvOutputs } from "../../../src/engine/runtime/step-kv-outputs.ts";
 import { floatTensor, halfBits, int64Tensor } from "../../../src/engine/runtime/tensors.ts";
 import { buildSyntheticModel } from "../../../src/modelkit/index.ts";
@@ -118,6 +119,39 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     expect(logits.length).toBe(d.spec.vocabSize);
     expect(logits.every(Number.isFinite)).toBe(true);
     await d.release();
+  });
+
+  test("the one-token graph of a small model gives the general graph's logits and new keys and values, bit for bit", async () => {
+    const info = await buildSyntheticModel(join(root.path, "one-token"), { preset: "tiny-bytes", variant: "fused", seed: 9 });
+    const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    expect(d.oneTokenSession).not.toBeNull();
+    const oneToken = d.oneTokenSession!;
+    expect(oneToken.inputNames).toEqual(d.session.inputNames);
+    expect(oneToken.outputNames).toEqual(d.session.outputNames);
+    const { kvHeads, headDim, layers } = d.spec;
+    const lens = [1, 17, 30];
+    const rows = lens.length;
+    const width = Math.max(...lens) + 1;
+    const mask = new Uint8Array(rows * width);
+    lens.forEach((l, r) => mask.fill(1, r * width, r * width + l + 1));
+    const feeds = await d.feeds({ batch: rows, width: 1, ids: [7, 100, 41], mask, maskWidth: width, positions: lens });
+    let seed = 1;
+    const random = () => ((seed = (seed * 16807) % 2147483647) / 2147483647) * 2 - 1;
+    for (const l of layers) {
+      for (const name of [l.pastKey, l.pastValue]) {
+        feeds[name] = floatTensor("float32", Float32Array.from({ length: rows * kvHeads * CAP * headDim }, random), [rows, kvHeads, CAP, headDim]);
+      }
+    }
+    const fetches = [d.spec.logits, d.stepKv!.output];
+    const [general, one] = [await d.session.run(feeds, fetches), await oneToken.run(feeds, fetches)];
+    for (const name of fetches) {
+      expect(one[name]!.dims).toEqual(general[name]!.dims);
+      expect(Array.from(one[name]!.data as Float32Array)).toEqual(Array.from(general[name]!.data as Float32Array));
+    }
+    await d.release();
+    const graphs = prepareDecoderGraph(join(info.dir, "onnx", "model.onnx"), "logits", true, true);
+    const nodes = (bytes: Uint8Array | null) => onnx.ModelProto.decode(bytes!).graph!.node!.length;
+    expect(nodes(graphs.oneTokenBytes)).toBeLessThan(nodes(graphs.bytes) - 5 * layers.length);
   });
 
   test("split attention also rewrites exports that rename the presents through Identity", async () => {
