@@ -5,7 +5,7 @@ TOOLS := $(CURDIR)/.tools
 BUN := $(TOOLS)/node_modules/.bin/bun
 DEPS_STAMP := node_modules/.sluice-deps
 
-.PHONY: run test deps typecheck bench clean build release
+.PHONY: run test deps typecheck bench clean build release wasm
 
 run: deps
 	$(BUN) src/cli/main.ts serve
@@ -17,6 +17,10 @@ typecheck: deps
 	$(BUN) x tsc -p tsconfig.json
 
 deps: $(DEPS_STAMP)
+
+# The SIMD kernels' bytes from their WebAssembly text (src/engine/sampling/simd), after editing it.
+wasm: deps
+	$(BUN) src/engine/sampling/simd/assemble.ts
 
 # One self-contained linux-x64 executable: Bun, the code, the model worker, ONNX Runtime and the
 # tokenizers addon (see src/packaging/build.ts).

@@ -1,6 +1,6 @@
 // exp(x) for x <= 0, with a relative error below 1e-12, about three times faster than Math.exp
-// under JavaScriptCore for x >= -66 (below that it defers to Math.exp). Logprobs call it once per
-// vocabulary entry.
+// under JavaScriptCore for x >= -66 (below that it defers to Math.exp). Sampling candidates call
+// it once per kept token.
 //
 // exp(x) = 2^-(y/256) with y = -x·256·log2(e): the integer k nearest y picks a table entry
 // 2^-(k/256); the rest r = y - k in [-1/2, 1/2] contributes e^-f with f = r·ln2/256, |f| < 0.00136,

@@ -279,10 +279,11 @@ describe("logprobs", () => {
       return Array.from(row, (l) => l - lse);
     })();
     const res = computeLogprobs(row, 17, 5);
-    expect(res.logprob).toBeCloseTo(exact[17]!, 9);
+    // Within the float32 normaliser's 3e-7 (see logprobs.ts).
+    expect(res.logprob).toBeCloseTo(exact[17]!, 6);
     const best = exact.map((lp, id) => ({ id, lp })).sort((a, b) => b.lp - a.lp).slice(0, 5);
     expect(res.top.map((t) => t.id)).toEqual(best.map((b) => b.id));
-    res.top.forEach((t, i) => expect(t.logprob).toBeCloseTo(best[i]!.lp, 9));
+    res.top.forEach((t, i) => expect(t.logprob).toBeCloseTo(best[i]!.lp, 6));
     expect(computeLogprobs(row, 0, 50).top.length).toBe(20);
     expect(computeLogprobs(row, 0, 0).top).toEqual([]);
   });
