@@ -228,6 +228,17 @@ describe("chat request validation", () => {
     }
   });
 
+  test("an assistant turn may leave its content out (as null) or give refusal parts (what it said)", async () => {
+    const promptTokens = async (assistant: Record<string, unknown>) => {
+      const res = await post("/v1/chat/completions", { ...ok, messages: [{ role: "user", content: "hi" }, { role: "assistant", ...assistant }, { role: "user", content: "and?" }] });
+      expect(res.status).toBe(200);
+      return ((await res.json()) as { usage: { prompt_tokens: number } }).usage.prompt_tokens;
+    };
+    expect(await promptTokens({})).toBe(await promptTokens({ content: null }));
+    expect(await promptTokens({ content: [{ type: "refusal", refusal: "I cannot." }] })).toBe(await promptTokens({ content: "I cannot." }));
+    expect(await promptTokens({ content: "I cannot." })).toBeGreaterThan(await promptTokens({ content: null }));
+  });
+
   test("a model that is not exactly an available id is 404 model_not_found", async () => {
     await expectError(await post("/v1/chat/completions", { ...ok, model: "acme/tiny-chat" }), 404, "model_not_found", "model");
     await expectError(await post("/v1/chat/completions", { ...ok, model: "../etc/passwd" }), 404, "model_not_found");

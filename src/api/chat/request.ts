@@ -1,6 +1,6 @@
 // From a schema-valid request body to the engine's GenerateRequest, with the checks that a
 // schema cannot express. Anything that cannot be honoured is refused here, naming its param.
-import type { FunctionTool, GenerateRequest, ResponseFormat, ToolChoice } from "../../engine/types.ts";
+import type { ChatMessage, FunctionTool, GenerateRequest, ResponseFormat, ToolChoice } from "../../engine/types.ts";
 import type { CatalogModel } from "../../store/index.ts";
 import { badRequest } from "../errors.ts";
 import type { ChatCompletionRequest } from "../schemas.ts";
@@ -11,6 +11,18 @@ export type ChatPlan = Omit<GenerateRequest, "requestId" | "signal"> & {
   user: string | null;
   metadata: Record<string, string> | null;
 };
+
+/**
+ * The messages as the engine reads them: an assistant message may leave its content out (it is
+ * then null, as when sent as null), and its refusal parts are what it said, so they are text.
+ */
+function engineMessages(messages: ChatCompletionRequest["messages"]): ChatMessage[] {
+  return messages.map((m) => {
+    if (m.role !== "assistant") return m as ChatMessage;
+    const content = m.content === undefined ? null : Array.isArray(m.content) ? m.content.map((p) => (p.type === "refusal" ? { type: "text" as const, text: p.refusal } : p)) : m.content;
+    return { ...m, content } as ChatMessage;
+  });
+}
 
 export function planChat(body: ChatCompletionRequest, model: CatalogModel): ChatPlan {
   const stream = body.stream === true;
@@ -73,7 +85,7 @@ export function planChat(body: ChatCompletionRequest, model: CatalogModel): Chat
   const stop = body.stop == null ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
   return {
     modelId: model.id,
-    messages: body.messages as GenerateRequest["messages"],
+    messages: engineMessages(body.messages),
     tools,
     toolChoice,
     parallelToolCalls: body.parallel_tool_calls,
