@@ -121,7 +121,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     await d.release();
   });
 
-  test("the one-token graph of a small model gives the general graph's logits and new keys and values, bit for bit", async () => {
+  test("the one-token graph of a small model gives the general graph's logits and new keys and values within float tolerance", async () => {
     const info = await buildSyntheticModel(join(root.path, "one-token"), { preset: "tiny-bytes", variant: "fused", seed: 9 });
     const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
     expect(d.oneTokenSession).not.toBeNull();
@@ -144,9 +144,11 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     }
     const fetches = [d.spec.logits, d.stepKv!.output];
     const [general, one] = [await d.session.run(feeds, fetches), await oneToken.run(feeds, fetches)];
+    // The attention to the new token is summed element-wise there, by matrix products here: the
+    // same values to float rounding.
     for (const name of fetches) {
       expect(one[name]!.dims).toEqual(general[name]!.dims);
-      expect(Array.from(one[name]!.data as Float32Array)).toEqual(Array.from(general[name]!.data as Float32Array));
+      expectClose(Array.from(one[name]!.data as Float32Array), Array.from(general[name]!.data as Float32Array), 1e-5);
     }
     await d.release();
     const graphs = prepareDecoderGraph(join(info.dir, "onnx", "model.onnx"), "logits", true, true);
