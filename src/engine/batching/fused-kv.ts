@@ -32,6 +32,13 @@ class Pool {
   rows: FusedSequence[] = [];
   arrays: KvArray[] | null = null;
   allocatedRows = 0;
+  /**
+   * Tensors over rows of `arrays` by (first row, rows), made again only when the arrays are
+   * replaced: onnxruntime-common validates each new tensor, a few microseconds for a layer's pair
+   * at every step of a small model.
+   */
+  views = new Map<number, ort.Tensor[]>();
+  viewsOf: KvArray[] | null = null;
   constructor(
     readonly capacity: number,
     readonly maxRows: number,
@@ -194,10 +201,20 @@ export class FusedKvBackend implements KvBackend {
   }
 
   private views(pool: Pool, firstRow: number, rows: number): ort.Tensor[] {
-    const dims = [rows, this.heads, pool.capacity, this.dim];
-    return pool.arrays!.map((a) =>
-      floatTensor(this.decoder.spec.kvType, a.subarray(firstRow * pool.stride, (firstRow + rows) * pool.stride), dims),
-    );
+    if (pool.viewsOf !== pool.arrays) {
+      pool.views.clear();
+      pool.viewsOf = pool.arrays;
+    }
+    const key = firstRow * 65536 + rows;
+    let views = pool.views.get(key);
+    if (!views) {
+      const dims = [rows, this.heads, pool.capacity, this.dim];
+      views = pool.arrays!.map((a) =>
+        floatTensor(this.decoder.spec.kvType, a.subarray(firstRow * pool.stride, (firstRow + rows) * pool.stride), dims),
+      );
+      pool.views.set(key, views);
+    }
+    return views;
   }
 
   /**
