@@ -1,7 +1,10 @@
 // The least time one decode step of a model can take on this machine when every weight must be
 // read once per token: ONNX Runtime multiplying one row by a matrix as large as the model's weights
-// (the cheapest way to stream those bytes through its kernels). A decoder whose step takes close
-// to this is bound by memory bandwidth, whichever engine drives it.
+// (the cheapest way to stream those bytes through its kernels), and, below it, the machine reading
+// that many bytes with nothing else to do (read-bandwidth.c on every core). A decoder whose step
+// takes close to these is bound by memory bandwidth, whichever engine drives it.
+import { mkdtempSync, rmSync } from "node:fs";
+import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { modelFileBytes } from "../src/engine/runtime/decoder.ts";
@@ -45,9 +48,32 @@ export async function weightFloor(weightBytes: number, runs = 15): Promise<Weigh
   return { weightBytes: ROWS_IN * cols * 4, ms: best, bytesPerSecond: (ROWS_IN * cols * 4) / (best / 1000) };
 }
 
+/**
+ * Best ms of reading `bytes` from memory with every core (bench/read-bandwidth.c, built with the
+ * machine's C compiler); null, with the reason, when there is no compiler.
+ */
+export function rawReadMs(bytes: number, runs = 15): { ms: number; threads: number } | { ms: null; reason: string } {
+  const cc = Bun.which("cc") ?? Bun.which("gcc") ?? Bun.which("clang");
+  if (!cc) return { ms: null, reason: "no C compiler" };
+  const dir = mkdtempSync(join(tmpdir(), "sluice-read-bandwidth-"));
+  try {
+    const exe = join(dir, "read-bandwidth");
+    const built = Bun.spawnSync([cc, "-O3", "-march=native", "-pthread", join(import.meta.dir, "read-bandwidth.c"), "-o", exe]);
+    if (built.exitCode !== 0) return { ms: null, reason: `the C compiler failed: ${built.stderr.toString().split("\n")[0]}` };
+    const threads = cpus().length;
+    const run = Bun.spawnSync([exe, String(bytes), String(threads), String(runs)]);
+    if (run.exitCode !== 0) return { ms: null, reason: `read-bandwidth exited with ${run.exitCode}` };
+    return { ms: Number(run.stdout.toString().split(" ")[0]), threads };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 if (import.meta.main) {
   const dir = process.argv[2];
   if (!dir) throw new Error("usage: bun bench/weight-floor.ts <model dir>");
   const f = await weightFloor(modelFileBytes(join(dir, "onnx", "model.onnx")));
   console.log(`${(f.weightBytes / 1e6).toFixed(1)} MB of weights: ${f.ms.toFixed(2)} ms per pass (${(f.bytesPerSecond / 1e9).toFixed(1)} GB/s)`);
+  const raw = rawReadMs(f.weightBytes);
+  console.log(raw.ms === null ? `raw read: ${raw.reason}` : `raw read with ${raw.threads} threads: ${raw.ms.toFixed(2)} ms (${(f.weightBytes / raw.ms / 1e6).toFixed(1)} GB/s)`);
 }
