@@ -3,7 +3,7 @@
 // float32 arithmetic, as vLLM's log_softmax: a log-probability is within 2e-7·(1 + H) of exact,
 // H the distribution's entropy (at most 2.6e-6 at a 151,936-token vocabulary), and never above 0
 // (the largest logit's own term is exactly 1).
-import { maxAndSumExp, sumExp } from "./simd/sum-exp.ts";
+import { placeRow, rowMax, rowSumExp, rowTop } from "./simd/sum-exp.ts";
 
 export interface TokenLogprobInfo {
   id: number;
@@ -22,41 +22,12 @@ export function computeLogprobs(logits: Float32Array, tokenId: number, topN = 0,
   const k = Math.max(0, Math.min(MAX_TOP_LOGPROBS, Math.floor(topN)));
   const topIds = new Int32Array(k);
   const topVals = new Float64Array(k).fill(-Infinity);
-  const values = size === logits.length ? logits : logits.subarray(0, size);
-  let lse: number;
-  if (k === 0) {
-    const { max, sum } = maxAndSumExp(values);
-    lse = max + Math.log(sum);
-  } else {
-    const max = maxAndTop(values, size, k, topIds, topVals);
-    lse = max + Math.log(max === -Infinity ? 0 : sumExp(values, max));
-  }
+  placeRow(size === logits.length ? logits : logits.subarray(0, size), MAX_TOP_LOGPROBS);
+  const max = rowMax();
+  const lse = max === -Infinity ? -Infinity : max + Math.log(rowSumExp(max));
+  rowTop(topIds, topVals);
   const top: TokenLogprobInfo[] = [];
   for (let j = 0; j < k; j++) if (topVals[j]! > -Infinity) top.push({ id: topIds[j]!, logprob: topVals[j]! - lse });
   const own = tokenId >= 0 && tokenId < size ? logits[tokenId]! - lse : -Infinity;
   return { id: tokenId, logprob: own, top };
-}
-
-/**
- * The k ≥ 1 largest logits (best first) by insertion into a short sorted list: most tokens fail
- * the first comparison. The alternatives are the most likely tokens however unlikely. Returns the
- * largest.
- */
-function maxAndTop(logits: Float32Array, size: number, k: number, topIds: Int32Array, topVals: Float64Array): number {
-  let floor = -Infinity;
-  for (let i = 0; i < size; i++) {
-    const v = logits[i]!;
-    if (v > floor) {
-      let j = k - 1;
-      while (j > 0 && topVals[j - 1]! < v) {
-        topVals[j] = topVals[j - 1]!;
-        topIds[j] = topIds[j - 1]!;
-        j--;
-      }
-      topVals[j] = v;
-      topIds[j] = i;
-      floor = topVals[k - 1]!;
-    }
-  }
-  return topVals[0]!;
 }
