@@ -7,6 +7,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
+import { InProcessEngine } from "./in-process-engine.ts";
 import { startServerProcess, threadsCpu } from "./server-process.ts";
 import { machine, median, percentile, table, writeSection } from "./report.ts";
 
@@ -108,6 +109,7 @@ async function main() {
   const cpuRows: (string | number)[][] = [];
   const ceilings: string[] = [];
   const speedup: string[] = [];
+  const alone: (string | number)[][] = [];
   try {
     for (const model of ids) {
       const maxTokens = model === "stories260k" ? 128 : 48;
@@ -148,6 +150,24 @@ async function main() {
         console.log(rows.at(-1)!.join("\t"));
         if (n === 16) speedup.push(`${model}: 16 streams give ${(tps / single).toFixed(2)}× the aggregate tokens/s of one`);
       }
+      // The same requests to the model worker's own code in this process (no HTTP thread, no
+      // messages between threads, no client parsing): what the engine alone reaches here.
+      const engine = await InProcessEngine.load(join(ROOT, "models", model === "bench/50m" ? "bench-50m" : "stories260k"), model);
+      for (let w = 0; w < (quick ? 1 : 3); w++) await Promise.all(Array.from({ length: 16 }, (_, i) => engine.generate(prose(8 + (i % 5), i), maxTokens)));
+      let aloneSingle = 0;
+      for (const n of [1, 16]) {
+        const rates: number[] = [];
+        for (let round = 0; round < levelRounds(n); round++) {
+          const t0 = performance.now();
+          const made = await Promise.all(Array.from({ length: n }, (_, i) => engine.generate(prose(8 + (i % 5), i + round), maxTokens)));
+          rates.push(made.reduce((a, b) => a + b, 0) / ((performance.now() - t0) / 1000));
+        }
+        const tps = median(rates);
+        if (n === 1) aloneSingle = tps;
+        alone.push([model, n, tps.toFixed(1), `${(tps / aloneSingle).toFixed(2)}×`, `${(tps / single).toFixed(2)}×`]);
+        console.log("in-process", alone.at(-1)!.join("\t"));
+      }
+      await engine.close();
     }
 
     // Decode time per token at short and long context (one stream, the synthetic model). One
@@ -191,6 +211,10 @@ async function main() {
       table(["model", "streams", "model worker", "HTTP thread", "other server threads", "client", "total"], cpuRows),
       "",
       ...ceilings.map((s) => `- ${s}.`),
+      "",
+      "The engine alone: the same requests (rounds and medians as above) to the model worker's own code (scheduler, KV cache, sampler, detokeniser) in the benchmark's process, without the HTTP thread, the messages between threads and the client's parsing:",
+      "",
+      table(["model", "streams", "aggregate tok/s in-process (median round)", "vs 1 stream in-process", "vs 1 stream through HTTP"], alone),
       "",
       `Decode time per token by context (bench/50m, one stream; ${CONTEXT_ROUNDS} alternating rounds, gaps pooled):`,
       "",

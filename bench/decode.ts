@@ -16,9 +16,8 @@ import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import { createSampler, DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
 import { StopMatcher } from "../src/engine/text/stop.ts";
 import { BENCHMARKS_MD, machine, median, table, writeSection } from "./report.ts";
-import type { GenerationEvent, SamplingParams } from "../src/engine/types.ts";
-import { ModelRunner } from "../src/engine/worker/model-runner.ts";
-import { Scheduler } from "../src/engine/worker/scheduler.ts";
+import type { SamplingParams } from "../src/engine/types.ts";
+import { InProcessEngine, type Measure } from "./in-process-engine.ts";
 import { rawReadMs, weightFloor, type WeightFloor } from "./weight-floor.ts";
 import { DecoderSession, modelFileBytes } from "../src/engine/runtime/decoder.ts";
 
@@ -68,11 +67,6 @@ async function prepare(): Promise<Target[]> {
   return targets;
 }
 
-interface Measure {
-  ttftMs: number;
-  tokPerS: number;
-}
-
 async function sluiceRun(client: OpenAI, model: string, prompt: string, eos: number[]): Promise<Measure> {
   const start = performance.now();
   let first = 0;
@@ -97,71 +91,6 @@ async function sluiceRun(client: OpenAI, model: string, prompt: string, eos: num
   }
   if (count !== TOKENS) throw new Error(`expected ${TOKENS} tokens, got ${count}`);
   return { ttftMs: first - start, tokPerS: (TOKENS - 1) / ((last - first) / 1000) };
-}
-
-/**
- * The model worker's own code (scheduler, KV cache, sampling, detokenisation) driven in this
- * process, without the HTTP thread, the message to it and the client: the like-for-like
- * counterpart of transformers.js's in-process generate().
- */
-class InProcessEngine {
-  private rid = 0;
-  private waiting = new Map<number, { times: number[]; tokens: number; done: (error?: string) => void }>();
-  private constructor(
-    private readonly scheduler: Scheduler,
-    private readonly runner: ModelRunner,
-  ) {}
-
-  static async load(dir: string, id: string): Promise<InProcessEngine> {
-    const runner = await ModelRunner.load({ id, dir, device: "cpu", threads: 0, kvBudgetBytes: 0, maxQueue: 0 });
-    let self: InProcessEngine | null = null;
-    const scheduler = new Scheduler(runner, {
-      events: (rid, events) => self!.events(rid, events),
-      done: (rid, error) => self!.waiting.get(rid)?.done(error),
-    });
-    self = new InProcessEngine(scheduler, runner);
-    void scheduler.run();
-    return self;
-  }
-
-  private events(rid: number, events: GenerationEvent[]) {
-    const w = this.waiting.get(rid);
-    if (!w) return;
-    const now = performance.now();
-    for (const e of events) {
-      if (e.type === "content" && e.text) w.times.push(now);
-      if (e.type === "finish") w.tokens = e.completionTokens;
-    }
-  }
-
-  async run(prompt: string, eos: number[]): Promise<Measure> {
-    const rid = ++this.rid;
-    const w = { times: [] as number[], tokens: 0, done: (_?: string) => {} };
-    const finished = new Promise<void>((resolve, reject) => (w.done = (error) => (error ? reject(new Error(error)) : resolve())));
-    this.waiting.set(rid, w);
-    const start = performance.now();
-    await this.scheduler.admit(rid, {
-      requestId: `bench-${rid}`,
-      modelId: this.runner.info.id,
-      messages: [{ role: "user", content: prompt }],
-      sampling: { ...DEFAULT_SAMPLING, temperature: 0, logitBias: Object.fromEntries(eos.map((e) => [e, -100])) },
-      maxTokens: TOKENS,
-      stop: [],
-      n: 1,
-      logprobs: false,
-      topLogprobs: 0,
-    });
-    await finished;
-    this.waiting.delete(rid);
-    if (w.tokens !== TOKENS) throw new Error(`expected ${TOKENS} tokens, got ${w.tokens}`);
-    const [first, last] = [w.times[0]!, w.times.at(-1)!];
-    return { ttftMs: first - start, tokPerS: (w.times.length - 1) / ((last - first) / 1000) };
-  }
-
-  async close(): Promise<void> {
-    this.scheduler.stop();
-    await this.runner.decoder.release();
-  }
 }
 
 async function transformersRun(dir: string, promptIds: number[], threads = 0): Promise<Measure> {
@@ -343,7 +272,7 @@ async function main() {
       const promptIds = await tok.encode(renderChatPrompt(tok, [{ role: "user", content: t.prompt }]));
       const engine = await InProcessEngine.load(join(ROOT, t.dirs.fused), `bench/${t.dirs.fused}`);
       const runners: [string, () => Promise<Measure>][] = [
-        ["sluice engine in-process, fused", () => engine.run(t.prompt, eos)],
+        ["sluice engine in-process, fused", () => engine.run(t.prompt, eos, TOKENS)],
         ["sluice fused", () => sluiceRun(client, `bench/${t.dirs.fused}`, t.prompt, eos)],
         ["sluice standard", () => sluiceRun(client, `bench/${t.dirs.standard}`, t.prompt, eos)],
         ["transformers.js", () => transformersRun(t.dirs.standard, promptIds)],

@@ -1,0 +1,101 @@
+// The model worker's own code driven in the benchmark's process, without the HTTP server, the
+// messages between threads and the client: what the engine alone does on this machine.
+import { DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
+import type { GenerationEvent } from "../src/engine/types.ts";
+import { ModelRunner } from "../src/engine/worker/model-runner.ts";
+import { Scheduler } from "../src/engine/worker/scheduler.ts";
+
+export interface Measure {
+  /** Time to first token, ms. */
+  ttftMs: number;
+  /** Decode rate from the first to the last token. */
+  tokPerS: number;
+}
+
+/**
+ * The model worker's own code (scheduler, KV cache, sampling, detokenisation) driven in this
+ * process, without the HTTP thread, the message to it and the client: the like-for-like
+ * counterpart of transformers.js's in-process generate().
+ */
+export class InProcessEngine {
+  private rid = 0;
+  private waiting = new Map<number, { times: number[]; tokens: number; done: (error?: string) => void }>();
+  private constructor(
+    private readonly scheduler: Scheduler,
+    private readonly runner: ModelRunner,
+  ) {}
+
+  static async load(dir: string, id: string): Promise<InProcessEngine> {
+    const runner = await ModelRunner.load({ id, dir, device: "cpu", threads: 0, kvBudgetBytes: 0, maxQueue: 0 });
+    let self: InProcessEngine | null = null;
+    const scheduler = new Scheduler(runner, {
+      events: (rid, events) => self!.events(rid, events),
+      done: (rid, error) => self!.waiting.get(rid)?.done(error),
+    });
+    self = new InProcessEngine(scheduler, runner);
+    void scheduler.run();
+    return self;
+  }
+
+  private events(rid: number, events: GenerationEvent[]) {
+    const w = this.waiting.get(rid);
+    if (!w) return;
+    const now = performance.now();
+    for (const e of events) {
+      if (e.type === "content" && e.text) w.times.push(now);
+      if (e.type === "finish") w.tokens = e.completionTokens;
+    }
+  }
+
+  /** One greedy request of exactly `tokens` tokens (EOS banned); its TTFT and decode rate. */
+  async run(prompt: string, eos: number[], tokens: number): Promise<Measure> {
+    const rid = ++this.rid;
+    const w = { times: [] as number[], tokens: 0, done: (_?: string) => {} };
+    const finished = new Promise<void>((resolve, reject) => (w.done = (error) => (error ? reject(new Error(error)) : resolve())));
+    this.waiting.set(rid, w);
+    const start = performance.now();
+    await this.scheduler.admit(rid, {
+      requestId: `bench-${rid}`,
+      modelId: this.runner.info.id,
+      messages: [{ role: "user", content: prompt }],
+      sampling: { ...DEFAULT_SAMPLING, temperature: 0, logitBias: Object.fromEntries(eos.map((e) => [e, -100])) },
+      maxTokens: tokens,
+      stop: [],
+      n: 1,
+      logprobs: false,
+      topLogprobs: 0,
+    });
+    await finished;
+    this.waiting.delete(rid);
+    if (w.tokens !== tokens) throw new Error(`expected ${tokens} tokens, got ${w.tokens}`);
+    const [first, last] = [w.times[0]!, w.times.at(-1)!];
+    return { ttftMs: first - start, tokPerS: (w.times.length - 1) / ((last - first) / 1000) };
+  }
+
+  /** One greedy request of at most `maxTokens` tokens, as a client would send it; tokens made. */
+  async generate(prompt: string, maxTokens: number): Promise<number> {
+    const rid = ++this.rid;
+    const w = { times: [] as number[], tokens: 0, done: (_?: string) => {} };
+    const finished = new Promise<void>((resolve, reject) => (w.done = (error) => (error ? reject(new Error(error)) : resolve())));
+    this.waiting.set(rid, w);
+    await this.scheduler.admit(rid, {
+      requestId: `bench-${rid}`,
+      modelId: this.runner.info.id,
+      messages: [{ role: "user", content: prompt }],
+      sampling: { ...DEFAULT_SAMPLING, temperature: 0 },
+      maxTokens,
+      stop: [],
+      n: 1,
+      logprobs: false,
+      topLogprobs: 0,
+    });
+    await finished;
+    this.waiting.delete(rid);
+    return w.tokens;
+  }
+
+  async close(): Promise<void> {
+    this.scheduler.stop();
+    await this.runner.decoder.release();
+  }
+}
