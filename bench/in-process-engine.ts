@@ -49,24 +49,8 @@ export class InProcessEngine {
 
   /** One greedy request of exactly `tokens` tokens (EOS banned); its TTFT and decode rate. */
   async run(prompt: string, eos: number[], tokens: number): Promise<Measure> {
-    const rid = ++this.rid;
-    const w = { times: [] as number[], tokens: 0, done: (_?: string) => {} };
-    const finished = new Promise<void>((resolve, reject) => (w.done = (error) => (error ? reject(new Error(error)) : resolve())));
-    this.waiting.set(rid, w);
     const start = performance.now();
-    await this.scheduler.admit(rid, {
-      requestId: `bench-${rid}`,
-      modelId: this.runner.info.id,
-      messages: [{ role: "user", content: prompt }],
-      sampling: { ...DEFAULT_SAMPLING, temperature: 0, logitBias: Object.fromEntries(eos.map((e) => [e, -100])) },
-      maxTokens: tokens,
-      stop: [],
-      n: 1,
-      logprobs: false,
-      topLogprobs: 0,
-    });
-    await finished;
-    this.waiting.delete(rid);
+    const w = await this.request(prompt, tokens, Object.fromEntries(eos.map((e) => [e, -100])));
     if (w.tokens !== tokens) throw new Error(`expected ${tokens} tokens, got ${w.tokens}`);
     const [first, last] = [w.times[0]!, w.times.at(-1)!];
     return { ttftMs: first - start, tokPerS: (w.times.length - 1) / ((last - first) / 1000) };
@@ -74,6 +58,11 @@ export class InProcessEngine {
 
   /** One greedy request of at most `maxTokens` tokens, as a client would send it; tokens made. */
   async generate(prompt: string, maxTokens: number): Promise<number> {
+    return (await this.request(prompt, maxTokens, {})).tokens;
+  }
+
+  /** Runs one greedy request to its end: when each piece of text came, and how many tokens. */
+  private async request(prompt: string, maxTokens: number, logitBias: Record<number, number>): Promise<{ times: number[]; tokens: number }> {
     const rid = ++this.rid;
     const w = { times: [] as number[], tokens: 0, done: (_?: string) => {} };
     const finished = new Promise<void>((resolve, reject) => (w.done = (error) => (error ? reject(new Error(error)) : resolve())));
@@ -82,7 +71,7 @@ export class InProcessEngine {
       requestId: `bench-${rid}`,
       modelId: this.runner.info.id,
       messages: [{ role: "user", content: prompt }],
-      sampling: { ...DEFAULT_SAMPLING, temperature: 0 },
+      sampling: { ...DEFAULT_SAMPLING, temperature: 0, logitBias },
       maxTokens,
       stop: [],
       n: 1,
@@ -91,7 +80,7 @@ export class InProcessEngine {
     });
     await finished;
     this.waiting.delete(rid);
-    return w.tokens;
+    return w;
   }
 
   async close(): Promise<void> {
