@@ -4,9 +4,11 @@
 // - the tail (8 <= d <= 30, or min_p's bound) is only summed, per bin of width 1/32 in d: a
 //   token's weight is e^-(b/32) · e^-x with b = round(32·d) its bin and |x| <= 1/64 the rest, so
 //   the pass adds a cubic for e^-x into its bin and the bin's factor is applied once.
-// Head and bins give the exact total, so top-p's boundary is found exactly: in the head (a
-// partition of the head), or in a known bin (one more pass gathers the bins before it, which are
-// all in the nucleus, and only that bin's tokens are partitioned). A draw that lands in the tail
+// Head and bins give the exact total, so top-p's boundary is found exactly, always in a known bin:
+// in the head (its tokens' bins and per-bin weights are kept as they are gathered, so the tokens
+// of lighter bins are dropped and only that bin's are partitioned), or in the tail (one more pass
+// gathers the bins before it, which are all in the nucleus, and only that bin's tokens are
+// partitioned). A draw that lands in the tail
 // finds its token with one pass over that bin's tokens. In language-model logits most tokens are
 // in the tail, and most draws and nuclei end in the head.
 
@@ -47,6 +49,14 @@ export class RowSplit {
   readonly head: Candidates;
   /** Per bin round(32·d), the sum of e^-x over its tail tokens (times EDGE[bin], the bin's mass). */
   private readonly mass = new Float64Array(LAST_BIN + 2);
+  /** Per bin, the weight of the head's tokens in it; with `headBins`, valid until the head changes. */
+  private readonly headMass = new Float64Array(HEAD_BINS + 2);
+  /** The bin of each head token, in the head's order as split() gathered it. */
+  private readonly headBins: Uint16Array;
+  private headBinsValid = false;
+  /** Room for one bin's head tokens while the head is compacted. */
+  private readonly binIds: Int32Array;
+  private readonly binWeights: Float64Array;
   private max = 0;
   /** 32 / T: d in bins. */
   private scale = 1;
@@ -60,6 +70,9 @@ export class RowSplit {
 
   constructor(capacity: number) {
     this.head = new Candidates(capacity);
+    this.headBins = new Uint16Array(capacity);
+    this.binIds = new Int32Array(capacity);
+    this.binWeights = new Float64Array(capacity);
   }
 
   /**
@@ -69,6 +82,10 @@ export class RowSplit {
   split(logits: Float32Array, runs: AllowedRuns, max: number, t: number, limitUnits: number): void {
     const mass = this.mass;
     mass.fill(0);
+    const headMass = this.headMass;
+    headMass.fill(0);
+    const bins = this.headBins;
+    this.headBinsValid = false;
     const head = this.head;
     const ids = head.ids;
     const scale = BINS_PER_UNIT / t;
@@ -99,8 +116,11 @@ export class RowSplit {
         if (d < headEnd) {
           // As `weight` computes it.
           const bin = d + ROUND - ROUND;
+          const weight = EDGE[bin | 0]! * expSmall((d - bin) * X_PER_D);
           ids[n] = i;
-          w[n++] = EDGE[bin | 0]! * expSmall((d - bin) * X_PER_D);
+          w[n] = weight;
+          bins[n++] = bin;
+          headMass[bin | 0]! += weight;
         } else if (d <= limit) {
           // `| 0` on an integral double is a plain truncation; as an index alone JSC would also
           // check that the conversion is exact.
@@ -110,6 +130,7 @@ export class RowSplit {
       }
     }
     head.n = n;
+    this.headBinsValid = true;
     this.sumTail();
   }
 
@@ -133,6 +154,7 @@ export class RowSplit {
 
   /** Moves the tail tokens in bins below `end` into the head. */
   private widen(logits: Float32Array, runs: AllowedRuns, end: number): void {
+    this.headBinsValid = false;
     const head = this.head;
     const ids = head.ids;
     const w = head.weights;
@@ -209,7 +231,7 @@ export class RowSplit {
     const total = s + this.tail;
     const need = p * total;
     if (s >= need || this.tail === 0) {
-      head.topP(p, total);
+      if (!this.keepHeadBins(need)) head.topP(p, total);
       return;
     }
     // The boundary is in a tail bin: every token of the bins before it is in the nucleus (they
@@ -237,11 +259,51 @@ export class RowSplit {
   }
 
   /**
+   * The nucleus within the head, by its bins: the tokens of the bins before the boundary bin all
+   * stay (they are all heavier), those after it go, and only the boundary bin's are partitioned.
+   * False when the head's bins are not known (it changed since split) or do not reach `need`
+   * (rounding: their sum in another order), for the partition of the whole head instead.
+   */
+  private keepHeadBins(need: number): boolean {
+    if (!this.headBinsValid) return false;
+    this.headBinsValid = false;
+    const mass = this.headMass;
+    let acc = 0;
+    let boundary = 0;
+    for (; boundary <= HEAD_BINS; boundary++) {
+      if (acc + mass[boundary]! >= need) break;
+      acc += mass[boundary]!;
+    }
+    if (boundary > HEAD_BINS) return false;
+    const head = this.head;
+    const { ids, weights: w } = head;
+    const bins = this.headBins;
+    let kept = 0;
+    let inBin = 0;
+    for (let j = 0; j < head.n; j++) {
+      const b = bins[j]!;
+      if (b < boundary) {
+        ids[kept] = ids[j]!;
+        w[kept++] = w[j]!;
+      } else if (b === boundary) {
+        this.binIds[inBin] = ids[j]!;
+        this.binWeights[inBin++] = w[j]!;
+      }
+    }
+    ids.set(this.binIds.subarray(0, inBin), kept);
+    w.set(this.binWeights.subarray(0, inBin), kept);
+    head.n = kept + inBin;
+    head.keepMass(need - acc, kept);
+    return true;
+  }
+
+  /**
    * Appends the tail tokens of bins below `bin` to the head, and writes those of `bin` from the
    * far end of the head's arrays down (the two never meet: together they are at most every
    * token). Returns how many `bin` has.
    */
   private gather(logits: Float32Array, runs: AllowedRuns, bin: number): number {
+    this.headBinsValid = false;
     const head = this.head;
     const ids = head.ids;
     const w = head.weights;
