@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { onnx } from "onnx-proto";
 import * as ort from "onnxruntime-node";
 import { FusedKvBackend } from "../../../src/engine/batching/fused-kv.ts";
-import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
+import { DecoderSession, modelFileBytes } from "../../../src/engine/runtime/decoder.ts";
 import { splitAttention } from "../../../src/engine/runtime/split-attention.ts";
 import { trimLogitsToLastPosition } from "../../../src/engine/runtime/last-logits.ts";
 import { prepareDecoderGraph } from "../../../src/engine/runtime/load-graph.ts";
@@ -154,6 +154,13 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     const graphs = prepareDecoderGraph(join(info.dir, "onnx", "model.onnx"), "logits", true, true);
     const nodes = (bytes: Uint8Array | null) => onnx.ModelProto.decode(bytes!).graph!.node!.length;
     expect(nodes(graphs.oneTokenBytes)).toBeLessThan(nodes(graphs.bytes) - 5 * layers.length);
+    // A model of 16 MiB of weights or more gets no second session (nor a second copy of them).
+    const large = await buildSyntheticModel(join(root.path, "one-token-large"), { preset: "tiny-qwen3", variant: "fused", seed: 9 });
+    expect(modelFileBytes(join(large.dir, "onnx", "model.onnx"))).toBeGreaterThan(16 * 2 ** 20);
+    const big = await DecoderSession.create(large.dir, { providers: ["cpu"], threads: 1 });
+    expect(big.stepMode).toBe("split");
+    expect(big.oneTokenSession).toBeNull();
+    await big.release();
   });
 
   test("split attention also rewrites exports that rename the presents through Identity", async () => {
