@@ -18,6 +18,12 @@ import type { AllowedRuns } from "./runs.ts";
 
 const BINS_PER_UNIT = 32;
 const HEAD_BINS = 8 * BINS_PER_UNIT;
+/**
+ * Tail bins just past the head whose tokens split() also lists: a top-p boundary in the tail is
+ * nearly always among them (language-model logits and random ones alike), and then gathering
+ * the nucleus reads that list rather than the whole vocabulary.
+ */
+const NEAR_BINS = 2 * BINS_PER_UNIT;
 const LAST_BIN = NEGLIGIBLE * BINS_PER_UNIT;
 /** e^(-b/32) for each bin b. */
 const EDGE = Float64Array.from({ length: LAST_BIN + 2 }, (_, b) => Math.exp(-b / BINS_PER_UNIT));
@@ -54,6 +60,12 @@ export class RowSplit {
   /** The bin of each head token, in the head's order as split() gathered it. */
   private readonly headBins: Uint16Array;
   private headBinsValid = false;
+  /** Tail tokens with d·32 below nearEnd, in index order (a few beyond it too); see NEAR_BINS. */
+  private readonly near: Int32Array;
+  /** [0, count of `near`], as a run list's bounds. */
+  private readonly nearBounds = new Int32Array(2);
+  /** Every tail token of a bin below this is in `near`. */
+  private nearEnd = 0;
   /** Room for one bin's head tokens while the head is compacted. */
   private readonly binIds: Int32Array;
   private readonly binWeights: Float64Array;
@@ -71,6 +83,7 @@ export class RowSplit {
   constructor(capacity: number) {
     this.head = new Candidates(capacity);
     this.headBins = new Uint16Array(capacity);
+    this.near = new Int32Array(capacity);
     this.binIds = new Int32Array(capacity);
     this.binWeights = new Float64Array(capacity);
   }
@@ -96,6 +109,11 @@ export class RowSplit {
     this.limit = limit;
     this.headEnd = headEnd;
     this.firstBin = headEnd + ROUND - ROUND;
+    // d below nearEnd - 1/2 rounds to a bin below nearEnd: listing d < nearEnd takes them all.
+    const nearEnd = Math.min(headEnd + NEAR_BINS, limit + 1);
+    this.nearEnd = 0;
+    const near = this.near;
+    let nn = 0;
     let n = 0;
     const b = runs.bounds;
     if (max === Infinity) {
@@ -126,11 +144,16 @@ export class RowSplit {
           // check that the conversion is exact.
           const bin = d + ROUND - ROUND;
           mass[bin | 0]! += expSmall((d - bin) * X_PER_D);
+          // Branch-free: whether a tail token is near is a coin toss the branch predictor loses.
+          near[nn] = i;
+          nn += +(d < nearEnd);
         }
       }
     }
     head.n = n;
     this.headBinsValid = true;
+    this.nearBounds[1] = nn;
+    this.nearEnd = nearEnd;
     this.sumTail();
   }
 
@@ -311,9 +334,14 @@ export class RowSplit {
     const above = max - (bin + 1 + MARGIN) / scale;
     let n = head.n;
     let e = ids.length;
-    const b = runs.bounds;
-    for (let r = 0; r < runs.count; r++) {
-      for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
+    // The same tokens in the same (index) order either way: the list holds every tail token of
+    // the bins up to `bin`, with the same tests applied to each.
+    const list = bin < this.nearEnd ? this.near : null;
+    const b = list ? this.nearBounds : runs.bounds;
+    const count = list ? 1 : runs.count;
+    for (let r = 0; r < count; r++) {
+      for (let j = b[2 * r]!, hi = b[2 * r + 1]!; j < hi; j++) {
+        const i = list ? list[j]! : j;
         const v = logits[i]!;
         if (!(v >= above)) continue;
         const d = (max - v) * scale;
