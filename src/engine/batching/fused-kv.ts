@@ -205,7 +205,7 @@ export class FusedKvBackend implements KvBackend {
       pool.views.clear();
       pool.viewsOf = pool.arrays;
     }
-    const key = firstRow * 65536 + rows;
+    const key = firstRow * (pool.maxRows + 1) + rows;
     let views = pool.views.get(key);
     if (!views) {
       const dims = [rows, this.heads, pool.capacity, this.dim];
