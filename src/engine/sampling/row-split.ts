@@ -175,33 +175,15 @@ export class RowSplit {
     return this.tail;
   }
 
-  /** Moves the tail tokens in bins below `end` into the head. */
+  /**
+   * Moves the tail tokens in bins below `end` into the head: gather()'s tokens of the bins before
+   * `end`, in the same order (those of `end` itself, which it writes past the head, stay out).
+   */
   private widen(logits: Float32Array, runs: AllowedRuns, end: number): void {
-    this.headBinsValid = false;
-    const head = this.head;
-    const ids = head.ids;
-    const w = head.weights;
-    const { max, scale, limit, headEnd, firstBin } = this;
-    // A cheap test on the logit first: only tokens near or above the widened bins go further.
-    const above = max - (end + MARGIN) / scale;
-    let n = head.n;
-    const b = runs.bounds;
-    for (let r = 0; r < runs.count; r++) {
-      for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
-        const v = logits[i]!;
-        if (!(v >= above)) continue;
-        const d = (max - v) * scale;
-        if (d >= headEnd && d <= limit) {
-          const bin = d + ROUND - ROUND;
-          if (bin >= end || bin < firstBin) continue;
-          ids[n] = i;
-          w[n++] = this.weight(v);
-        }
-      }
-    }
-    head.n = n;
-    this.mass.fill(0, this.firstBin, Math.min(end, LAST_BIN + 1));
-    this.firstBin = Math.max(this.firstBin, Math.min(end, LAST_BIN + 1));
+    const last = Math.min(end, LAST_BIN + 1);
+    this.gather(logits, runs, last);
+    this.mass.fill(0, this.firstBin, last);
+    this.firstBin = Math.max(this.firstBin, last);
     this.sumTail();
   }
 
