@@ -10,7 +10,7 @@ import { createRandom, type Random } from "./rng.ts";
 import { RowSplit } from "./row-split.ts";
 import { AllowedRuns } from "./runs.ts";
 import { argmax } from "./scan.ts";
-import { placeRow, rowMax } from "./simd/sum-exp.ts";
+import { isPlaced, placeRow, rowMax } from "./simd/sum-exp.ts";
 
 /** Up to this k, top-k selects with a heap in one pass over the logits. */
 const HEAP_TOP_K = 1024;
@@ -59,6 +59,8 @@ class LogitsSampler implements Sampler {
   private readonly split: RowSplit | null;
   private readonly random: Random;
   private readonly greedy: boolean;
+  /** The logits of the last sample() when the SIMD kernels hold them unedited (see logprobs()). */
+  private placed: Float32Array | null = null;
   /** min-p as a bound on (max - logit) / T, capped where tokens stop mattering. */
   private readonly limitUnits: number;
 
@@ -80,12 +82,15 @@ class LogitsSampler implements Sampler {
   sample(logits: Float32Array, counts: TokenCounts | null = null, mask: TokenMask | null = null): number {
     const size = Math.min(this.vocabSize, logits.length);
     const edits = this.processors.length > 0 ? new LogitsEdits(logits) : null;
+    this.placed = null;
     try {
       if (edits) for (const p of this.processors) p.apply(edits, counts);
       this.runs.fill(size, mask);
       return this.pick(logits);
     } finally {
       edits?.undo();
+      // The kernels' copy holds the edited logits: not the row logprobs() reads.
+      if (edits) this.placed = null;
     }
   }
 
@@ -134,6 +139,7 @@ class LogitsSampler implements Sampler {
     const size = Math.min(this.vocabSize, logits.length);
     if (runs.count === 1 && b[0] === 0 && b[1] === size) {
       placeRow(size === logits.length ? logits : logits.subarray(0, size));
+      this.placed = logits;
       return rowMax();
     }
     const best = argmax(logits, runs);
@@ -141,7 +147,10 @@ class LogitsSampler implements Sampler {
   }
 
   logprobs(logits: Float32Array, tokenId: number, topN: number): LogprobsResult {
-    return computeLogprobs(logits, tokenId, topN, Math.min(this.vocabSize, logits.length));
+    const size = Math.min(this.vocabSize, logits.length);
+    // The row sample() put in the SIMD kernels' memory, unedited, unless another went there since.
+    const placed = this.placed === logits && isPlaced(size === logits.length ? logits : logits.subarray(0, size));
+    return computeLogprobs(logits, tokenId, topN, size, placed);
   }
 }
 

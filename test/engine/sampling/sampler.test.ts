@@ -288,6 +288,25 @@ describe("logprobs", () => {
     expect(computeLogprobs(row, 0, 0).top).toEqual([]);
   });
 
+  test("sampler.logprobs after sample() equals them computed afresh: the row the sampler left in the SIMD kernels is reused only when it is the same, unedited", () => {
+    const r = createRandom(5);
+    // A vocabulary past the sampler's size (padding rows), as Qwen3's: the row is a subarray.
+    const row = Float32Array.from({ length: 1003 }, () => r() * 10 - 5);
+    const other = Float32Array.from({ length: 1000 }, () => r() * 10 - 5);
+    const fresh = (id: number) => computeLogprobs(row.slice(), id, 5, 1000);
+    for (const p of [params({}), params({ logitBias: { 7: 100, 8: -100 } }), params({ presencePenalty: 2 })]) {
+      const s = createSampler(p, 1000);
+      const t = createSampler(params({}), 1000);
+      const counts = new Map([[7, 3], [9, 1]]);
+      for (let step = 0; step < 3; step++) {
+        const id = s.sample(row, counts);
+        // Another row sampled in between (another choice of the batch) must not be read instead.
+        if (step === 1) t.sample(other);
+        expect(s.logprobs(row, id, 5)).toEqual(fresh(id));
+      }
+    }
+  });
+
   test("sampler.logprobs ignores bias and penalties (reports the model's distribution)", () => {
     const s = createSampler(params({ logitBias: { 0: -100 } }), LOGITS.length);
     const row = Float32Array.from(LOGITS);

@@ -1,6 +1,7 @@
 // The SIMD kernels of sum-exp.wat over one row of float32 values, copied once into the module's
 // memory (a copy costs about a tenth of a pass over the values in JavaScript) and read by the
-// calls that follow.
+// calls that follow: the row a sampler took its maximum from serves the same token's
+// log-probabilities too (see isPlaced).
 import { SUM_EXP_WASM } from "./sum-exp.wasm.ts";
 
 interface Kernels {
@@ -14,36 +15,52 @@ interface Kernels {
 let kernels: Kernels | null = null;
 let view: Float32Array = new Float32Array(0);
 /** The row in the module's memory, and where the alternatives go after it. */
-let row: Float32Array = new Float32Array(0);
+let row: Float32Array | null = null;
 let topAt = 0;
+/** rowMax() of the row, once computed. */
+let rowMaxValue: number | null = null;
+/** Room kept after each row for rowTop's alternatives. */
+export const MAX_TOP = 20;
 
 function load(): Kernels {
   const module = new WebAssembly.Module(Buffer.from(SUM_EXP_WASM, "base64"));
   return new WebAssembly.Instance(module).exports as unknown as Kernels;
 }
 
-/** Room for a row and up to `maxTop` alternatives. */
-function reserve(values: number, maxTop: number): Kernels {
+/** Room for a row and its alternatives. */
+function reserve(values: number): Kernels {
   const k = (kernels ??= load());
-  const bytes = Math.ceil((values * 4) / 16) * 16 + maxTop * 8;
+  const bytes = Math.ceil((values * 4) / 16) * 16 + MAX_TOP * 8;
   if (k.memory.buffer.byteLength < bytes) k.memory.grow(Math.ceil((bytes - k.memory.buffer.byteLength) / 65536));
   if (view.buffer !== k.memory.buffer) view = new Float32Array(k.memory.buffer);
   return k;
 }
 
 /** Copies `values` into the kernels' memory: the row the next calls read. */
-export function placeRow(values: Float32Array, maxTop = 0): void {
-  reserve(values.length, maxTop);
+export function placeRow(values: Float32Array): void {
+  reserve(values.length);
   view.set(values);
   row = values;
+  rowMaxValue = null;
   topAt = Math.ceil((values.length * 4) / 16) * 16;
+}
+
+/**
+ * Whether the last row placed is `values` (the same memory): then it is still the kernels' row
+ * if the caller knows that array has not changed since.
+ */
+export function isPlaced(values: Float32Array): boolean {
+  return row !== null && row.buffer === values.buffer && row.byteOffset === values.byteOffset && row.length === values.length;
 }
 
 /** The row's largest value (NaN skipped; -Infinity when there is none). */
 export function rowMax(): number {
-  const n = row.length;
+  if (rowMaxValue !== null) return rowMaxValue;
+  const r = row!;
+  const n = r.length;
   let max = kernels!.max(n);
-  for (let i = n & ~3; i < n; i++) if (row[i]! > max) max = row[i]!;
+  for (let i = n & ~3; i < n; i++) if (r[i]! > max) max = r[i]!;
+  rowMaxValue = max;
   return max;
 }
 
@@ -52,19 +69,21 @@ export function rowMax(): number {
  * (float32 arithmetic, float64 sum; see sum-exp.wat); `max` is at least every value.
  */
 export function rowSumExp(max: number): number {
-  const n = row.length;
+  const r = row!;
+  const n = r.length;
   let sum = kernels!.sumExp(n, max);
-  for (let i = n & ~3; i < n; i++) sum += Math.exp(row[i]! - max);
+  for (let i = n & ~3; i < n; i++) sum += Math.exp(r[i]! - max);
   return sum;
 }
 
 /**
- * The row's k = topIds.length (at most placeRow's maxTop) largest values, best first, the earlier
+ * The row's k = topIds.length (at most MAX_TOP) largest values, best first, the earlier
  * index first among equals, into topIds and topVals; -1 and -Infinity where there are fewer
  * (NaN and -Infinity are never taken).
  */
 export function rowTop(topIds: Int32Array, topVals: Float64Array): void {
-  const n = row.length;
+  const r = row!;
+  const n = r.length;
   const k = topIds.length;
   if (k === 0) return;
   kernels!.top(n, k, topAt);
@@ -76,7 +95,7 @@ export function rowTop(topIds: Int32Array, topVals: Float64Array): void {
   }
   // The last values, after the kernel's: inserted as it does.
   for (let i = n & ~3; i < n; i++) {
-    const v = row[i]!;
+    const v = r[i]!;
     if (!(v > topVals[k - 1]!)) continue;
     let j = k - 1;
     while (j > 0 && topVals[j - 1]! < v) {
