@@ -246,23 +246,23 @@ export class FusedKvBackend implements KvBackend {
     const out = await this.decoder.run(feeds, fetches as ort.InferenceSession.FetchesType, tokens);
     if (stepKv) {
       const packed = out[stepKv.output]!;
+      const src: KvArray = packed.type === "float16" ? halfBits(packed.data) : (packed.data as Float32Array);
+      const tokens = packed.dims[2]!;
+      const block = rows * this.heads * tokens * this.dim;
       stepKv.blocks.forEach((b, i) => {
-        this.writeStep(packed, b.key, rows, pool.arrays![2 * i]!, pool, firstRow, writes);
-        this.writeStep(packed, b.value, rows, pool.arrays![2 * i + 1]!, pool, firstRow, writes);
+        this.writeStep(src, b.key * block, tokens, pool.arrays![2 * i]!, pool, firstRow, writes);
+        this.writeStep(src, b.value * block, tokens, pool.arrays![2 * i + 1]!, pool, firstRow, writes);
       });
     }
     return out[spec.logits]!;
   }
 
   /**
-   * Copies block `block` [rows, heads, tokens, dim] of the packed step output into the rows'
-   * places in a pool buffer.
+   * Copies one layer's block [rows, heads, tokens, dim] of the packed step output, from `base` in
+   * `src`, into the rows' places in a pool buffer.
    */
-  private writeStep(t: ort.Tensor, block: number, rows: number, dst: KvArray, pool: Pool, firstRow: number, writes: [number, number][]): void {
-    const src: KvArray = t.type === "float16" ? halfBits(t.data) : (t.data as Float32Array);
-    const tokens = t.dims[2]!;
+  private writeStep(src: KvArray, base: number, tokens: number, dst: KvArray, pool: Pool, firstRow: number, writes: [number, number][]): void {
     const { heads, dim } = this;
-    const base = block * rows * heads * tokens * dim;
     for (const [row, position] of writes) {
       const from = base + row * heads * tokens * dim;
       const to = (firstRow + row) * pool.stride + position * dim;

@@ -24,9 +24,9 @@ export interface SessionOptions {
 const SINGLE_THREAD_BELOW_BYTES = 16 * 2 ** 20;
 
 /** The configured count, else 1 for small models and ONNX Runtime's default (0) otherwise. */
-export function intraOpThreads(configured: number, onnxPath: string): number {
+export function intraOpThreads(configured: number, small: boolean): number {
   if (configured > 0) return configured;
-  return isSmallModel(onnxPath) ? 1 : 0;
+  return small ? 1 : 0;
 }
 
 /**
@@ -34,7 +34,7 @@ export function intraOpThreads(configured: number, onnxPath: string): number {
  * also gets a one-token graph for decode steps (a second session, so a second copy of weights
  * that are small).
  */
-function isSmallModel(onnxPath: string): boolean {
+export function isSmallModel(onnxPath: string): boolean {
   return modelFileBytes(onnxPath) < SINGLE_THREAD_BELOW_BYTES;
 }
 
@@ -121,7 +121,8 @@ export class DecoderSession {
 
   static async create(dir: string, opts: SessionOptions): Promise<DecoderSession> {
     const files = locateModelFiles(dir);
-    const threads = intraOpThreads(opts.threads, files.onnxPath);
+    const small = isSmallModel(files.onnxPath);
+    const threads = intraOpThreads(opts.threads, small);
     const sessionOptions: ort.InferenceSession.SessionOptions = {
       executionProviders: opts.providers.map((p) => (p === "cuda" ? { name: "cuda" } : { name: "cpu" })),
       graphOptimizationLevel: "all",
@@ -134,7 +135,7 @@ export class DecoderSession {
     let session: ort.InferenceSession;
     let oneTokenSession: ort.InferenceSession | null = null;
     try {
-      const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files), isSmallModel(files.onnxPath));
+      const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files), small);
       // Loaded from memory: external weights are found next to the original file.
       const fromMemory = { ...sessionOptions, extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } } };
       session = graph.bytes ? await ort.InferenceSession.create(graph.bytes, fromMemory) : await ort.InferenceSession.create(files.onnxPath, sessionOptions);

@@ -3,7 +3,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { mkdirSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { intraOpThreads } from "../../../src/engine/runtime/decoder.ts";
+import { intraOpThreads, isSmallModel } from "../../../src/engine/runtime/decoder.ts";
 import { tempDir } from "../../helpers/paths.ts";
 
 const root = tempDir("sluice-threads-");
@@ -13,8 +13,8 @@ test("small graphs get one thread, large ones (external data counted) the defaul
   const small = join(root.path, "small", "onnx");
   mkdirSync(small, { recursive: true });
   writeFileSync(join(small, "model.onnx"), new Uint8Array(1000));
-  expect(intraOpThreads(0, join(small, "model.onnx"))).toBe(1);
-  expect(intraOpThreads(3, join(small, "model.onnx"))).toBe(3);
+  expect(intraOpThreads(0, isSmallModel(join(small, "model.onnx")))).toBe(1);
+  expect(intraOpThreads(3, isSmallModel(join(small, "model.onnx")))).toBe(3);
 
   const large = join(root.path, "large", "onnx");
   mkdirSync(large, { recursive: true });
@@ -24,8 +24,8 @@ test("small graphs get one thread, large ones (external data counted) the defaul
   // Another graph's data in the same folder does not count.
   writeFileSync(join(large, "embed_tokens.onnx"), "");
   truncateSync(join(large, "embed_tokens.onnx"), 64 * 2 ** 20);
-  expect(intraOpThreads(0, join(large, "model.onnx"))).toBe(0);
-  expect(intraOpThreads(0, join(large, "embed_tokens.onnx"))).toBe(0);
+  expect(intraOpThreads(0, isSmallModel(join(large, "model.onnx")))).toBe(0);
+  expect(intraOpThreads(0, isSmallModel(join(large, "embed_tokens.onnx")))).toBe(0);
   truncateSync(join(large, "model.onnx_data"), 1000);
-  expect(intraOpThreads(0, join(large, "model.onnx"))).toBe(1);
+  expect(intraOpThreads(0, isSmallModel(join(large, "model.onnx")))).toBe(1);
 });
