@@ -25,17 +25,18 @@ const CONTEXT_ROUNDS = quick ? 2 : 5;
  */
 const levelRounds = (streams: number) => (quick ? 1 : streams === 1 ? 9 : streams === 64 ? 3 : 5);
 
-async function models(): Promise<string[]> {
-  const ids: string[] = [];
+/** The models measured: their ids and directories, built or imported when absent. */
+async function models(): Promise<{ id: string; dir: string }[]> {
+  const ids: { id: string; dir: string }[] = [];
   const big = join(ROOT, "models", "bench-50m");
   if (!existsSync(join(big, "sluice.json"))) await buildSyntheticModel(big, { preset: "bench-50m", variant: "fused", id: "bench/50m" });
-  ids.push("bench/50m");
+  ids.push({ id: "bench/50m", dir: big });
   if (existsSync(join(STORIES, "stories260K.bin"))) {
     const dir = join(ROOT, "models", "stories260k");
     if (!existsSync(join(dir, "sluice.json"))) {
       await importLlama2c(join(STORIES, "stories260K.bin"), join(STORIES, "tok512.bin"), { id: "stories260k", outDir: dir, variant: "fused", dtype: "float32" });
     }
-    ids.push("stories260k");
+    ids.push({ id: "stories260k", dir });
   } else console.warn("stories260K is absent; measuring the synthetic model only");
   return ids;
 }
@@ -111,7 +112,7 @@ async function main() {
   const speedup: string[] = [];
   const alone: (string | number)[][] = [];
   try {
-    for (const model of ids) {
+    for (const { id: model, dir } of ids) {
       const maxTokens = model === "stories260k" ? 128 : 48;
       // Warm up first: Bun's JIT keeps tiering the server's per-token code up over a few thousand
       // tokens, and a cold first level would flatter the ratios of the later ones.
@@ -152,7 +153,7 @@ async function main() {
       }
       // The same requests to the model worker's own code in this process (no HTTP thread, no
       // messages between threads, no client parsing): what the engine alone reaches here.
-      const engine = await InProcessEngine.load(join(ROOT, "models", model === "bench/50m" ? "bench-50m" : "stories260k"), model);
+      const engine = await InProcessEngine.load(dir, model);
       for (let w = 0; w < (quick ? 1 : 3); w++) await Promise.all(Array.from({ length: 16 }, (_, i) => engine.generate(prose(8 + (i % 5), i), maxTokens)));
       let aloneSingle = 0;
       for (const n of [1, 16]) {

@@ -48,25 +48,31 @@ export async function weightFloor(weightBytes: number, runs = 15): Promise<Weigh
   return { weightBytes: ROWS_IN * cols * 4, ms: best, bytesPerSecond: (ROWS_IN * cols * 4) / (best / 1000) };
 }
 
+/** bench/read-bandwidth.c built once per process (removed at exit), or why it could not be. */
+let reader: { exe: string } | { reason: string } | null = null;
+
+function buildReader(): { exe: string } | { reason: string } {
+  const cc = Bun.which("cc") ?? Bun.which("gcc") ?? Bun.which("clang");
+  if (!cc) return { reason: "no C compiler" };
+  const dir = mkdtempSync(join(tmpdir(), "sluice-read-bandwidth-"));
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  const exe = join(dir, "read-bandwidth");
+  const built = Bun.spawnSync([cc, "-O3", "-march=native", "-pthread", join(import.meta.dir, "read-bandwidth.c"), "-o", exe]);
+  if (built.exitCode !== 0) return { reason: `the C compiler failed: ${built.stderr.toString().split("\n")[0]}` };
+  return { exe };
+}
+
 /**
  * Best ms of reading `bytes` from memory with every core (bench/read-bandwidth.c, built with the
  * machine's C compiler); null, with the reason, when there is no compiler.
  */
 export function rawReadMs(bytes: number, runs = 15): { ms: number; threads: number } | { ms: null; reason: string } {
-  const cc = Bun.which("cc") ?? Bun.which("gcc") ?? Bun.which("clang");
-  if (!cc) return { ms: null, reason: "no C compiler" };
-  const dir = mkdtempSync(join(tmpdir(), "sluice-read-bandwidth-"));
-  try {
-    const exe = join(dir, "read-bandwidth");
-    const built = Bun.spawnSync([cc, "-O3", "-march=native", "-pthread", join(import.meta.dir, "read-bandwidth.c"), "-o", exe]);
-    if (built.exitCode !== 0) return { ms: null, reason: `the C compiler failed: ${built.stderr.toString().split("\n")[0]}` };
-    const threads = cpus().length;
-    const run = Bun.spawnSync([exe, String(bytes), String(threads), String(runs)]);
-    if (run.exitCode !== 0) return { ms: null, reason: `read-bandwidth exited with ${run.exitCode}` };
-    return { ms: Number(run.stdout.toString().split(" ")[0]), threads };
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  reader ??= buildReader();
+  if ("reason" in reader) return { ms: null, reason: reader.reason };
+  const threads = cpus().length;
+  const run = Bun.spawnSync([reader.exe, String(bytes), String(threads), String(runs)]);
+  if (run.exitCode !== 0) return { ms: null, reason: `read-bandwidth exited with ${run.exitCode}` };
+  return { ms: Number(run.stdout.toString().split(" ")[0]), threads };
 }
 
 if (import.meta.main) {
