@@ -92,9 +92,8 @@ export interface KvCache {
 
 /** Where a run's new positions are in the packed step output (see step-kv-outputs.ts). */
 export interface StepKvLayout {
-  /** Output name: [count * batch, kv_heads, new tokens, head_dim]. */
+  /** Output name: [2 * layers * batch, kv_heads, new tokens, head_dim]. */
   output: string;
-  count: number;
   /** Per layer, as spec.layers. */
   blocks: StepBlocks[];
 }
@@ -157,7 +156,7 @@ export class DecoderSession {
     const spec = decoderSpec(files, meta(session.inputMetadata), meta(session.outputMetadata), stepGraph ? new Set(stepGraph.blocks.keys()) : undefined);
     const blocks = stepGraph ? spec.layers.map((l) => stepGraph.blocks.get(l.pastKey)) : [];
     const complete: StepKvLayout | null =
-      stepGraph && blocks.every((b) => b !== undefined) ? { output: stepGraph.packed, count: stepGraph.count, blocks: blocks as StepBlocks[] } : null;
+      stepGraph && blocks.every((b) => b !== undefined) ? { output: stepGraph.packed, blocks: blocks as StepBlocks[] } : null;
     let embedder: ort.InferenceSession | null = null;
     if (spec.inputsEmbeds) {
       const path = join(dirname(files.onnxPath), "embed_tokens.onnx");

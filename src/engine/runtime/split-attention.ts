@@ -230,7 +230,7 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
     steps.push({ pastKey: pastK!, ...names });
   });
   const { kvHeads, dim } = layers[0]!;
-  const packed = packStepOutputs(steps, FLOAT, kvHeads, dim);
+  const packed = packStepOutputs("split", steps, FLOAT, kvHeads, dim);
 
   // The presents are no longer produced: drop them from the outputs with their nodes.
   const renames = presentRenames(graph, layers.map((l) => l.node))!;
@@ -238,7 +238,7 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
   const dropped = new Set([...layers.flatMap((l) => [l.node.output![1], l.node.output![2]]), ...renames.map((n) => n.output![0])]);
   graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...shared, ...added, packed.node]);
   graph.output = [...(graph.output ?? []).filter((o) => !dropped.has(o.name ?? "")), packed.output];
-  return { kind: "split", packed: packed.packed, count: packed.count, blocks: packed.blocks };
+  return packed.step;
 }
 
 /** The nodes in a topological order (ONNX requires it), the given order kept where it is free. */

@@ -26,12 +26,10 @@ export interface StepKvOutputs {
   /** How the new positions are obtained: attention split around the cache, or gathered from the presents. */
   kind: "split" | "gather";
   /**
-   * The graph output [blocks * batch, kv_heads, new tokens, head_dim]: the new keys (or values)
-   * of one layer are block b, rows [b * batch, (b + 1) * batch).
+   * The graph output [2 * layers * batch, kv_heads, new tokens, head_dim]: the new keys (or
+   * values) of one layer are block b, rows [b * batch, (b + 1) * batch).
    */
   packed: string;
-  /** Number of blocks (two per layer). */
-  count: number;
   /** By past key input name: where that layer's new keys and values are in `packed`. */
   blocks: Map<string, StepBlocks>;
 }
@@ -40,20 +38,19 @@ export const PACKED_STEP_OUTPUT = "sluice_step_kv";
 
 /**
  * Packs per-layer step tensors [batch, heads, new tokens, dim] (all of one type and shape) into
- * the one graph output, in the order given.
+ * the one graph output, in the order given: its description, and the node and output to add.
  */
 export function packStepOutputs(
+  kind: StepKvOutputs["kind"],
   layers: { pastKey: string; key: string; value: string }[],
   elemType: number,
   heads: number,
   dim: number,
-): { packed: string; count: number; blocks: Map<string, StepBlocks>; node: onnx.INodeProto; output: onnx.IValueInfoProto } {
+): { step: StepKvOutputs; node: onnx.INodeProto; output: onnx.IValueInfoProto } {
   const blocks = new Map<string, StepBlocks>();
   layers.forEach((l, i) => blocks.set(l.pastKey, { key: 2 * i, value: 2 * i + 1 }));
   return {
-    packed: PACKED_STEP_OUTPUT,
-    count: 2 * layers.length,
-    blocks,
+    step: { kind, packed: PACKED_STEP_OUTPUT, blocks },
     node: node("Concat", layers.flatMap((l) => [l.key, l.value]), [PACKED_STEP_OUTPUT], { axis: 0 }),
     output: tensorOutput(PACKED_STEP_OUTPUT, elemType, ["sluice_step_rows", heads, "sequence_length", dim]),
   };
@@ -97,8 +94,8 @@ export function addStepKvOutputs(model: onnx.IModelProto): StepKvOutputs | null 
     }
     layers.push(names);
   }
-  const packed = packStepOutputs(layers, info.elemType, heads, dim);
+  const packed = packStepOutputs("gather", layers, info.elemType, heads, dim);
   graph.node!.push(...nodes, packed.node);
   graph.output = [...(graph.output ?? []), packed.output];
-  return { kind: "gather", packed: packed.packed, count: packed.count, blocks: packed.blocks };
+  return packed.step;
 }
