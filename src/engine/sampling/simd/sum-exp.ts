@@ -13,7 +13,9 @@ interface Kernels {
 
 /** Compiled when first used; one instance per thread (each model worker has its own). */
 let kernels: Kernels | null = null;
+/** The module's memory as floats and as integers (remade when it grows). */
 let view: Float32Array = new Float32Array(0);
+let ints: Int32Array = new Int32Array(0);
 /** The row in the module's memory, and where the alternatives go after it. */
 let row: Float32Array | null = null;
 let topAt = 0;
@@ -32,7 +34,10 @@ function reserve(values: number): Kernels {
   const k = (kernels ??= load());
   const bytes = Math.ceil((values * 4) / 16) * 16 + MAX_TOP * 8;
   if (k.memory.buffer.byteLength < bytes) k.memory.grow(Math.ceil((bytes - k.memory.buffer.byteLength) / 65536));
-  if (view.buffer !== k.memory.buffer) view = new Float32Array(k.memory.buffer);
+  if (view.buffer !== k.memory.buffer) {
+    view = new Float32Array(k.memory.buffer);
+    ints = new Int32Array(k.memory.buffer);
+  }
   return k;
 }
 
@@ -87,11 +92,10 @@ export function rowTop(topIds: Int32Array, topVals: Float64Array): void {
   const k = topIds.length;
   if (k === 0) return;
   kernels!.top(n, k, topAt);
-  const vals = new Float32Array(view.buffer, topAt, k);
-  const ids = new Int32Array(view.buffer, topAt + 4 * k, k);
+  const at = topAt >> 2;
   for (let j = 0; j < k; j++) {
-    topVals[j] = vals[j]!;
-    topIds[j] = ids[j]!;
+    topVals[j] = view[at + j]!;
+    topIds[j] = ints[at + k + j]!;
   }
   // The last values, after the kernel's: inserted as it does.
   for (let i = n & ~3; i < n; i++) {
