@@ -30,20 +30,29 @@ class FusedSequence implements Sequence {
  */
 class Pool {
   rows: FusedSequence[] = [];
-  arrays: KvArray[] | null = null;
+  private buffers: KvArray[] | null = null;
   allocatedRows = 0;
   /**
-   * Tensors over rows of `arrays` by (first row, rows), made again only when the arrays are
+   * Tensors over rows of the buffers by (first row, rows), made again only when the buffers are
    * replaced: onnxruntime-common validates each new tensor, a few microseconds for a layer's pair
    * at every step of a small model.
    */
-  views = new Map<number, ort.Tensor[]>();
-  viewsOf: KvArray[] | null = null;
+  readonly views = new Map<number, ort.Tensor[]>();
   constructor(
     readonly capacity: number,
     readonly maxRows: number,
     readonly stride: number,
   ) {}
+
+  /** One buffer per layer's key and value. */
+  get arrays(): KvArray[] | null {
+    return this.buffers;
+  }
+
+  set arrays(buffers: KvArray[] | null) {
+    this.buffers = buffers;
+    this.views.clear();
+  }
 }
 
 export class FusedKvBackend implements KvBackend {
@@ -201,10 +210,6 @@ export class FusedKvBackend implements KvBackend {
   }
 
   private views(pool: Pool, firstRow: number, rows: number): ort.Tensor[] {
-    if (pool.viewsOf !== pool.arrays) {
-      pool.views.clear();
-      pool.viewsOf = pool.arrays;
-    }
     const key = firstRow * (pool.maxRows + 1) + rows;
     let views = pool.views.get(key);
     if (!views) {
