@@ -11,10 +11,22 @@
 // partitioned). A draw that lands in the tail
 // finds its token with one pass over that bin's tokens. In language-model logits most tokens are
 // in the tail, and most draws and nuclei end in the head.
+//
+// Over a whole row (no mask), a WebAssembly SIMD kernel (simd/sum-exp.wat) makes the pass instead,
+// at about half of the JavaScript pass's time: it lists the head and the tail tokens of the
+// NEAR_BINS, and sums the tail in float32 arithmetic, without bins. The bins are summed afterwards
+// only where a draw or a top-p boundary lands in the tail: from the near list when there (nearly
+// always), else by the JavaScript pass. Whether a token is in the head, the tail or out is decided
+// by d computed in float32 (splitDistance), by the kernel and by every pass here alike; weights
+// and bins use d in float64, exact as before. Only the tail's total then carries float32 rounding
+// (within TAIL_RELATIVE_ERROR of it), as all of vLLM's sampling does: top-p's boundary is exact
+// unless p·total falls that close to it, and the share of draws that go to the tail is off by as
+// little.
 
 import { Candidates, NEGLIGIBLE } from "./candidates.ts";
 import type { Random } from "./rng.ts";
 import type { AllowedRuns } from "./runs.ts";
+import { placeRow, rowSplit, splitDistance, TAIL_TERM_ERROR } from "./simd/sum-exp.ts";
 
 const BINS_PER_UNIT = 32;
 const HEAD_BINS = 8 * BINS_PER_UNIT;
@@ -35,6 +47,8 @@ const X_PER_D = 1 / BINS_PER_UNIT;
  * its destination register), which serialises the pass (it ran between two and three times slower).
  */
 const ROUND = 6755399441055744;
+/** drawFromBins found no token. */
+const MISSED = -2;
 /** Bins of slack in the logit pre-tests, far above the rounding of (max - v)·scale. */
 const MARGIN = 0.01;
 
@@ -49,6 +63,9 @@ function expSmall(x: number): number {
 
 /** Bound on the relative error of a token's weight as RowSplit computes it. */
 export const WEIGHT_RELATIVE_ERROR = 2.5e-9;
+
+/** Bound on the relative error of the tail's mass as the kernel sums it (d ≤ 30 units). */
+export const TAIL_RELATIVE_ERROR = (1 + NEGLIGIBLE) * TAIL_TERM_ERROR;
 
 export class RowSplit {
   /** The head's tokens and weights exp((logit - max) / T). */
@@ -72,6 +89,14 @@ export class RowSplit {
   private max = 0;
   /** 32 / T: d in bins. */
   private scale = 1;
+  /** `scale`, `headEnd` and `limit` as float32 values: the head/tail/out decision (see inTail). */
+  private scale32 = 1;
+  private head32 = 0;
+  private limit32 = 0;
+  /** Whether `mass` holds every bin and `tail` their sum (exact), not the kernel's sum. */
+  private binned = false;
+  /** Whether `mass` holds the bins below nearEnd, summed from `near` (see binNear). */
+  private nearBinned = false;
   /** Tokens with d·32 above this are out (below e^-30 or below min_p). */
   private limit = 0;
   /** Tokens with d·32 below this are in the head. */
@@ -90,17 +115,14 @@ export class RowSplit {
 
   /**
    * Splits the allowed tokens whose d = (max - logit) / t is at most `limitUnits` (≤ 30).
-   * `max` is the largest allowed logit.
+   * `max` is the largest allowed logit. `placed`: the row (up to the runs' end) is the SIMD
+   * kernels' row already (see simd/sum-exp.ts).
    */
-  split(logits: Float32Array, runs: AllowedRuns, max: number, t: number, limitUnits: number): void {
-    const mass = this.mass;
-    mass.fill(0);
-    const headMass = this.headMass;
-    headMass.fill(0);
-    const bins = this.headBins;
+  split(logits: Float32Array, runs: AllowedRuns, max: number, t: number, limitUnits: number, placed = false): void {
+    this.headMass.fill(0);
     this.headBinsValid = false;
+    this.nearBinned = false;
     const head = this.head;
-    const ids = head.ids;
     const scale = BINS_PER_UNIT / t;
     const limit = Math.max(0, Math.min(NEGLIGIBLE, limitUnits)) * BINS_PER_UNIT;
     const headEnd = Math.min(HEAD_BINS, limit);
@@ -108,38 +130,119 @@ export class RowSplit {
     this.scale = scale;
     this.limit = limit;
     this.headEnd = headEnd;
+    this.scale32 = Math.fround(scale);
+    this.head32 = Math.fround(headEnd);
+    this.limit32 = Math.fround(limit);
     this.firstBin = headEnd + ROUND - ROUND;
-    // d below nearEnd - 1/2 rounds to a bin below nearEnd: listing d < nearEnd takes them all.
-    const nearEnd = Math.min(headEnd + NEAR_BINS, limit + 1);
     this.nearEnd = 0;
-    const near = this.near;
-    let nn = 0;
-    let n = 0;
+    this.nearBounds[1] = 0;
     const b = runs.bounds;
     if (max === Infinity) {
       // Infinite logits share all the mass equally; nothing else can be drawn.
+      const ids = head.ids;
+      let n = 0;
       for (let r = 0; r < runs.count; r++) {
         for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) if (logits[i] === Infinity) ids[n++] = i;
       }
       head.weights.fill(1, 0, n);
       head.n = n;
-      this.headEnd = this.limit = -1;
+      this.headEnd = this.limit = this.head32 = this.limit32 = -1;
+      this.mass.fill(0);
+      this.binned = true;
       this.tail = 0;
       return;
     }
+    if (runs.count === 1 && b[0] === 0) {
+      if (!placed) placeRow(b[1] === logits.length ? logits : logits.subarray(0, b[1]));
+      const nearEnd = this.nearEndFor();
+      const found = rowSplit(max, this.scale32, this.head32, this.limit32, Math.fround(nearEnd));
+      this.fill(found.head, logits);
+      this.near.set(found.near);
+      this.nearBounds[1] = found.near.length;
+      this.nearEnd = nearEnd;
+      this.tail = found.tail;
+      this.binned = false;
+      return;
+    }
+    this.scan(logits, runs, true);
+  }
+
+  /** d below nearEnd - 1/2 rounds to a bin below nearEnd: listing d < nearEnd takes them all. */
+  private nearEndFor(): number {
+    return Math.min(this.headEnd + NEAR_BINS, this.limit + 1);
+  }
+
+  /** The head from the kernel's list of its ids: weights and bins as scan() computes them. */
+  private fill(list: Int32Array, logits: Float32Array): void {
+    const head = this.head;
+    const { ids, weights: w } = head;
+    const bins = this.headBins;
+    const headMass = this.headMass;
+    headMass.fill(0);
+    const { max, scale } = this;
+    const n = list.length;
+    for (let j = 0; j < n; j++) {
+      const i = list[j]!;
+      const d = (max - logits[i]!) * scale;
+      const bin = d + ROUND - ROUND;
+      const weight = EDGE[bin | 0]! * expSmall((d - bin) * X_PER_D);
+      ids[j] = i;
+      w[j] = weight;
+      bins[j] = bin;
+      headMass[bin | 0]! += weight;
+    }
+    head.n = n;
+    this.headBinsValid = true;
+  }
+
+  /** The bins below nearEnd from the near list, when the kernel summed the tail. */
+  private binNear(logits: Float32Array): void {
+    if (this.binned || this.nearBinned) return;
+    const mass = this.mass;
+    mass.fill(0);
+    const { max, scale, near, nearEnd } = this;
+    for (let j = 0, nn = this.nearBounds[1]!; j < nn; j++) {
+      const d = (max - logits[near[j]!]!) * scale;
+      const bin = d + ROUND - ROUND;
+      if (bin < nearEnd) mass[bin | 0]! += expSmall((d - bin) * X_PER_D);
+    }
+    this.nearBinned = true;
+  }
+
+  /**
+   * The JavaScript pass: sums the tail per bin and lists its near tokens, and with `withHead`
+   * gathers the head too (else the head is left as it is).
+   */
+  private scan(logits: Float32Array, runs: AllowedRuns, withHead: boolean): void {
+    const mass = this.mass;
+    mass.fill(0);
+    const headMass = this.headMass;
+    const bins = this.headBins;
+    const head = this.head;
+    const ids = head.ids;
     const w = head.weights;
+    const { max, scale, scale32, head32, limit32 } = this;
+    const nearEnd = this.nearEndFor();
+    const near = this.near;
+    let nn = 0;
+    let n = 0;
+    const b = runs.bounds;
     for (let r = 0; r < runs.count; r++) {
       for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
-        const d = (max - logits[i]!) * scale;
-        if (d < headEnd) {
+        const v = logits[i]!;
+        const side = splitDistance(max, v, scale32);
+        if (side < head32) {
+          if (!withHead) continue;
           // As `weight` computes it.
+          const d = (max - v) * scale;
           const bin = d + ROUND - ROUND;
           const weight = EDGE[bin | 0]! * expSmall((d - bin) * X_PER_D);
           ids[n] = i;
           w[n] = weight;
           bins[n++] = bin;
           headMass[bin | 0]! += weight;
-        } else if (d <= limit) {
+        } else if (side <= limit32) {
+          const d = (max - v) * scale;
           // `| 0` on an integral double is a plain truncation; as an index alone JSC would also
           // check that the conversion is exact.
           const bin = d + ROUND - ROUND;
@@ -150,11 +253,25 @@ export class RowSplit {
         }
       }
     }
-    head.n = n;
-    this.headBinsValid = true;
+    if (withHead) {
+      head.n = n;
+      this.headBinsValid = true;
+    }
     this.nearBounds[1] = nn;
     this.nearEnd = nearEnd;
+    this.binned = true;
     this.sumTail();
+  }
+
+  /** The tail's bins, when the kernel gave only its sum. */
+  private bin(logits: Float32Array, runs: AllowedRuns): void {
+    if (!this.binned) this.scan(logits, runs, false);
+  }
+
+  /** Whether a tail token by the float32 decision (see splitDistance). */
+  private inTail(v: number): boolean {
+    const side = splitDistance(this.max, v, this.scale32);
+    return side >= this.head32 && side <= this.limit32;
   }
 
   /** A token's weight e^-(d/32), computed as for its bin's mass. */
@@ -170,8 +287,14 @@ export class RowSplit {
     this.tail = tail;
   }
 
-  /** The tail's mass (tests). */
+  /** The tail's mass as the split holds it: the kernel's sum or the bins' (tests). */
   tailMass(): number {
+    return this.tail;
+  }
+
+  /** The tail's mass from its bins, binning it first if the kernel summed it (tests). */
+  exactTailMass(logits: Float32Array, runs: AllowedRuns): number {
+    this.bin(logits, runs);
     return this.tail;
   }
 
@@ -194,29 +317,55 @@ export class RowSplit {
     let target = random() * (s + this.tail);
     if (target < s || this.tail === 0) return head.pick(target);
     target -= s;
+    if (!this.binned) {
+      // Most draws in the tail land in its first bins, which the near list holds.
+      this.binNear(logits);
+      const id = this.drawFromBins(target, logits, runs, this.nearEnd);
+      if (id !== MISSED) return id;
+      // The same share of the tail, of its exact mass.
+      const share = target / this.tail;
+      this.bin(logits, runs);
+      target = share * this.tail;
+    }
+    const id = this.drawFromBins(target, logits, runs, LAST_BIN + 1);
+    return id === MISSED ? -1 : id;
+  }
+
+  /**
+   * The tail token at `target` along the bins below `end` (in bin order, each bin's tokens in
+   * index order, as its mass was summed); MISSED when the bins hold less. Rounding can leave a
+   * target at the very end of the last bin: its last token then.
+   */
+  private drawFromBins(target: number, logits: Float32Array, runs: AllowedRuns, end: number): number {
     let bin = -1;
-    for (let b = this.firstBin; b <= LAST_BIN; b++) {
+    let inside = false;
+    for (let b = this.firstBin; b < end; b++) {
       const m = EDGE[b]! * this.mass[b]!;
       if (m === 0) continue;
       bin = b;
       target -= m;
       if (target < 0) {
         target += m;
+        inside = true;
         break;
       }
     }
-    // The bin's tokens in index order, as its mass was summed; a cheap test on the logit first.
-    const { max, scale, limit, headEnd } = this;
+    if (bin < 0 || (!inside && end <= LAST_BIN)) return MISSED;
+    // A cheap test on the logit first.
+    const { max, scale } = this;
     const lo = max - (bin + 0.5 + MARGIN) / scale;
     const hi = max - (bin - 0.5 - MARGIN) / scale;
-    const b = runs.bounds;
-    let last = -1;
-    for (let r = 0; r < runs.count; r++) {
-      for (let i = b[2 * r]!, end = b[2 * r + 1]!; i < end; i++) {
+    const list = bin < this.nearEnd ? this.near : null;
+    const b = list ? this.nearBounds : runs.bounds;
+    const count = list ? 1 : runs.count;
+    let last = MISSED;
+    for (let r = 0; r < count; r++) {
+      for (let j = b[2 * r]!, hi2 = b[2 * r + 1]!; j < hi2; j++) {
+        const i = list ? list[j]! : j;
         const v = logits[i]!;
         if (!(v >= lo && v <= hi)) continue;
         const d = (max - v) * scale;
-        if (d >= headEnd && d <= limit && d + ROUND - ROUND === bin) {
+        if (d + ROUND - ROUND === bin && (list || this.inTail(v))) {
           last = i;
           target -= this.weight(v);
           if (target < 0) return i;
@@ -239,18 +388,40 @@ export class RowSplit {
       if (!this.keepHeadBins(need)) head.topP(p, total);
       return;
     }
-    // The boundary is in a tail bin: every token of the bins before it is in the nucleus (they
-    // are all heavier), so only that bin's own tokens need ordering.
-    let acc = s;
-    let boundary = LAST_BIN;
-    for (let b = this.firstBin; b <= LAST_BIN; b++) {
+    if (!this.binned) {
+      // With the kernel's tail sum, the boundary is nearly always in the near list's bins.
+      this.binNear(logits);
+      if (this.keepTailBins(need, logits, runs, this.nearEnd)) return;
+      this.bin(logits, runs);
+      this.nucleus(p, logits, runs);
+      return;
+    }
+    // Rounding (the bins' sum in another order) can leave the last bin short of need: then it is
+    // the boundary.
+    if (!this.keepTailBins(need, logits, runs, LAST_BIN + 1)) this.keepTailBinsTo(LAST_BIN, need, logits, runs);
+  }
+
+  /**
+   * The nucleus when its boundary is in a tail bin below `end`: every token of the bins before it
+   * is in the nucleus (they are all heavier), so only that bin's own tokens need ordering. False,
+   * with the head unchanged, when those bins do not reach `need`.
+   */
+  private keepTailBins(need: number, logits: Float32Array, runs: AllowedRuns, end: number): boolean {
+    let acc = this.head.sum();
+    for (let b = this.firstBin; b < end; b++) {
       const m = EDGE[b]! * this.mass[b]!;
       if (acc + m >= need) {
-        boundary = b;
-        break;
+        this.keepTailBinsTo(b, need, logits, runs);
+        return true;
       }
       acc += m;
     }
+    return false;
+  }
+
+  /** The nucleus with its boundary in tail bin `boundary` (see keepTailBins). */
+  private keepTailBinsTo(boundary: number, need: number, logits: Float32Array, runs: AllowedRuns): void {
+    const head = this.head;
     const e = this.gather(logits, runs, boundary);
     const before = head.n;
     const rest = need - head.sum();
@@ -312,7 +483,7 @@ export class RowSplit {
     const head = this.head;
     const ids = head.ids;
     const w = head.weights;
-    const { max, scale, limit, headEnd, firstBin } = this;
+    const { max, scale, firstBin } = this;
     const above = max - (bin + 1 + MARGIN) / scale;
     let n = head.n;
     let e = ids.length;
@@ -325,9 +496,9 @@ export class RowSplit {
       for (let j = b[2 * r]!, hi = b[2 * r + 1]!; j < hi; j++) {
         const i = list ? list[j]! : j;
         const v = logits[i]!;
-        if (!(v >= above)) continue;
+        // The near list holds tail tokens only.
+        if (!(v >= above) || (!list && !this.inTail(v))) continue;
         const d = (max - v) * scale;
-        if (!(d >= headEnd && d <= limit)) continue;
         const k = d + ROUND - ROUND;
         if (k < firstBin || k > bin) continue;
         if (k < bin) {
@@ -347,14 +518,15 @@ export class RowSplit {
   topK(k: number, logits: Float32Array, runs: AllowedRuns): void {
     const head = this.head;
     if (head.n < k && this.tail > 0) {
+      this.bin(logits, runs);
       // Count the tail per bin to find the bin where the k-th token falls.
       const counts = new Int32Array(LAST_BIN + 2);
-      const { max, scale, limit, headEnd } = this;
+      const { max, scale } = this;
       const b = runs.bounds;
       for (let r = 0; r < runs.count; r++) {
         for (let i = b[2 * r]!, hi = b[2 * r + 1]!; i < hi; i++) {
-          const d = (max - logits[i]!) * scale;
-          if (d >= headEnd && d <= limit) counts[d + ROUND - ROUND]!++;
+          const v = logits[i]!;
+          if (this.inTail(v)) counts[(max - v) * scale + ROUND - ROUND]!++;
         }
       }
       let count = head.n;

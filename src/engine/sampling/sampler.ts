@@ -116,7 +116,7 @@ class LogitsSampler implements Sampler {
     const max = this.largestAllowed(logits, runs);
     if (max === -Infinity) throw new NoAllowedTokenError();
     const split = this.split!;
-    split.split(logits, runs, max, t, this.limitUnits);
+    split.split(logits, runs, max, t, this.limitUnits, this.placed === logits);
     if (topK > 0) {
       split.topK(topK, logits, runs);
       split.head.topP(topP);

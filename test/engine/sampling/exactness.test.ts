@@ -16,7 +16,7 @@ import {
   type TokenMask,
 } from "../../../src/engine/sampling/index.ts";
 import { EXP_RELATIVE_ERROR, expNonPositive } from "../../../src/engine/sampling/fast-exp.ts";
-import { RowSplit, WEIGHT_RELATIVE_ERROR } from "../../../src/engine/sampling/row-split.ts";
+import { RowSplit, TAIL_RELATIVE_ERROR, WEIGHT_RELATIVE_ERROR } from "../../../src/engine/sampling/row-split.ts";
 import { AllowedRuns } from "../../../src/engine/sampling/runs.ts";
 import { argmax } from "../../../src/engine/sampling/scan.ts";
 import type { SamplingParams } from "../../../src/engine/types.ts";
@@ -214,6 +214,34 @@ describe("kept sets against the reference", () => {
     }
   });
 
+  test("top-p with the kernel's tail sum: exact unless p·total is within the sum's error of a boundary", () => {
+    // A tail with a fifth of the mass or more, summed in float32 by the kernel (no mask).
+    const n = 20_000;
+    const runs = new AllowedRuns(n);
+    const split = new RowSplit(n);
+    let checked = 0;
+    for (let trial = 0; trial < 50; trial++) {
+      const row = Float32Array.from({ length: n }, () => -7.2 - rnd() * 1.5);
+      for (let j = 0; j < 12; j++) row[Math.floor(rnd() * n)] = rnd();
+      const ref = reference(row, { t: 1, topK: 0, topP: 1, minP: 0 });
+      const total = ref.order.reduce((a, k) => a + k.w, 0);
+      const m = 1 + Math.floor(rnd() * 8);
+      const share = ref.order.slice(0, m).reduce((a, k) => a + k.w, 0) / total;
+      const tail = ref.order.filter((k) => k.w < Math.exp(-8)).reduce((a, k) => a + k.w, 0);
+      expect(tail / total).toBeGreaterThan(0.2);
+      // Past the sum's error, exactly the prefix or one more; within it, either.
+      const margin = (2 * TAIL_RELATIVE_ERROR * tail) / total;
+      for (const [p, want] of [[share * (1 - margin), [m]], [share * (1 + margin), [m + 1]], [share * (1 - 1e-12), [m, m + 1]], [share * (1 + 1e-12), [m, m + 1]]] as const) {
+        runs.fill(n, null);
+        split.split(row, runs, row[ref.order[0]!.id]!, 1, 30);
+        split.nucleus(p, row, runs);
+        expect(want).toContain(split.head.n);
+        checked++;
+      }
+    }
+    expect(checked).toBe(200);
+  });
+
   test("top-p nucleus, min-p and e^-30 cutoff on the head/tail split", () => {
     const runs = new AllowedRuns(V);
     const split = new RowSplit(V);
@@ -226,9 +254,14 @@ describe("kept sets against the reference", () => {
           const what = `${name}, mask ${mask !== null}, ${JSON.stringify(f)}`;
           const ref = reference(row, f, mask);
           split.split(row, runs, row[best]!, f.t, f.minP > 0 ? Math.min(30, -Math.log(f.minP)) : 30);
-          // Head and tail bins hold the eligible tokens' exact mass.
+          // Head and tail hold the eligible tokens' mass: the kernel's tail sum (whole rows) within
+          // its bound, the bins' exactly.
           const refMass = ref.order.reduce((s, k) => s + k.w, 0);
-          expect(Math.abs((split.head.sum() + split.tailMass()) / refMass - 1)).toBeLessThan(2 * WEIGHT_RELATIVE_ERROR);
+          const head = split.head.sum();
+          const tailError = mask ? 0 : TAIL_RELATIVE_ERROR * split.tailMass();
+          expect(Math.abs(head + split.tailMass() - refMass)).toBeLessThanOrEqual(2 * WEIGHT_RELATIVE_ERROR * refMass + tailError);
+          expect(Math.abs((head + split.exactTailMass(row, runs)) / refMass - 1)).toBeLessThan(2 * WEIGHT_RELATIVE_ERROR);
+          split.split(row, runs, row[best]!, f.t, f.minP > 0 ? Math.min(30, -Math.log(f.minP)) : 30);
           if (f.topP < 1) {
             split.nucleus(f.topP, row, runs);
             expectKept(split.head.ids, split.head.weights, split.head.n, ref, what);

@@ -1,10 +1,11 @@
-// The SIMD kernels of log-probabilities: their committed bytes are their source assembled; each
-// term of the sum is within the stated (1 + d)·2e-7 of e^(v - max), d = max - v, wherever max
-// lies; the alternatives are exactly the k largest, ties by index, wherever the SIMD lanes end.
+// The SIMD kernels of log-probabilities and of the temperature sampler's split: their committed
+// bytes are their source assembled; each term of the sum is within the stated (1 + d)·2e-7 of
+// e^(v - max), d = max - v, wherever max lies; the alternatives are exactly the k largest, ties by
+// index, wherever the SIMD lanes end; the split's lists and tail are those of its float32 rule.
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { assemble, moduleSource, OUTPUT, SOURCE } from "../../../src/engine/sampling/simd/assemble.ts";
-import { placeRow, rowMax, rowSumExp, rowTop } from "../../../src/engine/sampling/simd/sum-exp.ts";
+import { placeRow, rowMax, rowSplit, rowSumExp, rowTop, splitDistance, TAIL_TERM_ERROR } from "../../../src/engine/sampling/simd/sum-exp.ts";
 
 let seed = 7;
 const random = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
@@ -68,5 +69,55 @@ describe("SIMD sum of exponentials and alternatives", () => {
     expect(Math.abs(rowSumExp(-1) / 300_000 - 1)).toBeLessThan(4e-7);
     placeRow(new Float32Array(10).fill(0));
     expect(Math.abs(rowSumExp(0) - 10)).toBeLessThan(1e-5);
+  });
+
+  test("split: the head and near lists are exactly the float32 rule's, in index order, for rows of every length mod 4", () => {
+    for (let trial = 0; trial < 40; trial++) {
+      const n = 1 + Math.floor(random() * 5000);
+      const row = Float32Array.from({ length: n }, () => {
+        const u = random();
+        return u < 0.02 ? Number.NaN : u < 0.04 ? -Infinity : Math.fround((random() - 0.5) * 24);
+      });
+      let max = -Infinity;
+      for (const v of row) if (v > max) max = v;
+      const scale = Math.fround(32 / (0.3 + random() * 2));
+      const head = trial % 3 === 0 ? Math.fround(32 * random() * 8) : 256;
+      const limit = Math.fround(Math.max(head, 32 * (head / 32 + random() * 22)));
+      const listEnd = Math.fround(Math.min(head + 64, limit + 1));
+      placeRow(row);
+      const got = rowSplit(max, scale, head, limit, listEnd);
+      const wantHead: number[] = [];
+      const wantNear: number[] = [];
+      let tail = 0;
+      for (let i = 0; i < n; i++) {
+        const d = splitDistance(max, row[i]!, scale);
+        if (d < head) wantHead.push(i);
+        else if (d <= limit) {
+          tail += Math.exp(-((max - row[i]!) * scale) / 32);
+          if (d < listEnd) wantNear.push(i);
+        }
+      }
+      expect(Array.from(got.head)).toEqual(wantHead);
+      expect(Array.from(got.near)).toEqual(wantNear);
+      expect(Math.abs(got.tail - tail)).toBeLessThanOrEqual(TAIL_TERM_ERROR * (1 + limit / 32) * tail);
+    }
+  });
+
+  test("split: each tail term within (1 + d/32)·TAIL_TERM_ERROR of e^(-d/32) for the float64 d", () => {
+    let worst = 0;
+    for (let i = 0; i < 40_000; i++) {
+      const max = Math.fround((random() - 0.5) * 60);
+      const v = Math.fround(max - random() * 31);
+      const t = 0.2 + random() * 2;
+      const scale = Math.fround(32 / t);
+      const d = (max - v) * (32 / t);
+      if (splitDistance(max, v, scale) > 960 || d < 1e-3) continue;
+      // Four lanes of the same value: one SIMD step, no scalar tail.
+      placeRow(new Float32Array(4).fill(v));
+      const got = rowSplit(max, scale, 0, 960, 0).tail / 4;
+      worst = Math.max(worst, Math.abs(got / Math.exp(-d / 32) - 1) / (1 + d / 32));
+    }
+    expect(worst).toBeLessThan(TAIL_TERM_ERROR);
+    expect(worst).toBeGreaterThan(0);
   });
 });
