@@ -57,7 +57,7 @@ async function prepare(): Promise<Target[]> {
         await importLlama2c(join(STORIES, "stories260K.bin"), join(STORIES, "tok512.bin"), { id: `bench/stories260k-${variant}`, outDir: out, variant });
       }
     }
-    targets.push({ label: "stories260K", dirs: { fused: "stories260k-fused", standard: "stories260k-standard" }, prompt: "Once upon a time", warmRuns: values.quick ? 2 : 16 });
+    targets.push({ label: "stories260K", dirs: { fused: "stories260k-fused", standard: "stories260k-standard" }, prompt: "Once upon a time", warmRuns: values.quick ? 2 : 250 });
   } else console.warn(`stories260K absent at ${STORIES}: skipped`);
   for (const variant of ["fused", "standard"] as const) {
     const out = join(ROOT, `bench-50m-${variant}`);
@@ -319,7 +319,7 @@ async function main() {
   writeSection(
     "Decode (bench/decode.ts)",
     `${new Date().toISOString().slice(0, 10)} on ${machine()}.\n\n` +
-      `Single stream, greedy, ${TOKENS} generated tokens, ${RUNS} timed runs each (interleaved) after untimed warm-up runs of every runner (16 for stories260K, where Bun's and transformers.js's JIT settle over a few thousand tokens; 2 for the ~50M model), medians. Sluice runs in its own process and is measured through its HTTP API with the ` +
+      `Single stream, greedy, ${TOKENS} generated tokens, ${RUNS} timed runs each (interleaved) after untimed warm-up runs of every runner (250 for stories260K: JavaScriptCore keeps compiling the engine's code into its optimizing tiers for some 30,000 tokens, which its compiler threads' CPU time shows, and Bun's and transformers.js's speed settles with it; 2 for the ~50M model), medians. Sluice runs in its own process and is measured through its HTTP API with the ` +
       `openai client (streaming); transformers.js ${"4.3.1"} runs in-process on the same standard-variant directory and the same prompt ids, with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
       `Sluice chooses its threads itself (one for a model under 16 MiB of weights, as stories260K). ` +
       `Decode tok/s counts from the first to the last token; TTFT includes prompt processing. ` +

@@ -1,19 +1,14 @@
 // Worker entry: owns one model. ONNX Runtime's runs happen here, off the HTTP thread.
 import { EngineBusyError, EngineRequestError } from "../types.ts";
 import { ModelRunner } from "./model-runner.ts";
-import type { HostMessage, RejectInfo, RoundMessage, WorkerMessage } from "./protocol.ts";
+import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
+import { RoundBatcher } from "./round-batcher.ts";
 import { Scheduler } from "./scheduler.ts";
 
 declare const self: Worker;
 
 const post = (m: WorkerMessage) => self.postMessage(m);
-/** Events and endings of the current scheduler round, posted together when it ends. */
-let round: RoundMessage[] = [];
-const endRound = () => {
-  if (round.length === 0) return;
-  post({ type: "round", messages: round });
-  round = [];
-};
+const rounds = new RoundBatcher((messages) => post({ type: "round", messages }));
 let runner: ModelRunner | null = null;
 let scheduler: Scheduler | null = null;
 
@@ -41,9 +36,9 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
       try {
         runner = await ModelRunner.load(m.options);
         scheduler = new Scheduler(runner, {
-          events: (rid, events) => void round.push({ type: "events", rid, events }),
-          done: (rid, error) => void round.push({ type: "done", rid, error }),
-          endRound,
+          events: (rid, events) => rounds.add({ type: "events", rid, events }),
+          done: (rid, error) => rounds.add({ type: "done", rid, error }),
+          endRound: (urgent) => rounds.endRound(urgent),
           stats: (stats) => post({ type: "stats", stats }),
         }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue });
         void scheduler.run();

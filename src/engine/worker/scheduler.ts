@@ -18,8 +18,13 @@ import { prefixKey } from "./prefix-key.ts";
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
   done(rid: number, error?: string): void;
-  /** The end of a round (or of the work before going idle): what was reported may be sent on. */
-  endRound?(): void;
+  /**
+   * The end of a round (or of the work before going idle): what was reported may be sent on.
+   * `urgent` when it must go now: a request's first token or its end is in it, or the scheduler
+   * is about to go idle or to read a prompt (a long step); otherwise the sink may hold it briefly
+   * to send several rounds together.
+   */
+  endRound?(urgent: boolean): void;
   stats?(stats: ModelStats): void;
 }
 
@@ -66,6 +71,8 @@ export class Scheduler {
   private active: Job[] = [];
   private wake: (() => void) | null = null;
   private running = true;
+  /** This round started or ended a request (see JobSink.endRound). */
+  private urgent = false;
   private counters = { promptTokensComputed: 0, generatedTokens: 0, decodeSteps: 0, lastBatchSize: 0, rejectedBusy: 0 };
   private lastStats = "";
   private lastStatsAt = 0;
@@ -149,21 +156,23 @@ export class Scheduler {
       this.dropCancelled();
       this.startQueued();
       if (this.active.length === 0) {
-        this.sink.endRound?.();
+        this.sink.endRound?.(true);
         this.publishStats(true);
         await new Promise<void>((resolve) => (this.wake = resolve));
         this.wake = null;
         continue;
       }
+      if (this.active.some((j) => j.state === "prefill")) this.sink.endRound?.(true);
       await this.prefillRound();
       await this.decodeRound();
       for (const job of this.active) this.flush(job);
-      this.sink.endRound?.();
+      this.sink.endRound?.(this.urgent);
+      this.urgent = false;
       this.publishStats(false);
       // Let cancel and start messages in between rounds.
       await new Promise<void>((r) => setImmediate(r));
     }
-    this.sink.endRound?.();
+    this.sink.endRound?.(true);
   }
 
   private dropCancelled() {
@@ -237,6 +246,7 @@ export class Scheduler {
       if (c.next === null) this.endChoice(c, job, true);
     });
     job.state = "decode";
+    this.urgent = true;
     if (job.choices.every((c) => c.stream.finished)) this.retire(job);
   }
 
@@ -299,6 +309,7 @@ export class Scheduler {
   }
 
   private retire(job: Job, error?: string) {
+    this.urgent = true;
     this.active = this.active.filter((j) => j !== job);
     for (const c of job.choices) this.endChoice(c, job, false);
     this.flush(job);

@@ -1,0 +1,36 @@
+// The worker's rounds reach the HTTP thread at once when urgent, else at most one post per
+// interval, in order, with nothing lost.
+import { expect, test } from "bun:test";
+import type { RoundMessage } from "../../../src/engine/worker/protocol.ts";
+import { RoundBatcher } from "../../../src/engine/worker/round-batcher.ts";
+
+const events = (rid: number, text: string): RoundMessage => ({ type: "events", rid, events: [{ type: "content", index: 0, text }] });
+
+test("rounds within the interval wait for the next post; urgent ones and later ones go at once, in order", () => {
+  let clock = 0;
+  const posts: RoundMessage[][] = [];
+  const b = new RoundBatcher((m) => posts.push(m), 1, () => clock);
+  b.endRound(false); // nothing pending: no post
+  expect(posts).toHaveLength(0);
+  b.add(events(1, "a"));
+  b.endRound(false); // first post ever
+  expect(posts).toHaveLength(1);
+  clock = 0.4;
+  b.add(events(1, "b"));
+  b.endRound(false); // held
+  clock = 0.8;
+  b.add(events(1, "c"));
+  b.endRound(false); // still within 1 ms of the last post
+  expect(posts).toHaveLength(1);
+  clock = 1.1;
+  b.add(events(1, "d"));
+  b.endRound(false);
+  expect(posts).toHaveLength(2);
+  expect(posts[1]!.map((m) => (m.type === "events" && m.events[0]!.type === "content" ? m.events[0]!.text : "")).join("")).toBe("bcd");
+  clock = 1.2;
+  b.add(events(1, "e"));
+  b.add({ type: "done", rid: 1 });
+  b.endRound(true); // urgent: at once
+  expect(posts).toHaveLength(3);
+  expect(posts[2]!.map((m) => m.type)).toEqual(["events", "done"]);
+});
