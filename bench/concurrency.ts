@@ -114,10 +114,13 @@ async function main() {
   try {
     for (const { id: model, dir } of ids) {
       const maxTokens = model === "stories260k" ? 128 : 48;
-      // Warm up first: Bun's JIT keeps tiering the server's per-token code up over a few thousand
-      // tokens, and a cold first level would flatter the ratios of the later ones.
-      for (let w = 0; w < (quick ? 1 : 3); w++) await Promise.all(Array.from({ length: 16 }, (_, i) => stream(client, model, prose(8 + (i % 5), i), maxTokens)));
-      for (let w = 0; w < (quick ? 2 : 8); w++) await stream(client, model, prose(8, w), maxTokens);
+      // Warm up first: JavaScriptCore keeps compiling the server's per-token code into its
+      // optimising tiers for some 30,000 tokens (its compiler threads' CPU time shows it), and a
+      // cold first level would flatter the ratios of the later ones. The small model gets about
+      // that many; the ~50M model's tokens are each 40 times dearer and its time is ONNX Runtime's.
+      const long = model === "stories260k" && !quick;
+      for (let w = 0; w < (quick ? 1 : long ? 16 : 3); w++) await Promise.all(Array.from({ length: 16 }, (_, i) => stream(client, model, prose(8 + (i % 5), i), maxTokens)));
+      for (let w = 0; w < (quick ? 2 : long ? 60 : 8); w++) await stream(client, model, prose(8, w), maxTokens);
       let single = 0;
       for (const n of LEVELS) {
         // A few rounds per level, the median round's throughput: one round moves a lot on 2 cores.
@@ -200,7 +203,7 @@ async function main() {
       `Written by \`bun bench/concurrency.ts\` on ${date}. Machine: ${machine()} (nproc ${navigator.hardwareConcurrency}). ` +
         `ONNX Runtime intra-op threads: ${threads || "chosen by the server (one for a model under 16 MiB of weights, as stories260K; ONNX Runtime's default for bench/50m)"}. The server in its own process, through HTTP with the openai client, greedy, streamed; ` +
         `\`bench/50m\` is \`buildSyntheticModel(dir, {preset: "bench-50m", variant: "fused"})\` (random weights), ` +
-        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each model is warmed up first (three rounds of 16 streams, eight single requests). Each level runs ${quick ? "1 round" : "9 rounds (1 stream), 5 (4 and 16) or 3 (64)"}: the median round's throughput, TTFT and ITL pooled over the rounds. Times in ms. ` +
+        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each model is warmed up first (stories260k: 16 rounds of 16 streams and 60 single requests, some 40,000 tokens, as JavaScriptCore keeps compiling the server's code that long; bench/50m: three rounds of 16 streams, eight single requests). Each level runs ${quick ? "1 round" : "9 rounds (1 stream), 5 (4 and 16) or 3 (64)"}: the median round's throughput, TTFT and ITL pooled over the rounds. Times in ms. ` +
         `On a 2-core machine shared with other work these ratios move a lot from run to run; rerun before trusting one.`,
       "",
       table(["model", "streams", "tokens per round", "aggregate tok/s (median round)", "vs 1 stream", "TTFT median", "TTFT p99", "ITL median", "ITL p99"], rows),

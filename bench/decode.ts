@@ -2,9 +2,8 @@
 // openai client, streaming) side by side with transformers.js on the same model directory, in the
 // same run. Also the engine's own per-token work at a 151k vocabulary against the model's run time.
 //
-//   bun bench/decode.ts [--tokens 128] [--runs 5] [--quick]
+//   bun bench/decode.ts [--tokens 128] [--runs 9] [--quick]
 //   bun bench/decode.ts --engine-only   (only the per-token engine work; rewrites just its table)
-import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -17,14 +16,15 @@ import { createSampler, DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts
 import { StopMatcher } from "../src/engine/text/stop.ts";
 import { BENCHMARKS_MD, machine, median, table, writeSection } from "./report.ts";
 import type { SamplingParams } from "../src/engine/types.ts";
-import { InProcessEngine, type Measure } from "./in-process-engine.ts";
+import type { Measure } from "./in-process-engine.ts";
+import { RunnerProcess, type RunnerSpec } from "./runner-process.ts";
 import { rawReadMs, weightFloor, type WeightFloor } from "./weight-floor.ts";
 import { DecoderSession, modelFileBytes } from "../src/engine/runtime/decoder.ts";
 
 const { values } = parseArgs({
   options: {
     tokens: { type: "string", default: "128" },
-    runs: { type: "string", default: "7" },
+    runs: { type: "string", default: "9" },
     quick: { type: "boolean" },
     "engine-only": { type: "boolean" },
   },
@@ -65,50 +65,6 @@ async function prepare(): Promise<Target[]> {
   }
   targets.push({ label: "synthetic ~50M (vocab 32k)", dirs: { fused: "bench-50m-fused", standard: "bench-50m-standard" }, prompt: "The quick brown fox jumps over the lazy dog", warmRuns: 2 });
   return targets;
-}
-
-async function sluiceRun(client: OpenAI, model: string, prompt: string, eos: number[]): Promise<Measure> {
-  const start = performance.now();
-  let first = 0;
-  let last = 0;
-  let count = 0;
-  const stream = await client.chat.completions.create({
-    model,
-    messages: [{ role: "user", content: prompt }],
-    max_tokens: TOKENS,
-    temperature: 0,
-    stream: true,
-    stream_options: { include_usage: true },
-    logit_bias: Object.fromEntries(eos.map((e) => [e, -100])),
-  });
-  for await (const chunk of stream) {
-    if (chunk.usage) count = chunk.usage.completion_tokens;
-    if (chunk.choices[0]?.delta.content) {
-      const now = performance.now();
-      if (!first) first = now;
-      last = now;
-    }
-  }
-  if (count !== TOKENS) throw new Error(`expected ${TOKENS} tokens, got ${count}`);
-  return { ttftMs: first - start, tokPerS: (TOKENS - 1) / ((last - first) / 1000) };
-}
-
-async function transformersRun(dir: string, promptIds: number[], threads = 0): Promise<Measure> {
-  const model = await AutoModelForCausalLM.from_pretrained(dir, {
-    dtype: "fp32",
-    local_files_only: true,
-    ...(threads > 0 ? { session_options: { intraOpNumThreads: threads } } : {}),
-  });
-  const ids = new Tensor("int64", BigInt64Array.from(promptIds, BigInt), [1, promptIds.length]);
-  const mask = new Tensor("int64", new BigInt64Array(promptIds.length).fill(1n), [1, promptIds.length]);
-  const times: number[] = [];
-  const streamer = { put: () => void times.push(performance.now()), end: () => {} };
-  const start = performance.now();
-  await model.generate({ input_ids: ids, attention_mask: mask, max_new_tokens: TOKENS, min_new_tokens: TOKENS, do_sample: false, streamer } as never);
-  await model.dispose();
-  // The first put() is the prompt itself; each later one is a generated token.
-  const gen = times.slice(1);
-  return { ttftMs: gen[0]! - start, tokPerS: (gen.length - 1) / ((gen.at(-1)! - gen[0]!) / 1000) };
 }
 
 interface EngineWork {
@@ -254,13 +210,9 @@ async function engineOnly(): Promise<void> {
 
 async function main() {
   const targets = await prepare();
-  env.allowRemoteModels = false;
-  env.allowLocalModels = true;
-  env.localModelPath = `${ROOT}/`;
-  env.useFSCache = false;
 
   const server = await startServerProcess(ROOT);
-  const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
+  const baseURL = `${server.url}/v1`;
   const rows: (string | number)[][] = [];
   const floorRows: (string | number)[][] = [];
   try {
@@ -270,19 +222,22 @@ async function main() {
       // The same prompt ids for both: the engine renders the chat template, so feed transformers.js that.
       const { renderChatPrompt } = await import("../src/engine/text/chat-template.ts");
       const promptIds = await tok.encode(renderChatPrompt(tok, [{ role: "user", content: t.prompt }]));
-      const engine = await InProcessEngine.load(join(ROOT, t.dirs.fused), `bench/${t.dirs.fused}`);
-      const runners: [string, () => Promise<Measure>][] = [
-        ["sluice engine in-process, fused", () => engine.run(t.prompt, eos, TOKENS)],
-        ["sluice fused", () => sluiceRun(client, `bench/${t.dirs.fused}`, t.prompt, eos)],
-        ["sluice standard", () => sluiceRun(client, `bench/${t.dirs.standard}`, t.prompt, eos)],
-        ["transformers.js", () => transformersRun(t.dirs.standard, promptIds)],
-        ["transformers.js, 1 thread", () => transformersRun(t.dirs.standard, promptIds, 1)],
-      ];
-      for (const [, run] of runners) for (let w = 0; w < t.warmRuns; w++) await run();
+      const http = (variant: string): RunnerSpec => ({ kind: "http", baseURL, key: server.key, model: `bench/${variant}`, prompt: t.prompt, eos, tokens: TOKENS });
+      const tjs = (threads: number): RunnerSpec => ({ kind: "transformers", root: ROOT, dir: t.dirs.standard, promptIds, threads, tokens: TOKENS });
+      // Each runner in a process of its own (see runner-process.ts).
+      const runners: [string, RunnerProcess][] = [];
+      for (const [name, spec] of [
+        ["sluice engine in-process, fused", { kind: "engine", dir: join(ROOT, t.dirs.fused), id: `bench/${t.dirs.fused}`, prompt: t.prompt, eos, tokens: TOKENS }],
+        ["sluice fused", http(t.dirs.fused)],
+        ["sluice standard", http(t.dirs.standard)],
+        ["transformers.js", tjs(0)],
+        ["transformers.js, 1 thread", tjs(1)],
+      ] as [string, RunnerSpec][]) runners.push([name, await RunnerProcess.start(spec)]);
+      for (const [, runner] of runners) for (let w = 0; w < t.warmRuns; w++) await runner.run();
       const results: Record<string, Measure[]> = Object.fromEntries(runners.map(([name]) => [name, []]));
       // Interleaved, so a slow moment of the machine falls on every runner alike.
-      for (let r = 0; r < RUNS; r++) for (const [name, run] of runners) results[name]!.push(await run());
-      await engine.close();
+      for (let r = 0; r < RUNS; r++) for (const [name, runner] of runners) results[name]!.push(await runner.run());
+      for (const [, runner] of runners) await runner.close();
       // The peer at its better setting: Sluice runs small models on one thread by default.
       const tj = Math.max(median(results["transformers.js"]!.map((m) => m.tokPerS)), median(results["transformers.js, 1 thread"]!.map((m) => m.tokPerS)));
       for (const [name, ms] of Object.entries(results)) {
@@ -320,10 +275,11 @@ async function main() {
     "Decode (bench/decode.ts)",
     `${new Date().toISOString().slice(0, 10)} on ${machine()}.\n\n` +
       `Single stream, greedy, ${TOKENS} generated tokens, ${RUNS} timed runs each (interleaved) after untimed warm-up runs of every runner (250 for stories260K: JavaScriptCore keeps compiling the engine's code into its optimizing tiers for some 30,000 tokens, which its compiler threads' CPU time shows, and Bun's and transformers.js's speed settles with it; 2 for the ~50M model), medians. Sluice runs in its own process and is measured through its HTTP API with the ` +
-      `openai client (streaming); transformers.js ${"4.3.1"} runs in-process on the same standard-variant directory and the same prompt ids, with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
+      `openai client (streaming); transformers.js ${"4.3.1"} runs in-process (generate(), a model loaded per run) on the same standard-variant directory and the same prompt ids, with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
       `Sluice chooses its threads itself (one for a model under 16 MiB of weights, as stories260K). ` +
       `Decode tok/s counts from the first to the last token; TTFT includes prompt processing. ` +
-      `"sluice engine in-process" drives the model worker's own code (scheduler, KV cache, sampler, detokeniser) in the benchmark's process, as transformers.js runs, without the HTTP thread and the client.\n\n${speed}\n\n` +
+      `"sluice engine in-process" drives the model worker's own code (scheduler, KV cache, sampler, detokeniser) in a process, as transformers.js runs, without the HTTP thread and the client. ` +
+      `Every runner (the openai client, the in-process engine, each transformers.js setting) runs in a process of its own, which does nothing else (bench/runner-process.ts).\n\n${speed}\n\n` +
       `The memory floor: a decode step reads every weight once, so no engine on this machine steps faster than the machine reads that many bytes ` +
       `(bench/read-bandwidth.c: every core XORs its share of a buffer as large as the weights, best of 15 passes; built with the machine's C compiler), ` +
       `and ONNX Runtime's own kernels need at least the time of one pass over them (bench/weight-floor.ts: one row times a matrix as large as the model's weights, the faster of default threads and one thread, median of 15). ` +

@@ -1,0 +1,144 @@
+// One decode-benchmark runner in a process of its own: Sluice through HTTP (the openai client),
+// Sluice's engine in-process, or transformers.js in-process. Each system is then measured as its
+// users run it, in a process that does nothing else: sharing one process had the client's
+// parsing and the engines' code share a heap and a JIT with transformers.js and ONNX Runtime
+// sessions made and dropped every run, which slowed whichever ran there.
+//
+// The parent (bench/decode.ts) starts a RunnerProcess per runner and asks it for runs over IPC.
+import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
+import OpenAI from "openai";
+import { InProcessEngine, type Measure } from "./in-process-engine.ts";
+
+export type RunnerSpec =
+  | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number }
+  | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number }
+  | { kind: "transformers"; root: string; dir: string; promptIds: number[]; threads: number; tokens: number };
+
+type Request = { op: "init"; spec: RunnerSpec } | { op: "run" } | { op: "close" };
+type Reply = { ok: true; measure?: Measure } | { ok: false; error: string };
+
+/** A runner process, driven from the benchmark. */
+export class RunnerProcess {
+  private pending: ((reply: Reply) => void) | null = null;
+  private readonly proc: ReturnType<typeof Bun.spawn>;
+
+  private constructor() {
+    this.proc = Bun.spawn([process.execPath, import.meta.path], {
+      ipc: (message) => this.pending?.(message as Reply),
+      stdout: "inherit",
+      stderr: "inherit",
+    });
+  }
+
+  static async start(spec: RunnerSpec): Promise<RunnerProcess> {
+    const p = new RunnerProcess();
+    await p.ask({ op: "init", spec });
+    return p;
+  }
+
+  /** The child's answer; rejects with its error. */
+  private ask(request: Request): Promise<Measure | undefined> {
+    return new Promise((resolve, reject) => {
+      this.pending = (reply) => {
+        this.pending = null;
+        if (reply.ok) resolve(reply.measure);
+        else reject(new Error(reply.error));
+      };
+      this.proc.send(request);
+    });
+  }
+
+  async run(): Promise<Measure> {
+    return (await this.ask({ op: "run" }))!;
+  }
+
+  async close(): Promise<void> {
+    await this.ask({ op: "close" });
+    await this.proc.exited;
+  }
+}
+
+/** One streamed greedy request through the HTTP API: TTFT and decode rate, client-side. */
+async function sluiceRun(client: OpenAI, spec: Extract<RunnerSpec, { kind: "http" }>): Promise<Measure> {
+  const start = performance.now();
+  let first = 0;
+  let last = 0;
+  let count = 0;
+  const stream = await client.chat.completions.create({
+    model: spec.model,
+    messages: [{ role: "user", content: spec.prompt }],
+    max_tokens: spec.tokens,
+    temperature: 0,
+    stream: true,
+    stream_options: { include_usage: true },
+    logit_bias: Object.fromEntries(spec.eos.map((e) => [e, -100])),
+  });
+  for await (const chunk of stream) {
+    if (chunk.usage) count = chunk.usage.completion_tokens;
+    if (chunk.choices[0]?.delta.content) {
+      const now = performance.now();
+      if (!first) first = now;
+      last = now;
+    }
+  }
+  if (count !== spec.tokens) throw new Error(`expected ${spec.tokens} tokens, got ${count}`);
+  return { ttftMs: first - start, tokPerS: (spec.tokens - 1) / ((last - first) / 1000) };
+}
+
+/** One greedy generate() of transformers.js on a freshly loaded model, as its users call it. */
+async function transformersRun(spec: Extract<RunnerSpec, { kind: "transformers" }>): Promise<Measure> {
+  const model = await AutoModelForCausalLM.from_pretrained(spec.dir, {
+    dtype: "fp32",
+    local_files_only: true,
+    ...(spec.threads > 0 ? { session_options: { intraOpNumThreads: spec.threads } } : {}),
+  });
+  const ids = new Tensor("int64", BigInt64Array.from(spec.promptIds, BigInt), [1, spec.promptIds.length]);
+  const mask = new Tensor("int64", new BigInt64Array(spec.promptIds.length).fill(1n), [1, spec.promptIds.length]);
+  const times: number[] = [];
+  const streamer = { put: () => void times.push(performance.now()), end: () => {} };
+  const start = performance.now();
+  await model.generate({ input_ids: ids, attention_mask: mask, max_new_tokens: spec.tokens, min_new_tokens: spec.tokens, do_sample: false, streamer } as never);
+  await model.dispose();
+  // The first put() is the prompt itself; each later one is a generated token.
+  const gen = times.slice(1);
+  return { ttftMs: gen[0]! - start, tokPerS: (gen.length - 1) / ((gen.at(-1)! - gen[0]!) / 1000) };
+}
+
+/** The child's side: builds its runner on "init", runs it on each "run". */
+async function serve(): Promise<void> {
+  let run: (() => Promise<Measure>) | null = null;
+  let close: () => Promise<void> = async () => {};
+  const reply = (r: Reply) => process.send!(r);
+  process.on("message", async (request: Request) => {
+    try {
+      if (request.op === "init") {
+        const spec = request.spec;
+        if (spec.kind === "http") {
+          const client = new OpenAI({ apiKey: spec.key, baseURL: spec.baseURL, maxRetries: 0 });
+          run = () => sluiceRun(client, spec);
+        } else if (spec.kind === "engine") {
+          const engine = await InProcessEngine.load(spec.dir, spec.id);
+          run = () => engine.run(spec.prompt, spec.eos, spec.tokens);
+          close = () => engine.close();
+        } else {
+          env.allowRemoteModels = false;
+          env.allowLocalModels = true;
+          env.localModelPath = `${spec.root}/`;
+          env.useFSCache = false;
+          run = () => transformersRun(spec);
+        }
+        reply({ ok: true });
+      } else if (request.op === "run") {
+        reply({ ok: true, measure: await run!() });
+      } else {
+        await close();
+        reply({ ok: true });
+        process.exit(0);
+      }
+    } catch (e) {
+      reply({ ok: false, error: (e as Error).stack ?? String(e) });
+    }
+  });
+}
+
+if (import.meta.main) await serve();
