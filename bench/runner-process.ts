@@ -4,7 +4,8 @@
 // parsing and the engines' code share a heap and a JIT with transformers.js and ONNX Runtime
 // sessions made and dropped every run, which slowed whichever ran there.
 //
-// The parent (bench/decode.ts) starts a RunnerProcess per runner and asks it for runs over IPC.
+// The parent (bench/decode.ts, bench/concurrency.ts) starts a RunnerProcess per runner and asks
+// it for runs over IPC.
 import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
 import OpenAI from "openai";
 import { InProcessEngine, type Measure } from "./in-process-engine.ts";
@@ -14,8 +15,13 @@ export type RunnerSpec =
   | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number }
   | { kind: "transformers"; root: string; dir: string; promptIds: number[]; threads: number; tokens: number };
 
-type Request = { op: "init"; spec: RunnerSpec } | { op: "run" } | { op: "close" };
-type Reply = { ok: true; measure?: Measure } | { ok: false; error: string };
+type Request = { op: "init"; spec: RunnerSpec } | { op: "run" } | { op: "generate"; prompts: string[]; maxTokens: number } | { op: "close" };
+/** What a batch of concurrent requests made: tokens in all, and the wall time from first to last. */
+export interface Generated {
+  tokens: number;
+  ms: number;
+}
+type Reply = { ok: true; measure?: Measure; generated?: Generated } | { ok: false; error: string };
 
 /** A runner process, driven from the benchmark. */
 export class RunnerProcess {
@@ -37,11 +43,11 @@ export class RunnerProcess {
   }
 
   /** The child's answer; rejects with its error. */
-  private ask(request: Request): Promise<Measure | undefined> {
+  private ask(request: Request): Promise<Extract<Reply, { ok: true }>> {
     return new Promise((resolve, reject) => {
       this.pending = (reply) => {
         this.pending = null;
-        if (reply.ok) resolve(reply.measure);
+        if (reply.ok) resolve(reply);
         else reject(new Error(reply.error));
       };
       this.proc.send(request);
@@ -49,7 +55,12 @@ export class RunnerProcess {
   }
 
   async run(): Promise<Measure> {
-    return (await this.ask({ op: "run" }))!;
+    return (await this.ask({ op: "run" })).measure!;
+  }
+
+  /** The engine runner only: greedy requests for all the prompts at once (see InProcessEngine.generate). */
+  async generate(prompts: string[], maxTokens: number): Promise<Generated> {
+    return (await this.ask({ op: "generate", prompts, maxTokens })).generated!;
   }
 
   async close(): Promise<void> {
@@ -107,6 +118,7 @@ async function transformersRun(spec: Extract<RunnerSpec, { kind: "transformers" 
 /** The child's side: builds its runner on "init", runs it on each "run". */
 async function serve(): Promise<void> {
   let run: (() => Promise<Measure>) | null = null;
+  let engine: InProcessEngine | null = null;
   let close: () => Promise<void> = async () => {};
   const reply = (r: Reply) => process.send!(r);
   process.on("message", async (request: Request) => {
@@ -117,9 +129,9 @@ async function serve(): Promise<void> {
           const client = new OpenAI({ apiKey: spec.key, baseURL: spec.baseURL, maxRetries: 0 });
           run = () => sluiceRun(client, spec);
         } else if (spec.kind === "engine") {
-          const engine = await InProcessEngine.load(spec.dir, spec.id);
-          run = () => engine.run(spec.prompt, spec.eos, spec.tokens);
-          close = () => engine.close();
+          const e = (engine = await InProcessEngine.load(spec.dir, spec.id));
+          run = () => e.run(spec.prompt, spec.eos, spec.tokens);
+          close = () => e.close();
         } else {
           env.allowRemoteModels = false;
           env.allowLocalModels = true;
@@ -130,6 +142,10 @@ async function serve(): Promise<void> {
         reply({ ok: true });
       } else if (request.op === "run") {
         reply({ ok: true, measure: await run!() });
+      } else if (request.op === "generate") {
+        const t0 = performance.now();
+        const made = await Promise.all(request.prompts.map((p) => engine!.generate(p, request.maxTokens)));
+        reply({ ok: true, generated: { tokens: made.reduce((a, b) => a + b, 0), ms: performance.now() - t0 } });
       } else {
         await close();
         reply({ ok: true });
