@@ -55,8 +55,47 @@ class Pool {
   }
 }
 
+/**
+ * Buffers of pools that moved up a class or emptied, for the next pool that needs one. Decoding
+ * rows move up a class every few dozen tokens: new buffers each time were fresh pages to fault in
+ * (about five times the cost of writing reused ones here), and at 16 streams of stories260K the
+ * moves took about 6% of the worker's time. Kept up to a bound, outside the budget's accounting.
+ */
+export class SpareBuffers {
+  private readonly spare: KvArray[] = [];
+  private bytes = 0;
+
+  constructor(private readonly limitBytes: number) {}
+
+  /** A zeroed buffer of `length` values: a view of the smallest spare one that is large enough. */
+  take(length: number, half: boolean): KvArray {
+    let best = -1;
+    for (let i = 0; i < this.spare.length; i++) {
+      const a = this.spare[i]!;
+      if (a instanceof Uint16Array === half && a.length >= length && (best < 0 || a.length < this.spare[best]!.length)) best = i;
+    }
+    if (best < 0) return half ? new Uint16Array(length) : new Float32Array(length);
+    const [whole] = this.spare.splice(best, 1);
+    this.bytes -= whole!.byteLength;
+    const out = whole!.subarray(0, length);
+    out.fill(0);
+    return out;
+  }
+
+  /** Keeps these buffers (whole, whatever view was handed out) while the bound allows. */
+  give(arrays: KvArray[]): void {
+    for (const a of arrays) {
+      const whole = a instanceof Uint16Array ? new Uint16Array(a.buffer) : new Float32Array(a.buffer);
+      if (this.bytes + whole.byteLength > this.limitBytes) continue;
+      this.spare.push(whole);
+      this.bytes += whole.byteLength;
+    }
+  }
+}
+
 export class FusedKvBackend implements KvBackend {
   private pools = new Map<number, Pool>();
+  private readonly spare: SpareBuffers;
   private nextId = 1;
   private readonly heads: number;
   private readonly dim: number;
@@ -70,6 +109,11 @@ export class FusedKvBackend implements KvBackend {
     this.heads = decoder.spec.kvHeads;
     this.dim = decoder.spec.headDim;
     this.tensorCount = decoder.spec.layers.length * 2;
+    this.spare = new SpareBuffers(Math.min(budgetBytes / 8, 64 * 2 ** 20));
+  }
+
+  private get half(): boolean {
+    return this.decoder.spec.kvType === "float16";
   }
 
   sequenceBytes(capacity: number): number {
@@ -116,11 +160,13 @@ export class FusedKvBackend implements KvBackend {
       const rows = Math.min(pool.maxRows, Math.max(4, pool.allocatedRows * 2));
       const n = rows * pool.stride;
       const used = pool.rows.length * pool.stride;
+      const old = pool.arrays;
       pool.arrays = Array.from({ length: this.tensorCount }, (_, i) => {
-        const a = this.decoder.spec.kvType === "float16" ? new Uint16Array(n) : new Float32Array(n);
-        if (pool!.arrays) a.set(pool!.arrays[i]!.subarray(0, used));
+        const a = this.spare.take(n, this.half);
+        if (old) a.set(old[i]!.subarray(0, used));
         return a;
       });
+      if (old) this.spare.give(old);
       pool.allocatedRows = rows;
     }
     return pool;
@@ -168,7 +214,7 @@ export class FusedKvBackend implements KvBackend {
     to.allocatedRows = Math.min(to.maxRows, Math.max(4, from.rows.length));
     const n = to.allocatedRows * to.stride;
     to.arrays = from.arrays!.map((a) => {
-      const out = a instanceof Float32Array ? new Float32Array(n) : new Uint16Array(n);
+      const out = this.spare.take(n, this.half);
       for (const row of from.rows) {
         copyHeads(a, row.row * from.stride, from.capacity, out, row.row * to.stride, to.capacity, this.heads, this.dim, row.tokens.length);
       }
@@ -177,6 +223,8 @@ export class FusedKvBackend implements KvBackend {
     to.rows = from.rows;
     for (const row of to.rows) row.pool = to;
     this.pools.delete(from.capacity);
+    this.spare.give(from.arrays!);
+    from.arrays = null;
     this.pools.set(next, to);
     return true;
   }
@@ -200,7 +248,11 @@ export class FusedKvBackend implements KvBackend {
     pool.rows.pop();
     seq.row = -1;
     seq.pool = null;
-    if (pool.rows.length === 0) this.pools.delete(pool.capacity);
+    if (pool.rows.length === 0) {
+      this.pools.delete(pool.capacity);
+      this.spare.give(pool.arrays!);
+      pool.arrays = null;
+    }
   }
 
   close(s: Sequence): void {

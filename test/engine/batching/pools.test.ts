@@ -3,7 +3,7 @@
 // logits unchanged against the same sequence decoded alone.
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { capacityClass, FusedKvBackend } from "../../../src/engine/batching/fused-kv.ts";
+import { capacityClass, FusedKvBackend, SpareBuffers } from "../../../src/engine/batching/fused-kv.ts";
 import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
 import { buildSyntheticModel } from "../../../src/modelkit/index.ts";
 import { tempDir } from "../../helpers/paths.ts";
@@ -24,6 +24,30 @@ describe("capacity classes", () => {
       previous = c;
     }
     expect([64, 65, 129, 257, 2049].map(capacityClass)).toEqual([64, 80, 160, 320, 2560]);
+  });
+});
+
+describe("spare pool buffers", () => {
+  test("a buffer given back serves the next large-enough request of its kind, zeroed; the bound is kept", () => {
+    const spare = new SpareBuffers(4096 * 4);
+    const a = spare.take(1000, false) as Float32Array;
+    a.fill(7);
+    spare.give([a]);
+    const b = spare.take(600, false);
+    expect(b.buffer).toBe(a.buffer);
+    expect(b.length).toBe(600);
+    expect(b.every((v) => v === 0)).toBe(true);
+    // Given back as a view, kept whole: a request up to the whole length reuses it.
+    spare.give([b]);
+    expect(spare.take(1000, false).buffer).toBe(a.buffer);
+    // Another kind or a larger size gets a new buffer.
+    spare.give([a]);
+    expect(spare.take(1000, true).buffer).not.toBe(a.buffer);
+    expect(spare.take(1001, false).buffer).not.toBe(a.buffer);
+    // Beyond the bound, buffers are not kept.
+    const big = new Float32Array(5000);
+    spare.give([big]);
+    expect(spare.take(5000, false).buffer).not.toBe(big.buffer);
   });
 });
 
