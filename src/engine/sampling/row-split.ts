@@ -119,7 +119,6 @@ export class RowSplit {
    * kernels' row already (see simd/sum-exp.ts).
    */
   split(logits: Float32Array, runs: AllowedRuns, max: number, t: number, limitUnits: number, placed = false): void {
-    this.headMass.fill(0);
     this.headBinsValid = false;
     this.nearBinned = false;
     const head = this.head;
@@ -172,27 +171,27 @@ export class RowSplit {
     return Math.min(this.headEnd + NEAR_BINS, this.limit + 1);
   }
 
-  /** The head from the kernel's list of its ids: weights and bins as scan() computes them. */
+  /** The head from the kernel's list of its ids. */
   private fill(list: Int32Array, logits: Float32Array): void {
-    const head = this.head;
-    const { ids, weights: w } = head;
-    const bins = this.headBins;
-    const headMass = this.headMass;
-    headMass.fill(0);
-    const { max, scale } = this;
+    this.headMass.fill(0);
     const n = list.length;
     for (let j = 0; j < n; j++) {
       const i = list[j]!;
-      const d = (max - logits[i]!) * scale;
-      const bin = d + ROUND - ROUND;
-      const weight = EDGE[bin | 0]! * expSmall((d - bin) * X_PER_D);
-      ids[j] = i;
-      w[j] = weight;
-      bins[j] = bin;
-      headMass[bin | 0]! += weight;
+      this.putHead(j, i, logits[i]!);
     }
-    head.n = n;
+    this.head.n = n;
     this.headBinsValid = true;
+  }
+
+  /** Head token `id` of logit `v` at place `n`: its weight (as `weight` computes it) and bin. */
+  private putHead(n: number, id: number, v: number): void {
+    const d = (this.max - v) * this.scale;
+    const bin = d + ROUND - ROUND;
+    const weight = EDGE[bin | 0]! * expSmall((d - bin) * X_PER_D);
+    this.head.ids[n] = id;
+    this.head.weights[n] = weight;
+    this.headBins[n] = bin;
+    this.headMass[bin | 0]! += weight;
   }
 
   /** The bins below nearEnd from the near list, when the kernel summed the tail. */
@@ -216,11 +215,7 @@ export class RowSplit {
   private scan(logits: Float32Array, runs: AllowedRuns, withHead: boolean): void {
     const mass = this.mass;
     mass.fill(0);
-    const headMass = this.headMass;
-    const bins = this.headBins;
-    const head = this.head;
-    const ids = head.ids;
-    const w = head.weights;
+    if (withHead) this.headMass.fill(0);
     const { max, scale, scale32, head32, limit32 } = this;
     const nearEnd = this.nearEndFor();
     const near = this.near;
@@ -232,15 +227,7 @@ export class RowSplit {
         const v = logits[i]!;
         const side = splitDistance(max, v, scale32);
         if (side < head32) {
-          if (!withHead) continue;
-          // As `weight` computes it.
-          const d = (max - v) * scale;
-          const bin = d + ROUND - ROUND;
-          const weight = EDGE[bin | 0]! * expSmall((d - bin) * X_PER_D);
-          ids[n] = i;
-          w[n] = weight;
-          bins[n++] = bin;
-          headMass[bin | 0]! += weight;
+          if (withHead) this.putHead(n++, i, v);
         } else if (side <= limit32) {
           const d = (max - v) * scale;
           // `| 0` on an integral double is a plain truncation; as an index alone JSC would also
@@ -254,7 +241,7 @@ export class RowSplit {
       }
     }
     if (withHead) {
-      head.n = n;
+      this.head.n = n;
       this.headBinsValid = true;
     }
     this.nearBounds[1] = nn;
