@@ -37,6 +37,9 @@ function load(): Kernels {
  */
 let splitAt = 0;
 const SPLIT_TABLE = 256;
+/** Where the swizzle table was last written (nothing else writes there until splitAt moves). */
+let tableAt = -1;
+let tableIn: ArrayBufferLike | null = null;
 const SPLIT_LISTS = SPLIT_TABLE + 16;
 /**
  * For each 4-bit lane mask, the byte shuffle that moves the set lanes' 32-bit values to the
@@ -162,7 +165,11 @@ export function splitDistance(max: number, v: number, scale: number): number {
 export function rowSplit(max: number, scale: number, head: number, limit: number, listEnd: number): RowSplitResult {
   const r = row!;
   const n = r.length;
-  new Uint8Array(view.buffer, splitAt, SPLIT_TABLE).set(COMPACT);
+  if (tableAt !== splitAt || tableIn !== view.buffer) {
+    new Uint8Array(view.buffer, splitAt, SPLIT_TABLE).set(COMPACT);
+    tableAt = splitAt;
+    tableIn = view.buffer;
+  }
   const at = (splitAt + SPLIT_LISTS) >> 2;
   const nearAt = at + n + 4;
   let count = kernels!.split(n, max, scale, head, limit, listEnd, Y_PER_D, splitAt, at << 2, nearAt << 2, splitAt + SPLIT_TABLE);
