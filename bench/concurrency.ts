@@ -8,6 +8,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
 import { RunnerProcess } from "./runner-process.ts";
+import { streamChat, type StreamResult } from "./stream-chat.ts";
 import { startServerProcess, threadsCpu } from "./server-process.ts";
 import { machine, median, percentile, table, writeSection } from "./report.ts";
 
@@ -39,36 +40,6 @@ async function models(): Promise<{ id: string; dir: string }[]> {
     ids.push({ id: "stories260k", dir });
   } else console.warn("stories260K is absent; measuring the synthetic model only");
   return ids;
-}
-
-interface StreamResult {
-  ttft: number;
-  gaps: number[];
-  tokens: number;
-  promptTokens: number;
-}
-
-async function stream(client: OpenAI, model: string, content: string, maxTokens: number, system?: string): Promise<StreamResult> {
-  const t0 = performance.now();
-  const messages: OpenAI.ChatCompletionMessageParam[] = system ? [{ role: "system", content: system }, { role: "user", content }] : [{ role: "user", content }];
-  const s = await client.chat.completions.create({ model, messages, temperature: 0, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } });
-  let last = 0;
-  let ttft = NaN;
-  const gaps: number[] = [];
-  let tokens = 0;
-  let promptTokens = 0;
-  for await (const chunk of s) {
-    if (chunk.usage) {
-      tokens = chunk.usage.completion_tokens;
-      promptTokens = chunk.usage.prompt_tokens;
-    }
-    if (!chunk.choices[0]?.delta.content) continue;
-    const now = performance.now();
-    if (Number.isNaN(ttft)) ttft = now - t0;
-    else gaps.push(now - last);
-    last = now;
-  }
-  return { ttft, gaps, tokens, promptTokens };
 }
 
 /** CPU nanoseconds per thread group of the server process (from /proc's schedstat), and the client's. */
@@ -119,8 +90,8 @@ async function main() {
       // cold first level would flatter the ratios of the later ones. The small model gets about
       // that many; the ~50M model's tokens are each 40 times dearer and its time is ONNX Runtime's.
       const long = model === "stories260k" && !quick;
-      for (let w = 0; w < (quick ? 1 : long ? 16 : 3); w++) await Promise.all(Array.from({ length: 16 }, (_, i) => stream(client, model, prose(8 + (i % 5), i), maxTokens)));
-      for (let w = 0; w < (quick ? 2 : long ? 60 : 8); w++) await stream(client, model, prose(8, w), maxTokens);
+      for (let w = 0; w < (quick ? 1 : long ? 16 : 3); w++) await Promise.all(Array.from({ length: 16 }, (_, i) => streamChat(client, model, prose(8 + (i % 5), i), maxTokens)));
+      for (let w = 0; w < (quick ? 2 : long ? 60 : 8); w++) await streamChat(client, model, prose(8, w), maxTokens);
       let single = 0;
       for (const n of LEVELS) {
         // A few rounds per level, the median round's throughput: one round moves a lot on 2 cores.
@@ -129,7 +100,7 @@ async function main() {
         const levelRoundCount = levelRounds(n);
         for (let round = 0; round < levelRoundCount; round++) {
           const t0 = performance.now();
-          const results = await Promise.all(Array.from({ length: n }, (_, i) => stream(client, model, prose(8 + (i % 5), i + round), maxTokens)));
+          const results = await Promise.all(Array.from({ length: n }, (_, i) => streamChat(client, model, prose(8 + (i % 5), i + round), maxTokens)));
           const wall = (performance.now() - t0) / 1000;
           rounds.push({ tps: results.reduce((s, r) => s + r.tokens, 0) / wall, results });
         }
@@ -182,7 +153,7 @@ async function main() {
     const pooled: Record<number, StreamResult[]> = { 100: [], 2000: [] };
     // The synthetic tokenizer makes about 1.85 tokens of this prose per word.
     for (let round = 0; round < CONTEXT_ROUNDS; round++) {
-      for (const [target, words] of [[100, 50], [2000, 1060]] as const) pooled[target]!.push(await stream(client, "bench/50m", prose(words, 1 + round), 32));
+      for (const [target, words] of [[100, 50], [2000, 1060]] as const) pooled[target]!.push(await streamChat(client, "bench/50m", prose(words, 1 + round), 32));
     }
     for (const target of [100, 2000] as const) {
       const rs = pooled[target]!;
@@ -194,8 +165,8 @@ async function main() {
 
     // A 1,000-token shared prefix: the second request's time to first token.
     const system = prose(540, 2);
-    const first = await stream(client, "bench/50m", "first question", 8, system);
-    const second = await stream(client, "bench/50m", "another question", 8, system);
+    const first = await streamChat(client, "bench/50m", "first question", 8, { system });
+    const second = await streamChat(client, "bench/50m", "another question", 8, { system });
     console.log("prefix", first.promptTokens, first.ttft.toFixed(0), second.ttft.toFixed(0));
 
     const date = new Date().toISOString().slice(0, 10);

@@ -9,6 +9,7 @@
 import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
 import OpenAI from "openai";
 import { InProcessEngine, type Measure } from "./in-process-engine.ts";
+import { streamChat } from "./stream-chat.ts";
 
 export type RunnerSpec =
   | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number }
@@ -71,29 +72,11 @@ export class RunnerProcess {
 
 /** One streamed greedy request through the HTTP API: TTFT and decode rate, client-side. */
 async function sluiceRun(client: OpenAI, spec: Extract<RunnerSpec, { kind: "http" }>): Promise<Measure> {
-  const start = performance.now();
-  let first = 0;
-  let last = 0;
-  let count = 0;
-  const stream = await client.chat.completions.create({
-    model: spec.model,
-    messages: [{ role: "user", content: spec.prompt }],
-    max_tokens: spec.tokens,
-    temperature: 0,
-    stream: true,
-    stream_options: { include_usage: true },
-    logit_bias: Object.fromEntries(spec.eos.map((e) => [e, -100])),
-  });
-  for await (const chunk of stream) {
-    if (chunk.usage) count = chunk.usage.completion_tokens;
-    if (chunk.choices[0]?.delta.content) {
-      const now = performance.now();
-      if (!first) first = now;
-      last = now;
-    }
-  }
-  if (count !== spec.tokens) throw new Error(`expected ${spec.tokens} tokens, got ${count}`);
-  return { ttftMs: first - start, tokPerS: (spec.tokens - 1) / ((last - first) / 1000) };
+  const r = await streamChat(client, spec.model, spec.prompt, spec.tokens, { logitBias: Object.fromEntries(spec.eos.map((e) => [e, -100])) });
+  if (r.tokens !== spec.tokens) throw new Error(`expected ${spec.tokens} tokens, got ${r.tokens}`);
+  // From the first content chunk to the last.
+  const span = r.gaps.reduce((a, g) => a + g, 0);
+  return { ttftMs: r.ttft, tokPerS: (spec.tokens - 1) / (span / 1000) };
 }
 
 /** One greedy generate() of transformers.js on a freshly loaded model, as its users call it. */

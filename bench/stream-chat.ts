@@ -1,0 +1,52 @@
+// One streamed greedy chat completion through the openai client, timed on the client's side:
+// the request shape and the timing every HTTP benchmark reads (bench/concurrency.ts,
+// bench/runner-process.ts).
+import type OpenAI from "openai";
+
+export interface StreamResult {
+  /** From the request to the first content chunk, ms. */
+  ttft: number;
+  /** Between consecutive content chunks, ms. */
+  gaps: number[];
+  /** Completion and prompt tokens, from the usage chunk. */
+  tokens: number;
+  promptTokens: number;
+}
+
+export interface StreamOptions {
+  system?: string;
+  logitBias?: Record<number, number>;
+}
+
+export async function streamChat(client: OpenAI, model: string, content: string, maxTokens: number, options: StreamOptions = {}): Promise<StreamResult> {
+  const t0 = performance.now();
+  const messages: OpenAI.ChatCompletionMessageParam[] = options.system
+    ? [{ role: "system", content: options.system }, { role: "user", content }]
+    : [{ role: "user", content }];
+  const s = await client.chat.completions.create({
+    model,
+    messages,
+    temperature: 0,
+    max_tokens: maxTokens,
+    stream: true,
+    stream_options: { include_usage: true },
+    ...(options.logitBias ? { logit_bias: options.logitBias } : {}),
+  });
+  let last = 0;
+  let ttft = NaN;
+  const gaps: number[] = [];
+  let tokens = 0;
+  let promptTokens = 0;
+  for await (const chunk of s) {
+    if (chunk.usage) {
+      tokens = chunk.usage.completion_tokens;
+      promptTokens = chunk.usage.prompt_tokens;
+    }
+    if (!chunk.choices[0]?.delta.content) continue;
+    const now = performance.now();
+    if (Number.isNaN(ttft)) ttft = now - t0;
+    else gaps.push(now - last);
+    last = now;
+  }
+  return { ttft, gaps, tokens, promptTokens };
+}
