@@ -18,6 +18,7 @@ import { BENCHMARKS_MD, machine, median, table, writeSection } from "./report.ts
 import type { SamplingParams } from "../src/engine/types.ts";
 import type { Measure } from "./in-process-engine.ts";
 import { RunnerProcess, type RunnerSpec } from "./runner-process.ts";
+import { streamChat } from "./stream-chat.ts";
 import { rawReadMs, weightFloor, type WeightFloor } from "./weight-floor.ts";
 import { DecoderSession, modelFileBytes } from "../src/engine/runtime/decoder.ts";
 
@@ -86,20 +87,8 @@ async function streamingCostUs(dir: string, eos: number[]): Promise<number> {
   const server = await startServerProcess(models);
   try {
     const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
-    const run = async () => {
-      const stream = await client.chat.completions.create({
-        model: "bench/tiny-qwen3-wide",
-        messages: [{ role: "user", content: "Tell me a story." }],
-        max_tokens: 256,
-        temperature: 0,
-        stream: true,
-        stream_options: { include_usage: true },
-        logit_bias: Object.fromEntries(eos.map((e) => [e, -100])),
-      });
-      let tokens = 0;
-      for await (const chunk of stream) if (chunk.usage) tokens = chunk.usage.completion_tokens;
-      return tokens;
-    };
+    const logitBias = Object.fromEntries(eos.map((e) => [e, -100]));
+    const run = async () => (await streamChat(client, "bench/tiny-qwen3-wide", "Tell me a story.", 256, { logitBias })).tokens;
     await run();
     const before = httpThreadCpuUs(server.pid);
     const tokens = await run();

@@ -1,6 +1,6 @@
 // One streamed greedy chat completion through the openai client, timed on the client's side:
 // the request shape and the timing every HTTP benchmark reads (bench/concurrency.ts,
-// bench/runner-process.ts).
+// bench/runner-process.ts, bench/decode.ts's streaming cost).
 import type OpenAI from "openai";
 
 export interface StreamResult {
