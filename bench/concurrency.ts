@@ -82,6 +82,7 @@ async function main() {
   const ceilings: string[] = [];
   const speedup: string[] = [];
   const alone: (string | number)[][] = [];
+  const bounds: string[] = [];
   try {
     for (const { id: model, dir } of ids) {
       const maxTokens = model === "stories260k" ? 128 : 48;
@@ -133,13 +134,28 @@ async function main() {
       let aloneSingle = 0;
       for (const n of [1, 16]) {
         const rates: number[] = [];
+        let tokens = 0;
+        let onnxMs = 0;
         for (let round = 0; round < levelRounds(n); round++) {
           const made = await engine.generate(Array.from({ length: n }, (_, i) => prose(8 + (i % 5), i + round)), maxTokens);
           rates.push(made.tokens / (made.ms / 1000));
+          tokens += made.tokens;
+          onnxMs += made.onnxMs;
         }
         const tps = median(rates);
         if (n === 1) aloneSingle = tps;
-        alone.push([model, n, tps.toFixed(1), `${(tps / aloneSingle).toFixed(2)}×`, `${(tps / single).toFixed(2)}×`]);
+        const onnxUs = (onnxMs * 1000) / tokens;
+        alone.push([model, n, tps.toFixed(1), `${(tps / aloneSingle).toFixed(2)}×`, `${(tps / single).toFixed(2)}×`, (1e6 / tps).toFixed(1), onnxUs.toFixed(1)]);
+        if (n === 16) {
+          // The model worker runs a model's steps one after another on one thread: 6× one stream
+          // needs all of its work per token within this, ONNX Runtime's runs included.
+          const budget = 1e6 / (6 * single);
+          bounds.push(
+            `${model}: 6× one stream through HTTP leaves ${budget.toFixed(1)} µs of the model worker's time per token at 16 streams; ` +
+              `the engine alone spent ${onnxUs.toFixed(1)} µs of each token inside ONNX Runtime's runs (${((100 * onnxUs) / budget).toFixed(0)}% of that), ` +
+              `and ${(1e6 / tps - onnxUs).toFixed(1)} µs on everything else it does`,
+          );
+        }
         console.log("in-process", alone.at(-1)!.join("\t"));
       }
       await engine.close();
@@ -189,7 +205,9 @@ async function main() {
       "",
       "The engine alone: the same requests (rounds and medians as above) to the model worker's own code (scheduler, KV cache, sampler, detokeniser) in a process of its own (bench/runner-process.ts), without the HTTP thread, the messages between threads and the client's parsing:",
       "",
-      table(["model", "streams", "aggregate tok/s in-process (median round)", "vs 1 stream in-process", "vs 1 stream through HTTP"], alone),
+      table(["model", "streams", "aggregate tok/s in-process (median round)", "vs 1 stream in-process", "vs 1 stream through HTTP", "µs per token", "of which in ONNX Runtime's runs"], alone),
+      "",
+      ...bounds.map((s) => `- ${s}.`),
       "",
       `Decode time per token by context (bench/50m, one stream; ${CONTEXT_ROUNDS} alternating rounds, gaps pooled):`,
       "",

@@ -19,6 +19,8 @@ export interface Measure {
  */
 export class InProcessEngine {
   private rid = 0;
+  /** Time spent inside the decoder's ONNX Runtime runs, ms, since load. */
+  onnxMs = 0;
   private waiting = new Map<number, { times: number[]; tokens: number; done: (error?: string) => void }>();
   private constructor(
     private readonly scheduler: Scheduler,
@@ -33,6 +35,17 @@ export class InProcessEngine {
       done: (rid, error) => self!.waiting.get(rid)?.done(error),
     });
     self = new InProcessEngine(scheduler, runner);
+    // How much of the engine's time is ONNX Runtime's own: the decoder's run, timed around.
+    const decoder = runner.decoder;
+    const run = decoder.run.bind(decoder);
+    decoder.run = async (...args: Parameters<typeof run>) => {
+      const t = performance.now();
+      try {
+        return await run(...args);
+      } finally {
+        self!.onnxMs += performance.now() - t;
+      }
+    };
     void scheduler.run();
     return self;
   }

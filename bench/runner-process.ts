@@ -21,6 +21,8 @@ type Request = { op: "init"; spec: RunnerSpec } | { op: "run" } | { op: "generat
 export interface Generated {
   tokens: number;
   ms: number;
+  /** Of ms, the time inside ONNX Runtime's runs. */
+  onnxMs: number;
 }
 type Reply = { ok: true; measure?: Measure; generated?: Generated } | { ok: false; error: string };
 
@@ -127,8 +129,9 @@ async function serve(): Promise<void> {
         reply({ ok: true, measure: await run!() });
       } else if (request.op === "generate") {
         const t0 = performance.now();
+        const onnx0 = engine!.onnxMs;
         const made = await Promise.all(request.prompts.map((p) => engine!.generate(p, request.maxTokens)));
-        reply({ ok: true, generated: { tokens: made.reduce((a, b) => a + b, 0), ms: performance.now() - t0 } });
+        reply({ ok: true, generated: { tokens: made.reduce((a, b) => a + b, 0), ms: performance.now() - t0, onnxMs: engine!.onnxMs - onnx0 } });
       } else {
         await close();
         reply({ ok: true });
