@@ -62,6 +62,8 @@ export interface ModelDirContents {
   readme?: string;
   /** Also write genai_config.json (onnxruntime-genai) for the fused variant. */
   genaiConfig?: boolean;
+  /** Fused variant: one packed q/k/v MatMul (see DecoderGraphOptions.packedQkv). */
+  packedQkv?: boolean;
 }
 
 /** Protobuf cannot exceed 2 GiB; stay well below it by default. */
@@ -90,6 +92,7 @@ export function writeModelDir(outDir: string, m: ModelDirContents): SluiceJson {
     dtype: m.dtype,
     rotaryCacheLength: maxCache,
     externalDataFile: external ? "model.onnx_data" : undefined,
+    packedQkv: m.packedQkv,
   });
   writeFileSync(join(onnxDir, "model.onnx"), serialized.model);
   const dataPath = join(onnxDir, "model.onnx_data");

@@ -35,6 +35,8 @@ export interface SyntheticSpec {
   readme?: string;
   externalDataThreshold?: number;
   genaiConfig?: boolean;
+  /** Fused variant: one packed q/k/v MatMul, as onnxruntime-genai's CPU exports (needs qkNorm off). */
+  packedQkv?: boolean;
 }
 
 export interface SyntheticModelInfo {
@@ -201,6 +203,7 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
     readme: spec.readme,
     externalDataThreshold: spec.externalDataThreshold,
     genaiConfig: spec.genaiConfig ?? variant === "fused",
+    packedQkv: spec.packedQkv,
   });
   return { dir: outDir, sluice, config, tokenizerSize: tok.size };
 }

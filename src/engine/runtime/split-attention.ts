@@ -14,9 +14,11 @@
 // without copying the cache: the query is viewed as [batch, kv_heads, group * tokens, head]
 // against [batch, kv_heads, cap, head].
 //
-// Only configurations whose semantics this reproduces exactly are rewritten (separate q/k/v,
-// float32, one cache shape for all layers, no sliding window, softcap, smooth softmax or extra
-// inputs); any other graph is left to addStepKvOutputs.
+// Only configurations whose semantics this reproduces exactly are rewritten (separate or packed
+// q/k/v, float32, one cache shape for all layers, no sliding window, softcap, smooth softmax or
+// extra inputs); any other graph is left to addStepKvOutputs. Packed q/k/v (one input holding
+// all three, as onnxruntime-genai's builder makes for GroupQueryAttention on the CPU) is split
+// into its parts first.
 import type { onnx } from "onnx-proto";
 import { FLOAT, floatConstant, INT64, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
 import { packStepOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
@@ -30,6 +32,8 @@ interface Layer {
   heads: number;
   kvHeads: number;
   dim: number;
+  /** The query input holds q, k and v one after another in its last axis (key and value unset). */
+  packed: boolean;
 }
 
 /**
@@ -59,7 +63,9 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
     // q, k, v, past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache; no
     // position_ids, attention_bias or head_sink.
     if (inputs.length > 9 && inputs.slice(9).some((x) => x !== "")) return null;
-    if (!inputs[1] || !inputs[2] || !inputs[3] || !inputs[4] || inputs[5] !== seqlensK) return null;
+    const packed = !inputs[1] && !inputs[2];
+    if (!packed && (!inputs[1] || !inputs[2])) return null;
+    if (!inputs[3] || !inputs[4] || inputs[5] !== seqlensK) return null;
     const rotary = numberAttr(n, "do_rotary", 0) === 1;
     if (rotary && (!inputs[7] || !inputs[8])) return null;
     if (numberAttr(n, "local_window_size", -1) !== -1 || numberAttr(n, "softcap", 0) !== 0 || numberAttr(n, "smooth_softmax", 0) !== 0) return null;
@@ -70,7 +76,7 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
     if (!info || info.elemType !== FLOAT || !kvHeads || !dim || numberAttr(n, "kv_num_heads", 0) !== kvHeads || heads % kvHeads !== 0) return null;
     // One packed step output: every layer's cache has the same shape.
     if (layers.length > 0 && (layers[0]!.kvHeads !== kvHeads || layers[0]!.dim !== dim)) return null;
-    layers.push({ node: n, heads, kvHeads, dim });
+    layers.push({ node: n, heads, kvHeads, dim, packed });
   }
   return layers;
 }
@@ -135,10 +141,23 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
   const steps: { pastKey: string; key: string; value: string }[] = [];
   const groupTiles = new Map<number, string>();
 
-  layers.forEach(({ node: gqa, heads, kvHeads, dim }, i) => {
-    const [q, k, v, pastK, pastV, , , cos, sin] = gqa.input!;
+  layers.forEach(({ node: gqa, heads, kvHeads, dim, packed }, i) => {
+    let [q, k, v] = gqa.input!;
+    const [, , , pastK, pastV, , , cos, sin] = gqa.input!;
     const out = gqa.output![0]!;
     const l = `${p}_${i}`;
+    if (packed) {
+      // [b, t, (heads + 2 kv) * d] -> q [b, t, heads * d], k and v [b, t, kv * d]
+      const parts = [heads * dim, kvHeads * dim, kvHeads * dim];
+      const outputs = [`${l}_q_part`, `${l}_k_part`, `${l}_v_part`];
+      // Split takes its sizes as an input from opset 13, as an attribute before.
+      added.push(
+        ...(opset >= 13
+          ? [int64Constant(`${l}_parts`, parts, [3]), node("Split", [q!, `${l}_parts`], outputs, { axis: -1 })]
+          : [node("Split", [q!], outputs, { axis: -1, split: parts })]),
+      );
+      [q, k, v] = outputs;
+    }
     const group = heads / kvHeads;
     const scale = numberAttr(gqa, "scale", 0) || 1 / Math.sqrt(dim);
     const names = { key: `${p}.${i}.key`, value: `${p}.${i}.value` };

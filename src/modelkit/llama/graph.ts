@@ -28,6 +28,12 @@ export interface DecoderGraphOptions {
    * head_dim / 2), each rotated by its own position row. Standard variant only.
    */
   mropeSection?: [number, number, number];
+  /**
+   * Fused variant only: one MatMul for q, k and v whose output feeds GroupQueryAttention as its
+   * query with key and value unset, as onnxruntime-genai's builder makes CPU models. Not with
+   * per-head q/k norms (which need q and k apart).
+   */
+  packedQkv?: boolean;
 }
 
 export const OPSET_ONNX = 17;
@@ -298,7 +304,22 @@ function padRows(w: Float32Array, cols: number, heads: number, d: number, dp: nu
   return out;
 }
 
-function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number): void {
+/** [rows, a] [rows, b] [rows, c] -> [rows, a + b + c]: the columns of each side by side. */
+function concatColumns(rows: number, parts: Float32Array[]): Float32Array {
+  const width = parts.reduce((n, p) => n + p.length / rows, 0);
+  const out = new Float32Array(rows * width);
+  for (let r = 0; r < rows; r++) {
+    let at = r * width;
+    for (const p of parts) {
+      const cols = p.length / rows;
+      out.set(p.subarray(r * cols, (r + 1) * cols), at);
+      at += cols;
+    }
+  }
+  return out;
+}
+
+function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number, packedQkv: boolean): void {
   const { g, c } = ctx;
   const D = c.headDim;
   const Dp = gqaHeadDim(D);
@@ -347,9 +368,18 @@ function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number): void {
     else [n1, residual] = skipNorm(ctx, pending, residual, w1);
 
     const att = `${pre}.self_attn`;
-    let q = matmul(ctx, n1, `${att}.q_proj.weight`, padColumns(l.q, c.hiddenSize, c.numHeads, D, Dp), c.hiddenSize, qDim);
-    let k = matmul(ctx, n1, `${att}.k_proj.weight`, padColumns(l.k, c.hiddenSize, c.numKvHeads, D, Dp), c.hiddenSize, kvDim);
-    const v = matmul(ctx, n1, `${att}.v_proj.weight`, padColumns(l.v, c.hiddenSize, c.numKvHeads, D, Dp), c.hiddenSize, kvDim);
+    const qw = padColumns(l.q, c.hiddenSize, c.numHeads, D, Dp);
+    const kw = padColumns(l.k, c.hiddenSize, c.numKvHeads, D, Dp);
+    const vw = padColumns(l.v, c.hiddenSize, c.numKvHeads, D, Dp);
+    let q: string;
+    let k = "";
+    let v = "";
+    if (packedQkv) q = matmul(ctx, n1, `${att}.qkv_proj.weight`, concatColumns(c.hiddenSize, [qw, kw, vw]), c.hiddenSize, qDim + 2 * kvDim);
+    else {
+      q = matmul(ctx, n1, `${att}.q_proj.weight`, qw, c.hiddenSize, qDim);
+      k = matmul(ctx, n1, `${att}.k_proj.weight`, kw, c.hiddenSize, kvDim);
+      v = matmul(ctx, n1, `${att}.v_proj.weight`, vw, c.hiddenSize, kvDim);
+    }
     if (c.qkNorm) {
       q = perHeadNorm(q, c.numHeads, qkNormWeight(`${att}.q_norm.weight`, l.qNorm as Float32Array));
       k = perHeadNorm(k, c.numKvHeads, qkNormWeight(`${att}.k_norm.weight`, l.kNorm as Float32Array));
@@ -390,8 +420,9 @@ export function buildDecoderModel(c: LlamaConfig, w: LlamaWeights, opts: Decoder
   const ctx: Ctx = { g, c, dt: opts.dtype, dtCode: opts.dtype === "float16" ? 10 : 1, inputsEmbeds: opts.inputsEmbeds === true, mropeSection: opts.mropeSection ?? null };
   // GroupQueryAttention rotates by sequence offsets: it cannot take 3-D positions.
   if (ctx.mropeSection && opts.variant !== "standard") throw new Error("multimodal rotary (mrope) needs the standard variant");
+  if (opts.packedQkv && (opts.variant !== "fused" || c.qkNorm)) throw new Error("packed q/k/v needs the fused variant and no per-head q/k norms");
   if (opts.variant === "standard") buildStandard(ctx, w);
-  else buildFused(ctx, w, opts.rotaryCacheLength ?? c.maxPositionEmbeddings);
+  else buildFused(ctx, w, opts.rotaryCacheLength ?? c.maxPositionEmbeddings, opts.packedQkv === true);
   const plan = opts.externalDataFile ? new ExternalDataPlan(opts.externalDataFile, opts.externalMinBytes ?? 1024) : undefined;
   return serializeModel(g, { opsets: decoderOpsets(opts.variant), metadata: { "sluice.variant": opts.variant, "sluice.dtype": opts.dtype } }, plan);
 }

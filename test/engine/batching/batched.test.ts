@@ -12,6 +12,8 @@ if (!hasStories) console.warn(`skipping stories260K batching tests: ${STORIES_DI
 
 const STORY_MODELS = hasStories ? ["stories-fused", "stories-standard"] : [];
 const SYNTH_MODELS = ["synth-fused", "synth-standard"];
+/** onnxruntime-genai's CPU layout: one q/k/v MatMul feeding GroupQueryAttention as its query. */
+const PACKED_MODEL = "synth-packed";
 
 function importStories(dir: string, variant: string) {
   const r = Bun.spawnSync(
@@ -27,6 +29,7 @@ async function buildModels(dir: string) {
   for (const variant of ["fused", "standard"] as const) {
     await syntheticModel(dir, `synth-${variant}`, { preset: "tiny-qwen3", id: `synth-${variant}`, variant, seed: 7 });
   }
+  await syntheticModel(dir, PACKED_MODEL, { preset: "tiny-bytes", id: PACKED_MODEL, variant: "fused", packedQkv: true, seed: 7 });
 }
 
 /** Sixteen different requests: prompts and lengths vary so rows join and leave the batch at different steps. */
@@ -99,7 +102,7 @@ describe("continuous batching through the API", () => {
     models?.remove();
   });
 
-  for (const model of [...STORY_MODELS, ...SYNTH_MODELS]) {
+  for (const model of [...STORY_MODELS, ...SYNTH_MODELS, PACKED_MODEL]) {
     test(`${model}: each greedy request gives the same text alone and among 15 concurrent others`, async () => {
       const reqs = requests(model);
       const alone: { text: string; tokens: number }[] = [];

@@ -1,7 +1,7 @@
 // The step outputs added to GroupQueryAttention graphs hold exactly the positions a run writes:
 // a cache kept by copying them in gives the same logits and the same cache as ONNX Runtime
 // writing the shared buffer in place, over a prefill and decode steps of right-padded rows of
-// different lengths, in float32 and float16.
+// different lengths, in float32 and float16, with separate and packed q/k/v.
 import { afterAll, describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -26,8 +26,11 @@ type Kv = Float32Array | Uint16Array;
 
 const load = (path: string) => onnx.ModelProto.decode(readFileSync(path));
 
-async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" = "gather") {
-  const info = await buildSyntheticModel(join(root.path, dtype), { preset: "tiny-qwen3", variant: "fused", dtype, seed: 3 });
+async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" = "gather", packedQkv = false) {
+  // Packed q/k/v (onnxruntime-genai's CPU layout) comes without per-head q/k norms.
+  const packing = packedQkv ? { packedQkv, qkNorm: false } : {};
+  const info = await buildSyntheticModel(join(root.path, `${dtype}-${rewrite}-${packedQkv}`), { preset: "tiny-qwen3", variant: "fused", dtype, seed: 3, ...packing });
+  if (packedQkv) expect(load(join(info.dir, "onnx", "model.onnx")).graph!.node!.find((n) => n.opType === "GroupQueryAttention")!.input!.slice(1, 3)).toEqual(["", ""]);
   const path = join(info.dir, "onnx", "model.onnx");
   const plain = await ort.InferenceSession.create(path);
   const model = load(path);
@@ -103,6 +106,8 @@ function expectClose(actual: number[], expected: number[], tolerance: number) {
 
 describe("load-time decoder rewrites: step KV outputs, split attention, last-position logits", () => {
   test("split attention (no present): the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split"));
+  test("split attention over packed q/k/v: the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split", true));
+  test("packed q/k/v, gathered step outputs: same logits and cache as the in-place shared buffer", () => check("float32", "gather", true));
   test("split attention leaves float16 graphs to the gathered outputs", async () => {
     const info = await buildSyntheticModel(join(root.path, "half-split"), { preset: "tiny-qwen3", variant: "fused", dtype: "float16", seed: 3 });
     expect(splitAttention(load(join(info.dir, "onnx", "model.onnx")))).toBeNull();
@@ -160,6 +165,26 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     expect(big.stepMode).toBe("split");
     expect(big.oneTokenSession).toBeNull();
     await big.release();
+  });
+
+  test("a packed q/k/v export loads with split attention and a one-token graph that agrees with the general one", async () => {
+    const info = await buildSyntheticModel(join(root.path, "packed-load"), { preset: "tiny-bytes", variant: "fused", packedQkv: true, seed: 4 });
+    const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    expect(d.stepMode).toBe("split");
+    expect(d.oneTokenSession).not.toBeNull();
+    const cache = d.emptyCache();
+    const prompt = await d.forward([5, 6, 7, 8], cache);
+    expect(prompt.every(Number.isFinite)).toBe(true);
+    const { kvHeads, headDim, layers } = d.spec;
+    const width = 5;
+    const feeds = await d.feeds({ batch: 1, width: 1, ids: [9], mask: new Uint8Array(width).fill(1), maskWidth: width, positions: [4] });
+    for (const l of layers) {
+      for (const name of [l.pastKey, l.pastValue]) feeds[name] = floatTensor("float32", Float32Array.from({ length: kvHeads * CAP * headDim }, (_, j) => Math.sin(j)), [1, kvHeads, CAP, headDim]);
+    }
+    const fetches = [d.spec.logits, d.stepKv!.output];
+    const [general, one] = [await d.session.run(feeds, fetches), await d.oneTokenSession!.run(feeds, fetches)];
+    for (const name of fetches) expectClose(Array.from(one[name]!.data as Float32Array), Array.from(general[name]!.data as Float32Array), 1e-5);
+    await d.release();
   });
 
   test("split attention also rewrites exports that rename the presents through Identity", async () => {
