@@ -152,7 +152,7 @@ async function main() {
           const budget = 1e6 / (6 * single);
           bounds.push(
             `${model}: 6× one stream through HTTP leaves ${budget.toFixed(1)} µs of the model worker's time per token at 16 streams; ` +
-              `the engine alone spent ${onnxUs.toFixed(1)} µs of each token inside ONNX Runtime's runs (${((100 * onnxUs) / budget).toFixed(0)}% of that), ` +
+              `the engine alone spent ${onnxUs.toFixed(1)} µs of each token inside ONNX Runtime's runs, reading the prompts and decoding (${((100 * onnxUs) / budget).toFixed(0)}% of that), ` +
               `and ${(1e6 / tps - onnxUs).toFixed(1)} µs on everything else it does`,
           );
         }
@@ -205,7 +205,7 @@ async function main() {
       "",
       "The engine alone: the same requests (rounds and medians as above) to the model worker's own code (scheduler, KV cache, sampler, detokeniser) in a process of its own (bench/runner-process.ts), without the HTTP thread, the messages between threads and the client's parsing:",
       "",
-      table(["model", "streams", "aggregate tok/s in-process (median round)", "vs 1 stream in-process", "vs 1 stream through HTTP", "µs per token", "of which in ONNX Runtime's runs"], alone),
+      table(["model", "streams", "aggregate tok/s in-process (median round)", "vs 1 stream in-process", "vs 1 stream through HTTP", "µs per token", "of which in ONNX Runtime's runs (prompts and steps)"], alone),
       "",
       ...bounds.map((s) => `- ${s}.`),
       "",
