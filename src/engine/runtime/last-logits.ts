@@ -7,12 +7,24 @@
 // Right-padded batches put each row's last token at its own position, which is why only runs
 // where every row ends at the last column may use this: a prompt chunk (one row), a decode step
 // (one token per row), and left-padded standard batches.
+//
+// The projection is a MatMul by a constant, or ONNX Runtime's MatMulNBits (block-quantised
+// weights, as onnxruntime-genai's int4 CPU exports have their lm_head): both act on each position
+// alone.
 import type { onnx } from "onnx-proto";
 import { int64Constant, node } from "./graph-edit.ts";
 
 /** Operators between the projection and the logits output that act on each position alone. */
 const PER_POSITION = new Set(["Identity", "Cast", "Tanh"]);
 const PER_POSITION_WITH_CONSTANT = new Set(["Add", "Sub", "Mul", "Div"]);
+
+/** A MatMul by a constant, or a MatMulNBits whose weights, scales and other inputs are constants. */
+function isProjection(n: onnx.INodeProto, constant: (name: string) => boolean): boolean {
+  const rest = (n.input ?? []).slice(1);
+  if (n.opType === "MatMul" && (!n.domain || n.domain === "ai.onnx")) return rest.length === 1 && !!rest[0] && constant(rest[0]);
+  if (n.opType === "MatMulNBits" && n.domain === "com.microsoft") return rest.length >= 2 && rest.every((x) => x === "" || constant(x));
+  return false;
+}
 
 /**
  * Moves the logits' last-position selection before the output projection. Returns false (and
@@ -41,7 +53,7 @@ export function trimLogitsToLastPosition(model: onnx.IModelProto, logits: string
     else if (PER_POSITION_WITH_CONSTANT.has(op) && inputs.length === 2 && constant(inputs[1]!)) current = producer.get(inputs[0]!);
     else break;
   }
-  if (!current || current.opType !== "MatMul" || !current.input?.[0] || !current.input[1] || !constant(current.input[1])) return false;
+  if (!current || !current.input?.[0] || !isProjection(current, constant)) return false;
 
   const hidden = current.input[0];
   const p = "sluice_last";

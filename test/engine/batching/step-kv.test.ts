@@ -273,4 +273,62 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
       expectClose(Array.from(b.data as Float32Array), last, 1e-6);
     }
   });
+
+  test("logits from a block-quantised projection (MatMulNBits, as int4 exports have) are trimmed to the last position too", async () => {
+    // hidden [1, T, 32] -> MatMulNBits (4 bits, blocks of 16) -> + bias -> logits [1, T, 8]
+    const [K, N, BLOCK] = [32, 8, 16];
+    const T = onnx.TensorProto.DataType;
+    const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    const weights = Uint8Array.from({ length: N * (K / BLOCK) * (BLOCK / 2) }, (_, i) => (i * 37 + 11) % 256);
+    const scales = Float32Array.from({ length: N * (K / BLOCK) }, (_, i) => 0.01 + i / 1000);
+    const bias = Float32Array.from({ length: N }, (_, i) => i / 10);
+    const info = (name: string, dims: (number | string)[]): onnx.IValueInfoProto => ({
+      name,
+      type: { tensorType: { elemType: T.FLOAT, shape: { dim: dims.map((d) => (typeof d === "number" ? { dimValue: d } : { dimParam: d })) } } },
+    });
+    const build = () =>
+      onnx.ModelProto.decode(
+        onnx.ModelProto.encode({
+          irVersion: 8,
+          opsetImport: [{ domain: "", version: 17 }, { domain: "com.microsoft", version: 1 }],
+          graph: {
+            name: "nbits",
+            input: [info("hidden", [1, "tokens", K])],
+            output: [info("logits", [1, "tokens", N])],
+            initializer: [
+              { name: "w", dataType: T.UINT8, dims: [N, K / BLOCK, BLOCK / 2], rawData: weights },
+              { name: "scales", dataType: T.FLOAT, dims: [N * (K / BLOCK)], rawData: bytes(scales) },
+              { name: "bias", dataType: T.FLOAT, dims: [N], rawData: bytes(bias) },
+            ],
+            node: [
+              {
+                opType: "MatMulNBits",
+                domain: "com.microsoft",
+                input: ["hidden", "w", "scales"],
+                output: ["projected"],
+                attribute: [
+                  { name: "K", type: onnx.AttributeProto.AttributeType.INT, i: K },
+                  { name: "N", type: onnx.AttributeProto.AttributeType.INT, i: N },
+                  { name: "bits", type: onnx.AttributeProto.AttributeType.INT, i: 4 },
+                  { name: "block_size", type: onnx.AttributeProto.AttributeType.INT, i: BLOCK },
+                ],
+              },
+              { opType: "Add", input: ["projected", "bias"], output: ["logits"] },
+            ],
+          },
+        }).finish(),
+      );
+    const model = build();
+    expect(trimLogitsToLastPosition(model, "logits")).toBe(true);
+    const full = await ort.InferenceSession.create(onnx.ModelProto.encode(build()).finish());
+    const trimmed = await ort.InferenceSession.create(onnx.ModelProto.encode(model).finish());
+    const tokens = 5;
+    const hidden = floatTensor("float32", Float32Array.from({ length: tokens * K }, (_, i) => Math.sin(i)), [1, tokens, K]);
+    const a = (await full.run({ hidden })).logits!;
+    const b = (await trimmed.run({ hidden })).logits!;
+    expect(b.dims).toEqual([1, 1, N]);
+    const last = Array.from((a.data as Float32Array).subarray((tokens - 1) * N));
+    expect(last.some((x) => Math.abs(x) > 0.01)).toBe(true);
+    expectClose(Array.from(b.data as Float32Array), last, 1e-5);
+  });
 });
