@@ -15,8 +15,8 @@
 // against [batch, kv_heads, cap, head].
 //
 // Only configurations whose semantics this reproduces exactly are rewritten (separate or packed
-// q/k/v, float32, one cache shape for all layers, no sliding window, softcap, smooth softmax or
-// extra inputs); any other graph is left to addStepKvOutputs. Packed q/k/v (one input holding
+// q/k/v, float32, one cache shape for all layers, rotary caches held as initializers, no sliding
+// window, softcap, smooth softmax or extra inputs); any other graph is left to addStepKvOutputs. Packed q/k/v (one input holding
 // all three, as onnxruntime-genai's builder makes for GroupQueryAttention on the CPU) is split
 // into its parts first.
 import type { onnx } from "onnx-proto";
@@ -34,6 +34,17 @@ interface Layer {
   dim: number;
   /** The query input holds q, k and v one after another in its last axis (key and value unset). */
   packed: boolean;
+  /**
+   * Leading dimensions of each head that rotate: twice the cos cache's width, as in
+   * GroupQueryAttention (less than `dim` for partial rotary); 0 without rotary.
+   */
+  rotaryDim: number;
+}
+
+/** Dims of a constant the graph holds as an initializer; null for anything computed. */
+function initializerDims(graph: onnx.IGraphProto, name: string): number[] | null {
+  const t = graph.initializer?.find((i) => i.name === name);
+  return t ? (t.dims ?? []).map(Number) : null;
 }
 
 /**
@@ -68,6 +79,9 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
     if (!inputs[3] || !inputs[4] || inputs[5] !== seqlensK) return null;
     const rotary = numberAttr(n, "do_rotary", 0) === 1;
     if (rotary && (!inputs[7] || !inputs[8])) return null;
+    // The rotated width comes from the cos cache: unknown when it is computed, so left alone.
+    const cosDims = rotary ? initializerDims(graph, inputs[7]!) : null;
+    if (rotary && cosDims?.length !== 2) return null;
     if (numberAttr(n, "local_window_size", -1) !== -1 || numberAttr(n, "softcap", 0) !== 0 || numberAttr(n, "smooth_softmax", 0) !== 0) return null;
     if ((n.output?.length ?? 0) > 3 && n.output!.slice(3).some((x) => x !== "")) return null;
     const info = inputInfo(graph, inputs[3]);
@@ -76,7 +90,9 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
     if (!info || info.elemType !== FLOAT || !kvHeads || !dim || numberAttr(n, "kv_num_heads", 0) !== kvHeads || heads % kvHeads !== 0) return null;
     // One packed step output: every layer's cache has the same shape.
     if (layers.length > 0 && (layers[0]!.kvHeads !== kvHeads || layers[0]!.dim !== dim)) return null;
-    layers.push({ node: n, heads, kvHeads, dim, packed });
+    const rotaryDim = cosDims ? 2 * cosDims[1]! : 0;
+    if (rotaryDim > dim) return null;
+    layers.push({ node: n, heads, kvHeads, dim, packed, rotaryDim });
   }
   return layers;
 }
@@ -141,7 +157,7 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
   const steps: { pastKey: string; key: string; value: string }[] = [];
   const groupTiles = new Map<number, string>();
 
-  layers.forEach(({ node: gqa, heads, kvHeads, dim, packed }, i) => {
+  layers.forEach(({ node: gqa, heads, kvHeads, dim, packed, rotaryDim }, i) => {
     let [q, k, v] = gqa.input!;
     const [, , , pastK, pastV, , , cos, sin] = gqa.input!;
     const out = gqa.output![0]!;
@@ -163,13 +179,15 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
     const names = { key: `${p}.${i}.key`, value: `${p}.${i}.value` };
     let qr = q!;
     let kr = k!;
-    if (numberAttr(gqa, "do_rotary", 0) === 1) {
-      const interleaved = numberAttr(gqa, "rotary_interleaved", 0);
+    if (rotaryDim > 0) {
+      // RotaryEmbedding rotates whole heads unless told the width; GroupQueryAttention reads it
+      // from the cos cache.
+      const attrs = { interleaved: numberAttr(gqa, "rotary_interleaved", 0), ...(rotaryDim < dim ? { rotary_embedding_dim: rotaryDim } : {}) };
       qr = `${l}_q_rot`;
       kr = `${l}_k_rot`;
       added.push(
-        node("RotaryEmbedding", [q!, `${p}_positions`, cos!, sin!], [qr], { interleaved, num_heads: heads }, MS),
-        node("RotaryEmbedding", [k!, `${p}_positions`, cos!, sin!], [kr], { interleaved, num_heads: kvHeads }, MS),
+        node("RotaryEmbedding", [q!, `${p}_positions`, cos!, sin!], [qr], { ...attrs, num_heads: heads }, MS),
+        node("RotaryEmbedding", [k!, `${p}_positions`, cos!, sin!], [kr], { ...attrs, num_heads: kvHeads }, MS),
       );
     }
     let newScores = `${l}_s_new_raw`;

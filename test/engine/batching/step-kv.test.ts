@@ -26,12 +26,39 @@ type Kv = Float32Array | Uint16Array;
 
 const load = (path: string) => onnx.ModelProto.decode(readFileSync(path));
 
-async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" = "gather", packedQkv = false) {
-  // Packed q/k/v (onnxruntime-genai's CPU layout) comes without per-head q/k norms.
-  const packing = packedQkv ? { packedQkv, qkNorm: false } : {};
-  const info = await buildSyntheticModel(join(root.path, `${dtype}-${rewrite}-${packedQkv}`), { preset: "tiny-qwen3", variant: "fused", dtype, seed: 3, ...packing });
-  if (packedQkv) expect(load(join(info.dir, "onnx", "model.onnx")).graph!.node!.find((n) => n.opType === "GroupQueryAttention")!.input!.slice(1, 3)).toEqual(["", ""]);
-  const path = join(info.dir, "onnx", "model.onnx");
+interface Variation {
+  /** Packed q/k/v (onnxruntime-genai's CPU layout), which comes without per-head q/k norms. */
+  packedQkv?: boolean;
+  /** Rotate only this many leading dimensions of each head (the cos and sin caches narrowed). */
+  partialRotary?: number;
+}
+
+/** Keeps the first `width` columns of the cos and sin caches: partial rotary, as GroupQueryAttention reads it. */
+function narrowRotary(model: onnx.IModelProto, width: number): void {
+  for (const t of model.graph!.initializer!) {
+    if (t.name !== "cos_cache" && t.name !== "sin_cache") continue;
+    const [rows, cols] = t.dims!.map(Number) as [number, number];
+    const src = new Float32Array(Uint8Array.from(t.rawData!).buffer);
+    const out = new Float32Array(rows * width);
+    for (let r = 0; r < rows; r++) out.set(src.subarray(r * cols, r * cols + width), r * width);
+    t.dims = [rows, width];
+    t.rawData = new Uint8Array(out.buffer);
+  }
+}
+
+async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" = "gather", v: Variation = {}) {
+  const packing = v.packedQkv ? { packedQkv: true, qkNorm: false } : {};
+  // GroupQueryAttention wants the rotated width a multiple of 16: heads of 32 to rotate 16.
+  const shape = v.partialRotary ? { shape: { headDim: 32 } } : {};
+  const info = await buildSyntheticModel(join(root.path, `${dtype}-${rewrite}-${JSON.stringify(v)}`), { preset: "tiny-qwen3", variant: "fused", dtype, seed: 3, ...packing, ...shape });
+  if (v.packedQkv) expect(load(join(info.dir, "onnx", "model.onnx")).graph!.node!.find((n) => n.opType === "GroupQueryAttention")!.input!.slice(1, 3)).toEqual(["", ""]);
+  let path = join(info.dir, "onnx", "model.onnx");
+  if (v.partialRotary) {
+    const narrowed = load(path);
+    narrowRotary(narrowed, v.partialRotary / 2);
+    path = join(info.dir, "onnx", "partial-rotary.onnx");
+    writeFileSync(path, onnx.ModelProto.encode(narrowed).finish());
+  }
   const plain = await ort.InferenceSession.create(path);
   const model = load(path);
   const step = rewrite === "split" ? splitAttention(model) : addStepKvOutputs(model);
@@ -106,8 +133,9 @@ function expectClose(actual: number[], expected: number[], tolerance: number) {
 
 describe("load-time decoder rewrites: step KV outputs, split attention, last-position logits", () => {
   test("split attention (no present): the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split"));
-  test("split attention over packed q/k/v: the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split", true));
-  test("packed q/k/v, gathered step outputs: same logits and cache as the in-place shared buffer", () => check("float32", "gather", true));
+  test("split attention over packed q/k/v: the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split", { packedQkv: true }));
+  test("packed q/k/v, gathered step outputs: same logits and cache as the in-place shared buffer", () => check("float32", "gather", { packedQkv: true }));
+  test("split attention with partial rotary (a cos cache narrower than the head): the logits and cache of GroupQueryAttention", () => check("float32", "split", { partialRotary: 16 }));
   test("split attention leaves float16 graphs to the gathered outputs", async () => {
     const info = await buildSyntheticModel(join(root.path, "half-split"), { preset: "tiny-qwen3", variant: "fused", dtype: "float16", seed: 3 });
     expect(splitAttention(load(join(info.dir, "onnx", "model.onnx")))).toBeNull();
