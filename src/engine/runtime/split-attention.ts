@@ -16,9 +16,9 @@
 //
 // Only configurations whose semantics this reproduces exactly are rewritten (separate or packed
 // q/k/v, float32, one cache shape for all layers, rotary caches held as initializers, no sliding
-// window, softcap, smooth softmax or extra inputs); any other graph is left to addStepKvOutputs. Packed q/k/v (one input holding
-// all three, as onnxruntime-genai's builder makes for GroupQueryAttention on the CPU) is split
-// into its parts first.
+// window, softcap, smooth softmax or extra inputs); any other graph is left to addStepKvOutputs.
+// Packed q/k/v (one input holding all three, as onnxruntime-genai's builder makes for
+// GroupQueryAttention on the CPU) is split into its parts first.
 import type { onnx } from "onnx-proto";
 import { FLOAT, floatConstant, INT64, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
 import { packStepOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
