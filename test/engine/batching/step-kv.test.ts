@@ -131,6 +131,35 @@ function expectClose(actual: number[], expected: number[], tolerance: number) {
   expect(worst).toBeLessThan(tolerance);
 }
 
+/**
+ * One decode step of rows after `lens` cached positions (random past keys and values in pools of
+ * CAP): the one-token graph's logits and new keys and values equal the general graph's. The
+ * attention to the new token is summed element-wise there and by matrix products in the general
+ * graph: the same values to float rounding.
+ */
+async function expectOneTokenAgrees(d: DecoderSession, lens: number[]): Promise<void> {
+  expect(d.oneTokenSession).not.toBeNull();
+  const { kvHeads, headDim, layers } = d.spec;
+  const rows = lens.length;
+  const width = Math.max(...lens) + 1;
+  const mask = new Uint8Array(rows * width);
+  lens.forEach((l, r) => mask.fill(1, r * width, r * width + l + 1));
+  const feeds = await d.feeds({ batch: rows, width: 1, ids: lens.map((_, r) => [7, 100, 41][r % 3]!), mask, maskWidth: width, positions: lens });
+  let seed = 1;
+  const random = () => ((seed = (seed * 16807) % 2147483647) / 2147483647) * 2 - 1;
+  for (const l of layers) {
+    for (const name of [l.pastKey, l.pastValue]) {
+      feeds[name] = floatTensor("float32", Float32Array.from({ length: rows * kvHeads * CAP * headDim }, random), [rows, kvHeads, CAP, headDim]);
+    }
+  }
+  const fetches = [d.spec.logits, d.stepKv!.output];
+  const [general, one] = [await d.session.run(feeds, fetches), await d.oneTokenSession!.run(feeds, fetches)];
+  for (const name of fetches) {
+    expect(one[name]!.dims).toEqual(general[name]!.dims);
+    expectClose(Array.from(one[name]!.data as Float32Array), Array.from(general[name]!.data as Float32Array), 1e-5);
+  }
+}
+
 describe("load-time decoder rewrites: step KV outputs, split attention, last-position logits", () => {
   test("split attention (no present): the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split"));
   test("split attention over packed q/k/v: the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split", { packedQkv: true }));
@@ -160,28 +189,8 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     const oneToken = d.oneTokenSession!;
     expect(oneToken.inputNames).toEqual(d.session.inputNames);
     expect(oneToken.outputNames).toEqual(d.session.outputNames);
-    const { kvHeads, headDim, layers } = d.spec;
-    const lens = [1, 17, 30];
-    const rows = lens.length;
-    const width = Math.max(...lens) + 1;
-    const mask = new Uint8Array(rows * width);
-    lens.forEach((l, r) => mask.fill(1, r * width, r * width + l + 1));
-    const feeds = await d.feeds({ batch: rows, width: 1, ids: [7, 100, 41], mask, maskWidth: width, positions: lens });
-    let seed = 1;
-    const random = () => ((seed = (seed * 16807) % 2147483647) / 2147483647) * 2 - 1;
-    for (const l of layers) {
-      for (const name of [l.pastKey, l.pastValue]) {
-        feeds[name] = floatTensor("float32", Float32Array.from({ length: rows * kvHeads * CAP * headDim }, random), [rows, kvHeads, CAP, headDim]);
-      }
-    }
-    const fetches = [d.spec.logits, d.stepKv!.output];
-    const [general, one] = [await d.session.run(feeds, fetches), await oneToken.run(feeds, fetches)];
-    // The attention to the new token is summed element-wise there, by matrix products here: the
-    // same values to float rounding.
-    for (const name of fetches) {
-      expect(one[name]!.dims).toEqual(general[name]!.dims);
-      expectClose(Array.from(one[name]!.data as Float32Array), Array.from(general[name]!.data as Float32Array), 1e-5);
-    }
+    await expectOneTokenAgrees(d, [1, 17, 30]);
+    const { layers } = d.spec;
     await d.release();
     const graphs = prepareDecoderGraph(join(info.dir, "onnx", "model.onnx"), "logits", true, true);
     const nodes = (bytes: Uint8Array | null) => onnx.ModelProto.decode(bytes!).graph!.node!.length;
@@ -200,18 +209,9 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
     expect(d.stepMode).toBe("split");
     expect(d.oneTokenSession).not.toBeNull();
-    const cache = d.emptyCache();
-    const prompt = await d.forward([5, 6, 7, 8], cache);
+    const prompt = await d.forward([5, 6, 7, 8], d.emptyCache());
     expect(prompt.every(Number.isFinite)).toBe(true);
-    const { kvHeads, headDim, layers } = d.spec;
-    const width = 5;
-    const feeds = await d.feeds({ batch: 1, width: 1, ids: [9], mask: new Uint8Array(width).fill(1), maskWidth: width, positions: [4] });
-    for (const l of layers) {
-      for (const name of [l.pastKey, l.pastValue]) feeds[name] = floatTensor("float32", Float32Array.from({ length: kvHeads * CAP * headDim }, (_, j) => Math.sin(j)), [1, kvHeads, CAP, headDim]);
-    }
-    const fetches = [d.spec.logits, d.stepKv!.output];
-    const [general, one] = [await d.session.run(feeds, fetches), await d.oneTokenSession!.run(feeds, fetches)];
-    for (const name of fetches) expectClose(Array.from(one[name]!.data as Float32Array), Array.from(general[name]!.data as Float32Array), 1e-5);
+    await expectOneTokenAgrees(d, [4, 11]);
     await d.release();
   });
 
