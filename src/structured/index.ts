@@ -20,3 +20,15 @@ export {
   type ToolGrammarRequest,
   type ToolStreamEvent,
 } from "./tools/index.ts";
+export { configureGrammarCache } from "./compile.ts";
+export {
+  CompileCancelledError,
+  DEFAULT_COMPILE_LIMITS,
+  LIMIT_FLAGS,
+  SchemaLimitError,
+  checkSchemaShape,
+  withCompileBudget,
+  type CompileLimits,
+  type LimitName,
+} from "./compile-budget.ts";
+export { canonicalJson, canonicalJsonWithin } from "./canonical.ts";

@@ -20,6 +20,7 @@ import {
   star,
 } from "./automaton.ts";
 import { canonicalJson } from "./canonical.ts";
+import { budgetDepth, SchemaLimitError } from "./compile-budget.ts";
 import { pointerAppend, UnsupportedSchemaError } from "./errors.ts";
 import { formatRe, SUPPORTED_FORMATS } from "./formats.ts";
 import { type GrammarBuilder } from "./grammar.ts";
@@ -61,6 +62,9 @@ const ARRAY_KEYWORDS = ["items", "prefixItems", "minItems", "maxItems", "additio
 const STRING_KEYWORDS = ["minLength", "maxLength", "pattern", "format"];
 const NUMBER_KEYWORDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
+/** allOf merged into allOf (through $ref) this many times is a cycle, not a schema. */
+const MAX_ALLOF_DEPTH = 32;
+
 const isObject = (v: unknown): v is SchemaObject => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /**
@@ -85,6 +89,10 @@ export class SchemaCompiler {
   private readonly keyRules = new Map<string, number>();
   private readonly wsRe: Re;
   private readonly wsKey: number;
+  /** Per rule id, the JSON pointer of the subschema it was compiled from (for errors found later). */
+  readonly pointers: string[] = [];
+  /** Subschemas being compiled, one inside the other (nesting and $ref chains). */
+  private depth = 0;
 
   constructor(
     private readonly builder: GrammarBuilder,
@@ -111,9 +119,11 @@ export class SchemaCompiler {
       if (shared !== undefined) return shared;
     }
     const id = this.builder.reserve();
+    this.pointers[id] = pointer;
     this.byIdentity.set(schema, id);
     if (contentKey !== undefined) this.byContent.set(contentKey, id);
     try {
+      budgetDepth(++this.depth);
       const leafKey = contentKey === undefined ? undefined : `${this.wsKey}:${contentKey}`;
       const cachedDfa = leafKey === undefined ? undefined : leafDfas.get(leafKey);
       if (cachedDfa) this.builder.defineDfa(id, cachedDfa);
@@ -122,11 +132,15 @@ export class SchemaCompiler {
         if (leafKey !== undefined && dfa.calls.every((c) => c.length === 0)) rememberLeaf(leafKey, dfa);
       }
     } catch (e) {
+      // Noted first: past a time limit, the cleanup below throws the same error again.
+      if (e instanceof SchemaLimitError) e.at(pointer);
       // Callers may recover (a loose tool falls back to any object); leave no half-built rule.
       this.byIdentity.delete(schema);
       if (contentKey !== undefined) this.byContent.delete(contentKey);
       this.builder.abandon(id);
       throw e;
+    } finally {
+      this.depth--;
     }
     return id;
   }
@@ -156,7 +170,7 @@ export class SchemaCompiler {
     return this.anyString;
   }
 
-  private body(schema: SchemaObject, root: unknown, pointer: string): Re {
+  private body(schema: SchemaObject, root: unknown, pointer: string, allOfDepth = 0): Re {
     for (const key of Object.keys(schema)) {
       if (ANNOTATIONS.has(key) || SUPPORTED.has(key) || key.startsWith("x-")) continue;
       throw new UnsupportedSchemaError(key, pointer);
@@ -171,7 +185,11 @@ export class SchemaCompiler {
       const target = resolveRef(root, ref, pointer);
       return call(this.rule(target, root, ref.slice(1)));
     }
-    if ("allOf" in schema) return this.body(mergeAllOf(schema, root, pointer), root, pointer);
+    if ("allOf" in schema) {
+      // A merged allOf may bring in another allOf (through $ref, possibly back to itself).
+      if (allOfDepth >= MAX_ALLOF_DEPTH) throw new UnsupportedSchemaError("allOf", pointer, `allOf refers back to itself or nests more than ${MAX_ALLOF_DEPTH} levels`);
+      return this.body(mergeAllOf(schema, root, pointer), root, pointer, allOfDepth + 1);
+    }
     for (const key of ["anyOf", "oneOf"] as const) {
       if (!(key in schema)) continue;
       const branches = schema[key];
@@ -298,6 +316,7 @@ export class SchemaCompiler {
       try {
         return f();
       } catch (e) {
+        if (e instanceof SchemaLimitError) throw e.at(pointer, keyword);
         if (e instanceof RegexUnsupportedError || e instanceof RangeError) {
           throw new UnsupportedSchemaError(keyword, pointer, e.message);
         }
@@ -333,17 +352,20 @@ export class SchemaCompiler {
     }
     const additional = schema.additionalProperties;
     const names = Object.keys(properties);
+    // Sets: with thousands of properties, list lookups made this quadratic.
+    const requiredSet = new Set(required as string[]);
+    const nameSet = new Set(names);
     // Absent additionalProperties next to declared properties: only the declared ones are
     // produced (valid either way, and what callers of structured outputs expect).
     const extraSchema: unknown = additional === undefined ? (names.length ? false : true) : additional;
     const entries: Array<{ name: string; schema: unknown; required: boolean; pointer: string }> = names.map((n) => ({
       name: n,
       schema: properties[n],
-      required: required.includes(n),
+      required: requiredSet.has(n),
       pointer: pointerAppend(pointerAppend(pointer, "properties"), n),
     }));
-    for (const r of required as string[]) {
-      if (names.includes(r)) continue;
+    for (const r of requiredSet) {
+      if (nameSet.has(r)) continue;
       if (extraSchema === false) throw new UnsupportedSchemaError("required", pointer, `"${r}" is required but not allowed`);
       entries.push({ name: r, schema: extraSchema, required: true, pointer: pointerAppend(pointer, "additionalProperties") });
     }
