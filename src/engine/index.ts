@@ -2,9 +2,10 @@
 import type { Logger } from "../log.ts";
 import { cudaSearchDirs, linkCudaLibraries } from "../packaging/cuda.ts";
 import { nativeDir, packagedWorkerUrl, unpackedThisStart } from "../packaging/native.ts";
-import { WorkerEngine } from "./host.ts";
+import type { CompileLimits } from "../structured/index.ts";
+import { WorkerEngine, type SupervisionOptions } from "./host.ts";
 import { chooseProviders, type Device } from "./providers.ts";
-import type { Engine } from "./types.ts";
+import type { Engine, WorkerHealth } from "./types.ts";
 
 export interface CreateEngineOptions {
   log: Logger;
@@ -14,6 +15,16 @@ export interface CreateEngineOptions {
   kvBudgetBytes?: number;
   /** Requests that may wait for KV memory per model before new ones get 429. */
   maxQueue?: number;
+  /** What compiling one request's schemas may cost (serve --max-schema-*). */
+  compileLimits?: Partial<CompileLimits>;
+  /** Memory for each model's cached grammars, bytes. */
+  grammarCacheBytes?: number;
+  /** Crash-loop and stall detection of the model workers. */
+  supervision?: Partial<SupervisionOptions>;
+  /** Called when a model worker's supervision state changes. */
+  onHealthChange?: (health: WorkerHealth[]) => void;
+  /** Lets tests make a worker stop answering. */
+  testHooks?: boolean;
 }
 
 export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
@@ -42,5 +53,10 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     kvBudgetBytes: opts.kvBudgetBytes,
     maxQueue: opts.maxQueue,
     workerUrl: packagedWorkerUrl(),
+    compileLimits: opts.compileLimits,
+    grammarCacheBytes: opts.grammarCacheBytes,
+    supervision: opts.supervision,
+    onHealthChange: opts.onHealthChange,
+    testHooks: opts.testHooks,
   });
 }

@@ -2,7 +2,7 @@
 // token masks. The engine applies GrammarMatcher.fillNextTokenBitmask as a logits processor.
 
 export { UnsupportedSchemaError } from "./errors.ts";
-export type { Grammar } from "./grammar.ts";
+export { GrammarError, type Grammar } from "./grammar.ts";
 export { compileJsonSchema, jsonObjectGrammar, prepareVocabulary } from "./compile.ts";
 export type { SchemaCompileOptions } from "./schema.ts";
 export { GrammarMatcher, allocateTokenBitmask, applyTokenBitmask, type MatcherOptions } from "./matcher.ts";

@@ -38,6 +38,32 @@ async function toRaw(img: Sharp): Promise<RawImage> {
 /** Larger images are refused before their pixels are decoded (a decompression bomb guard). */
 export const MAX_INPUT_PIXELS = 64 * 1024 * 1024;
 
+/** Sides of one image may differ by at most this factor (as Qwen2-VL's processor requires). */
+export const MAX_ASPECT_RATIO = 200;
+
+/**
+ * Refuses an image by its header alone, before any pixel is decoded: too many pixels (a
+ * decompression bomb) or sides so unequal that resizing would make one of them zero.
+ */
+export async function checkImageSize(bytes: Uint8Array): Promise<{ width: number; height: number }> {
+  let width: number | undefined;
+  let height: number | undefined;
+  try {
+    const sharp = await loadSharp();
+    ({ width, height } = await sharp(bytes, { failOn: "error", limitInputPixels: false }).metadata());
+  } catch (e) {
+    throw new ImageInputError(`the image could not be read (${(e as Error).message})`);
+  }
+  if (!width || !height) throw new ImageInputError("the image has no pixels");
+  if (width * height > MAX_INPUT_PIXELS) {
+    throw new ImageInputError(`the image is ${width}×${height} pixels, more than the limit of ${MAX_INPUT_PIXELS} pixels`);
+  }
+  if (Math.max(width, height) / Math.min(width, height) > MAX_ASPECT_RATIO) {
+    throw new ImageInputError(`the image is ${width}×${height} pixels: its sides may differ by a factor of at most ${MAX_ASPECT_RATIO}`);
+  }
+  return { width, height };
+}
+
 /** Decodes PNG, JPEG, WebP or GIF (its first frame), applying EXIF orientation. */
 export async function decodeImage(bytes: Uint8Array): Promise<RawImage> {
   try {

@@ -1,10 +1,10 @@
 // POST /v1/chat/completions: authenticate, validate, hand to the engine, answer whole or as SSE,
 // and record usage however the request ends.
-import { EngineBusyError, EngineRequestError, type Engine, type Generation } from "../../engine/types.ts";
+import { EngineBusyError, EngineRequestError, EngineUnavailableError, type Engine, type Generation } from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
 import type { ApiKeyInfo, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
-import { readJsonBody } from "../body.ts";
+import { MAX_BODY_DEPTH, nestedDeeperThan, readJsonBody } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
 import type { Lifecycle } from "../lifecycle.ts";
 import { estimateRequestTokens } from "../limits/estimate.ts";
@@ -36,6 +36,17 @@ export interface ChatDeps {
 const encoder = new TextEncoder();
 const sse = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n`);
 
+/** The model cannot take or finish the request now (worker restarting, crash loop, shutdown). */
+const unavailable = (e: EngineUnavailableError) =>
+  new ApiError(503, e.message, "service_unavailable", null, "model_unavailable", { "retry-after": String(e.retryAfterSeconds) });
+
+/** A generation that failed after it started, as the error its client gets; null: an internal error. */
+function generationFailure(e: unknown): ApiError | null {
+  if (e instanceof EngineRequestError) return badRequest(e.message, e.param, e.code);
+  if (e instanceof EngineUnavailableError) return unavailable(e);
+  return null;
+}
+
 export async function handleChat(deps: ChatDeps, request: Request, requestId: string, scope?: RequestScope): Promise<Response> {
   const key = authenticate(deps.store, request);
   if (scope) scope.accountId = key.accountId;
@@ -43,6 +54,11 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   const body = await readJsonBody(request, deps.maxBodyBytes);
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw badRequest("The request body must be a JSON object.", null, "invalid_body");
+  }
+  // Every later step walks the body (validation, templates, the message to the model's worker):
+  // nesting is bounded first, without recursion.
+  if (nestedDeeperThan(body, MAX_BODY_DEPTH)) {
+    throw badRequest(`The request body is nested more than ${MAX_BODY_DEPTH} levels deep.`, null, "invalid_body");
   }
   const problem = findProblem(ChatCompletionRequest, body);
   if (problem) throw badRequest(problem.message, problem.param, "invalid_value");
@@ -71,11 +87,12 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   deps.lifecycle.track(abort);
   let generation: Generation;
   try {
-    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal });
+    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal, fairnessKey: String(key.accountId) });
   } catch (e) {
     deps.lifecycle.untrack(abort);
     ticket?.finish(0);
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
+    if (e instanceof EngineUnavailableError) throw unavailable(e);
     if (e instanceof EngineBusyError) {
       throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
         "retry-after": String(e.retryAfterSeconds),
@@ -115,7 +132,7 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
       for await (const e of generation.events) acc.add(e);
     } catch (e) {
       record("error");
-      throw e;
+      throw generationFailure(e) ?? e;
     }
     if (request.signal.aborted) {
       record("cancelled");
@@ -221,10 +238,12 @@ function streamResponse(
         }
         finished = true;
         record("error");
-        deps.log.error("generation failed mid-stream", { error: (e as Error).message });
+        const failure = generationFailure(e);
+        if (failure) deps.log.warn("generation ended with an error mid-stream", { error: failure.message, code: failure.code });
+        else deps.log.error("generation failed mid-stream", { error: (e as Error).message });
         // Headers are gone: the error travels as a final SSE event in OpenAI's error shape.
         controller.enqueue(
-          sse({ error: { message: "The server had an error while generating.", type: "server_error", param: null, code: null } }),
+          sse(failure?.body() ?? { error: { message: "The server had an error while generating.", type: "server_error", param: null, code: null } }),
         );
         controller.close();
       }

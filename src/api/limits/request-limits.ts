@@ -12,6 +12,8 @@ export interface RequestLimits {
   maxGenerationMs: number;
   /** A stream whose client reads nothing for this long is cut off and its generation freed; 0: never. */
   streamIdleMs: number;
+  /** Longest stop string, in characters (400 above); 0: no limit. Each one is matched at every token. */
+  maxStopChars: number;
 }
 
 export const DEFAULT_REQUEST_LIMITS: RequestLimits = {
@@ -20,15 +22,24 @@ export const DEFAULT_REQUEST_LIMITS: RequestLimits = {
   maxTokensCap: 0,
   maxGenerationMs: 600_000,
   streamIdleMs: 60_000,
+  maxStopChars: 1000,
 };
 
 /** Refuses what is over a limit; fills in the server's cap when the request names no max_tokens. */
-export function applyRequestLimits<P extends { messages: unknown[]; maxTokens?: number }>(plan: P, limits: RequestLimits): P {
+export function applyRequestLimits<P extends { messages: unknown[]; maxTokens?: number; stop?: string[] }>(plan: P, limits: RequestLimits): P {
   if (limits.maxMessages > 0 && plan.messages.length > limits.maxMessages) {
     throw badRequest(
       `Too many messages: ${plan.messages.length}; this server accepts at most ${limits.maxMessages} in one request.`,
       "messages",
       "too_many_messages",
+    );
+  }
+  const longStop = limits.maxStopChars > 0 ? (plan.stop ?? []).findIndex((s) => s.length > limits.maxStopChars) : -1;
+  if (longStop >= 0) {
+    throw badRequest(
+      `Stop string ${longStop} is ${plan.stop![longStop]!.length} characters long; this server accepts stop strings of at most ${limits.maxStopChars} characters.`,
+      "stop",
+      "invalid_value",
     );
   }
   if (limits.maxTokensCap > 0) {

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { chooseProviders, type ProviderChoice } from "../providers.ts";
 import { DecoderSession } from "../runtime/decoder.ts";
 import { ChatTemplateError, renderChatPrompt } from "../text/chat-template.ts";
+import { charsPerTokenBound } from "../text/prompt-bound.ts";
 import { TextTokenizer } from "../text/tokenizer.ts";
 import { EngineRequestError, type EngineModel, type ImagePart } from "../types.ts";
 import { ImageInputError } from "../../vision/errors.ts";
@@ -27,9 +28,11 @@ export class ModelRunner {
     readonly providers: ProviderChoice,
     /** The image encoder of a vision-language model; null for text-only models. */
     readonly vision: VisionModel | null,
+    /** Characters of prompt text one token covers at most (see prompt-bound.ts). */
+    readonly charsPerToken: number,
   ) {}
 
-  static async load(opts: WorkerOptions): Promise<ModelRunner> {
+  static async load(opts: Pick<WorkerOptions, "id" | "dir" | "device" | "threads"> & Partial<WorkerOptions>): Promise<ModelRunner> {
     const providers = chooseProviders(opts.device);
     const decoder = await DecoderSession.create(opts.dir, { providers: providers.providers, threads: opts.threads });
     const tokenizer = TextTokenizer.load(opts.dir);
@@ -56,7 +59,13 @@ export class ModelRunner {
       dir: opts.dir,
       provider: decoder.provider,
     };
-    return new ModelRunner(decoder, tokenizer, info, providers, vision);
+    let charsPerToken = Infinity;
+    try {
+      charsPerToken = charsPerTokenBound(JSON.parse(readFileSync(join(opts.dir, "tokenizer.json"), "utf8")));
+    } catch {
+      // No bound: long prompts are then refused only after tokenising.
+    }
+    return new ModelRunner(decoder, tokenizer, info, providers, vision, charsPerToken);
   }
 
   get vocabSize(): number {
@@ -70,7 +79,8 @@ export class ModelRunner {
 
   /** The prompt's token ids and, when it has images, their features (image tokens count as prompt tokens). */
   async prompt(req: WireRequest): Promise<{ ids: number[]; images: PromptImages | null }> {
-    for (const key of Object.keys(req.sampling.logitBias)) {
+    let banned = 0;
+    for (const [key, bias] of Object.entries(req.sampling.logitBias)) {
       const id = Number(key);
       if (id >= this.vocabSize) {
         throw new EngineRequestError(
@@ -79,6 +89,15 @@ export class ModelRunner {
           "invalid_value",
         );
       }
+      // -100 bans a token (the sampler never picks it); only the tokenizer's ids are ever sampled.
+      if (bias <= -100 && id < this.tokenizer.vocabSize) banned++;
+    }
+    if (banned >= this.tokenizer.vocabSize) {
+      throw new EngineRequestError(
+        `logit_bias bans all ${this.tokenizer.vocabSize} tokens of this model's vocabulary (a bias of -100 bans a token): nothing could be generated.`,
+        "logit_bias",
+        "invalid_value",
+      );
     }
     let text: string;
     try {
@@ -88,6 +107,15 @@ export class ModelRunner {
         throw new EngineRequestError(`The model's chat template refused the messages: ${e.message}`, "messages", "invalid_value");
       }
       throw e;
+    }
+    const limit = this.info.contextLength;
+    if (text.length > limit * this.charsPerToken) {
+      throw new EngineRequestError(
+        `This model's maximum context length is ${limit} tokens. However, your messages are ${text.length} characters long, ` +
+          `more than ${limit} tokens can hold (one token covers at most ${this.charsPerToken} characters on this model). Please reduce the length of the messages.`,
+        "messages",
+        "context_length_exceeded",
+      );
     }
     const requestImages = imagesOf(req);
     let encoded: EncodedImage[] = [];
@@ -118,7 +146,6 @@ export class ModelRunner {
       images = this.vision!.placeFeatures(ids, encoded);
       if (!images) throw new EngineRequestError("The image tokens of the prompt do not match the images' features (an image token written as text?).", "messages", "invalid_value");
     }
-    const limit = this.info.contextLength;
     if (ids.length >= limit) {
       throw new EngineRequestError(
         `This model's maximum context length is ${limit} tokens. However, your messages resulted in ${ids.length} tokens, ` +

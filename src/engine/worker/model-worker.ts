@@ -4,6 +4,7 @@ import { ModelRunner } from "./model-runner.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
 import { RoundBatcher } from "./round-batcher.ts";
 import { Scheduler } from "./scheduler.ts";
+import { ThreadedStructures } from "./structure-compiler.ts";
 
 declare const self: Worker;
 
@@ -11,6 +12,8 @@ const post = (m: WorkerMessage) => self.postMessage(m);
 const rounds = new RoundBatcher((messages) => post({ type: "round", messages }));
 let runner: ModelRunner | null = null;
 let scheduler: Scheduler | null = null;
+let structures: ThreadedStructures | null = null;
+let testHooks = false;
 
 function rejectInfo(e: unknown): RejectInfo {
   if (e instanceof EngineRequestError) return { kind: "request", message: e.message, param: e.param, code: e.code };
@@ -35,13 +38,25 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
     case "load": {
       try {
         runner = await ModelRunner.load(m.options);
+        testHooks = m.options.testHooks === true;
+        structures = new ThreadedStructures(runner, {
+          limits: m.options.compileLimits,
+          cacheBytes: m.options.grammarCacheBytes,
+          worker: m.options.compileWorker,
+          log: (level, msg, fields) => post({ type: "log", level, msg, fields }),
+        });
         scheduler = new Scheduler(runner, {
           events: (rid, events) => rounds.add({ type: "events", rid, events }),
-          done: (rid, error) => rounds.add({ type: "done", rid, error }),
+          done: (rid, error, code) => rounds.add({ type: "done", rid, error, code }),
           endRound: (urgent) => rounds.endRound(urgent),
           stats: (stats) => post({ type: "stats", stats }),
-        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue });
-        void scheduler.run();
+        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue, structures });
+        scheduler.run().catch((err: unknown) => {
+          // The loop's state is not to be trusted after this: the thread ends and the engine
+          // host starts a fresh one (its requests get an error, not a hang).
+          post({ type: "log", level: "error", msg: "the model's scheduler loop failed", fields: { error: String((err as Error)?.stack ?? err) } });
+          throw err;
+        });
         const s = scheduler.stats();
         const notes = [
           `model loaded on ${runner.info.provider}`,
@@ -60,7 +75,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
         return;
       }
       try {
-        const promptTokens = await scheduler.admit(m.rid, m.request);
+        const promptTokens = await scheduler.admit(m.rid, m.request, m.structureKey ?? null);
         post({ type: "started", rid: m.rid, promptTokens });
       } catch (err) {
         post({ type: "rejected", rid: m.rid, error: rejectInfo(err) });
@@ -70,7 +85,17 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
     case "cancel":
       scheduler?.cancel(m.rid);
       return;
+    case "ping":
+      post({ type: "pong" });
+      return;
+    case "block": {
+      if (!testHooks) return;
+      const until = performance.now() + m.ms;
+      while (performance.now() < until) {}
+      return;
+    }
     case "close":
+      structures?.close();
       scheduler?.stop();
       await runner?.decoder.release();
       await runner?.vision?.release();

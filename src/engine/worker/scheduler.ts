@@ -8,16 +8,19 @@ import { FusedKvBackend } from "../batching/fused-kv.ts";
 import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
 import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
+import { NoAllowedTokenError } from "../sampling/index.ts";
 import { EngineBusyError, EngineRequestError, type GenerationEvent, type ModelStats } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
 import { prefixKey } from "./prefix-key.ts";
+import { inlineStructures, type StructureSource } from "./structure-compiler.ts";
 
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
-  done(rid: number, error?: string): void;
+  /** The request ended; `error` when it failed, with `code` when the request itself caused it. */
+  done(rid: number, error?: string, code?: string): void;
   /**
    * The end of a round (or of the work before going idle): what was reported may be sent on.
    * `urgent` when it must go now: a request's first token or its end is in it, or the scheduler
@@ -37,6 +40,8 @@ export interface SchedulerOptions {
   prefillChunk?: number;
   /** Prompts shorter than this are not kept in the prefix cache. */
   prefixMinTokens?: number;
+  /** Where grammars come from (absent: compiled in this thread, for tests and benchmarks). */
+  structures?: StructureSource;
 }
 
 interface ChoiceRun {
@@ -76,6 +81,9 @@ export class Scheduler {
   private counters = { promptTokensComputed: 0, generatedTokens: 0, decodeSteps: 0, lastBatchSize: 0, rejectedBusy: 0 };
   private lastStats = "";
   private lastStatsAt = 0;
+  readonly structures: StructureSource;
+  /** Requests being admitted (prompt read, grammar compiled), and whether their client left meanwhile. */
+  private readonly admitting = new Map<number, { cancelled: boolean }>();
 
   constructor(
     private readonly model: ModelRunner,
@@ -88,11 +96,30 @@ export class Scheduler {
     this.prefix = new PrefixCache(this.budget, opts.prefixMinTokens ?? 16, Math.floor(this.budget.totalBytes / 2));
     this.maxQueue = opts.maxQueue || 64;
     this.prefillChunk = opts.prefillChunk ?? 256;
+    this.structures = opts.structures ?? inlineStructures(model);
   }
 
-  /** Validates and queues; resolves with the prompt's token count or throws a request/busy error. */
-  async admit(rid: number, request: WireRequest): Promise<number> {
+  /**
+   * Validates and queues; resolves with the prompt's token count or throws a request/busy error.
+   * `structureKey`: the canonical text of what decides the request's grammar, when known.
+   */
+  async admit(rid: number, request: WireRequest, structureKey: string | null = null): Promise<number> {
+    const admission = { cancelled: false };
+    this.admitting.set(rid, admission);
+    try {
+      return await this.admitNow(rid, request, structureKey, admission);
+    } finally {
+      this.admitting.delete(rid);
+    }
+  }
+
+  private async admitNow(rid: number, request: WireRequest, structureKey: string | null, admission: { cancelled: boolean }): Promise<number> {
+    const gone = () => new EngineRequestError("The request was cancelled before it started.", null, "cancelled");
     const { ids: prompt, images } = await this.model.prompt(request);
+    if (admission.cancelled) throw gone();
+    // Compiled on its own thread: the rounds of the running requests go on meanwhile.
+    const structure = await this.structures.resolve(rid, request, structureKey);
+    if (admission.cancelled) throw gone();
     const maxNew = Math.min(request.maxTokens ?? Number.MAX_SAFE_INTEGER, this.model.info.contextLength - prompt.length);
     const need = request.n * this.backend.sequenceBytes(this.backend.capacityFor(prompt.length + maxNew));
     if (need > this.budget.totalBytes) {
@@ -111,7 +138,7 @@ export class Scheduler {
     }
     const choices: ChoiceRun[] = [];
     for (let index = 0; index < request.n; index++) {
-      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew), seq: null, next: null });
+      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, structure), seq: null, next: null });
     }
     const key = prefixKey(prompt, images);
     this.queue.push({ rid, request, prompt, images, key, maxNew, state: "queued", choices, cancelled: false, out: [] });
@@ -120,6 +147,11 @@ export class Scheduler {
   }
 
   cancel(rid: number): void {
+    const admission = this.admitting.get(rid);
+    if (admission) {
+      admission.cancelled = true;
+      this.structures.cancel(rid);
+    }
     const job = this.queue.find((j) => j.rid === rid) ?? this.active.find((j) => j.rid === rid);
     if (job) job.cancelled = true;
     this.wake?.();
@@ -131,6 +163,7 @@ export class Scheduler {
   }
 
   stats(): ModelStats {
+    const compiles = this.structures.stats?.();
     return {
       model: this.model.info.id,
       runningRequests: this.active.length,
@@ -148,6 +181,9 @@ export class Scheduler {
       generatedTokens: this.counters.generatedTokens,
       decodeSteps: this.counters.decodeSteps,
       rejectedBusy: this.counters.rejectedBusy,
+      grammarCacheBytes: compiles?.cachedBytes ?? 0,
+      schemasCompiled: compiles?.compiled ?? 0,
+      schemasRefused: compiles?.refused ?? 0,
     };
   }
 
@@ -230,7 +266,12 @@ export class Scheduler {
       room -= chunk.length;
       this.counters.promptTokensComputed += chunk.length;
       if (seq.tokens.length < job.prompt.length) continue;
-      this.beginDecoding(job, logits);
+      try {
+        this.beginDecoding(job, logits);
+      } catch (e) {
+        // One choice's token pipeline failed (e.g. nothing left allowed): that request ends, not the loop.
+        this.fail(job, e);
+      }
     }
   }
 
@@ -241,7 +282,7 @@ export class Scheduler {
     if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.key)) this.prefix.insert(promptKv());
     job.choices.forEach((c, i) => {
       if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
-      c.next = c.stream.advance(i === 0 ? logits : logits.slice(), job.out);
+      c.next = advanceChoice(c.stream, i === 0 ? logits : logits.slice(), job.out);
       this.counters.generatedTokens++;
       if (c.next === null) this.endChoice(c, job, true);
     });
@@ -270,14 +311,21 @@ export class Scheduler {
     }
     this.counters.decodeSteps++;
     this.counters.lastBatchSize = batch.length;
+    const failed = new Map<Job, unknown>();
     batch.forEach(({ job, choice }, i) => {
-      if (job.cancelled) return;
-      choice.next = choice.stream.advance(logits[i]!, job.out);
+      if (job.cancelled || failed.has(job)) return;
+      try {
+        choice.next = advanceChoice(choice.stream, logits[i]!, job.out);
+      } catch (e) {
+        failed.set(job, e);
+        return;
+      }
       this.counters.generatedTokens++;
       if (choice.next === null) this.endChoice(choice, job, true);
     });
+    for (const [job, e] of failed) this.fail(job, e);
     for (const job of new Set(batch.map((b) => b.job))) {
-      if (job.choices.every((c) => c.stream.finished)) this.retire(job);
+      if (!failed.has(job) && job.choices.every((c) => c.stream.finished)) this.retire(job);
     }
   }
 
@@ -298,7 +346,7 @@ export class Scheduler {
 
   private fail(job: Job, e: unknown) {
     for (const c of job.choices) this.endChoice(c, job, false);
-    this.retire(job, (e as Error).message ?? String(e));
+    this.retire(job, (e as Error).message ?? String(e), e instanceof EngineRequestError ? (e.code ?? undefined) : undefined);
   }
 
   private flush(job: Job) {
@@ -308,12 +356,12 @@ export class Scheduler {
     }
   }
 
-  private retire(job: Job, error?: string) {
+  private retire(job: Job, error?: string, code?: string) {
     this.urgent = true;
     this.active = this.active.filter((j) => j !== job);
     for (const c of job.choices) this.endChoice(c, job, false);
     this.flush(job);
-    this.sink.done(job.rid, error);
+    this.sink.done(job.rid, error, code);
   }
 
   /** At most every 250 ms while busy, and once on going idle, when something changed. */
@@ -331,6 +379,22 @@ export class Scheduler {
 }
 
 const mib = (b: number) => Math.ceil(b / 2 ** 20);
+
+/** One token of a choice; a state where nothing is allowed becomes the request's error, naming the choice. */
+function advanceChoice(stream: ChoiceStream, logits: Float32Array, out: GenerationEvent[]): number | null {
+  try {
+    return stream.advance(logits, out);
+  } catch (e) {
+    if (e instanceof NoAllowedTokenError) {
+      throw new EngineRequestError(
+        `No token is allowed next in choice ${stream.index}: ${stream.constrained ? "logit_bias bans every token the response format or tool-call grammar allows at this point" : "logit_bias bans every token the model can produce"}.`,
+        "logit_bias",
+        "no_allowed_token",
+      );
+    }
+    throw e;
+  }
+}
 
 /** A snapshot filed under the prefix key of its positions rather than their token ids. */
 function keyed(kv: PrefixKv, key: number[]): PrefixKv {

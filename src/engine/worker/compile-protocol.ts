@@ -1,0 +1,20 @@
+// Messages between a model's worker and its compile thread. Structured-clone data only; the
+// grammar's typed arrays are transferred, not copied.
+import type { CompileLimits, Grammar } from "../../structured/index.ts";
+import type { StructureSpec } from "./structured-support.ts";
+
+export type CompileRequest =
+  /** Once, first: the flag the model worker sets to a job's id to cancel that job. */
+  | { type: "init"; cancel: SharedArrayBuffer }
+  | { type: "compile"; job: number; spec: StructureSpec; limits: CompileLimits };
+
+export type CompileFailure =
+  /** The schema's fault: a 400 with this message (code unsupported_schema or schema_too_complex). */
+  | { kind: "refused"; message: string; code: string }
+  | { kind: "cancelled" }
+  /** A bug or an exhausted thread: logged, the client gets a generic error. */
+  | { kind: "internal"; message: string };
+
+export type CompileReply =
+  | { type: "compiled"; job: number; grammar: Grammar | null; ms: number }
+  | { type: "failed"; job: number; failure: CompileFailure; ms: number };
