@@ -1,3 +1,4 @@
+import { healthFilePath, writeHealthFile } from "../engine/health-file.ts";
 import { createEngine } from "../engine/index.ts";
 import { createLogger, type LogLevel } from "../log.ts";
 import { buildDemoModel } from "../modelkit/index.ts";
@@ -6,6 +7,7 @@ import { configureImagePolicy } from "../vision/policy.ts";
 import { DEFAULT_ACCOUNT, startServer } from "../server.ts";
 import { DATA_OPTION } from "./commands.ts";
 import { UsageError, type Command } from "./framework.ts";
+import { ENGINE_OPTIONS, parseEngineOptions } from "./engine-options.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
@@ -34,6 +36,7 @@ export const serveCommand: Command = {
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
     ...LIMIT_OPTIONS,
+    ...ENGINE_OPTIONS,
   ],
   async run(args) {
     const port = Number(args.values.port);
@@ -48,6 +51,7 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
+    const engineOptions = parseEngineOptions(args);
     configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
@@ -61,6 +65,15 @@ export const serveCommand: Command = {
       device: device as "auto" | "cuda" | "cpu",
       kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
       maxQueue: count("max-queue"),
+      ...engineOptions,
+      // Where `sluice doctor` finds crash loops (it has no connection to this process).
+      onHealthChange: (health) => {
+        try {
+          writeHealthFile(healthFilePath(String(args.values.data)), health);
+        } catch (e) {
+          log.warn("could not write the model workers' health file", { error: (e as Error).message });
+        }
+      },
     });
     const server = await startServer({
       host: String(args.values.host),

@@ -5,6 +5,7 @@
 // while (with a growing pause) instead of being restarted in a tight loop; one that stops
 // answering while requests wait for it is treated as dead. No request waits without a bound.
 import type { Logger } from "../log.ts";
+import { nativeCallFlags, quiesceNativeCalls } from "../native-calls.ts";
 import { DEFAULT_COMPILE_LIMITS, type CompileLimits } from "../structured/index.ts";
 import type { Device } from "./providers.ts";
 import { structureKey } from "./structure-key.ts";
@@ -147,6 +148,8 @@ class WorkerThread {
   private constructor(
     readonly modelId: string,
     private readonly worker: Worker,
+    /** Native calls in flight in the thread: it is terminated only when there are none. */
+    private readonly nativeCalls: SharedArrayBuffer,
     private readonly log: Logger,
     private readonly admissionMs: number,
     private readonly onExit: (thread: WorkerThread, reason: string) => void,
@@ -174,18 +177,18 @@ class WorkerThread {
     onExit: (thread: WorkerThread, reason: string) => void,
   ): Promise<{ thread: WorkerThread | null; model: EngineModel | null; error: string | null }> {
     const w = new Worker(settings.workerUrl);
-    const t = new WorkerThread(source.id, w, log, settings.admissionMs, onExit);
+    const nativeCalls = nativeCallFlags();
+    const t = new WorkerThread(source.id, w, nativeCalls, log, settings.admissionMs, onExit);
     return new Promise((resolve) => {
       t.onLoaded = (model, error) => {
         t.onLoaded = () => {};
         if (model) resolve({ thread: t, model, error: null });
         else {
-          t.closing = true;
-          w.terminate();
+          t.terminate();
           resolve({ thread: null, model: null, error });
         }
       };
-      t.post({ type: "load", options: { ...settings.options, id: source.id, dir: source.dir } });
+      t.post({ type: "load", options: { ...settings.options, id: source.id, dir: source.dir, nativeCalls } });
     });
   }
 
@@ -230,6 +233,13 @@ class WorkerThread {
         return;
       case "stats":
         this.stats = m.stats;
+        return;
+      case "fatal":
+        // The thread ends itself once its native calls are done; its requests fail now.
+        if (this.closing) return;
+        this.closing = true;
+        this.onLoaded(null, `the model worker failed while loading: ${m.error}`);
+        this.onExit(this, m.error);
         return;
       case "pong":
       case "closed":
@@ -305,15 +315,25 @@ class WorkerThread {
     this.post({ type: "block", ms });
   }
 
-  terminate(): void {
-    this.closing = true;
+  /**
+   * Ends the thread, once no native call is in flight in it (a call completing into a torn-down
+   * thread aborts the process); new calls never start meanwhile. `asCrash`: its close is then
+   * seen as the crash it is (supervision's own path).
+   */
+  private async end(asCrash: boolean): Promise<void> {
+    if (!asCrash) this.closing = true;
+    await quiesceNativeCalls(this.nativeCalls, () => this.log.warn("a model worker being ended is still inside a native call; waiting for it", { model: this.modelId }));
     this.worker.terminate();
   }
 
-  /** Ends the thread from outside without telling anyone: the close is seen as the crash it is. */
+  terminate(): void {
+    void this.end(false);
+  }
+
+  /** Ends the thread from outside without telling anyone, as a crash would (tests and drills). */
   kill(): void {
     this.lastError = "the worker thread was killed";
-    this.worker.terminate();
+    void this.end(true);
   }
 
   async close(error: Error): Promise<void> {
@@ -334,7 +354,7 @@ class WorkerThread {
       }
     });
     this.failAll(error);
-    this.worker.terminate();
+    await this.end(false);
   }
 }
 

@@ -3,6 +3,7 @@
 // calls are made in the same order (see RawImage.fromBlob / resize in transformers.js).
 import type { Sharp } from "sharp";
 import { ImageInputError } from "./errors.ts";
+import { nativeCall } from "../native-calls.ts";
 
 /** Interleaved 8-bit pixels, row-major (height, width, channels). */
 export interface RawImage {
@@ -29,8 +30,8 @@ let sharpModule: Promise<typeof import("sharp").default> | null = null;
 const loadSharp = () => (sharpModule ??= import("sharp").then((m) => m.default));
 
 async function toRaw(img: Sharp): Promise<RawImage> {
-  const meta = await img.metadata();
-  const { data, info } = await img.rotate().raw().toBuffer({ resolveWithObject: true });
+  const meta = await nativeCall(() => img.metadata());
+  const { data, info } = await nativeCall(() => img.rotate().raw().toBuffer({ resolveWithObject: true }));
   const out: RawImage = { data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength), width: info.width, height: info.height, channels: info.channels };
   return meta.channels !== undefined && meta.channels !== out.channels ? convertChannels(out, meta.channels) : out;
 }

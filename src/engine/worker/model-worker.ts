@@ -1,4 +1,5 @@
 // Worker entry: owns one model. ONNX Runtime's runs happen here, off the HTTP thread.
+import { quiesceNativeCalls, shareNativeCallFlags } from "../../native-calls.ts";
 import { EngineBusyError, EngineRequestError } from "../types.ts";
 import { ModelRunner } from "./model-runner.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
@@ -24,6 +25,26 @@ function rejectInfo(e: unknown): RejectInfo {
   return { kind: "internal", message: "internal error in the model worker", param: null, code: null };
 }
 
+let failing = false;
+/**
+ * An uncaught error: the scheduler's state cannot be trusted, so the thread ends and the host
+ * starts a fresh one. Not at once: a native call still in flight would complete into a torn-down
+ * thread and abort the process. New native calls stop here; the thread exits when none is left.
+ */
+function fatal(err: unknown) {
+  if (failing) return;
+  failing = true;
+  const error = String((err as Error)?.stack ?? err);
+  post({ type: "fatal", error: (error.split("\n")[0] ?? error).slice(0, 500) });
+  post({ type: "log", level: "error", msg: "model worker failed", fields: { error } });
+  const exit = () => process.exit(1);
+  if (nativeCalls) void quiesceNativeCalls(nativeCalls).then(exit, exit);
+  else exit();
+}
+let nativeCalls: SharedArrayBuffer | null = null;
+process.on("uncaughtException", fatal);
+process.on("unhandledRejection", fatal);
+
 function kvCacheMode(r: ModelRunner): string {
   const { spec, stepMode } = r.decoder;
   if (!spec.sharedBuffer) return "standard, batches padded on the left";
@@ -37,6 +58,10 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
   switch (m.type) {
     case "load": {
       try {
+        if (m.options.nativeCalls) {
+          nativeCalls = m.options.nativeCalls;
+          shareNativeCallFlags(nativeCalls);
+        }
         runner = await ModelRunner.load(m.options);
         testHooks = m.options.testHooks === true;
         structures = new ThreadedStructures(runner, {
@@ -51,12 +76,8 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           endRound: (urgent) => rounds.endRound(urgent),
           stats: (stats) => post({ type: "stats", stats }),
         }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue, structures });
-        scheduler.run().catch((err: unknown) => {
-          // The loop's state is not to be trusted after this: the thread ends and the engine
-          // host starts a fresh one (its requests get an error, not a hang).
-          post({ type: "log", level: "error", msg: "the model's scheduler loop failed", fields: { error: String((err as Error)?.stack ?? err) } });
-          throw err;
-        });
+        // A failed loop ends the thread (see fatal): its requests get an error, not a hang.
+        scheduler.run().catch(fatal);
         const s = scheduler.stats();
         const notes = [
           `model loaded on ${runner.info.provider}`,

@@ -22,6 +22,8 @@ export interface WorkerOptions {
   compileWorker: { url: string; argv: string[] };
   /** Accept the "block" message (tests of supervision: a worker that stops answering). */
   testHooks?: boolean;
+  /** Native calls in flight, shared with the host (see native-calls.ts). */
+  nativeCalls?: SharedArrayBuffer;
 }
 
 export type HostMessage =
@@ -53,6 +55,8 @@ export type WorkerMessage =
   | { type: "log"; level: "debug" | "info" | "warn" | "error"; msg: string; fields?: Record<string, unknown> }
   | { type: "stats"; stats: ModelStats }
   | { type: "pong" }
+  /** An uncaught error: the thread ends as soon as no native call is in flight. */
+  | { type: "fatal"; error: string }
   | { type: "closed" };
 
 /** What a round reports of one request: its new events, or its end (with the error, if it failed). */
