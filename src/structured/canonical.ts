@@ -1,3 +1,5 @@
+import { budgetTick } from "./compile-budget.ts";
+
 /** A piece of output text on the work stack (as opposed to a value still to be written). */
 class Text {
   constructor(readonly text: string) {}
@@ -18,6 +20,8 @@ export function canonicalJsonWithin(value: unknown, maxLength: number): string |
     return length <= maxLength;
   };
   while (work.length > 0) {
+    // Schemas are canonicalised per subschema while compiling: their time counts.
+    budgetTick();
     const item = work.pop();
     if (item instanceof Text) {
       if (!emit(item.text)) return null;

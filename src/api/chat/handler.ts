@@ -9,7 +9,7 @@ import { ApiError, badRequest, modelNotFound } from "../errors.ts";
 import type { Lifecycle } from "../lifecycle.ts";
 import { estimateRequestTokens } from "../limits/estimate.ts";
 import type { RateGuard } from "../limits/guard.ts";
-import { applyRequestLimits, DEFAULT_REQUEST_LIMITS, type RequestLimits } from "../limits/request-limits.ts";
+import { applyRequestLimits, checkBodyLimits, DEFAULT_REQUEST_LIMITS, type RequestLimits } from "../limits/request-limits.ts";
 import type { RequestScope } from "../limits/scope.ts";
 import { IdleWatch, watchGeneration } from "../limits/watch.ts";
 import type { HttpMetrics } from "../metrics.ts";
@@ -60,6 +60,7 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   if (nestedDeeperThan(body, MAX_BODY_DEPTH)) {
     throw badRequest(`The request body is nested more than ${MAX_BODY_DEPTH} levels deep.`, null, "invalid_body");
   }
+  checkBodyLimits(body as Record<string, unknown>, limits);
   const problem = findProblem(ChatCompletionRequest, body);
   if (problem) throw badRequest(problem.message, problem.param, "invalid_value");
   const req = body as ChatCompletionRequest;

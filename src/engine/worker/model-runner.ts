@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { chooseProviders, type ProviderChoice } from "../providers.ts";
 import { DecoderSession } from "../runtime/decoder.ts";
 import { ChatTemplateError, renderChatPrompt } from "../text/chat-template.ts";
-import { charsPerTokenBound } from "../text/prompt-bound.ts";
+import { PromptBound } from "../text/prompt-bound.ts";
 import { TextTokenizer } from "../text/tokenizer.ts";
 import { EngineRequestError, type EngineModel, type ImagePart } from "../types.ts";
 import { ImageInputError } from "../../vision/errors.ts";
@@ -28,8 +28,8 @@ export class ModelRunner {
     readonly providers: ProviderChoice,
     /** The image encoder of a vision-language model; null for text-only models. */
     readonly vision: VisionModel | null,
-    /** Characters of prompt text one token covers at most (see prompt-bound.ts). */
-    readonly charsPerToken: number,
+    /** A lower bound on a prompt's tokens without tokenising it (null: none for this tokenizer). */
+    readonly promptBound: PromptBound | null,
   ) {}
 
   static async load(opts: Pick<WorkerOptions, "id" | "dir" | "device" | "threads"> & Partial<WorkerOptions>): Promise<ModelRunner> {
@@ -59,13 +59,13 @@ export class ModelRunner {
       dir: opts.dir,
       provider: decoder.provider,
     };
-    let charsPerToken = Infinity;
+    let promptBound: PromptBound | null = null;
     try {
-      charsPerToken = charsPerTokenBound(JSON.parse(readFileSync(join(opts.dir, "tokenizer.json"), "utf8")));
+      promptBound = PromptBound.fromTokenizerJson(JSON.parse(readFileSync(join(opts.dir, "tokenizer.json"), "utf8")));
     } catch {
       // No bound: long prompts are then refused only after tokenising.
     }
-    return new ModelRunner(decoder, tokenizer, info, providers, vision, charsPerToken);
+    return new ModelRunner(decoder, tokenizer, info, providers, vision, promptBound);
   }
 
   get vocabSize(): number {
@@ -109,10 +109,11 @@ export class ModelRunner {
       throw e;
     }
     const limit = this.info.contextLength;
-    if (text.length > limit * this.charsPerToken) {
+    // Before tokenising (and before any image is encoded): a prompt that cannot fit is refused at once.
+    if (this.promptBound?.atLeast(text, limit)) {
       throw new EngineRequestError(
-        `This model's maximum context length is ${limit} tokens. However, your messages are ${text.length} characters long, ` +
-          `more than ${limit} tokens can hold (one token covers at most ${this.charsPerToken} characters on this model). Please reduce the length of the messages.`,
+        `This model's maximum context length is ${limit} tokens. However, your messages (${text.length} characters) ` +
+          `result in more tokens than that (at least one token must be left for the completion). Please reduce the length of the messages.`,
         "messages",
         "context_length_exceeded",
       );

@@ -6,6 +6,7 @@ import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
 import { RoundBatcher } from "./round-batcher.ts";
 import { Scheduler } from "./scheduler.ts";
 import { ThreadedStructures } from "./structure-compiler.ts";
+import { modelStructure } from "./structured-support.ts";
 
 declare const self: Worker;
 
@@ -64,6 +65,10 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
         }
         runner = await ModelRunner.load(m.options);
         testHooks = m.options.testHooks === true;
+        // The token vocabulary that grammar masks walk takes seconds on a 150k vocabulary: built
+        // now for models that offer structured output or tools, not during the first such request
+        // (when it would stall every stream of the model).
+        if (runner.info.supportsStructuredOutput || runner.info.supportsTools) modelStructure(runner);
         structures = new ThreadedStructures(runner, {
           limits: m.options.compileLimits,
           cacheBytes: m.options.grammarCacheBytes,
