@@ -5,12 +5,15 @@
 import { CompileCancelledError, configureGrammarCache, SchemaLimitError, withCompileBudget, type Grammar } from "../../structured/index.ts";
 import type { CompileFailure, CompileReply, CompileRequest } from "./compile-protocol.ts";
 import { compileStructureSpec, schemaRefusal, specParam } from "./structured-support.ts";
+import { lowerThreadPriority } from "./thread-priority.ts";
 
 declare const self: Worker;
 
 // Every grammar leaves this thread (its buffers are transferred): keeping one would keep a
 // detached copy.
 configureGrammarCache(0);
+// Compiling yields the CPU to the model's decode loop whenever both want it.
+lowerThreadPriority();
 let flags: Int32Array<ArrayBufferLike> = new Int32Array(1);
 
 const post = (m: CompileReply, transfer: Transferable[] = []) => self.postMessage(m, transfer);
