@@ -1,6 +1,7 @@
 // GET /metrics: HTTP traffic (requests by route and status, latency, time to first token, tokens,
 // errors, rate-limit refusals) and the engine's scheduler and KV gauges, in Prometheus' text format.
 // Unauthenticated like /health: it carries counts and bytes, never prompts, keys or accounts.
+import { heapStats } from "bun:jsc";
 import type { Engine, ModelStats, WorkerHealth } from "../engine/types.ts";
 
 interface Metric {
@@ -29,6 +30,8 @@ const METRICS: Metric[] = [
   { name: "sluice_grammar_cache_bytes", type: "gauge", help: "Compiled grammars kept for reuse.", value: (s) => s.grammarCacheBytes },
   { name: "sluice_schemas_compiled_total", type: "counter", help: "Schemas compiled to grammars (on the model's compile thread).", value: (s) => s.schemasCompiled },
   { name: "sluice_schemas_refused_total", type: "counter", help: "Schemas refused: unsupported, or over a compile limit.", value: (s) => s.schemasRefused },
+  { name: "sluice_worker_heap_bytes", type: "gauge", help: "JavaScript heap of the model's worker thread.", value: (s) => s.workerHeapBytes },
+  { name: "sluice_compile_heap_bytes", type: "gauge", help: "JavaScript heap of the model's schema compile thread.", value: (s) => s.compileHeapBytes },
 ];
 
 interface WorkerMetric {
@@ -192,6 +195,7 @@ export function metricsText(engine: Engine, http?: HttpMetrics): string {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
     for (const s of models) lines.push(`${m.name}{model="${label(s.model)}"} ${m.value(s)}`);
   }
+  lines.push("# HELP sluice_process_heap_bytes JavaScript heap of the HTTP thread.", "# TYPE sluice_process_heap_bytes gauge", `sluice_process_heap_bytes ${heapStats().heapSize}`);
   for (const m of WORKER_METRICS) {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
     for (const w of stats?.workers ?? []) lines.push(`${m.name}{model="${label(w.model)}"} ${m.value(w)}`);

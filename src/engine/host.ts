@@ -63,7 +63,7 @@ export interface EngineOptions {
   workerUrl?: string | URL;
   /** What compiling one request's schemas may cost (absent: DEFAULT_COMPILE_LIMITS). */
   compileLimits?: Partial<CompileLimits>;
-  /** Memory for each model's cached grammars, bytes (absent: 64 MiB). */
+  /** Memory for each model's cached grammars, bytes (absent: 16 MiB). */
   grammarCacheBytes?: number;
   supervision?: Partial<SupervisionOptions>;
   /** Called whenever a worker's supervision state changes (e.g. to write it where `doctor` reads it). */
@@ -72,7 +72,7 @@ export interface EngineOptions {
   testHooks?: boolean;
 }
 
-export const DEFAULT_GRAMMAR_CACHE_BYTES = 64 * 1024 * 1024;
+export const DEFAULT_GRAMMAR_CACHE_BYTES = 16 * 1024 * 1024;
 
 /** An async queue of events fed by worker messages and drained by the API. */
 class EventChannel implements AsyncIterable<GenerationEvent> {

@@ -201,6 +201,9 @@ export interface ModelStats {
   /** Schemas compiled, and refused (over a limit or unsupported), since load. */
   schemasCompiled: number;
   schemasRefused: number;
+  /** JavaScript heap of the model's worker thread, and of its compile thread (as last reported), bytes. */
+  workerHeapBytes: number;
+  compileHeapBytes: number;
 }
 
 /** How a model's worker thread is doing, as the engine's supervisor sees it. */

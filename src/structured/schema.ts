@@ -74,10 +74,19 @@ const isObject = (v: unknown): v is SchemaObject => typeof v === "object" && v !
  */
 const leafDfas = new Map<string, RuleDfa>();
 const LEAF_CACHE_LIMIT = 512;
+/** By their transition tables too: one long counted string alone is tens of megabytes. */
+const LEAF_CACHE_BYTES = 32 * 1024 * 1024;
+let leafDfaBytes = 0;
 
 function rememberLeaf(key: string, dfa: RuleDfa): void {
+  if (dfa.next.byteLength > LEAF_CACHE_BYTES / 4) return;
   leafDfas.set(key, dfa);
-  if (leafDfas.size > LEAF_CACHE_LIMIT) leafDfas.delete(leafDfas.keys().next().value!);
+  leafDfaBytes += dfa.next.byteLength;
+  while (leafDfas.size > LEAF_CACHE_LIMIT || leafDfaBytes > LEAF_CACHE_BYTES) {
+    const oldest = leafDfas.keys().next().value!;
+    leafDfaBytes -= leafDfas.get(oldest)!.next.byteLength;
+    leafDfas.delete(oldest);
+  }
 }
 
 /** Compiles schemas of one document (for $ref resolution) into rules of a GrammarBuilder. */

@@ -15,6 +15,7 @@ export type CompileFailure =
   /** A bug or an exhausted thread: logged, the client gets a generic error. */
   | { kind: "internal"; message: string };
 
+/** `heapBytes`: the compile thread's JavaScript heap after the job. */
 export type CompileReply =
-  | { type: "compiled"; job: number; grammar: Grammar | null; ms: number }
-  | { type: "failed"; job: number; failure: CompileFailure; ms: number };
+  | { type: "compiled"; job: number; grammar: Grammar | null; ms: number; heapBytes: number }
+  | { type: "failed"; job: number; failure: CompileFailure; ms: number; heapBytes: number };

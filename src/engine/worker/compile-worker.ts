@@ -3,6 +3,7 @@
 // the other streams of the model. Stateless apart from the automata caches of the structured
 // room; the grammars themselves are transferred to the model worker, which caches them.
 import { CompileCancelledError, configureGrammarCache, SchemaLimitError, withCompileBudget, type Grammar } from "../../structured/index.ts";
+import { heapStats } from "bun:jsc";
 import type { CompileFailure, CompileReply, CompileRequest } from "./compile-protocol.ts";
 import { compileStructureSpec, schemaRefusal, specParam } from "./structured-support.ts";
 import { lowerThreadPriority } from "./thread-priority.ts";
@@ -41,8 +42,8 @@ self.onmessage = (e: MessageEvent<CompileRequest>) => {
   const started = performance.now();
   try {
     const grammar = withCompileBudget(m.limits, { flags, job: m.job }, () => compileStructureSpec(m.spec));
-    post({ type: "compiled", job: m.job, grammar, ms: performance.now() - started }, grammar ? buffers(grammar) : []);
+    post({ type: "compiled", job: m.job, grammar, ms: performance.now() - started, heapBytes: heapStats().heapSize }, grammar ? buffers(grammar) : []);
   } catch (err) {
-    post({ type: "failed", job: m.job, failure: failure(err, specParam(m.spec), m.limits.maxDepth), ms: performance.now() - started });
+    post({ type: "failed", job: m.job, failure: failure(err, specParam(m.spec), m.limits.maxDepth), ms: performance.now() - started, heapBytes: heapStats().heapSize });
   }
 };

@@ -9,6 +9,7 @@ import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
 import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
 import { NoAllowedTokenError } from "../sampling/index.ts";
+import { heapStats } from "bun:jsc";
 import { EngineBusyError, EngineRequestError, type GenerationEvent, type ModelStats } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import type { ModelRunner } from "./model-runner.ts";
@@ -184,6 +185,8 @@ export class Scheduler {
       grammarCacheBytes: compiles?.cachedBytes ?? 0,
       schemasCompiled: compiles?.compiled ?? 0,
       schemasRefused: compiles?.refused ?? 0,
+      workerHeapBytes: heapStats().heapSize,
+      compileHeapBytes: compiles?.heapBytes ?? 0,
     };
   }
 

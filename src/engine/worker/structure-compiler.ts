@@ -22,7 +22,7 @@ export interface StructureSource {
   /** The client of `rid` left: its wait ends, and its job stops when nobody else waits for it. */
   cancel(rid: number): void;
   close?(): void;
-  stats?(): { cachedBytes: number; compiled: number; refused: number };
+  stats?(): { cachedBytes: number; compiled: number; refused: number; heapBytes: number };
 }
 
 /** Compiles in this thread, synchronously (tests and benchmarks that drive a scheduler directly). */
@@ -66,6 +66,11 @@ interface Refusal {
 
 const REFUSALS_KEPT = 512;
 const GRAMMARS_KEPT = 256;
+/**
+ * A compile thread idle this long is ended (the next schema starts a new one, in tens of
+ * milliseconds): compiling a large schema leaves its heap large, and only ending it gives that back.
+ */
+const IDLE_THREAD_MS = 10_000;
 
 /** Bytes a grammar holds (its transition tables dominate; the per-rule automata it keeps too). */
 export function grammarBytes(g: Grammar): number {
@@ -86,9 +91,12 @@ export class ThreadedStructures implements StructureSource {
   private turn: string[] = [];
   private running: Job | null = null;
   private runningTimer: ReturnType<typeof setTimeout> | null = null;
+  private idleTimer: ReturnType<typeof setTimeout> | null = null;
   private worker: Worker | null = null;
   private readonly cancelFlag = new SharedArrayBuffer(4);
   private nextJob = 1;
+  /** The compile thread's heap as of its last reply. */
+  private heapBytes = 0;
   private queued = 0;
   private closed = false;
   /** Counters for the model's stats. */
@@ -100,7 +108,7 @@ export class ThreadedStructures implements StructureSource {
   ) {}
 
   stats() {
-    return { cachedBytes: this.grammarBytes, compiled: this.counts.compiled, refused: this.counts.refused };
+    return { cachedBytes: this.grammarBytes, compiled: this.counts.compiled, refused: this.counts.refused, heapBytes: this.heapBytes };
   }
 
   async resolve(rid: number, request: WireRequest, key: string | null): Promise<RequestStructure> {
@@ -162,6 +170,7 @@ export class ThreadedStructures implements StructureSource {
 
   close(): void {
     this.closed = true;
+    if (this.idleTimer) clearTimeout(this.idleTimer);
     this.worker?.terminate();
     this.worker = null;
   }
@@ -191,7 +200,13 @@ export class ThreadedStructures implements StructureSource {
 
   /** Starts the next job, taking the fairness keys in turn. */
   private pump() {
-    if (this.running || this.turn.length === 0 || this.closed) return;
+    if (this.running || this.closed) return;
+    if (this.turn.length === 0) {
+      this.endWhenIdle();
+      return;
+    }
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
     const fairness = this.turn.shift()!;
     const q = this.queues.get(fairness)!;
     const job = q.shift()!;
@@ -205,7 +220,7 @@ export class ThreadedStructures implements StructureSource {
     // The thread checks the clock itself; this catches a compile stuck where it does not look.
     const grace = Math.max(2000, this.opts.limits.maxMillis);
     this.runningTimer = setTimeout(() => {
-      this.opts.log("error", "schema compile thread did not answer in time: restarting it", { model: this.model.info.id, ms: this.opts.limits.maxMillis + grace });
+      this.opts.log("warn", "schema compile thread did not answer in time (starved of CPU, or stuck): restarting it", { model: this.model.info.id, ms: this.opts.limits.maxMillis + grace });
       this.counts.timedOut++;
       this.restartThread();
       this.finish(job, null, { message: `${new SchemaLimitError("time", this.opts.limits.maxMillis).message}.`, param: job.param, code: "schema_too_complex" });
@@ -229,6 +244,20 @@ export class ThreadedStructures implements StructureSource {
     return w;
   }
 
+  private endWhenIdle() {
+    if (!this.worker || this.idleTimer) return;
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      if (this.running || this.turn.length > 0) return;
+      // A pure JavaScript thread (no native calls): terminating it is safe at any point.
+      const w = this.worker;
+      this.worker = null;
+      this.heapBytes = 0;
+      w?.terminate();
+    }, IDLE_THREAD_MS);
+    this.idleTimer.unref?.();
+  }
+
   private restartThread() {
     const w = this.worker;
     this.worker = null;
@@ -237,6 +266,7 @@ export class ThreadedStructures implements StructureSource {
   }
 
   private onReply(m: CompileReply) {
+    this.heapBytes = m.heapBytes;
     const job = this.running;
     if (!job || job.id !== m.job) return;
     if (m.type === "compiled") {
