@@ -95,13 +95,13 @@ function leafId(dfa: RuleDfa): number {
   return id;
 }
 const LEAF_IDS_LIMIT = 4096;
-const LEAF_BYTES_LIMIT = 32 * 1024 * 1024;
+const LEAF_BYTES_LIMIT = 16 * 1024 * 1024;
 /**
  * Masks kept per vocabulary across grammars (dense masks take 19 KB each on a 150k vocabulary):
  * past this, they are dropped and recomputed on demand. Without a bound in bytes, schemas with
  * many distinct long strings grew a model worker by gigabytes.
  */
-const SHARED_MASK_BYTES_LIMIT = 64 * 1024 * 1024;
+const SHARED_MASK_BYTES_LIMIT = 32 * 1024 * 1024;
 const sharedMaskBytes = new WeakMap<TokenVocabulary, { bytes: number }>();
 
 const maskBytes = (m: StateMask) => (m.accepted?.byteLength ?? m.acceptedIds?.byteLength ?? 0) + m.boundaries.byteLength + 64;

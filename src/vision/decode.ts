@@ -53,7 +53,7 @@ export async function checkImageSize(bytes: Uint8Array): Promise<{ width: number
     const sharp = await loadSharp();
     ({ width, height } = await sharp(bytes, { failOn: "error", limitInputPixels: false }).metadata());
   } catch (e) {
-    throw new ImageInputError(`the image could not be read (${(e as Error).message})`);
+    throw new ImageInputError(`the image could not be decoded (${(e as Error).message})`);
   }
   if (!width || !height) throw new ImageInputError("the image has no pixels");
   if (width * height > MAX_INPUT_PIXELS) {

@@ -6,7 +6,7 @@ import { CompileCancelledError, configureGrammarCache, SchemaLimitError, withCom
 import { heapStats } from "bun:jsc";
 import type { CompileFailure, CompileReply, CompileRequest } from "./compile-protocol.ts";
 import { compileStructureSpec, schemaRefusal, specParam } from "./structured-support.ts";
-import { lowerThreadPriority } from "./thread-priority.ts";
+import { lowerThreadPriority, threadCpuClock } from "./thread-priority.ts";
 
 declare const self: Worker;
 
@@ -15,6 +15,8 @@ declare const self: Worker;
 configureGrammarCache(0);
 // Compiling yields the CPU to the model's decode loop whenever both want it.
 lowerThreadPriority();
+// The time limit is this thread's CPU time: at low priority it may wait for a CPU without working.
+const clock = threadCpuClock() ?? (() => performance.now());
 let flags: Int32Array<ArrayBufferLike> = new Int32Array(1);
 
 const post = (m: CompileReply, transfer: Transferable[] = []) => self.postMessage(m, transfer);
@@ -41,7 +43,7 @@ self.onmessage = (e: MessageEvent<CompileRequest>) => {
   }
   const started = performance.now();
   try {
-    const grammar = withCompileBudget(m.limits, { flags, job: m.job }, () => compileStructureSpec(m.spec));
+    const grammar = withCompileBudget(m.limits, { flags, job: m.job }, () => compileStructureSpec(m.spec), clock);
     post({ type: "compiled", job: m.job, grammar, ms: performance.now() - started, heapBytes: heapStats().heapSize }, grammar ? buffers(grammar) : []);
   } catch (err) {
     post({ type: "failed", job: m.job, failure: failure(err, specParam(m.spec), m.limits.maxDepth), ms: performance.now() - started, heapBytes: heapStats().heapSize });

@@ -109,8 +109,9 @@ export class ModelRunner {
       throw e;
     }
     const limit = this.info.contextLength;
-    // Before tokenising (and before any image is encoded): a prompt that cannot fit is refused at once.
-    if (this.promptBound?.atLeast(text, limit)) {
+    // Before tokenising (and before any image is encoded): a long prompt that cannot fit is
+    // refused at once. A short one is tokenised, so its refusal can say by how much it is over.
+    if (text.length > EXACT_PROMPT_CHARS && this.promptBound?.atLeast(text, limit)) {
       throw new EngineRequestError(
         `This model's maximum context length is ${limit} tokens. However, your messages (${text.length} characters) ` +
           `result in more tokens than that (at least one token must be left for the completion). Please reduce the length of the messages.`,
@@ -158,6 +159,9 @@ export class ModelRunner {
     return { ids, images };
   }
 }
+
+/** Prompts up to this many characters are tokenised before being refused (a few milliseconds). */
+const EXACT_PROMPT_CHARS = 50_000;
 
 /** Image parts in message order, which is the order chat templates write them. */
 function imagesOf(req: WireRequest): RequestImage[] {

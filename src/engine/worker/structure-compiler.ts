@@ -217,8 +217,9 @@ export class ThreadedStructures implements StructureSource {
     this.running = job;
     const worker = this.thread();
     worker.postMessage({ type: "compile", job: job.id, spec: job.spec, limits: this.opts.limits });
-    // The thread checks the clock itself; this catches a compile stuck where it does not look.
-    const grace = Math.max(2000, this.opts.limits.maxMillis);
+    // The thread checks its CPU time itself; this catches a compile stuck where it does not look,
+    // with room for a thread at low priority that waits long for a CPU on a busy machine.
+    const grace = 9 * this.opts.limits.maxMillis + 5000;
     this.runningTimer = setTimeout(() => {
       this.opts.log("warn", "schema compile thread did not answer in time (starved of CPU, or stuck): restarting it", { model: this.model.info.id, ms: this.opts.limits.maxMillis + grace });
       this.counts.timedOut++;
