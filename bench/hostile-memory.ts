@@ -128,6 +128,9 @@ const caches = [
   ).map(([what, name]) => [what, mib(metric(metricsStart, name)), mib(metric(metricsAfter, name)), mib(metric(metrics, name))]),
   ["schemas compiled / refused", "", `${metric(metricsAfter, "sluice_schemas_compiled_total")} / ${metric(metricsAfter, "sluice_schemas_refused_total")}`, ""],
 ];
+const perModel = (text: string) =>
+  [...text.matchAll(/^sluice_worker_heap_bytes\{model="([^"]+)"\} (\d+)/gm)].map((m) => `${m[1]} ${mib(Number(m[2]))}`).join(", ");
+console.log(`model worker heaps at the start: ${perModel(metricsStart)}; settled: ${perModel(metrics)}`);
 const out = [
   table(["server RSS", "MiB", "vs start"], rows),
   "",

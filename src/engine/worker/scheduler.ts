@@ -197,7 +197,11 @@ export class Scheduler {
       if (this.active.length === 0) {
         this.sink.endRound?.(true);
         this.publishStats(true);
+        // Idle a while after work: a full collection gives back what the burst left (prompts of
+        // megabytes, grammars, masks) instead of holding it until the next one.
+        const collect = setTimeout(() => Bun.gc(true), IDLE_GC_MS);
         await new Promise<void>((resolve) => (this.wake = resolve));
+        clearTimeout(collect);
         this.wake = null;
         continue;
       }
@@ -382,6 +386,7 @@ export class Scheduler {
 }
 
 const mib = (b: number) => Math.ceil(b / 2 ** 20);
+const IDLE_GC_MS = 2000;
 
 /** One token of a choice; a state where nothing is allowed becomes the request's error, naming the choice. */
 function advanceChoice(stream: ChoiceStream, logits: Float32Array, out: GenerationEvent[]): number | null {
