@@ -6,6 +6,7 @@ import { type Grammar, GrammarBuilder } from "./grammar.ts";
 import { DEFAULT_OPTIONS, SchemaCompiler, type SchemaCompileOptions } from "./schema.ts";
 import { SUPPORTED_FORMATS } from "./formats.ts";
 import { GrammarMatcher } from "./matcher.ts";
+import { prepareCompletionFacts } from "./completion-budget.ts";
 import { warmStateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 
@@ -61,6 +62,8 @@ export function prepareVocabulary(vocab: TokenVocabulary): void {
     ...SUPPORTED_FORMATS.map((format) => ({ type: "string", format })),
   ];
   warmStateMasks(vocab, common.map((schema) => compileJsonSchema(schema)), [jsonObjectGrammar()]);
+  // String contents as token budgets see them (completion-budget.ts).
+  prepareCompletionFacts(vocab);
   // One short document through a matcher, so the first request's steps do not run this code
   // before the JIT has seen it (a cold first step costs several times a warm one).
   const m = new GrammarMatcher(jsonObjectGrammar(), vocab);

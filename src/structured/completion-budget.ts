@@ -53,6 +53,11 @@ interface VocabFacts {
 
 const vocabFacts = new WeakMap<TokenVocabulary, VocabFacts>();
 
+/** Computes the per-vocabulary tables now (at model load) rather than on the first budgeted step. */
+export function prepareCompletionFacts(vocab: TokenVocabulary): void {
+  factsOf(vocab);
+}
+
 function factsOf(vocab: TokenVocabulary): VocabFacts {
   let f = vocabFacts.get(vocab);
   if (f) return f;
@@ -144,10 +149,25 @@ interface Origin {
   items: Map<number, number> | null;
   /** The exits as arrays, once every search has finished. */
   frozen: Exits | null;
+  /**
+   * In the root rule, when nothing calls it, exits are only ever ended with the document: the
+   * cheapest exit found so far; items costing as much are not searched further.
+   */
+  cap: number;
 }
 
 /** Past this many cached entries a table starts over (values are recomputed on demand). */
 const MEMO_LIMIT = 400_000;
+/** Parser states whose next-token profile is kept (oldest dropped first). */
+const PROFILE_LIMIT = 4096;
+
+/** The next tokens of a parser state by the distance to the end each leaves. */
+export interface NextProfile {
+  /** The largest distance (UNREACHABLE when some token leads where no token sequence finishes). */
+  readonly max: number;
+  /** Distance to ranges [lo, hi) of trie.sortedIds, flat pairs. */
+  readonly groups: ReadonlyMap<number, readonly number[]>;
+}
 
 /** Token-level completion distances of one grammar on one vocabulary (shared by its matchers). */
 export class CompletionBudget {
@@ -161,7 +181,7 @@ export class CompletionBudget {
   private low = 0;
   private readonly d1Memo = new Map<number, number>();
   private readonly popMemo = new Map<number, number>();
-  private readonly afterMemo = new Map<string, number>();
+  private readonly profiles = new Map<string, NextProfile>();
   private readonly configMemo = new WeakMap<Configs, number>();
   private readonly chains = new Map<number, Int32Array>();
   private jump: number | undefined;
@@ -169,6 +189,9 @@ export class CompletionBudget {
   private readonly skipByte: Uint8Array;
   private readonly bytesLeft: Float64Array;
   private readonly levels = new Levels();
+  private readonly rootRule: number;
+  /** Nothing calls the root rule (see Origin.cap). */
+  private readonly rootAlone: boolean;
 
   constructor(
     readonly grammar: Grammar,
@@ -181,6 +204,8 @@ export class CompletionBudget {
     this.follow = followBytes(grammar);
     this.skipByte = optionalBytes(grammar);
     this.bytesLeft = byteDistances(grammar, this.skipByte);
+    this.rootRule = grammar.ruleOf[grammar.start];
+    this.rootAlone = !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
   }
 
   /**
@@ -199,6 +224,7 @@ export class CompletionBudget {
 
   /** Fewest tokens from resting state s with stack st to the end of the document. */
   stateDistance(s: number, st: Stack | null): number {
+    if (st === null && this.grammar.final[s]) return 0;
     const key = (st ? st.id : 0) * this.grammar.stateCount + s;
     let d = this.d1Memo.get(key);
     if (d === undefined) {
@@ -245,7 +271,7 @@ export class CompletionBudget {
     let id = this.originIds.get(key);
     if (id === undefined) {
       id = this.origins.length;
-      this.origins.push({ state: s, node, exits: new Map(), waiters: [], items: new Map(), frozen: null });
+      this.origins.push({ state: s, node, exits: new Map(), waiters: [], items: new Map(), frozen: null, cap: UNREACHABLE });
       this.originIds.set(key, id);
       this.relax(id, s, node, 0);
     }
@@ -291,6 +317,9 @@ export class CompletionBudget {
     const old = origin.exits.get(node);
     if (old !== undefined && old <= c) return;
     origin.exits.set(node, c);
+    if (this.rootAlone && this.grammar.ruleOf[origin.state] === this.rootRule) {
+      origin.cap = Math.min(origin.cap, node === ROOT ? c : c + 1);
+    }
     const w = origin.waiters;
     for (let k = 0; k < w.length; k += 3) this.deliver(w[k], w[k + 1], node, w[k + 2] + c);
   }
@@ -333,6 +362,7 @@ export class CompletionBudget {
     const g = this.grammar;
     const t = this.trie;
     const origin = this.origins[o];
+    if (c >= origin.cap) return;
     if (node !== ROOT && t.tokCount[node] > 0) this.relax(o, s, ROOT, c + 1);
     if (node === ROOT && !(s === origin.state && origin.node === ROOT)) {
       // A token ended inside the rule: the rest is that state's own exits.
@@ -416,20 +446,18 @@ export class CompletionBudget {
     return ch;
   }
 
-  /** Most tokens any one next token can leave to finish (UNREACHABLE if one leads nowhere). */
-  maxAfterNext(c: Configs, key: string): number {
-    let v = this.afterMemo.get(key);
-    if (v === undefined) {
-      v = this.walk(c, UNREACHABLE, null);
-      if (this.afterMemo.size >= MEMO_LIMIT) this.afterMemo.clear();
-      this.afterMemo.set(key, v);
+  /**
+   * The next tokens from `c` grouped by the distance each leaves (computed once per parser
+   * state, named by `key`): a step whose budget is short clears the groups beyond it.
+   */
+  nextProfile(c: Configs, key: string): NextProfile {
+    let p = this.profiles.get(key);
+    if (p === undefined) {
+      p = this.walk(c);
+      if (this.profiles.size >= PROFILE_LIMIT) this.profiles.delete(this.profiles.keys().next().value!);
+      this.profiles.set(key, p);
     }
-    return v;
-  }
-
-  /** Token ranges (of trie.sortedIds, as walks give them) after which the document can still be finished in `limit` tokens. */
-  allowedWithin(c: Configs, limit: number, out: number[]): void {
-    this.walk(c, limit, out);
+    return p;
   }
 
   /**
@@ -481,11 +509,22 @@ export class CompletionBudget {
   }
 
   /**
-   * Walks the tokens valid from `start` (as fillNextTokenBitmask allows them) with the distance
-   * each leaves. With `out`, records those leaving at most `limit`; returns the largest distance
-   * met. Subtrees of plain string content are judged at once by the states k characters on.
+   * Walks the tokens valid from `start` (as fillNextTokenBitmask allows them) and groups them by
+   * the distance each leaves. Subtrees of plain string content whose tokens all leave the same
+   * distance (judged by the states k characters on) are taken at once.
    */
-  private walk(start: Configs, limit: number, out: number[] | null): number {
+  private walk(start: Configs): NextProfile {
+    const groups = new Map<number, number[]>();
+    let worst = 0;
+    const add = (d: number, lo: number, hi: number) => {
+      if (hi <= lo) return;
+      worst = Math.max(worst, d);
+      let r = groups.get(d);
+      if (!r) groups.set(d, (r = []));
+      // Walks visit tokens in trie order: neighbouring ranges of one distance are merged.
+      if (r.length && r[r.length - 1] === lo) r[r.length - 1] = hi;
+      else r.push(lo, hi);
+    };
     const g = this.grammar;
     const t = this.trie;
     const pool = this.pool;
@@ -495,7 +534,6 @@ export class CompletionBudget {
     levels.at(t.maxDepth + 1);
     const ref = levels.ref;
     ref[0] = start;
-    let worst = 0;
     const stop = t.end[ROOT];
     let i = 1;
     while (i < stop) {
@@ -514,9 +552,8 @@ export class CompletionBudget {
             lo = Math.min(lo, v);
             hi = Math.max(hi, v);
           }
-          if (!out || hi <= limit || lo > limit) {
-            if (out && hi <= limit && t.subHi[i] > t.subLo[i]) out.push(t.subLo[i], t.subHi[i]);
-            worst = Math.max(worst, hi);
+          if (lo === hi) {
+            add(hi, t.subLo[i], t.subHi[i]);
             i = t.end[i];
             continue;
           }
@@ -529,14 +566,10 @@ export class CompletionBudget {
         i = t.end[i];
         continue;
       }
-      if (t.tokCount[i] > 0) {
-        const v = this.distance(cur, cur !== scratch);
-        worst = Math.max(worst, v);
-        if (out && v <= limit) out.push(t.tokStart[i], t.tokStart[i] + t.tokCount[i]);
-      }
+      if (t.tokCount[i] > 0) add(this.distance(cur, cur !== scratch), t.tokStart[i], t.tokStart[i] + t.tokCount[i]);
       i = cur.size === 0 ? t.end[i] : i + 1;
     }
-    return worst;
+    return { max: worst, groups };
   }
 }
 
@@ -552,7 +585,7 @@ const BACKSLASH = 2;
  * position. A newline or an escape that is the only way on (Hermes' "<tool_call>\n", a pattern
  * requiring a quote) is taken.
  */
-function optionalBytes(g: Grammar): Uint8Array {
+export function optionalBytes(g: Grammar): Uint8Array {
   const out = new Uint8Array(g.stateCount);
   for (let s = 0; s < g.stateCount; s++) {
     const others = g.final[s] || g.callOffset[s + 1] > g.callOffset[s];
@@ -565,7 +598,7 @@ function optionalBytes(g: Grammar): Uint8Array {
 const skipped = (flags: number, b: number): boolean => (b === 0x0a ? (flags & NEWLINE) !== 0 : b === 0x5c && (flags & BACKSLASH) !== 0);
 
 /** Per state, the fewest bytes that end its rule as completions are counted (see completionDistances, optionalBytes). */
-function byteDistances(g: Grammar, skip: Uint8Array): Float64Array {
+export function byteDistances(g: Grammar, skip: Uint8Array): Float64Array {
   const n = g.stateCount;
   const targets: number[][] = [];
   for (let s = 0; s < n; s++) {
@@ -597,7 +630,7 @@ function byteDistances(g: Grammar, skip: Uint8Array): Float64Array {
  * callers read after it, through their own ends. Exits whose token cannot go on with one of
  * them are not kept.
  */
-function followBytes(g: Grammar): Uint32Array {
+export function followBytes(g: Grammar): Uint32Array {
   const rules = g.ruleBase.length;
   const first = new Uint32Array(g.stateCount * 8);
   const follow = new Uint32Array(rules * 8);
@@ -607,7 +640,7 @@ function followBytes(g: Grammar): Uint32Array {
   const or = (dst: Uint32Array, d: number, src: Uint32Array, o: number): boolean => {
     let changed = false;
     for (let w = 0; w < 8; w++) {
-      const v = dst[d + w] | src[o + w];
+      const v = (dst[d + w] | src[o + w]) >>> 0;
       if (v !== dst[d + w]) ((dst[d + w] = v), (changed = true));
     }
     return changed;

@@ -12,7 +12,7 @@ import { completionDistances } from "./distances.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import { type StateMask, stateMask, stateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
-import { Levels, rangesToBits, rangesToIds, setBit, walk } from "./token-walk.ts";
+import { Levels, rangesToIds, setBit, walk } from "./token-walk.ts";
 
 /** tokensToFinish when nothing finishes the document. */
 export const UNREACHABLE_TOKENS = UNREACHABLE;
@@ -60,7 +60,6 @@ export class GrammarMatcher {
   private history: Configs[];
   private terminated = false;
   private readonly ranges: number[] = [];
-  private budgetBits: Uint32Array | null = null;
 
   constructor(
     readonly grammar: Grammar,
@@ -157,8 +156,8 @@ export class GrammarMatcher {
   /**
    * Keeps in `mask` only the tokens after which the rest of the document fits in what is left.
    * Most steps stop at the first test: a bound from byte distances shows that no token can
-   * leave too much. Then the largest distance any next token leaves (cached per parser state);
-   * only when that exceeds the budget are the tokens walked one by one.
+   * leave too much. Otherwise the next tokens grouped by the distance they leave (walked once
+   * per parser state and cached) say which to clear.
    */
   private narrowToBudget(mask: Uint32Array, tokensLeft: number): void {
     const cur = this.current;
@@ -168,17 +167,18 @@ export class GrammarMatcher {
     if (budget.byteBound(cur) <= limit) return;
     // Past saving (a budget below the shortest document): leave the model free, it ends by length.
     if (budget.distance(cur) > limit + 1) return;
-    if (budget.maxAfterNext(cur, this.stateKey()) <= limit) return;
-    const ranges = this.ranges;
-    ranges.length = 0;
-    budget.allowedWithin(cur, limit, ranges);
-    const words = Math.min(mask.length, this.maskWords);
-    if (!this.budgetBits || this.budgetBits.length !== words) this.budgetBits = new Uint32Array(words);
-    const keep = this.budgetBits;
-    keep.fill(0);
-    rangesToBits(this.vocab.trie, ranges, keep);
-    if (cur.bottom) for (const id of this.stopIds) if (id >>> 5 < words) setBit(keep, id);
-    for (let w = 0; w < words; w++) mask[w] &= keep[w];
+    const profile = budget.nextProfile(cur, this.stateKey());
+    if (profile.max <= limit) return;
+    const ids = this.vocab.trie.sortedIds;
+    for (const [d, ranges] of profile.groups) {
+      if (d <= limit) continue;
+      for (let k = 0; k < ranges.length; k += 2) {
+        for (let j = ranges[k]; j < ranges[k + 1]; j++) {
+          const id = ids[j];
+          if (id >>> 5 < mask.length) mask[id >>> 5] &= ~(1 << (id & 31));
+        }
+      }
+    }
   }
 
   /**

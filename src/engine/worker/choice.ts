@@ -9,6 +9,7 @@ import type { FinishReason, GenerationEvent, TokenLogprob } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
 import { createChoiceSampler, tokenLogprob, type ChoiceSampler } from "./sampling-bridge.ts";
+import { refuseShortBudget } from "./structured-budget.ts";
 import { createMatcher, requestStructure } from "./structured-support.ts";
 
 const ID_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -45,6 +46,7 @@ export class ChoiceStream {
     // Throws EngineRequestError for what cannot be guaranteed: the request is refused at admission.
     const structure = requestStructure(request, model);
     this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
+    if (this.matcher) refuseShortBudget(this.matcher, maxNew, request);
     this.mask = this.matcher ? allocateTokenBitmask(model.tokenizer.vocabSize) : null;
     this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax) : null;
   }
@@ -55,7 +57,8 @@ export class ChoiceStream {
    */
   advance(logits: Float32Array, out: GenerationEvent[]): number | null {
     const { tokenizer } = this.model;
-    if (this.matcher) this.matcher.fillNextTokenBitmask(this.mask!);
+    // The budget left counts this token; the mask keeps only tokens that still let the document end in time.
+    if (this.matcher) this.matcher.fillNextTokenBitmask(this.mask!, this.maxNew - this.generated);
     const token = this.sampler.sample(logits, this.mask);
     if (this.matcher && !this.matcher.acceptToken(token)) throw new Error(`grammar refused token ${token} it allowed`);
     if (this.request.logprobs) {
