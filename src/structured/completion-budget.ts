@@ -10,18 +10,23 @@
 // where one ends and the next goes on. So each (state, partial token) pair gets its "exits":
 // for each trie node the token in progress may be at when the state's rule ends, the fewest
 // tokens cut before that (a shortest path where bytes inside a token cost nothing and each token
-// boundary costs one; called rules enter through their own exits, so recursion is a fixed point
-// over these tables). The distance of a state with a stack is then the exits of its state folded
-// through the exits of each return state, which depend on the grammar alone and are cached.
+// boundary costs one). Such a search only follows the bytes of the token in progress: at a token
+// boundary inside the rule it takes the exits of (that state, no partial token), at a call those
+// of (the callee's start, the partial token), as other searches it waits on. Recursive rules wait
+// on each other; all pending searches run together as one label-correcting shortest path. The
+// distance of a state with a stack is then its exits folded through the exits of each return
+// state, which depend on the grammar alone and are cached.
 //
-// String contents are not walked byte by byte: a state that reads every character alike (see
-// token-walk.ts contentRun) is left through tokens of k plain characters, or through the first
-// byte after k characters that is not content (a closing quote, a backslash), listed once per
-// vocabulary. Two kinds of tokens are not followed there as ways to finish: tokens of string
-// content ending inside a UTF-8 character, and tokens with more characters than the state reads
-// alike. Neither shortens a completion (a whole character or a shorter token does as well), and
-// because the distance is an exact minimum over the moves it does follow, it never promises a
-// finish that does not exist: after any token it allows there is always one that keeps it.
+// Moves left out, because they only lengthen a completion (no vocabulary we know makes them
+// shorter) and would take the search through most of the vocabulary: string content read inside
+// a token that does not go on past the string's end, string content tokens ending inside a UTF-8
+// character or longer than the state reads alike, and an optional newline or backslash (layout,
+// escapes) where the state has another way on. String contents are not walked byte by byte: a
+// state that reads every character alike (see token-walk.ts contentRun) is left through tokens of
+// k characters, or through the first byte after k characters that is not content (a closing
+// quote), listed once per vocabulary. The distance is the exact minimum over the moves followed,
+// so it never promises a finish that does not exist: after any token it allows, one that keeps
+// the promise is allowed again (the tests check it against every token of small vocabularies).
 
 import type { Grammar } from "./grammar.ts";
 import { Configs, type Stack, type StackPool, simpleStates } from "./parser-state.ts";
@@ -585,7 +590,7 @@ const BACKSLASH = 2;
  * position. A newline or an escape that is the only way on (Hermes' "<tool_call>\n", a pattern
  * requiring a quote) is taken.
  */
-export function optionalBytes(g: Grammar): Uint8Array {
+function optionalBytes(g: Grammar): Uint8Array {
   const out = new Uint8Array(g.stateCount);
   for (let s = 0; s < g.stateCount; s++) {
     const others = g.final[s] || g.callOffset[s + 1] > g.callOffset[s];
@@ -598,7 +603,7 @@ export function optionalBytes(g: Grammar): Uint8Array {
 const skipped = (flags: number, b: number): boolean => (b === 0x0a ? (flags & NEWLINE) !== 0 : b === 0x5c && (flags & BACKSLASH) !== 0);
 
 /** Per state, the fewest bytes that end its rule as completions are counted (see completionDistances, optionalBytes). */
-export function byteDistances(g: Grammar, skip: Uint8Array): Float64Array {
+function byteDistances(g: Grammar, skip: Uint8Array): Float64Array {
   const n = g.stateCount;
   const targets: number[][] = [];
   for (let s = 0; s < n; s++) {
@@ -630,7 +635,7 @@ export function byteDistances(g: Grammar, skip: Uint8Array): Float64Array {
  * callers read after it, through their own ends. Exits whose token cannot go on with one of
  * them are not kept.
  */
-export function followBytes(g: Grammar): Uint32Array {
+function followBytes(g: Grammar): Uint32Array {
   const rules = g.ruleBase.length;
   const first = new Uint32Array(g.stateCount * 8);
   const follow = new Uint32Array(rules * 8);
