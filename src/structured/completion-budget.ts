@@ -31,6 +31,7 @@
 import type { Grammar } from "./grammar.ts";
 import { Configs, type Stack, type StackPool, simpleStates } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
+import { classRun, classRuns } from "./class-runs.ts";
 import { contentRun, Levels } from "./token-walk.ts";
 import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
 
@@ -129,6 +130,77 @@ function factsOf(vocab: TokenVocabulary): VocabFacts {
   return f;
 }
 
+/**
+ * A byte class as seen from the trie root, for states that read it alike (class-runs.ts): the
+ * lengths of tokens made only of it, the nodes where a byte outside it first follows such a
+ * prefix (per byte: node and prefix length, by length), and per node whether such a byte comes
+ * somewhere below when reading from inside the class.
+ */
+interface ClassFacts {
+  readonly first: number;
+  readonly lengths: Int32Array;
+  readonly exits: (Int32Array | null)[];
+  readonly exitBelow: Uint8Array;
+}
+
+const classFactCache = new WeakMap<TokenVocabulary, Map<string, ClassFacts>>();
+const CLASS_FACTS_LIMIT = 64;
+
+function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
+  let byClass = classFactCache.get(vocab);
+  if (!byClass) classFactCache.set(vocab, (byClass = new Map()));
+  const key = Array.from(outside).join(",");
+  let f = byClass.get(key);
+  if (f) return f;
+  const inC = (b: number) => (outside[b >>> 5] & (1 << (b & 31))) === 0;
+  const t = vocab.trie;
+  const n = t.nodeCount;
+  const pure = new Uint8Array(n);
+  pure[ROOT] = 1;
+  const lengths = new Set<number>();
+  const lists: number[][] = Array.from({ length: 256 }, () => []);
+  for (let i = 1; i < n; i++) {
+    const p = t.parent[i];
+    if (!pure[p]) continue;
+    const b = t.byte[i];
+    if (inC(b)) {
+      pure[i] = 1;
+      if (t.tokCount[i] > 0) lengths.add(t.depth[i]);
+    } else lists[b].push(i, t.depth[p]);
+  }
+  const exitBelow = new Uint8Array(n);
+  for (let i = n - 1; i > 0; i--) {
+    if (!inC(t.byte[i])) exitBelow[i] = 1;
+    if (exitBelow[i]) exitBelow[t.parent[i]] = 1;
+  }
+  let first = 0;
+  while (!inC(first)) first++;
+  f = {
+    first,
+    lengths: Int32Array.from([...lengths].sort((a, b) => a - b)),
+    exits: lists.map((l) => {
+      if (l.length === 0) return null;
+      const order = Array.from({ length: l.length / 2 }, (_, k) => k).sort((a, b) => l[2 * a + 1] - l[2 * b + 1]);
+      const out = new Int32Array(l.length);
+      order.forEach((k, j) => ((out[2 * j] = l[2 * k]), (out[2 * j + 1] = l[2 * k + 1])));
+      return out;
+    }),
+    exitBelow,
+  };
+  if (byClass.size >= CLASS_FACTS_LIMIT) byClass.delete(byClass.keys().next().value!);
+  byClass.set(key, f);
+  return f;
+}
+
+/** Whether state s, reading its class, could also do something else here (a byte outside it, a call, an end). */
+function canLeave(g: Grammar, s: number, outside: Int32Array): boolean {
+  if (g.final[s] || g.callOffset[s + 1] > g.callOffset[s]) return true;
+  for (let b = 0; b < 256; b++) if (g.next[s * 256 + b] >= 0 && (outside[s * 8 + (b >>> 5)] & (1 << (b & 31))) !== 0) return true;
+  return false;
+}
+
+const UNKNOWN_RUN = -1;
+
 // ---------------------------------------------------------------------------------------------
 
 /** A rule's ways out from one (state, partial token): trie node at the rule's end and tokens cut before it. */
@@ -189,7 +261,7 @@ export class CompletionBudget {
   private readonly profiles = new Map<string, NextProfile>();
   private readonly configMemo = new WeakMap<Configs, number>();
   private readonly chains = new Map<number, Int32Array>();
-  private jump: number | undefined;
+  private reach: Float64Array | undefined;
   private readonly follow: Uint32Array;
   private readonly skipByte: Uint8Array;
   private readonly bytesLeft: Float64Array;
@@ -378,41 +450,67 @@ export class CompletionBudget {
     for (let j = g.callOffset[s]; j < g.callOffset[s + 1]; j++) this.wait(this.origin(g.callStart[j], node), o, g.callReturn[j], c);
     if (!g.hasBytes[s]) return;
     const run = contentRun(g, s);
-    if (node === ROOT && run > 0) {
-      this.contentMoves(o, s, c);
+    if (run > 0 && node === ROOT) {
+      const f = this.facts;
+      this.runMoves(o, s, c, run, 0x20, f.contentTokenChars, f.exits);
+      return;
+    }
+    const classes = classRuns(g);
+    let classRun_ = 0;
+    if (run === 0) {
+      classRun_ = classes.run[s];
+      if (classRun_ === UNKNOWN_RUN) classRun_ = classRun(g, classes, s);
+    }
+    const cls = classRun_ > 0 ? this.classFacts(classes.outside, s) : null;
+    if (cls && node === ROOT) {
+      this.runMoves(o, s, c, classRun_, cls.first, cls.lengths, cls.exits);
       return;
     }
     const skip = this.skipByte[s];
-    // Inside a token, string content that may end here is read only on the way to its end: a
-    // token that only adds characters is never cheaper than ending the string before it.
-    const onlyToExits = run > 0 && g.next[s * 256 + 0x22] >= 0;
-    const exitBelow = this.facts.exitBelow;
+    // Inside a token, what a state reads alike (string content, a class such as an email's
+    // letters) is read only on the way to a byte beyond it when the state could stop reading it
+    // here: a token that only adds such bytes is never cheaper than going on without them.
+    let below: Uint8Array | null = null;
+    let inside: ((b: number) => boolean) | null = null;
+    if (run > 0 && g.next[s * 256 + 0x22] >= 0) {
+      below = this.facts.exitBelow;
+      inside = (b) => CONTENT_STEP[b] >= 0;
+    } else if (cls && canLeave(g, s, classes.outside)) {
+      below = cls.exitBelow;
+      inside = (b) => (classes.outside[s * 8 + (b >>> 5)] & (1 << (b & 31))) === 0;
+    }
     for (let child = node + 1; child < t.end[node]; child = t.end[child]) {
       const b = t.byte[child];
       if (skip && skipped(skip, b)) continue;
-      if (onlyToExits && !exitBelow[child]) continue;
+      if (below && !below[child] && inside!(b)) continue;
       const to = g.next[s * 256 + b];
       if (to >= 0) this.relax(o, to, child, c);
     }
   }
 
+  /** The per-vocabulary lists of a byte class (see ClassFacts), by the class's bytes. */
+  private classFacts(outside: Int32Array, s: number): ClassFacts {
+    const words = outside.subarray(s * 8, s * 8 + 8);
+    return classFactsOf(this.vocab, words);
+  }
+
   /**
-   * Tokens from a token boundary at a state reading any string content alike: k characters of
-   * content (to the state k characters on), or k characters and then a byte that is not
-   * content, continued in the state that byte leads to with the token still open.
+   * Tokens from a token boundary at a state that reads `run` units alike (string characters, or
+   * bytes of a class), `unit` being one of them: k units (to the state k units on, for each k
+   * some token has), or k units and then a byte beyond them, continued in the state that byte
+   * leads to with the token still open.
    */
-  private contentMoves(o: number, s: number, c: number): void {
+  private runMoves(o: number, s: number, c: number, run: number, unit: number, lengths: Int32Array, exits: readonly (Int32Array | null)[]): void {
     const g = this.grammar;
-    const run = contentRun(g, s);
-    const chain = this.chain(s, run);
+    const chain = this.chain(s, run, unit);
     const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
-    for (const k of this.facts.contentTokenChars) {
+    for (const k of lengths) {
       if (k > run) break;
       this.relax(o, at(k), ROOT, c + 1);
     }
     const distinct = [...new Set(chain)];
     for (let b = 0; b < 256; b++) {
-      const list = this.facts.exits[b];
+      const list = exits[b];
       if (distinct.every((x) => skipped(this.skipByte[x], b))) continue;
       if (!list || !distinct.some((x) => g.next[x * 256 + b] >= 0)) continue;
       for (let j = 0; j < list.length; j += 2) {
@@ -428,7 +526,7 @@ export class CompletionBudget {
    * States after 0, 1, 2, ... characters from s (at most run + 1 of them). A chain that loops
    * ends with its first repeated state, and loopIndex maps a longer count into the loop.
    */
-  private chain(s: number, run: number): Int32Array {
+  private chain(s: number, run: number, unit: number): Int32Array {
     let ch = this.chains.get(s);
     if (!ch) {
       const g = this.grammar;
@@ -436,7 +534,7 @@ export class CompletionBudget {
       const seen = new Map<number, number>([[s, 0]]);
       let x = s;
       for (let k = 0; k < Math.min(run, ENDLESS - 1); k++) {
-        x = g.next[x * 256 + 0x20];
+        x = g.next[x * 256 + unit];
         const at = seen.get(x);
         if (at !== undefined) {
           list.push(x);
@@ -466,51 +564,90 @@ export class CompletionBudget {
   }
 
   /**
-   * An upper bound on what any next token can leave to finish, from byte distances alone: a
-   * token of L bytes adds at most L times the largest increase one byte can make, and a
-   * vocabulary holding every byte as a token finishes a text of B bytes in at most B tokens.
-   * Lets requests with ample budgets skip the token-level work entirely.
+   * An upper bound on what any next token can leave to finish, from byte distances alone: the
+   * byte distance of the state plus the most a token (of at most the vocabulary's longest token's
+   * bytes) can add to it from there (see tokenReach); a vocabulary holding every byte as a token
+   * finishes a text of B bytes in at most B tokens. Lets requests with ample budgets skip the
+   * token-level work entirely.
    */
   byteBound(c: Configs): number {
     if (!this.facts.byteComplete) return UNREACHABLE;
     const dist = this.bytesLeft;
+    const reach = this.tokenReach();
     let worst = 0;
     for (let i = 0; i < c.size; i++) {
-      let d = dist[c.states[i]];
+      let d = dist[c.states[i]] + reach[c.states[i]];
       for (let st = c.stacks[i]; st; st = st.next) d += dist[st.ret];
       worst = Math.max(worst, d);
     }
-    return worst + this.trie.maxDepth * Math.max(0, this.byteJump());
+    return Number.isFinite(worst) ? worst : UNREACHABLE;
   }
 
-  /** The largest increase of a configuration's byte distance over one byte (see byteBound). */
-  private byteJump(): number {
-    if (this.jump !== undefined) return this.jump;
+  /**
+   * Per resting state, the most one token can raise the byte distance of the document from it:
+   * a dynamic program over the token's bytes (up to the vocabulary's longest token) through byte
+   * transitions, calls (the callee's distance added) and returns (to any return state, which
+   * over-counts safely). Computed once per grammar, on the first budgeted step that needs it.
+   */
+  private tokenReach(): Float64Array {
+    if (this.reach) return this.reach;
     const g = this.grammar;
+    const n = g.stateCount;
     const dist = this.bytesLeft;
-    // Byte distance of the resting configurations a state expands to (its calls pushed), at most.
-    const widest = new Float64Array(g.stateCount).fill(-1);
-    const expand = (s: number, depth: number): number => {
-      if (widest[s] >= 0) return widest[s];
-      let w = g.hasBytes[s] ? dist[s] : 0;
-      if (depth < 64) {
-        for (let j = g.callOffset[s]; j < g.callOffset[s + 1]; j++) {
-          w = Math.max(w, expand(g.callStart[j], depth + 1) + dist[g.callReturn[j]], expand(g.callReturn[j], depth + 1));
-        }
-      } else w = Infinity;
-      widest[s] = w;
-      return w;
-    };
-    let jump = 0;
-    for (let s = 0; s < g.stateCount; s++) {
-      if (!g.hasBytes[s]) continue;
-      for (let b = 0; b < 256; b++) {
-        const to = g.next[s * 256 + b];
-        if (to >= 0) jump = Math.max(jump, expand(to, 0) - dist[s]);
-      }
+    const targets: Int32Array[] = [];
+    for (let s = 0; s < n; s++) {
+      const set = new Set<number>();
+      for (let b = 0; b < 256; b++) if (g.next[s * 256 + b] >= 0) set.add(g.next[s * 256 + b]);
+      targets.push(Int32Array.from(set));
     }
-    this.jump = Number.isFinite(jump) ? jump : UNREACHABLE;
-    return this.jump;
+    const returns = Int32Array.from(new Set(g.callReturn));
+    let h = new Float64Array(n);
+    let clo = new Float64Array(n);
+    const UNSEEN = -1;
+    const IN_PROGRESS = -2;
+    for (let k = 1; k <= this.trie.maxDepth; k++) {
+      // h: a token of at most k bytes from resting state s; clo (of k - 1 bytes): what the rest
+      // of it adds after landing on s, through s's calls and returns.
+      const next = new Float64Array(n);
+      for (let s = 0; s < n; s++) {
+        let best = 0;
+        for (const t of targets[s]) best = Math.max(best, dist[t] - dist[s] + Math.max(0, clo[t]));
+        next[s] = best;
+      }
+      h = next;
+      const memo = new Float64Array(n).fill(UNSEEN);
+      let popValue = 0;
+      const closure = (t: number): number => {
+        if (memo[t] >= 0) return memo[t];
+        if (memo[t] === IN_PROGRESS) return Infinity;
+        memo[t] = IN_PROGRESS;
+        let v = g.hasBytes[t] ? h[t] : 0;
+        for (let j = g.callOffset[t]; j < g.callOffset[t + 1]; j++) {
+          v = Math.max(v, dist[g.callStart[j]] + dist[g.callReturn[j]] - dist[t] + closure(g.callStart[j]));
+        }
+        if (g.final[t]) v = Math.max(v, popValue);
+        memo[t] = v;
+        return v;
+      };
+      // Returns may lead to finals that return again: iterate the returns' value to a fixed point.
+      for (let round = 0; ; round++) {
+        memo.fill(UNSEEN);
+        let pop = 0;
+        for (const r of returns) pop = Math.max(pop, closure(r));
+        if (pop === popValue) break;
+        if (round > 16 || !Number.isFinite(pop)) {
+          popValue = Infinity;
+          memo.fill(UNSEEN);
+          break;
+        }
+        popValue = pop;
+      }
+      const nextClo = new Float64Array(n);
+      for (let s = 0; s < n; s++) nextClo[s] = closure(s);
+      clo = nextClo;
+    }
+    this.reach = h;
+    return h;
   }
 
   /**
@@ -549,7 +686,7 @@ export class CompletionBudget {
         const s = prev.states[0];
         const run = contentRun(g, s);
         if (run >= cc) {
-          const chain = this.chain(s, run);
+          const chain = this.chain(s, run, 0x20);
           let lo = UNREACHABLE;
           let hi = 0;
           for (let k = 1; k <= cc; k++) {

@@ -191,6 +191,17 @@ export class GrammarMatcher {
     return d >= UNREACHABLE ? UNREACHABLE_TOKENS : d + (this.stopIds.size > 0 ? 1 : 0);
   }
 
+  /**
+   * Computes now what the first budgeted steps would (the distances from here, the bound that
+   * lets ample budgets through): tens of milliseconds on a new grammar with a large vocabulary,
+   * better spent before decoding than inside a step.
+   */
+  prepareBudget(): void {
+    const budget = completionBudget(this.grammar, this.vocab, this.pool);
+    budget.distance(this.current);
+    budget.byteBound(this.current);
+  }
+
   /** Whether `id` is allowed next (without computing the whole mask). */
   isAllowed(id: number): boolean {
     return this.advance(id) !== null;

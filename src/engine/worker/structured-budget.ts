@@ -8,7 +8,10 @@ import type { WireRequest } from "./protocol.ts";
 
 export function refuseShortBudget(matcher: GrammarMatcher, maxNew: number, request: WireRequest): void {
   const need = matcher.tokensToFinish();
-  if (need <= maxNew) return;
+  if (need <= maxNew) {
+    matcher.prepareBudget();
+    return;
+  }
   const what = request.responseFormat && request.responseFormat.type !== "text" ? "response_format" : "tool call";
   if (need >= UNREACHABLE_TOKENS) {
     throw new EngineRequestError(`No sequence of this model's tokens completes the ${what} the request asks for.`, "response_format", "unsupported_schema");
