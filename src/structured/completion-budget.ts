@@ -32,6 +32,7 @@ import type { Grammar } from "./grammar.ts";
 import { Configs, type Stack, type StackPool, simpleStates } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { classRun, classRuns } from "./class-runs.ts";
+import { byteDistancesWhere } from "./distances.ts";
 import { contentRun, Levels } from "./token-walk.ts";
 import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
 
@@ -280,7 +281,8 @@ export class CompletionBudget {
     this.nodes = this.trie.nodeCount;
     this.follow = followBytes(grammar);
     this.skipByte = optionalBytes(grammar);
-    this.bytesLeft = byteDistances(grammar, this.skipByte);
+    const skip = this.skipByte;
+    this.bytesLeft = byteDistancesWhere(grammar, (state, b) => !skipped(skip[state], b));
     this.rootRule = grammar.ruleOf[grammar.start];
     this.rootAlone = !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
   }
@@ -739,33 +741,6 @@ function optionalBytes(g: Grammar): Uint8Array {
 
 const skipped = (flags: number, b: number): boolean => (b === 0x0a ? (flags & NEWLINE) !== 0 : b === 0x5c && (flags & BACKSLASH) !== 0);
 
-/** Per state, the fewest bytes that end its rule as completions are counted (see completionDistances, optionalBytes). */
-function byteDistances(g: Grammar, skip: Uint8Array): Float64Array {
-  const n = g.stateCount;
-  const targets: number[][] = [];
-  for (let s = 0; s < n; s++) {
-    const set = new Set<number>();
-    for (let b = 0; b < 256; b++) {
-      const t = g.next[s * 256 + b];
-      if (t >= 0 && !skipped(skip[s], b)) set.add(t);
-    }
-    targets.push([...set]);
-  }
-  const dist = new Float64Array(n).fill(Infinity);
-  for (let changed = true; changed; ) {
-    changed = false;
-    for (let s = 0; s < n; s++) {
-      let d = g.final[s] ? 0 : Infinity;
-      for (const t of targets[s]) d = Math.min(d, 1 + dist[t]);
-      for (let c = g.callOffset[s]; c < g.callOffset[s + 1]; c++) d = Math.min(d, dist[g.callStart[c]] + dist[g.callReturn[c]]);
-      if (d < dist[s]) {
-        dist[s] = d;
-        changed = true;
-      }
-    }
-  }
-  return dist;
-}
 
 /**
  * Per rule, the bytes that may come right after it ends (8 words of bits at rule * 8): what its

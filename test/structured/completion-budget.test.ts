@@ -16,19 +16,8 @@ import {
 } from "../../src/structured/index.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
 import { hasStories, STORIES_DIR } from "../helpers/paths.ts";
-import { allowedIds, makeAjv, QWEN_EOS, qwenVocab, SP_EOS, sentencePieceTokenizerJson } from "./helpers.ts";
+import { allowedIds, ISSUE_SCHEMA, makeAjv, QWEN_EOS, qwenVocab, SP_EOS, sentencePieceTokenizerJson } from "./helpers.ts";
 
-const ISSUE_SCHEMA = {
-  type: "object",
-  additionalProperties: false,
-  required: ["name", "age", "pets", "mood"],
-  properties: {
-    name: { type: "string", maxLength: 12 },
-    age: { type: "integer", minimum: 0, maximum: 120 },
-    pets: { type: "array", maxItems: 3, items: { type: "object", additionalProperties: false, required: ["kind"], properties: { kind: { enum: ["cat", "dog", "bird"] }, name: { type: "string", maxLength: 8 } } } },
-    mood: { anyOf: [{ type: "null" }, { enum: ["happy", "sad"] }] },
-  },
-};
 const weather = { type: "function" as const, function: { name: "get_weather", strict: true, parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"], additionalProperties: false } } };
 
 const GRAMMARS: Record<string, () => Grammar> = {

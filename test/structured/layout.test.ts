@@ -3,6 +3,7 @@
 // unit fixed by the newline after the root's opening bracket.
 import { describe, expect, test } from "bun:test";
 import type { FunctionTool } from "../../src/engine/types.ts";
+import { ISSUE_SCHEMA } from "./helpers.ts";
 import { compileJsonSchema, GrammarMatcher, jsonObjectGrammar, type Grammar, parseToolCalls, toolCallGrammar, vocabularyFromBytes } from "../../src/structured/index.ts";
 
 const bytes = vocabularyFromBytes(Array.from({ length: 256 }, (_, b) => Uint8Array.of(b)));
@@ -11,21 +12,10 @@ const accepts = (g: Grammar, text: string) => {
   return m.acceptString(text) && m.isComplete();
 };
 
-const SCHEMA = {
-  type: "object",
-  additionalProperties: false,
-  required: ["name", "age", "pets", "mood"],
-  properties: {
-    name: { type: "string", maxLength: 12 },
-    age: { type: "integer", minimum: 0, maximum: 120 },
-    pets: { type: "array", maxItems: 3, items: { type: "object", additionalProperties: false, required: ["kind"], properties: { kind: { enum: ["cat", "dog", "bird"] }, name: { type: "string", maxLength: 8 } } } },
-    mood: { anyOf: [{ type: "null" }, { enum: ["happy", "sad"] }] },
-  },
-};
 const DOC = { name: "Bo", age: 3, pets: [{ kind: "cat", name: "x" }, { kind: "dog" }], mood: null };
 
 describe("whitespace layout", () => {
-  const g = compileJsonSchema(SCHEMA);
+  const g = compileJsonSchema(ISSUE_SCHEMA);
 
   test("compact and the usual pretty-printed forms are accepted", () => {
     for (const text of [

@@ -9,26 +9,12 @@ import { z } from "zod";
 import { importLlama2c } from "../../../src/modelkit/llama2c/import.ts";
 import { hasStories, STORIES_DIR } from "../../helpers/paths.ts";
 import { serverFixture } from "../../helpers/server.ts";
+import { ISSUE_SCHEMA } from "../../structured/helpers.ts";
 
 if (!hasStories) console.warn(`skipping structured budget tests: ${STORIES_DIR} is absent`);
 
 const MODEL = "karpathy/stories260k";
-const SCHEMA = {
-  type: "object",
-  additionalProperties: false,
-  required: ["name", "age", "pets", "mood"],
-  properties: {
-    name: { type: "string", maxLength: 12 },
-    age: { type: "integer", minimum: 0, maximum: 120 },
-    pets: {
-      type: "array",
-      maxItems: 3,
-      items: { type: "object", additionalProperties: false, required: ["kind"], properties: { kind: { enum: ["cat", "dog", "bird"] }, name: { type: "string", maxLength: 8 } } },
-    },
-    mood: { anyOf: [{ type: "null" }, { enum: ["happy", "sad"] }] },
-  },
-};
-const FORMAT = { type: "json_schema" as const, json_schema: { name: "person", schema: SCHEMA, strict: true } };
+const FORMAT = { type: "json_schema" as const, json_schema: { name: "person", schema: ISSUE_SCHEMA, strict: true } };
 // Token ids in stories260K's vocabulary: newline, tab, carriage return, vertical tab, form feed, and the pieces that are one space.
 const NEWLINE = 13;
 const SPACES = [35, 410, 498, 511];
@@ -38,7 +24,7 @@ describe.skipIf(!hasStories)("structured output within the budget (stories260K)"
   const fx = serverFixture(async (dir) => {
     await importLlama2c(join(STORIES_DIR, "stories260K.bin"), join(STORIES_DIR, "tok512.bin"), { id: MODEL, outDir: join(dir, "stories"), variant: "fused" });
   });
-  const validate = new Ajv({ strict: false }).compile(SCHEMA);
+  const validate = new Ajv({ strict: false }).compile(ISSUE_SCHEMA);
   const ask = (seed: number, maxTokens: number, extra: Record<string, unknown> = {}) =>
     fx.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Once upon a time" }], temperature: 1, seed, max_tokens: maxTokens, response_format: FORMAT, ...extra });
 
