@@ -27,9 +27,9 @@ function real(path: string): string | null {
 const checkoutLauncher = () => resolve(import.meta.dir, "..", "sluice");
 
 /**
- * The shortest way to name `file` that runs it from `cwd`: its bare name when PATH finds this same
- * file under it, the name it was typed as when that still leads to it, `./…` below `cwd`, else
- * the absolute path.
+ * A way to name `file` that runs it from `cwd`: its bare name when PATH finds this same file under
+ * it, else `./…` when it is below `cwd`, else the relative path it was typed as (`../sluice`),
+ * else the absolute path.
  */
 export function displayCommand(file: string, typed: string | null, cwd: string, path: string | undefined): string {
   const target = real(file) ?? resolve(cwd, file);
@@ -39,10 +39,11 @@ export function displayCommand(file: string, typed: string | null, cwd: string, 
   };
   if (typed && !typed.includes("/") && onPath(typed)) return typed;
   if (onPath(basename(file))) return basename(file);
-  if (typed && typed.includes("/") && real(resolve(cwd, typed)) === target) return isAbsolute(typed) || typed.startsWith(".") ? typed : `./${typed}`;
-  const rel = relative(cwd, resolve(cwd, file));
+  const leads = typed !== null && typed.includes("/") && real(resolve(cwd, typed)) === target;
+  const absolute = leads ? resolve(cwd, typed) : resolve(cwd, file);
+  const rel = relative(cwd, absolute);
   if (rel && !rel.startsWith("..") && !isAbsolute(rel)) return `./${rel}`;
-  return resolve(cwd, file);
+  return leads && !isAbsolute(typed) ? typed : absolute;
 }
 
 let cached: string | null = null;

@@ -1,7 +1,6 @@
 // Commands beyond the store: importing models and reporting the machine.
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import { importLlama2c } from "../modelkit/index.ts";
 import { doctorReport } from "../packaging/doctor.ts";
 import { configureNative } from "../packaging/native.ts";
 import { DATA_OPTION } from "./commands.ts";
@@ -28,6 +27,7 @@ export const extraCommands: Command[] = [
       const dtype = String(args.values.dtype);
       if (dtype !== "float32" && dtype !== "float16") throw new UsageError("--dtype must be float32 or float16");
       const outDir = resolve(requireString(args, "out"));
+      const { importLlama2c } = await import("../modelkit/index.ts");
       await importLlama2c(checkpoint, tokenizer, { id: requireString(args, "id"), outDir, variant, dtype });
       console.log(`wrote ${outDir}`);
       return 0;

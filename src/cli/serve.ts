@@ -1,9 +1,6 @@
-import { createEngine } from "../engine/index.ts";
 import { createLogger, flushLogs, type LogLevel } from "../log.ts";
-import { buildDemoModel } from "../modelkit/index.ts";
 import { configureNative } from "../packaging/native.ts";
-import { configureImagePolicy } from "../vision/policy.ts";
-import { DEFAULT_ACCOUNT, startServer, type RunningServer } from "../server.ts";
+import type { RunningServer } from "../server.ts";
 import { DATA_OPTION, seeCommand } from "./commands.ts";
 import { UsageError, type Command, type CommandArgs } from "./framework.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
@@ -16,13 +13,13 @@ const str = (v: string | boolean | undefined) => (typeof v === "string" && v !==
  * next. Each command stands alone on an indented line, written the way this installation is
  * invoked here, so it can be copied as it is.
  */
-function banner(server: RunningServer, args: CommandArgs): string {
+function banner(server: RunningServer, args: CommandArgs, account: string): string {
   const served = server.store.catalog.listServed().map((m) => m.id);
   const lines = ["", `Sluice is serving ${served.length ? served.join(", ") : "no models"} at ${server.url}/v1`];
   if (served.length === 0) lines.push("No model could be served; what was found and why it is left out:", `  ${seeCommand(args, "models", "list")}`);
   if (server.firstKey) {
     lines.push(
-      `First start: created account '${DEFAULT_ACCOUNT}' and this API key (shown once, keep it):`,
+      `First start: created account '${account}' and this API key (shown once, keep it):`,
       "",
       `  ${server.firstKey}`,
       "",
@@ -30,13 +27,13 @@ function banner(server: RunningServer, args: CommandArgs): string {
       `  curl ${server.url}/v1/models -H "Authorization: Bearer ${server.firstKey}"`,
     );
   } else {
-    lines.push("Create an API key (printed once):", `  ${seeCommand(args, "keys", "create", "--account", DEFAULT_ACCOUNT)}`);
+    lines.push("Create an API key (printed once):", `  ${seeCommand(args, "keys", "create", "--account", account)}`);
   }
   lines.push(`Account workspace: ${server.workspaceUrl}`);
   if (server.store.users.list().length === 0) {
     lines.push(
       "No one can sign in yet. Create an operator (EMAIL is yours; it asks for a password):",
-      `  ${seeCommand(args, "users", "create", "EMAIL", "--account", DEFAULT_ACCOUNT, "--operator", "--password-stdin")}`,
+      `  ${seeCommand(args, "users", "create", "EMAIL", "--account", account, "--operator", "--password-stdin")}`,
     );
   }
   return lines.join("\n") + "\n";
@@ -79,6 +76,13 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
+    // Loaded here, not at the top: every other command starts without the server's modules.
+    const [{ createEngine }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }] = await Promise.all([
+      import("../engine/index.ts"),
+      import("../modelkit/index.ts"),
+      import("../vision/policy.ts"),
+      import("../server.ts"),
+    ]);
     configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
@@ -110,7 +114,7 @@ export const serveCommand: Command = {
     // startServer returns once every model has loaded and both ports listen: only now is the
     // banner true. The log lines before it go out first, so it is the last thing on the screen.
     flushLogs();
-    console.log(banner(server, args));
+    console.log(banner(server, args, DEFAULT_ACCOUNT));
     let stopping = false;
     const stop = async (signal: string) => {
       if (stopping) return;
