@@ -1,9 +1,9 @@
 // How Sluice names itself in the commands it prints: as the operator would type it where it runs.
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { chmodSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { displayCommand, shellQuote } from "../../src/invocation.ts";
-import { tempDir } from "../helpers/paths.ts";
+import { BUN, REPO, tempDir } from "../helpers/paths.ts";
 
 let dir: ReturnType<typeof tempDir>;
 let exe: string;
@@ -54,4 +54,26 @@ test("shell quoting: plain words stay, others are single-quoted", () => {
   expect(shellQuote("it's")).toBe("'it'\\''s'");
   const r = Bun.spawnSync(["/bin/sh", "-c", `printf %s ${shellQuote("a b'c$d")}`]);
   expect(r.stdout.toString()).toBe("a b'c$d");
+});
+
+test("the checkout's launcher installs Bun and the dependencies with make when absent, then runs main.ts with $0", () => {
+  const root = join(dir.path, "checkout");
+  mkdirSync(join(root, "src", "cli"), { recursive: true });
+  copyFileSync(join(REPO, "sluice"), join(root, "sluice"));
+  chmodSync(join(root, "sluice"), 0o755);
+  // A stand-in for the Makefile's deps target: links this Bun where the real one installs it.
+  writeFileSync(
+    join(root, "Makefile"),
+    `deps:\n\t@echo installing\n\tmkdir -p .tools/node_modules/.bin node_modules\n\tln -sf ${BUN} .tools/node_modules/.bin/bun\n\ttouch node_modules/.sluice-deps\n`,
+  );
+  writeFileSync(join(root, "src", "cli", "main.ts"), "console.log(JSON.stringify({ args: process.argv.slice(2), launcher: process.env.SLUICE_LAUNCHER }));\n");
+  const run = () => Bun.spawnSync(["/bin/sh", "-c", "./sluice keys 'a b'"], { cwd: root, env: { PATH: process.env.PATH ?? "/usr/bin:/bin" } });
+  const first = run();
+  expect(first.exitCode).toBe(0);
+  // make's output goes to stderr: stdout is the command's alone.
+  expect(JSON.parse(first.stdout.toString())).toEqual({ args: ["keys", "a b"], launcher: "./sluice" });
+  expect(first.stderr.toString()).toContain("installing");
+  const second = run();
+  expect(JSON.parse(second.stdout.toString())).toEqual({ args: ["keys", "a b"], launcher: "./sluice" });
+  expect(second.stderr.toString()).toBe("");
 });
