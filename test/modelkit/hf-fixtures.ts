@@ -10,18 +10,19 @@ export interface RawTensor {
   name: string;
   shape: number[];
   data: Float32Array;
-  /** Stored type; default F32. */
-  dtype?: "F32" | "F16" | "BF16";
+  /** Stored type; default F32 (I8: a type no weight may have, for refusals). */
+  dtype?: "F32" | "F16" | "BF16" | "I8";
 }
 
-/** float32 -> half bits, truncating the mantissa to round-to-nearest (normal range only: test data). */
+/** float32 -> half bits, rounding to nearest (test data: no overflow). */
 function toHalf(x: number): number {
   const f = new Float32Array([x]);
   const u = new Uint32Array(f.buffer)[0]!;
   const sign = (u >>> 16) & 0x8000;
   const exp = ((u >>> 23) & 0xff) - 127 + 15;
-  if ((u & 0x7fffffff) === 0) return sign;
-  if (exp <= 0 || exp >= 31) throw new Error(`test value ${x} is outside the half range this fixture writes`);
+  if (exp >= 31) throw new Error(`test value ${x} is outside the half range`);
+  // Below the normal range: a multiple of 2^-24.
+  if (exp <= 0) return sign | Math.round(Math.abs(x) * 2 ** 24);
   let h = sign | (exp << 10) | ((u >>> 13) & 0x3ff);
   const rest = u & 0x1fff;
   if (rest > 0x1000 || (rest === 0x1000 && h & 1)) h++;
@@ -37,6 +38,7 @@ export function writeSafetensorsByHand(path: string, tensors: RawTensor[]): void
     const dtype = t.dtype ?? "F32";
     let bytes: Uint8Array;
     if (dtype === "F32") bytes = new Uint8Array(Float32Array.from(t.data).buffer);
+    else if (dtype === "I8") bytes = new Uint8Array(Int8Array.from(t.data).buffer);
     else {
       const u16 = new Uint16Array(t.data.length);
       const u32 = new Uint32Array(Float32Array.from(t.data).buffer);
@@ -64,7 +66,7 @@ export function writeSafetensorsByHand(path: string, tensors: RawTensor[]): void
 /** The value a stored tensor holds after its dtype's rounding (what the importer reads back). */
 export function storedValues(t: RawTensor): Float32Array {
   const dtype = t.dtype ?? "F32";
-  if (dtype === "F32") return Float32Array.from(t.data);
+  if (dtype === "F32" || dtype === "I8") return Float32Array.from(t.data);
   const out = new Float32Array(t.data.length);
   const u32 = new Uint32Array(out.buffer);
   const src = new Uint32Array(Float32Array.from(t.data).buffer);
