@@ -154,7 +154,13 @@ export async function importHfCheckpoint(opts: ImportHfOptions): Promise<Importe
     const external = new ExternalDataFile(join(staging, "onnx", `${file}_data`), `${file}_data`);
     let model: Uint8Array;
     try {
-      const source = checkpointSource(config, ckpt, (i) => log(`layer ${i + 1}/${config.numLayers}`));
+      const source = checkpointSource(config, ckpt, (i) => {
+        // The previous layer's arrays are garbage now: collect them before the next layer's are
+        // read. JavaScriptCore's collector otherwise lags far behind large typed arrays, and the
+        // import's memory would grow towards the model's size instead of staying near a layer's.
+        Bun.gc(true);
+        log(`layer ${i + 1}/${config.numLayers}`);
+      });
       model = buildDecoderModel(config, source, {
         variant,
         dtype: activations,

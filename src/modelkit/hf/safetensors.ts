@@ -11,7 +11,7 @@
 
 import { closeSync, existsSync, fstatSync, openSync, readdirSync, readFileSync, readSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { float32ToHalf, halfToFloat32 } from "../onnx/dtype.ts";
+import { float32ToHalf, halfToFloat32Into } from "../onnx/dtype.ts";
 
 /** The element types a checkpoint's float weights may have, and their sizes. */
 export const FLOAT_DTYPES = { F32: 4, F16: 2, BF16: 2 } as const;
@@ -39,6 +39,9 @@ export interface SafetensorsTensor {
   start: number;
   end: number;
 }
+
+/** Elements converted at a time from half-width types. */
+const READ_CHUNK = 1 << 20;
 
 /** Headers above this are refused: a corrupt length would otherwise be read as a huge allocation. */
 const MAX_HEADER_BYTES = 100 * 2 ** 20;
@@ -101,12 +104,10 @@ export function readSafetensorsHeader(path: string): { tensors: SafetensorsTenso
   }
 }
 
-/** bfloat16 is float32's upper half: widening is a shift. */
-function bf16ToFloat32(bits: Uint16Array): Float32Array {
-  const out = new Float32Array(bits.length);
-  const u = new Uint32Array(out.buffer);
-  for (let i = 0; i < bits.length; i++) u[i] = bits[i]! << 16;
-  return out;
+/** bfloat16 is float32's upper half: widening is a shift (into `out` from `offset` on). */
+function bf16ToFloat32Into(bits: Uint16Array, out: Float32Array, offset: number): void {
+  const u = new Uint32Array(out.buffer, out.byteOffset, out.length);
+  for (let i = 0; i < bits.length; i++) u[offset + i] = bits[i]! << 16;
 }
 
 /** float32 -> bfloat16 bits, rounding to nearest even as torch does (NaN stays NaN). */
@@ -191,11 +192,24 @@ export class SafetensorsCheckpoint {
       fd = openSync(t.file, "r");
       this.fds.set(t.file, fd);
     }
-    const bytes = new Uint8Array(t.end - t.start);
-    readExactly(fd, bytes, t.start, `${t.file} (${name})`);
-    if (t.dtype === "F32") return new Float32Array(bytes.buffer);
-    const bits = new Uint16Array(bytes.buffer);
-    return t.dtype === "F16" ? halfToFloat32(bits) : bf16ToFloat32(bits);
+    const what = `${t.file} (${name})`;
+    if (t.dtype === "F32") {
+      const bytes = new Uint8Array(t.end - t.start);
+      readExactly(fd, bytes, t.start, what);
+      return new Float32Array(bytes.buffer);
+    }
+    // Half-width types are read a chunk at a time into the float32 result: no second copy of
+    // the tensor's raw bytes (an embedding can be a large share of a model).
+    const out = new Float32Array((t.end - t.start) / 2);
+    const chunk = new Uint16Array(Math.min(out.length, READ_CHUNK));
+    const chunkBytes = new Uint8Array(chunk.buffer);
+    for (let at = 0; at < out.length; at += chunk.length) {
+      const n = Math.min(chunk.length, out.length - at);
+      readExactly(fd, chunkBytes.subarray(0, 2 * n), t.start + 2 * at, what);
+      if (t.dtype === "F16") halfToFloat32Into(chunk.subarray(0, n), out, at);
+      else bf16ToFloat32Into(chunk.subarray(0, n), out, at);
+    }
+    return out;
   }
 
   close(): void {

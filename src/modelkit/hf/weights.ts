@@ -87,18 +87,23 @@ export function checkCheckpoint(c: LlamaConfig, ckpt: SafetensorsCheckpoint): vo
   }
 }
 
-/** The weights of a checkpoint, read a layer at a time (see LlamaWeightSource). */
+/**
+ * The weights of a checkpoint whose tensors checkCheckpoint has verified, read when the graph
+ * takes them: each field of a layer is a getter that reads its tensor (and keeps nothing), so a
+ * matrix is in memory only while it is written.
+ */
 export function checkpointSource(c: LlamaConfig, ckpt: SafetensorsCheckpoint, onLayer?: (i: number) => void): LlamaWeightSource {
   const matrix = (t: TensorSpec) => transpose(ckpt.readFloat32(t.name, t.shape), t.shape[0]!, t.shape[1]!);
   return {
+    checked: true,
     embed: () => ckpt.readFloat32("model.embed_tokens.weight", [c.vocabSize, c.hiddenSize]),
     layer(i) {
       onLayer?.(i);
       const { matrices, vectors } = layerTensors(c, i);
-      const l: Partial<LlamaLayerWeights> = {};
-      for (const [key, t] of Object.entries(matrices)) l[key as MatrixKey] = matrix(t);
-      for (const [key, t] of Object.entries(vectors)) l[key as VectorKey] = ckpt.readFloat32(t.name, t.shape);
-      return l as LlamaLayerWeights;
+      const l = {} as LlamaLayerWeights;
+      for (const [key, t] of Object.entries(matrices)) Object.defineProperty(l, key, { get: () => matrix(t), enumerable: true });
+      for (const [key, t] of Object.entries(vectors)) Object.defineProperty(l, key, { get: () => ckpt.readFloat32(t.name, t.shape), enumerable: true });
+      return l;
     },
     finalNorm: () => ckpt.readFloat32("model.norm.weight", [c.hiddenSize]),
     lmHead: () => (c.tieWordEmbeddings ? undefined : matrix({ name: "lm_head.weight", shape: [c.vocabSize, c.hiddenSize] })),

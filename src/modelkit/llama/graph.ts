@@ -160,10 +160,15 @@ function swiglu(ctx: Ctx, x: string, l: LlamaLayerWeights, i: number): string {
  */
 function embedding(ctx: Ctx, ids: string, src: LlamaWeightSource): { hidden: string; project: (final: string) => string } {
   const { g, c } = ctx;
-  const embed = src.embed();
-  checkEmbed(c, embed);
+  // Read where it is used and not kept in a variable: the closures below share this scope, and
+  // a checkpoint's table must not stay alive while the layers are built.
+  const readEmbed = () => {
+    const embed = src.embed();
+    checkEmbed(c, embed);
+    return embed;
+  };
   if (!ctx.q4) {
-    const table = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], embed);
+    const table = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], readEmbed());
     const hidden = ctx.inputsEmbeds ? ids : g.op("Gather", [table, ids], { axis: 0 });
     const project = (final: string) => {
       // Transposing the shared table in-graph keeps one copy on disk; ORT folds it at load time.
@@ -175,7 +180,7 @@ function embedding(ctx: Ctx, ids: string, src: LlamaWeightSource): { hidden: str
     return { hidden, project };
   }
   // The table's rows are the tied head's columns: one quantisation serves both.
-  const rows = quantizeQ4Rows(embed, c.vocabSize, c.hiddenSize);
+  const rows = quantizeQ4Rows(readEmbed(), c.vocabSize, c.hiddenSize);
   const tiedHead = c.tieWordEmbeddings ? q4Initializers(ctx, "lm_head.weight", rows) : null;
   const init = tiedHead ?? q4Initializers(ctx, "model.embed_tokens.weight", rows);
   const V = c.vocabSize;
@@ -333,7 +338,7 @@ function buildStandard(ctx: Ctx, src: LlamaWeightSource): void {
   const presents: [string, string][] = [];
   for (let i = 0; i < c.numLayers; i++) {
     const l = src.layer(i);
-    checkLayer(c, l, i);
+    if (!src.checked) checkLayer(c, l, i);
     const pre = `model.layers.${i}`;
     const n1 = rmsNormStandard(ctx, h, weight(ctx, `${pre}.input_layernorm.weight`, [c.hiddenSize], l.inputNorm));
     const att = attentionStandard(ctx, n1, l, i, bias, rope);
@@ -460,7 +465,7 @@ function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packedQk
   let pending = ""; // the previous block's output, added to the residual by the next norm
   for (let i = 0; i < c.numLayers; i++) {
     const l = src.layer(i);
-    checkLayer(c, l, i);
+    if (!src.checked) checkLayer(c, l, i);
     const pre = `model.layers.${i}`;
     const w1 = weight(ctx, `${pre}.input_layernorm.weight`, [c.hiddenSize], l.inputNorm);
     let n1: string;

@@ -34,6 +34,11 @@ export interface LlamaWeights {
  * does not fit in memory: each part is read when the graph needs it and may be dropped after.
  */
 export interface LlamaWeightSource {
+  /**
+   * The parts' sizes were verified already (a checkpoint's header, checked up front): a layer's
+   * fields may then be read only when the graph takes them, one matrix at a time.
+   */
+  readonly checked?: boolean;
   embed(): Float32Array;
   layer(i: number): LlamaLayerWeights;
   finalNorm(): Float32Array;

@@ -80,12 +80,16 @@ let halfTable: Float32Array | null = null;
 
 /** IEEE half bits -> float32, through a table of all 65,536 values (checkpoints hold billions). */
 export function halfToFloat32(bits: Uint16Array): Float32Array {
+  return halfToFloat32Into(bits, new Float32Array(bits.length), 0);
+}
+
+/** Converts into `out` from `offset` on (no allocation), and returns `out`. */
+export function halfToFloat32Into(bits: Uint16Array, out: Float32Array, offset: number): Float32Array {
   if (!halfTable) {
     halfTable = new Float32Array(65536);
     for (let h = 0; h < 65536; h++) halfTable[h] = fromHalfBits(h);
   }
   const table = halfTable;
-  const out = new Float32Array(bits.length);
-  for (let i = 0; i < bits.length; i++) out[i] = table[bits[i]!]!;
+  for (let i = 0; i < bits.length; i++) out[offset + i] = table[bits[i]!]!;
   return out;
 }
