@@ -8,18 +8,12 @@ import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { Tokenizer } from "tokenizers";
 import { type ImportedHfModel, importHfCheckpoint } from "../../src/modelkit/index.ts";
-import { hasStories, STORIES_DIR, tempDir } from "../helpers/paths.ts";
+import { hasStories, STORIES_DIR, storiesReferenceText, tempDir } from "../helpers/paths.ts";
 import { greedy } from "./greedy.ts";
 import { writeStoriesHfCheckpoint } from "./hf-fixtures.ts";
 
 if (!hasStories) console.log(`[modelkit] ${STORIES_DIR} absent: skipping the stories260K HF import tests`);
 
-function referenceText(): string {
-  const readme = readFileSync(join(STORIES_DIR, "README.md"), "utf8");
-  const m = /```\n(Once upon a time[\s\S]*?)\n```/.exec(readme);
-  if (!m) throw new Error("no reference block in the stories260K README");
-  return m[1]!;
-}
 
 const STEPS = 256;
 
@@ -62,11 +56,11 @@ describe.skipIf(!hasStories)("stories260K as an HF checkpoint", () => {
   test("fp32: llama2.c's reference story token for token (with a shared past/present buffer, as the engine runs it)", async () => {
     const tokens = await story(models.fp32!, 512);
     expect(tokens.length).toBe(STEPS);
-    expect(await tokenizer.decode(tokens, true)).toBe(referenceText());
+    expect(await tokenizer.decode(tokens, true)).toBe(storiesReferenceText());
   });
 
   test("fp16: the same story token for token", async () => {
     const tokens = await story(models.fp16!);
-    expect(await tokenizer.decode(tokens, true)).toBe(referenceText());
+    expect(await tokenizer.decode(tokens, true)).toBe(storiesReferenceText());
   });
 });

@@ -2,20 +2,13 @@
 // would, and served: stories260K written as an HF Llama checkpoint tells llama2.c's reference
 // story through the API in fp32, and its 4-bit import serves on the same fast path.
 import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { BUN, hasStories, REPO, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
+import { BUN, hasStories, REPO, STORIES_DIR, storiesReferenceText, tempDir } from "../../helpers/paths.ts";
 import { serverFixture } from "../../helpers/server.ts";
 import { writeStoriesHfCheckpoint } from "../../modelkit/hf-fixtures.ts";
 
 if (!hasStories) console.warn(`skipping the HF import end-to-end tests: ${STORIES_DIR} is absent`);
 
-function referenceText(): string {
-  const readme = readFileSync(join(STORIES_DIR, "README.md"), "utf8");
-  const m = /```\n(Once upon a time[\s\S]*?)\n```/.exec(readme);
-  if (!m) throw new Error("reference output not found in the stories260K README");
-  return m[1]!;
-}
 
 describe.skipIf(!hasStories)("stories260K imported from an HF checkpoint, served", () => {
   const fx = serverFixture(async (dir) => {
@@ -38,7 +31,7 @@ describe.skipIf(!hasStories)("stories260K imported from an HF checkpoint, served
     const ids = (await fx.client.models.list()).data.map((m) => m.id);
     expect(ids).toEqual(expect.arrayContaining(["karpathy/stories260k-hf-fp32", "karpathy/stories260k-hf-q4"]));
     const r = await fx.client.chat.completions.create({ model: "karpathy/stories260k-hf-fp32", messages: [{ role: "user", content: "" }], temperature: 0, max_tokens: 256 });
-    expect(r.choices[0]!.message.content).toBe(referenceText());
+    expect(r.choices[0]!.message.content).toBe(storiesReferenceText());
     expect(r.usage).toEqual({ prompt_tokens: 1, completion_tokens: 256, total_tokens: 257 });
   });
 
