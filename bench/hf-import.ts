@@ -11,6 +11,7 @@
 //
 //   bun bench/hf-import.ts [--tokens 128] [--runs 9] [--quick]
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import * as ort from "onnxruntime-node";
@@ -136,6 +137,7 @@ async function storiesAgreement(): Promise<(string | number)[][] | null> {
 
 async function main(): Promise<void> {
   mkdirSync(ROOT, { recursive: true });
+  const load = loadavg()[0]!;
   const hf = await checkpoint50m();
   // The same tokenizer under a 1-layer model (hidden 32: 4 MiB of weights): importing it shows the
   // process's own footprint, and serving it the server's, less the model.
@@ -232,7 +234,7 @@ async function main(): Promise<void> {
 
   writeSection(
     "HF import and 4-bit weights (bench/hf-import.ts)",
-    `${new Date().toISOString().slice(0, 10)} on ${machine()}.\n\n` +
+    `${new Date().toISOString().slice(0, 10)} on ${machine()}; 1-minute load average ${load.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end.\n\n` +
       `The ~50M synthetic model (bench-50m: 9 layers, hidden 512, tied 32k vocabulary; random weights from a fixed seed) written as a Hugging Face checkpoint ` +
       `(bf16 safetensors in 2 shards) and imported with \`sluice models import hf\` in fp32 and q4 (MatMulNBits, 4 bits, blocks of 32, accuracy_level 4; ` +
       `GatherBlockQuantized embedding sharing the tied head's blocks). Each import runs as a process of its own; its peak RSS is the kernel's maxrss. ` +
