@@ -238,7 +238,7 @@ async function main(): Promise<void> {
       `The ~50M synthetic model (bench-50m: 9 layers, hidden 512, tied 32k vocabulary; random weights from a fixed seed) written as a Hugging Face checkpoint ` +
       `(bf16 safetensors in 2 shards) and imported with \`sluice models import hf\` in fp32 and q4 (MatMulNBits, 4 bits, blocks of 32, accuracy_level 4; ` +
       `GatherBlockQuantized embedding sharing the tied head's blocks). Each import runs as a process of its own; its peak RSS is the kernel's maxrss. ` +
-      `The import streams: it reads a layer at a time and writes each weight to the external data file as the graph is built, so what it holds ` +
+      `The import streams: it reads each tensor when the graph takes it and writes each weight to the external data file as the graph is built, so what it holds ` +
       `above the process's own footprint is bounded by its largest tensor and a matrix or two, not the model: here the largest is the embedding (16.4M of the 52M parameters, ` +
       `${(32000 * 512 * 4) / 2 ** 20} MiB in float32), against ${weightsMb} MiB of float32 weights in all:\n\n${importTable}\n\n` +
       `Single stream, greedy, ${TOKENS} generated tokens (EOS banned), ${RUNS} timed runs each after 2 untimed ones, interleaved, medians. ` +
