@@ -2,10 +2,13 @@
 // files) -> a model directory the engine serves on its fast path (the fused graph), in float32,
 // float16, or 4-bit weights (MatMulNBits) with float32 or float16 activations.
 //
-// Weights stream: the checkpoint is read a layer at a time and each initializer is written to the
-// external data file as the graph is built, so the import holds about one layer's weights (in
-// float32) and the embedding, never the whole model. The directory is assembled beside `out` and
-// renamed into place at the end: a failed import leaves nothing behind.
+// Weights stream: each tensor is read from the checkpoint when the graph takes it and each
+// initializer is written to the external data file as the graph is built, so the import holds a
+// matrix or two (in float32) and its largest tensor, never the whole model.
+//
+// The directory is assembled beside `out` (in a dot directory, which the catalog never reads) and
+// renamed into place at the end: a failed import leaves nothing behind, and a server watching the
+// models directory never sees half a model.
 
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
