@@ -51,6 +51,8 @@ export const AssistantMessage = T.Object(
     name: Name,
     refusal: T.Optional(T.Union([T.String(), T.Null()])),
     tool_calls: T.Optional(T.Array(ToolCallSchema)),
+    // The thinking of an earlier turn, as this API returned it (vLLM, DeepSeek); given to the template.
+    reasoning_content: T.Optional(T.Union([T.String(), T.Null()])),
   },
   strict,
 );
@@ -153,6 +155,10 @@ export const ChatCompletionRequest = T.Object(
     tool_choice: T.Optional(ToolChoiceSchema),
     parallel_tool_calls: T.Optional(T.Boolean()),
     response_format: T.Optional(ResponseFormatSchema),
+    // Checked against the supported values in planChat, so the error can list them.
+    reasoning_effort: Nullable(T.String()),
+    // vLLM's extra chat template variables; checked against what the model's template reads.
+    chat_template_kwargs: Nullable(T.Record(T.String(), T.Unknown())),
     user: T.Optional(T.String({ maxLength: 256 })),
     safety_identifier: T.Optional(T.String({ maxLength: 256 })),
     // Prefix caching is automatic for every request, so a cache key is honoured by construction.

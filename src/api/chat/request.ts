@@ -1,6 +1,6 @@
 // From a schema-valid request body to the engine's GenerateRequest, with the checks that a
 // schema cannot express. Anything that cannot be honoured is refused here, naming its param.
-import type { ChatMessage, FunctionTool, GenerateRequest, ResponseFormat, ToolChoice } from "../../engine/types.ts";
+import { REASONING_EFFORTS, type ChatMessage, type FunctionTool, type GenerateRequest, type ReasoningEffort, type ResponseFormat, type ToolChoice } from "../../engine/types.ts";
 import type { CatalogModel } from "../../store/index.ts";
 import { badRequest } from "../errors.ts";
 import type { ChatCompletionRequest } from "../schemas.ts";
@@ -82,6 +82,14 @@ export function planChat(body: ChatCompletionRequest, model: CatalogModel): Chat
   if (responseFormat?.type === "json_schema" && responseFormat.json_schema.schema === undefined) {
     throw badRequest("'response_format.json_schema.schema' is required.", "response_format.json_schema.schema");
   }
+  const effort = body.reasoning_effort ?? undefined;
+  if (effort !== undefined && !REASONING_EFFORTS.includes(effort as ReasoningEffort)) {
+    throw badRequest(
+      `Invalid value for 'reasoning_effort': ${JSON.stringify(effort)}. Supported values are: ${REASONING_EFFORTS.map((e) => `'${e}'`).join(", ")}.`,
+      "reasoning_effort",
+      "unsupported_value",
+    );
+  }
   const stop = body.stop == null ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
   return {
     modelId: model.id,
@@ -105,6 +113,8 @@ export function planChat(body: ChatCompletionRequest, model: CatalogModel): Chat
     n: body.n ?? 1,
     logprobs: body.logprobs === true,
     topLogprobs: body.top_logprobs ?? 0,
+    reasoningEffort: effort as ReasoningEffort | undefined,
+    chatTemplateKwargs: body.chat_template_kwargs ?? undefined,
     stream,
     includeUsage: body.stream_options?.include_usage === true,
     user: body.user ?? body.safety_identifier ?? null,
