@@ -52,7 +52,7 @@ export interface SyntheticSpec {
 
 export interface SyntheticScript {
   chains: (string | number)[][];
-  /** Preferred where the script says nothing, best first; default: end of turn, `"`, `}`, `]`, `0`. */
+  /** Preferred where the script says nothing, best first; default: end of turn, `"`, `}`, `]`, `0`, `{`, `[`, `:`, `,`. */
   fallback?: (string | number)[];
 }
 
@@ -246,6 +246,6 @@ async function encodeScript(script: SyntheticScript, tok: TokenizerFiles): Promi
     }
     return out;
   };
-  const fallback = script.fallback ? await ids(script.fallback) : [tok.eos[0]!, ...(await ids(['"', "}", "]", "0"]))];
+  const fallback = script.fallback ? await ids(script.fallback) : [tok.eos[0]!, ...(await ids(['"', "}", "]", "0", "{", "[", ":", ","]))];
   return { chains: await Promise.all(script.chains.map(ids)), fallback };
 }

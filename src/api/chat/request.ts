@@ -84,8 +84,9 @@ export function planChat(body: ChatCompletionRequest, model: CatalogModel): Chat
   }
   const effort = body.reasoning_effort ?? undefined;
   if (effort !== undefined && !REASONING_EFFORTS.includes(effort as ReasoningEffort)) {
+    const values = REASONING_EFFORTS.map((e) => `'${e}'`);
     throw badRequest(
-      `Invalid value for 'reasoning_effort': ${JSON.stringify(effort)}. Supported values are: ${REASONING_EFFORTS.map((e) => `'${e}'`).join(", ")}.`,
+      `Unsupported value: 'reasoning_effort' does not support '${effort}'. Supported values are: ${values.slice(0, -1).join(", ")} and ${values.at(-1)}.`,
       "reasoning_effort",
       "unsupported_value",
     );

@@ -10,8 +10,9 @@
 // and a chain that returns to an earlier token loops.
 //
 // Every slot (the fallback one included) also carries a fixed preference order at lower logits
-// (end of turn first, then `"`, `}`, `]`, `0`): where a grammar masks the scripted successor, the
-// constrained answer closes its strings, objects and arrays as soon as it may, and ends.
+// (by default end of turn first, then `"`, `}`, `]`, `0`, `{`, `[`, `:`, `,`): where a grammar masks the
+// scripted successor, a constrained answer closes its strings, objects and arrays as soon as it
+// may, and ends.
 
 import type { LlamaConfig } from "./config.ts";
 import type { LlamaLayerWeights, LlamaWeights } from "./weights.ts";
