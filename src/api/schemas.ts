@@ -182,7 +182,12 @@ export const ModelObject = T.Object({
   context_length: T.Integer(),
   max_model_len: T.Integer(),
   capabilities: T.Object({ tools: T.Boolean(), structured_output: T.Boolean(), images: T.Boolean() }),
-  pricing: T.Object({ input_per_million_tokens: T.Number(), output_per_million_tokens: T.Number() }),
+  pricing: T.Object({
+    input_per_million_tokens: T.Number(),
+    /** Prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens). */
+    cached_input_per_million_tokens: T.Number(),
+    output_per_million_tokens: T.Number(),
+  }),
 });
 export type ModelObject = Static<typeof ModelObject>;
 

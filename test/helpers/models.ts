@@ -28,10 +28,10 @@ export function syntheticModel(root: string, relPath: string, spec: SyntheticSpe
 export const tinyModelsRoot = () => cacheDir("test-models");
 
 /**
- * A scripted model (see src/modelkit/llama/scripted.ts) linked into `modelsDir/name`, cached under
- * a name that changes with its spec, so that an edited script is built afresh.
+ * Like linkCachedModel, but cached under a name that changes with the whole spec (not only its
+ * id), so that an edited script or template is built afresh.
  */
-export async function linkScriptedModel(modelsDir: string, name: string, spec: SyntheticSpec): Promise<string> {
+export async function linkModelForSpec(modelsDir: string, name: string, spec: SyntheticSpec): Promise<string> {
   const dir = await syntheticModel(tinyModelsRoot(), `${name}-${Bun.hash(JSON.stringify(spec)).toString(36)}`, spec);
   symlinkSync(dir, join(modelsDir, name));
   return dir;

@@ -12,12 +12,15 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { TextTokenizer } from "../../../src/engine/text/tokenizer.ts";
-import { linkCachedModel, linkScriptedModel } from "../../helpers/models.ts";
+import { linkCachedModel, linkModelForSpec } from "../../helpers/models.ts";
 import { serverFixture } from "../../helpers/server.ts";
 
 const QWEN = "scripted/qwen3-think";
 const R1 = "scripted/r1-think";
 const PLAIN = "synthetic/tiny-bytes";
+/** Random weights and the R1 template: it knows nothing, and starts inside a block it may never close. */
+const RANDOM = "synthetic/random-r1";
+const BUDGETS = { low: 3, medium: 9, high: 20 };
 
 const THINKING = ["The", " user", " wants", " a", " sum", ";", " it", " is", " four"];
 const REASONING = THINKING.join("");
@@ -43,20 +46,21 @@ function r1Template(): string {
 }
 
 const fx = serverFixture(async (dir) => {
-  await linkScriptedModel(dir, "qwen-think", {
+  await linkModelForSpec(dir, "qwen-think", {
     preset: "tiny-qwen3",
     id: QWEN,
     // The generation prompt ends with "\n"; with thinking switched off, with "</think>\n\n".
     script: { chains: [["\n", "<think>", ...THINKING, "</think>", "\n\n", "Four", ".", "<|im_end|>"]] },
     reasoning: { budgets: { low: 5, medium: 8 } },
   });
-  await linkScriptedModel(dir, "r1-think", {
+  await linkModelForSpec(dir, "r1-think", {
     preset: "tiny-qwen3",
     id: R1,
     chatTemplate: r1Template(),
     script: { chains: [["\n", ...R1_THINKING, "</think>", "\n\n", "Four", ".", "<|im_end|>"]] },
   });
   await linkCachedModel(dir, "bytes", { preset: "tiny-bytes", seed: 8, id: PLAIN });
+  await linkModelForSpec(dir, "random-r1", { preset: "tiny-qwen3", seed: 7, id: RANDOM, chatTemplate: r1Template(), reasoning: { budgets: BUDGETS } });
 });
 
 const ask: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is 2+2?" }];
@@ -257,6 +261,47 @@ describe("constraints apply from the end of the block", () => {
     const s = await streamed(QWEN, { tools, tool_choice: { type: "function", function: { name: "add" } }, max_tokens: 80 });
     expect(s).toMatchObject({ reasoning: REASONING, finish: "tool_calls" });
     expect(ajv.validate(parameters, JSON.parse(s.toolArgs[0]!))).toBe(true);
+  });
+});
+
+describe("on a model that knows nothing", () => {
+  test("every budget and max_tokens: thinking within the budget, tags never in the answer, a finished json_schema answer valid", async () => {
+    const ajv = new Ajv({ strict: false });
+    const schema = { type: "object", properties: { n: { type: "integer" }, s: { type: "string", maxLength: 5 } }, required: ["n", "s"], additionalProperties: false };
+    const runs: Promise<void>[] = [];
+    let finished = 0;
+    for (const effort of ["low", "medium", "high"] as const) {
+      for (const max_tokens of [2, 12, 200]) {
+        for (const json of [false, true]) {
+          const body: Body = { reasoning_effort: effort, max_tokens, temperature: 1, seed: max_tokens, ...(json ? { response_format: { type: "json_schema", json_schema: { name: "o", schema, strict: true } } } : {}) };
+          runs.push(
+            (async () => {
+              const r = await whole(RANDOM, body);
+              const u = r.usage!;
+              const choice = r.choices[0]!;
+              const content = choice.message.content ?? "";
+              expect(details(u).reasoning).toBeLessThanOrEqual(BUDGETS[effort]);
+              expect(u.completion_tokens).toBeLessThanOrEqual(max_tokens);
+              for (const text of [content, reasoningOf(r) ?? ""]) expect(text).not.toMatch(/<\/?think>/);
+              if (choice.finish_reason === "stop") {
+                // The budget closed the block, so an answer followed it.
+                expect(details(u).reasoning).toBe(BUDGETS[effort]);
+                if (json) {
+                  finished++;
+                  expect(ajv.validate(schema, JSON.parse(content))).toBe(true);
+                }
+              }
+              // Streamed too (not compared with the whole answer: concurrent batches may sample differently).
+              const s = await streamed(RANDOM, body);
+              for (const text of [s.reasoning, s.content]) expect(text).not.toMatch(/<\/?think>/);
+              expect(details(s.usage).reasoning).toBeLessThanOrEqual(BUDGETS[effort]);
+            })(),
+          );
+        }
+      }
+    }
+    await Promise.all(runs);
+    expect(finished).toBeGreaterThan(0);
   });
 });
 
