@@ -21,6 +21,7 @@ const PLAIN = "synthetic/tiny-bytes";
 /** Random weights and the R1 template: it knows nothing, and starts inside a block it may never close. */
 const RANDOM = "synthetic/random-r1";
 const BUDGETS = { low: 3, medium: 9, high: 20 };
+const BILLED = "scripted/r1-think-billed";
 
 const THINKING = ["The", " user", " wants", " a", " sum", ";", " it", " is", " four"];
 const REASONING = THINKING.join("");
@@ -45,6 +46,13 @@ function r1Template(): string {
   return source.replace(prompt, "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}");
 }
 
+const r1Spec = () => ({
+  preset: "tiny-qwen3" as const,
+  id: R1,
+  chatTemplate: r1Template(),
+  script: { chains: [["\n", ...R1_THINKING, "</think>", "\n\n", "Four", ".", "<|im_end|>"]] },
+});
+
 const fx = serverFixture(async (dir) => {
   await linkModelForSpec(dir, "qwen-think", {
     preset: "tiny-qwen3",
@@ -53,13 +61,10 @@ const fx = serverFixture(async (dir) => {
     script: { chains: [["\n", "<think>", ...THINKING, "</think>", "\n\n", "Four", ".", "<|im_end|>"]] },
     reasoning: { budgets: { low: 5, medium: 8 } },
   });
-  await linkModelForSpec(dir, "r1-think", {
-    preset: "tiny-qwen3",
-    id: R1,
-    chatTemplate: r1Template(),
-    script: { chains: [["\n", ...R1_THINKING, "</think>", "\n\n", "Four", ".", "<|im_end|>"]] },
-  });
+  await linkModelForSpec(dir, "r1-think", r1Spec());
   await linkCachedModel(dir, "bytes", { preset: "tiny-bytes", seed: 8, id: PLAIN });
+  // The R1 model again, for the cache and billing test alone (its counters see no other request).
+  await linkModelForSpec(dir, "r1-billing", { ...r1Spec(), id: BILLED });
   await linkModelForSpec(dir, "random-r1", { preset: "tiny-qwen3", seed: 7, id: RANDOM, chatTemplate: r1Template(), reasoning: { budgets: BUDGETS } });
 });
 
@@ -220,6 +225,18 @@ describe("control", () => {
     expect(reasoningOf(high)).toBe(REASONING);
   });
 
+  test("stop strings, logprobs and n apply to the answer", async () => {
+    // "sum" is in the thinking only: it stops nothing. The logprobs are the answer's tokens.
+    const r = await whole(QWEN, { stop: ["sum"], logprobs: true, n: 2 });
+    for (const c of r.choices) {
+      expect([(c.message as { reasoning_content?: string }).reasoning_content, c.message.content, c.finish_reason]).toEqual([REASONING, ANSWER, "stop"]);
+      expect(c.logprobs!.content!.map((t) => t.token).join("")).toBe(ANSWER);
+    }
+    expect(details(r.usage!).reasoning).toBe(2 * REASONING_TOKENS);
+    const stopped = await streamed(QWEN, { stop: ["."] });
+    expect(stopped).toMatchObject({ reasoning: REASONING, content: "Four", finish: "stop" });
+  });
+
   test("unsupported values, templates and kwargs get a 400 naming them", async () => {
     await expectError({ model: QWEN, reasoning_effort: "xhigh" }, "reasoning_effort", /does not support 'xhigh'.*'none', 'minimal', 'low', 'medium' and 'high'/);
     await expectError({ model: R1, reasoning_effort: "none" }, "reasoning_effort", new RegExp(`'${R1}' cannot switch thinking off`));
@@ -265,48 +282,41 @@ describe("constraints apply from the end of the block", () => {
 });
 
 describe("on a model that knows nothing", () => {
-  test("every budget and max_tokens: thinking within the budget, tags never in the answer, a finished json_schema answer valid", async () => {
+  test("budgets and max_tokens: thinking within the budget, tags never in the answer, a finished json_schema answer valid", async () => {
     const ajv = new Ajv({ strict: false });
     const schema = { type: "object", properties: { n: { type: "integer" }, s: { type: "string", maxLength: 5 } }, required: ["n", "s"], additionalProperties: false };
-    const runs: Promise<void>[] = [];
+    const format = { type: "json_schema", json_schema: { name: "o", schema, strict: true } } as const;
+    const cases = [["low", 2, true], ["low", 200, true], ["medium", 12, false], ["medium", 200, true], ["high", 200, false], ["high", 200, true]] as const;
     let finished = 0;
-    for (const effort of ["low", "medium", "high"] as const) {
-      for (const max_tokens of [2, 12, 200]) {
-        for (const json of [false, true]) {
-          const body: Body = { reasoning_effort: effort, max_tokens, temperature: 1, seed: max_tokens, ...(json ? { response_format: { type: "json_schema", json_schema: { name: "o", schema, strict: true } } } : {}) };
-          runs.push(
-            (async () => {
-              const r = await whole(RANDOM, body);
-              const u = r.usage!;
-              const choice = r.choices[0]!;
-              const content = choice.message.content ?? "";
-              expect(details(u).reasoning).toBeLessThanOrEqual(BUDGETS[effort]);
-              expect(u.completion_tokens).toBeLessThanOrEqual(max_tokens);
-              for (const text of [content, reasoningOf(r) ?? ""]) expect(text).not.toMatch(/<\/?think>/);
-              if (choice.finish_reason === "stop") {
-                // The budget closed the block, so an answer followed it.
-                expect(details(u).reasoning).toBe(BUDGETS[effort]);
-                if (json) {
-                  finished++;
-                  expect(ajv.validate(schema, JSON.parse(content))).toBe(true);
-                }
-              }
-              // Streamed too (not compared with the whole answer: concurrent batches may sample differently).
-              const s = await streamed(RANDOM, body);
-              for (const text of [s.reasoning, s.content]) expect(text).not.toMatch(/<\/?think>/);
-              expect(details(s.usage).reasoning).toBeLessThanOrEqual(BUDGETS[effort]);
-            })(),
-          );
+    const run = async ([effort, max_tokens, json]: (typeof cases)[number]) => {
+      const body: Body = { reasoning_effort: effort, max_tokens, temperature: 1, seed: max_tokens, ...(json ? { response_format: format } : {}) };
+      const r = await whole(RANDOM, body);
+      const u = r.usage!;
+      const choice = r.choices[0]!;
+      const content = choice.message.content ?? "";
+      expect(details(u).reasoning).toBeLessThanOrEqual(BUDGETS[effort]);
+      expect(u.completion_tokens).toBeLessThanOrEqual(max_tokens);
+      for (const text of [content, reasoningOf(r) ?? ""]) expect(text).not.toMatch(/<\/?think>/);
+      if (choice.finish_reason === "stop") {
+        // The budget closed the block, so an answer followed it.
+        expect(details(u).reasoning).toBe(BUDGETS[effort]);
+        if (json) {
+          finished++;
+          expect(ajv.validate(schema, JSON.parse(content))).toBe(true);
         }
       }
-    }
-    await Promise.all(runs);
+      // Streamed too (not compared with the whole answer: concurrent batches may sample differently).
+      const s = await streamed(RANDOM, body);
+      for (const text of [s.reasoning, s.content]) expect(text).not.toMatch(/<\/?think>/);
+      expect(details(s.usage).reasoning).toBeLessThanOrEqual(BUDGETS[effort]);
+    };
+    await Promise.all(cases.map(run));
     expect(finished).toBeGreaterThan(0);
   });
 });
 
 describe("usage that invoices can trust", () => {
-  /** The model's reused-prefix counter once its stats have caught up with every request. */
+  /** The model's reused-prefix counter once its stats have caught up with the `generated` tokens. */
   async function reusedTokens(model: string, generated: number): Promise<number> {
     for (let i = 0; i < 200; i++) {
       const body = await (await fetch(`${fx.server.url}/metrics`)).text();
@@ -316,29 +326,26 @@ describe("usage that invoices can trust", () => {
     }
     throw new Error("the model's stats did not catch up");
   }
-  const generatedSoFar = async (model: string) => {
-    const body = await (await fetch(`${fx.server.url}/metrics`)).text();
-    return Number(body.split("\n").find((l) => l.startsWith(`sluice_generated_tokens_total{model="${model}"}`))?.split(" ")[1] ?? 0);
-  };
 
   test("a second request sharing a 1,000-token prefix reports the cached tokens the cache served and is charged the cached rate", async () => {
     const store = fx.server.store;
-    store.catalog.setPrices(R1, 3, 15, 0.3);
+    store.catalog.setPrices(BILLED, 3, 15, 0.3);
     const system = Array.from({ length: 500 }, (_, i) => `rule ${i}`).join(", ");
     const conversation = (q: string): OpenAI.ChatCompletionMessageParam[] => [{ role: "system", content: system }, { role: "user", content: q }];
-    const first = await whole(R1, {}, conversation("What is 2+2?"));
+    const first = await whole(BILLED, {}, conversation("What is 2+2?"));
     expect(first.usage!.prompt_tokens).toBeGreaterThan(1000);
-    let generated = await generatedSoFar(R1);
-    const before = await reusedTokens(R1, generated);
-    const second = await streamed(R1, {}, conversation("And 3+3?"));
+    expect(details(first.usage!).cached).toBe(0);
+    let generated = first.usage!.completion_tokens;
+    const before = await reusedTokens(BILLED, generated);
+    const second = await streamed(BILLED, {}, conversation("And 3+3?"));
     generated += second.usage.completion_tokens;
-    const served = (await reusedTokens(R1, generated)) - before;
+    const served = (await reusedTokens(BILLED, generated)) - before;
     expect(served).toBeGreaterThanOrEqual(1000);
     expect(details(second.usage)).toEqual({ cached: served, reasoning: R1_THINKING.length + 1 });
 
     const key = store.keys.authenticate(fx.server.key)!;
     const usageRow = store.usage.list(key.accountId, { limit: 1 })[0]!;
-    expect(usageRow).toMatchObject({ modelId: R1, promptTokens: second.usage.prompt_tokens, cachedTokens: served, reasoningTokens: R1_THINKING.length + 1 });
+    expect(usageRow).toMatchObject({ modelId: BILLED, promptTokens: second.usage.prompt_tokens, cachedTokens: served, reasoningTokens: R1_THINKING.length + 1 });
     const charge = store.billing.history(key.accountId, { limit: 1 })[0]!;
     expect(charge).toMatchObject({ requestId: usageRow.requestId, promptTokens: second.usage.prompt_tokens, cachedTokens: served });
     const p = second.usage.prompt_tokens;
