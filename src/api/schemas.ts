@@ -51,8 +51,10 @@ export const AssistantMessage = T.Object(
     name: Name,
     refusal: T.Optional(T.Union([T.String(), T.Null()])),
     tool_calls: T.Optional(T.Array(ToolCallSchema)),
-    // The thinking of an earlier turn, as this API returned it (vLLM, DeepSeek); given to the template.
+    // The thinking of an earlier turn, as this API returned it: DeepSeek's and older vLLM's name, and
+    // the one vLLM and OpenRouter use now. Given to the template (as reasoning_content).
     reasoning_content: T.Optional(T.Union([T.String(), T.Null()])),
+    reasoning: T.Optional(T.Union([T.String(), T.Null()])),
   },
   strict,
 );

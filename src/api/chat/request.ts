@@ -17,10 +17,14 @@ export type ChatPlan = Omit<GenerateRequest, "requestId" | "signal"> & {
  * then null, as when sent as null), and its refusal parts are what it said, so they are text.
  */
 function engineMessages(messages: ChatCompletionRequest["messages"]): ChatMessage[] {
-  return messages.map((m) => {
+  return messages.map((m, i) => {
     if (m.role !== "assistant") return m as ChatMessage;
     const content = m.content === undefined ? null : Array.isArray(m.content) ? m.content.map((p) => (p.type === "refusal" ? { type: "text" as const, text: p.refusal } : p)) : m.content;
-    return { ...m, content } as ChatMessage;
+    const { reasoning, ...rest } = m;
+    if (reasoning != null && m.reasoning_content != null && reasoning !== m.reasoning_content) {
+      throw badRequest(`messages[${i}] has both 'reasoning' and 'reasoning_content', and they differ; send one.`, `messages[${i}].reasoning`);
+    }
+    return { ...rest, content, reasoning_content: m.reasoning_content ?? reasoning ?? undefined } as ChatMessage;
   });
 }
 

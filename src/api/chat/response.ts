@@ -110,8 +110,9 @@ export class ChoiceAccumulator {
         message: {
           role: "assistant" as const,
           content: c.toolCalls.length > 0 && c.content === "" ? null : c.content,
-          // vLLM's and DeepSeek's field, which the AI SDK and LangChain read; only when the model thought.
-          ...(c.reasoning !== "" ? { reasoning_content: c.reasoning } : {}),
+          // Only when the model thought, under both names clients read: DeepSeek's (the AI SDK,
+          // LangChain) and the one vLLM and OpenRouter moved to.
+          ...(c.reasoning !== "" ? { reasoning_content: c.reasoning, reasoning: c.reasoning } : {}),
           refusal: null,
           ...(c.toolCalls.length > 0 ? { tool_calls: c.toolCalls } : {}),
         },
@@ -127,7 +128,7 @@ export class ChoiceAccumulator {
 export function chunkChoice(e: GenerationEvent, logprobs: boolean) {
   if (e.type === "prompt") return null;
   if (e.type === "reasoning") {
-    return { index: e.index, delta: { reasoning_content: e.text }, logprobs: null, finish_reason: null };
+    return { index: e.index, delta: { reasoning_content: e.text, reasoning: e.text }, logprobs: null, finish_reason: null };
   }
   if (e.type === "content") {
     return {

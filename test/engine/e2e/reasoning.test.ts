@@ -94,7 +94,9 @@ async function streamed(model: string, extra: Body = {}, messages = ask) {
     if (chunk.usage) usage = chunk.usage;
     const c = chunk.choices[0];
     if (!c) continue;
-    const delta = c.delta as { reasoning_content?: string; content?: string | null };
+    const delta = c.delta as { reasoning_content?: string; reasoning?: string; content?: string | null };
+    // Under both names clients read (DeepSeek's and vLLM's current one).
+    expect(delta.reasoning).toBe(delta.reasoning_content);
     if (delta.reasoning_content) {
       reasoning += delta.reasoning_content;
       if (order.at(-1) !== "reasoning") order.push("reasoning");
@@ -129,6 +131,7 @@ describe("thinking and answer apart", () => {
     const r = await whole(QWEN);
     expect(r.choices[0]!.message.content).toBe(ANSWER);
     expect(reasoningOf(r)).toBe(REASONING);
+    expect((r.choices[0]!.message as { reasoning?: string }).reasoning).toBe(REASONING);
     expect(r.usage).toMatchObject({ completion_tokens: COMPLETION_TOKENS, completion_tokens_details: { reasoning_tokens: REASONING_TOKENS } });
     const s = await streamed(QWEN);
     expect(s).toMatchObject({ reasoning: REASONING, content: ANSWER, order: ["reasoning", "content"], finish: "stop" });
@@ -179,13 +182,17 @@ describe("thinking and answer apart", () => {
 
   test("an assistant turn sent back with reasoning_content reaches the template (Qwen3 renders it after the last query)", async () => {
     const call = { id: "call_1", type: "function" as const, function: { name: "add", arguments: '{"a":2,"b":2}' } };
-    const turn = (reasoning?: string): OpenAI.ChatCompletionMessageParam[] => [
+    const turn = (reasoning: Record<string, string> = {}): OpenAI.ChatCompletionMessageParam[] => [
       ...ask,
-      { role: "assistant", content: null, tool_calls: [call], ...(reasoning === undefined ? {} : { reasoning_content: reasoning }) } as OpenAI.ChatCompletionMessageParam,
+      { role: "assistant", content: null, tool_calls: [call], ...reasoning } as OpenAI.ChatCompletionMessageParam,
       { role: "tool", tool_call_id: "call_1", content: "4" },
     ];
+    const thought = "I should add the numbers.";
     const without = await whole(QWEN, { max_tokens: 1 }, turn());
-    const withIt = await whole(QWEN, { max_tokens: 1 }, turn("I should add the numbers."));
+    const withIt = await whole(QWEN, { max_tokens: 1 }, turn({ reasoning_content: thought }));
+    // vLLM's newer name is read the same way.
+    expect((await whole(QWEN, { max_tokens: 1 }, turn({ reasoning: thought }))).usage!.prompt_tokens).toBe(withIt.usage!.prompt_tokens);
+    await expectError({ model: QWEN, messages: turn({ reasoning: thought, reasoning_content: "other" }) }, "messages[1].reasoning", /differ/);
     // The template wrote the thinking back as Qwen3 does, in a block of its own.
     const tokenizer = TextTokenizer.load(join(fx.modelsDir, "qwen-think"));
     const block = await tokenizer.encode("<think>\nI should add the numbers.\n</think>\n\n");
