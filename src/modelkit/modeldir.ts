@@ -39,12 +39,20 @@ export interface SluiceGraphInfo {
   quantization?: { method: "MatMulNBits"; bits: 4; block_size: number; accuracy_level: number };
 }
 
+/** sluice.json `reasoning`: the thinking block's tags and budgets, or false for none. */
+export interface SluiceReasoning {
+  start?: string;
+  end?: string;
+  budgets?: { low?: number; medium?: number; high?: number };
+}
+
 export interface SluiceJson {
   id: string;
   display_name: string;
   context_length: number;
   capabilities: SluiceCapabilities;
   description: string;
+  reasoning?: SluiceReasoning | false;
   graph?: SluiceGraphInfo;
 }
 
