@@ -9,11 +9,14 @@ import { join } from "node:path";
 import { nvidiaGpuPresent } from "../../src/packaging/cuda.ts";
 import { openSqliteStore } from "../../src/store/index.ts";
 import { hasStories, REPO, STORIES_DIR, tempDir } from "../helpers/paths.ts";
+import { writeStoriesHfCheckpoint } from "../modelkit/hf-fixtures.ts";
 import { bannerCommands, hintIn, markdownCommands, readBanner, runPrinted, type Ran } from "../helpers/printed-commands.ts";
 
 const PASSWORD = "a long enough password\n";
 const STORIES_ID = "karpathy/stories260k";
-if (!hasStories) console.log(`printed commands: the README's llama2.c import is skipped: ${STORIES_DIR} is absent`);
+const HF_DIR = "Qwen3-0.6B";
+const HF_EXAMPLE_ID = "qwen/qwen3-0.6b-q4";
+if (!hasStories) console.log(`printed commands: the README's model imports are skipped: ${STORIES_DIR} is absent`);
 
 let dir: ReturnType<typeof tempDir>;
 let env: Record<string, string>;
@@ -21,7 +24,11 @@ let env: Record<string, string>;
 beforeAll(() => {
   dir = tempDir("sluice-first-run-");
   symlinkSync(join(REPO, "sluice"), join(dir.path, "sluice"));
-  if (hasStories) for (const f of ["stories260K.bin", "tok512.bin"]) symlinkSync(join(STORIES_DIR, f), join(dir.path, f));
+  if (hasStories) {
+    for (const f of ["stories260K.bin", "tok512.bin"]) symlinkSync(join(STORIES_DIR, f), join(dir.path, f));
+    // The README's Hugging Face example names ./Qwen3-0.6B: stories260K written as an HF checkpoint stands in.
+    writeStoriesHfCheckpoint(STORIES_DIR, join(dir.path, HF_DIR));
+  }
   mkdirSync(join(dir.path, "home"));
   // Port 0: the README's 8080 may be taken on a shared machine; the banner says which port it got.
   env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: join(dir.path, "home"), LANG: "C.UTF-8", SLUICE_PORT: "0" };
@@ -141,7 +148,7 @@ async function walkReadme(server: Serving) {
   const ran: string[] = [];
   for (const printed of commands) {
     if (printed === "./sluice serve") continue; // running: this is the server under test
-    if (printed.includes("llama2c") && !hasStories) continue;
+    if (printed.includes("models import") && !hasStories) continue;
     let line = printed
       .replace("http://127.0.0.1:8080", server.url)
       .replace("sk-sluice-…", firstKey)
@@ -149,6 +156,7 @@ async function walkReadme(server: Serving) {
     if (line.includes("users create EMAIL")) lastUser = `user${++users}@example.com`;
     line = line
       .replace(/\bEMAIL\b/g, lastUser)
+      .replace(/\bDIR --id MODEL --out models\/MODEL/, `./${HF_DIR} --id ${STORIES_ID}-hf --out models/${STORIES_ID}-hf`)
       .replace(/--id MODEL --out models\/MODEL/, `--id ${STORIES_ID} --out models/${STORIES_ID}`)
       .replace(/\bMODEL\b/g, "sluice/demo")
       .replace(/\bNAME\b/g, "acme")
@@ -157,7 +165,7 @@ async function walkReadme(server: Serving) {
       .replace(/\bN\b/g, "60")
       .replace("CHECKPOINT TOKENIZER", "stories260K.bin tok512.bin");
     if (line.includes("KEY_ID")) line = line.replace("KEY_ID", keyId());
-    expect(line).not.toMatch(/\b(NAME|MODEL|KEY_ID|EMAIL|LABEL|USD|PID|CHECKPOINT|TOKENIZER)\b|…/);
+    expect(line).not.toMatch(/\b(NAME|MODEL|KEY_ID|EMAIL|LABEL|USD|PID|CHECKPOINT|TOKENIZER|DIR)\b|…/);
     const r = ok(line, await run(line, line.includes("--password-stdin") ? PASSWORD : undefined));
     ran.push(line);
     if (line.startsWith("curl ") && line.includes("chat/completions")) {
@@ -166,12 +174,13 @@ async function walkReadme(server: Serving) {
     if (line.startsWith("kill -HUP") && hasStories) {
       // The imported model is served once the catalog has been synchronised.
       let ids: string[] = [];
-      for (let i = 0; i < 200 && !ids.includes(STORIES_ID); i++) {
+      for (let i = 0; i < 200 && !(ids.includes(STORIES_ID) && ids.includes(HF_EXAMPLE_ID)); i++) {
         await Bun.sleep(50);
         const res = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${firstKey}` } });
         ids = ((await res.json()) as { data: { id: string }[] }).data.map((m) => m.id);
       }
       expect(ids).toContain(STORIES_ID);
+      expect(ids).toContain(HF_EXAMPLE_ID);
     }
   }
   // The walk covered the table: every command family, each run once.
@@ -179,5 +188,7 @@ async function walkReadme(server: Serving) {
     expect(ran.some((l) => l.startsWith(`./sluice ${family}`))).toBe(true);
   }
   expect(ran.some((l) => l.startsWith("curl "))).toBe(true);
-  if (hasStories) expect(existsSync(join(dir.path, "models", STORIES_ID, "sluice.json"))).toBe(true);
+  if (hasStories) {
+    for (const id of [STORIES_ID, `${STORIES_ID}-hf`, HF_EXAMPLE_ID]) expect(existsSync(join(dir.path, "models", id, "sluice.json"))).toBe(true);
+  }
 }

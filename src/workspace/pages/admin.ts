@@ -74,12 +74,13 @@ ${selected
   <button type="submit">Save access</button></form></section>`
     : ""}
 ${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
-<section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens.</p>${scrollTable(
+<section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens. Cached input: prompt tokens served from the prefix cache (blank: the input price).</p>${scrollTable(
     "Model prices",
-    html`<thead><tr><th scope="col">Model</th><th scope="col">Input / output</th></tr></thead>
+    html`<thead><tr><th scope="col">Model</th><th scope="col">Input / cached input / output</th></tr></thead>
   <tbody>${catalog.map(
     (m) => html`<tr><td><code>${m.id}</code></td><td><form class="inline" method="post" action="${BASE}/admin/prices" aria-label="Prices of ${m.id}">${csrf}<input type="hidden" name="model" value="${m.id}">
       <div class="field"><label for="in-${m.id}">Input</label><input class="price" id="in-${m.id}" name="input" type="number" min="0" step="any" value="${m.inputPricePerMTok}" required></div>
+      <div class="field"><label for="cin-${m.id}">Cached input</label><input class="price" id="cin-${m.id}" name="cached_input" type="number" min="0" step="any" value="${m.cachedInputPricePerMTok ?? ""}" placeholder="= input"></div>
       <div class="field"><label for="out-${m.id}">Output</label><input class="price" id="out-${m.id}" name="output" type="number" min="0" step="any" value="${m.outputPricePerMTok}" required></div>
       <button type="submit">Save</button></form></td></tr>`,
   )}</tbody>`,
@@ -231,7 +232,8 @@ export const adminRoutes: Route[] = [
     handle: (c) =>
       change(c, () => {
         const id = c.field("model");
-        if (!c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")))) throw new Error(`no model ${id}`);
+        const cached = c.field("cached_input").trim();
+        if (!c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")), cached === "" ? null : Number(cached))) throw new Error(`no model ${id}`);
         return `saved prices of ${id}`;
       }),
   },
