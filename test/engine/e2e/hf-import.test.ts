@@ -32,14 +32,14 @@ describe.skipIf(!hasStories)("stories260K imported from an HF checkpoint, served
     expect(ids).toEqual(expect.arrayContaining(["karpathy/stories260k-hf-fp32", "karpathy/stories260k-hf-q4"]));
     const r = await fx.client.chat.completions.create({ model: "karpathy/stories260k-hf-fp32", messages: [{ role: "user", content: "" }], temperature: 0, max_tokens: 256 });
     expect(r.choices[0]!.message.content).toBe(storiesReferenceText());
-    expect(r.usage).toEqual({ prompt_tokens: 1, completion_tokens: 256, total_tokens: 257 });
+    expect(r.usage).toEqual({ prompt_tokens: 1, completion_tokens: 256, total_tokens: 257, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 0 } });
   });
 
   test("q4: served on the same path, streamed and whole alike, the full budget", async () => {
     const req = { model: "karpathy/stories260k-hf-q4", messages: [{ role: "user" as const, content: "Once upon a time" }], temperature: 0, max_tokens: 64 };
     const whole = await fx.client.chat.completions.create(req);
     const text = whole.choices[0]!.message.content!;
-    expect(whole.usage).toEqual({ prompt_tokens: 5, completion_tokens: 64, total_tokens: 69 });
+    expect(whole.usage).toEqual({ prompt_tokens: 5, completion_tokens: 64, total_tokens: 69, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 0 } });
     expect(text.length).toBeGreaterThan(100);
     const stream = await fx.client.chat.completions.create({ ...req, stream: true });
     let streamed = "";
