@@ -21,7 +21,8 @@ export function refuseShortBudget(matcher: GrammarMatcher, maxNew: number, reque
   }
   const what = request.responseFormat && request.responseFormat.type !== "text" ? "response_format" : "tool call";
   if (need >= UNREACHABLE_TOKENS) {
-    throw new EngineRequestError(`No sequence of this model's tokens completes the ${what} the request asks for.`, "response_format", "unsupported_schema");
+    const param = what === "response_format" ? "response_format.json_schema.schema" : "tools";
+    throw new EngineRequestError(`No sequence of this model's tokens completes the ${what} the request asks for.`, param, "unsupported_schema");
   }
   const fromMaxTokens = request.maxTokens !== undefined && request.maxTokens <= maxNew;
   const limit = fromMaxTokens
