@@ -7,13 +7,16 @@ import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } fro
 import type { Engine } from "./engine/types.ts";
 import type { Logger } from "./log.ts";
 import { createWorkspace } from "./workspace/index.ts";
-import { openSqliteStore, type DiscoveredModel, type Store } from "./store/index.ts";
+import { openStore, type DiscoveredModel, type Store } from "./store/index.ts";
+import { randomBase62 } from "./store/keys.ts";
 import { VERSION } from "./version.ts";
 
 export interface ServeOptions {
   host: string;
   port: number;
   dataDir: string;
+  /** postgres://… : the store several nodes share (else the SQLite file in dataDir). */
+  database?: string;
   modelsDir: string;
   publicUrl?: string;
   maxBodyBytes?: number;
@@ -45,17 +48,34 @@ export interface RunningServer {
 
 export const DEFAULT_ACCOUNT = "local";
 
-function ensureLocalAccount(store: Store): string | null {
-  if (store.accounts.get(DEFAULT_ACCOUNT)) return null;
-  const account = store.accounts.create(DEFAULT_ACCOUNT);
-  store.billing.setPlan(account.id, "unlimited");
-  return store.keys.create(account.id, "created at first start").key;
+async function ensureLocalAccount(store: Store): Promise<string | null> {
+  if (await store.accounts.get(DEFAULT_ACCOUNT)) return null;
+  let account;
+  try {
+    account = await store.accounts.create(DEFAULT_ACCOUNT);
+  } catch (e) {
+    // Another node sharing the database made it first: it printed the key.
+    if (await store.accounts.get(DEFAULT_ACCOUNT)) return null;
+    throw e;
+  }
+  await store.billing.setPlan(account.id, "unlimited");
+  return (await store.keys.create(account.id, "created at first start")).key;
 }
 
 export async function startServer(opts: ServeOptions): Promise<RunningServer> {
   const { log, engine } = opts;
-  const store = openSqliteStore(join(opts.dataDir, "sluice.db"));
-  const firstKey = ensureLocalAccount(store);
+  const store = await openStore({ database: opts.database, dataDir: opts.dataDir }, {
+    watch: true,
+    onSignalError: (e) => log.warn("database unreachable: caches are bypassed until it answers", { error: (e as Error).message }),
+  });
+  // Names this process in the requests it runs (and, with a shared database, in the node list).
+  const nodeId = `node_${randomBase62(12)}`;
+  const firstKey = await ensureLocalAccount(store);
+  if (store.kind === "sqlite") {
+    // One server per file: whatever is still in flight was left by a process that died.
+    const interrupted = await store.inflight.sweep([nodeId]);
+    if (interrupted > 0) log.warn("requests left in flight by an earlier process recorded as interrupted", { count: interrupted });
+  }
   let ready = false;
 
   const scan = async (): Promise<DiscoveredModelDir[]> => {
@@ -93,9 +113,9 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
         loadError,
       };
     });
-    const change = store.catalog.sync(entries);
+    const change = await store.catalog.sync(entries);
     log.info("catalog synchronised", {
-      served: store.catalog.listServed().map((m) => m.id),
+      served: (await store.catalog.listServed()).map((m) => m.id),
       added: change.added,
       missing: change.missing,
     });
@@ -113,6 +133,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     limits: opts.limits,
     ready: () => ready,
     version: VERSION,
+    nodeId,
   });
   const ownPort = opts.workspacePort !== undefined;
   let apiUrl = () => "";
@@ -171,7 +192,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
       await api.stop(true);
       await wsServer?.stop(true);
       await engine.close();
-      store.close();
+      await store.close();
     },
   };
 }

@@ -76,7 +76,7 @@ export const serveCommand: Command = {
       log,
       engine,
     });
-    const served = server.store.catalog.listServed().map((m) => m.id);
+    const served = (await server.store.catalog.listServed()).map((m) => m.id);
     const lines = [
       "",
       `Sluice is serving ${served.length ? served.join(", ") : "no models"} at ${server.url}/v1`,

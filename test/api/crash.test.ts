@@ -41,7 +41,7 @@ test("kill -9 under load loses no usage row of a completed response", async () =
     await Promise.all(workers);
     expect(completed.length).toBeGreaterThan(5);
     const store = openSqliteStore(join(data.path, "sluice.db"));
-    const rows = new Set(store.usage.list(store.accounts.get("local")!.id, { limit: 100000 }).map((r) => r.requestId));
+    const rows = new Set((await store.usage.list((await store.accounts.get("local"))!.id, { limit: 100000 })).map((r) => r.requestId));
     store.close();
     const missing = completed.filter((id) => !rows.has(id));
     expect(missing).toEqual([]);

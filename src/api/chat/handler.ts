@@ -2,12 +2,12 @@
 // and record usage however the request ends.
 import { EngineBusyError, EngineRequestError, type Engine, type Generation } from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
-import type { ApiKeyInfo, Store } from "../../store/index.ts";
+import type { ApiKeyInfo, InflightRequest, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
 import { readJsonBody } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
 import type { Lifecycle } from "../lifecycle.ts";
-import { estimateRequestTokens } from "../limits/estimate.ts";
+import { estimatePromptTokens, estimateRequestTokens } from "../limits/estimate.ts";
 import type { RateGuard } from "../limits/guard.ts";
 import { applyRequestLimits, DEFAULT_REQUEST_LIMITS, type RequestLimits } from "../limits/request-limits.ts";
 import type { RequestScope } from "../limits/scope.ts";
@@ -31,13 +31,18 @@ export interface ChatDeps {
   guard?: RateGuard;
   limits?: RequestLimits;
   metrics?: HttpMetrics;
+  /** This node's id: its requests in flight are registered under it. */
+  nodeId: string;
 }
 
 const encoder = new TextEncoder();
 const sse = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n`);
 
+const noCredit = () =>
+  new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
+
 export async function handleChat(deps: ChatDeps, request: Request, requestId: string, scope?: RequestScope): Promise<Response> {
-  const key = authenticate(deps.store, request);
+  const key = await authenticate(deps.store, request);
   if (scope) scope.accountId = key.accountId;
   const limits = deps.limits ?? DEFAULT_REQUEST_LIMITS;
   const body = await readJsonBody(request, deps.maxBodyBytes);
@@ -47,14 +52,11 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   const problem = findProblem(ChatCompletionRequest, body);
   if (problem) throw badRequest(problem.message, problem.param, "invalid_value");
   const req = body as ChatCompletionRequest;
-  const model = deps.store.catalog.getForAccount(key.accountId, req.model);
+  const model = await deps.store.catalog.getForAccount(key.accountId, req.model);
   if (!model) throw modelNotFound(req.model);
   const plan = applyRequestLimits(planChat(req, model), limits);
   // Prompt text reaches the log only when the operator asked for it (serve --log-prompts).
   if (deps.log.logPrompts) deps.log.debug("chat prompt", { request_id: requestId, model: model.id, messages: plan.messages });
-  if (!deps.store.billing.hasCredit(key.accountId)) {
-    throw new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
-  }
   // Remote images are fetched (inline ones checked) before any engine work; a bad one is a 400 naming its part.
   try {
     plan.messages = await resolveImageParts(plan.messages, imagePolicy());
@@ -62,8 +64,28 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     if (e instanceof ImageInputError) throw badRequest(e.message, e.param, "invalid_image");
     throw e;
   }
+  const estimate = estimateRequestTokens(plan, model.contextLength);
+  const promptEstimate = estimatePromptTokens(plan.messages, plan.tools);
+  // Registered in flight with its worst-case price reserved (refused when the credit, less what
+  // other requests in flight hold, is used up): recorded once however it ends, even if this node dies.
+  const inflight = await deps.store.inflight.admit({
+    requestId,
+    accountId: key.accountId,
+    keyId: key.id,
+    modelId: model.id,
+    nodeId: deps.nodeId,
+    promptTokens: promptEstimate,
+    completionTokens: estimate - promptEstimate,
+  });
+  if (!inflight) throw noCredit();
   // Counted with the prompt estimate plus max_tokens now, settled with the real tokens at the end.
-  const ticket = deps.guard?.admit(key, estimateRequestTokens(plan, model.contextLength), true, scope);
+  let ticket;
+  try {
+    ticket = await deps.guard?.admit(key, estimate, true, scope);
+  } catch (e) {
+    await deps.store.inflight.discard(inflight.id);
+    throw e;
+  }
 
   const started = performance.now();
   const abort = new AbortController();
@@ -75,6 +97,7 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   } catch (e) {
     deps.lifecycle.untrack(abort);
     ticket?.finish(0);
+    await deps.store.inflight.discard(inflight.id).catch((err) => deps.log.error("could not end a request in flight", { request_id: requestId, error: (err as Error).message }));
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
     if (e instanceof EngineBusyError) {
       throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
@@ -96,33 +119,35 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     onFirstToken: () => deps.metrics?.firstToken(model.id, (performance.now() - started) / 1000),
   });
   generation = { ...generation, events: watched.events };
-  let recorded = false;
-  const record = (status: string) => {
+  let recorded: Promise<void> | null = null;
+  /** Records the request's usage (and charge); resolves once it is committed. */
+  const record = (status: string): Promise<void> => {
     // Exactly once per request: a client abort can reach both the stream's cancel and a pending pull.
-    if (recorded) return;
-    recorded = true;
+    if (recorded) return recorded;
     watched.clear();
     // A generation ended by the wall-time limit is recorded as such (its finish_reason is "length").
     const final = watched.timedOut() && status !== "error" ? "time_limit" : status;
-    recordUsage(deps, key, plan, requestId, model.id, generation.promptTokens, acc, started, final);
     ticket?.finish(generation.promptTokens + acc.completionTokens());
     deps.metrics?.generation(model.id, final, generation.promptTokens, acc.completionTokens());
-    deps.lifecycle.untrack(abort);
+    recorded = recordUsage(deps, key, inflight, plan, requestId, model.id, generation.promptTokens, acc, started, final).finally(() =>
+      deps.lifecycle.untrack(abort),
+    );
+    return recorded;
   };
 
   if (!plan.stream) {
     try {
       for await (const e of generation.events) acc.add(e);
     } catch (e) {
-      record("error");
+      await record("error");
       throw e;
     }
     if (request.signal.aborted) {
-      record("cancelled");
+      await record("cancelled");
       return new Response(null, { status: 499 });
     }
     // Aborted by a shutdown rather than the client: the client still gets what was made.
-    record(abort.signal.aborted ? "interrupted" : "ok");
+    await record(abort.signal.aborted ? "interrupted" : "ok");
     return Response.json(acc.toCompletion(meta, generation.promptTokens));
   }
   return streamResponse(deps, generation, plan, meta, acc, abort, request.signal, record, limits.streamIdleMs);
@@ -136,7 +161,7 @@ function streamResponse(
   acc: ChoiceAccumulator,
   abort: AbortController,
   clientSignal: AbortSignal,
-  record: (status: string) => void,
+  record: (status: string) => Promise<void>,
   idleMs: number,
 ): Response {
   const head = {
@@ -159,7 +184,7 @@ function streamResponse(
       try {
         for (let next = await iterator!.next(); !next.done; next = await iterator!.next()) acc.add(next.value);
       } catch {}
-      record(status);
+      await record(status);
     })();
   };
   let idle: IdleWatch | null = null;
@@ -193,7 +218,7 @@ function streamResponse(
         if (next.done) {
           if (clientSignal.aborted) {
             finished = true;
-            record("cancelled");
+            await record("cancelled");
             controller.close();
             return;
           }
@@ -204,7 +229,7 @@ function streamResponse(
           }
           // Committed before the last bytes leave, so a crash after [DONE] loses no usage row.
           finished = true;
-          record(abort.signal.aborted ? "interrupted" : "ok");
+          await record(abort.signal.aborted ? "interrupted" : "ok");
           controller.enqueue(encoder.encode("data: [DONE]\n\n"));
           controller.close();
           return;
@@ -220,7 +245,7 @@ function streamResponse(
           return;
         }
         finished = true;
-        record("error");
+        await record("error");
         deps.log.error("generation failed mid-stream", { error: (e as Error).message });
         // Headers are gone: the error travels as a final SSE event in OpenAI's error shape.
         controller.enqueue(
@@ -244,9 +269,10 @@ function streamResponse(
   });
 }
 
-function recordUsage(
+async function recordUsage(
   deps: ChatDeps,
   key: ApiKeyInfo,
+  inflight: InflightRequest,
   plan: ChatPlan,
   requestId: string,
   modelId: string,
@@ -254,11 +280,13 @@ function recordUsage(
   acc: ChoiceAccumulator,
   started: number,
   status: string,
-) {
+): Promise<void> {
   try {
-    // Usage and its charge land together or not at all.
-    deps.store.atomically(() => {
-      deps.store.usage.record({
+    // Usage and its charge land together with the end of the request's reservation, or not at all.
+    // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
+    const written = await deps.store.inflight.finish(
+      inflight.id,
+      {
         requestId,
         accountId: key.accountId,
         keyId: key.id,
@@ -270,12 +298,10 @@ function recordUsage(
         finishReason: acc.finishReason(),
         user: plan.user,
         metadata: plan.metadata,
-      });
-      // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
-      if (status !== "error") {
-        deps.store.billing.charge({ accountId: key.accountId, requestId, modelId, promptTokens, completionTokens: acc.completionTokens() });
-      }
-    });
+      },
+      status !== "error",
+    );
+    if (!written) deps.log.warn("usage not recorded: the request was already recorded as interrupted", { request_id: requestId });
   } catch (e) {
     deps.log.error("could not record usage", { request_id: requestId, error: (e as Error).message });
   }

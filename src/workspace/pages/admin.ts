@@ -6,23 +6,35 @@ import { redirect } from "../http.ts";
 import { BASE, csrfField, htmlResponse, page } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
 
-function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Response {
-  const accounts = c.store.accounts.list();
-  const users = c.store.users.list();
-  const catalog = c.store.catalog.list();
-  const selected = c.store.accounts.get(c.url.searchParams.get("account") ?? "") ?? accounts[0] ?? null;
+/** What the accounts table shows of each account, read before the page is rendered. */
+async function accountRows(c: SignedCtx, accounts: Account[]) {
+  const rows = [];
+  for (const a of accounts) {
+    const plan = await c.store.billing.plan(a.id);
+    rows.push({ account: a, plan, balance: plan === "unlimited" ? null : await c.store.billing.balanceUsd(a.id), keys: await c.store.keys.count(a.id) });
+  }
+  return rows;
+}
+
+async function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Promise<Response> {
+  const accounts = await c.store.accounts.list();
+  const users = await c.store.users.list();
+  const catalog = await c.store.catalog.list();
+  const served = new Set((await c.store.catalog.listServed()).map((m) => m.id));
+  const selected = (await c.store.accounts.get(c.url.searchParams.get("account") ?? "")) ?? accounts[0] ?? null;
+  const rows = await accountRows(c, accounts);
   const csrf = csrfField(c.session.csrfToken);
   const accountOptions = (current?: string): Html => html`${accounts.map((a) => html`<option${a.name === current ? html` selected` : ""}>${a.name}</option>`)}`;
-  const allowed = selected ? new Set(c.store.catalog.listForAccount(selected.id).map((m) => m.id)) : new Set<string>();
+  const allowed = selected ? new Set((await c.store.catalog.listForAccount(selected.id)).map((m) => m.id)) : new Set<string>();
+  const limits = selected ? await rateLimitPanel(c, selected.id, selected.name, csrf) : "";
   const body = html`<h1>Admin</h1>
 <p class="lead">Operator tools. Changes apply to the next API request.</p>
 ${notice.ok ? html`<div class="notice ok" role="status">${notice.ok}</div>` : ""}
 ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</div>` : ""}
 <section class="panel"><h2>Accounts</h2><div class="table-wrap"><table>
   <thead><tr><th scope="col">Account</th><th scope="col">Plan</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Keys</th><th scope="col" class="num">Users</th><th scope="col">Model access</th><th scope="col">Created</th></tr></thead>
-  <tbody>${accounts.map((a) => {
-    const plan = c.store.billing.plan(a.id);
-    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${plan === "unlimited" ? "∞" : usd(c.store.billing.balanceUsd(a.id))}</td><td class="num">${c.store.keys.count(a.id)}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td>${dateTime(a.createdAt)}</td></tr>`;
+  <tbody>${rows.map(({ account: a, plan, balance, keys }) => {
+    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${balance === null ? "∞" : usd(balance)}</td><td class="num">${keys}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td>${dateTime(a.createdAt)}</td></tr>`;
   })}</tbody></table></div></section>
 <div class="grid2">
   <section class="panel"><h2>Create an account</h2>
@@ -57,13 +69,13 @@ ${selected
   <form method="post" action="${BASE}/admin/access">${csrf}<input type="hidden" name="account" value="${selected.name}">
   <div class="table-wrap"><table><thead><tr><th scope="col">Allowed</th><th scope="col">Model</th><th scope="col">Status</th></tr></thead>
   <tbody>${catalog.map((m) => {
-    const served = m.status === "active" && m.present && !m.loadError;
-    return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${served ? "" : html` disabled`}></td><td><label for="acc-${m.id}"><code>${m.id}</code></label></td><td>${served ? "served" : m.loadError ? "failed to load" : m.present ? "disabled" : "missing"}</td></tr>`;
+    const isServed = served.has(m.id);
+    return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${isServed ? "" : html` disabled`}></td><td><label for="acc-${m.id}"><code>${m.id}</code></label></td><td>${isServed ? "served" : m.loadError ? "failed to load" : m.status === "inactive" ? "disabled" : "missing"}</td></tr>`;
   })}</tbody></table></div>
   <p><input type="checkbox" name="all" value="on" id="acc-all"${selected.modelAccess === "all" ? html` checked` : ""}> <label for="acc-all">Every served model, including models added later (ignores the list above)</label></p>
   <p><button type="submit">Save access</button></p></form></section>`
     : ""}
-${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
+${limits}
 <section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens.</p><div class="table-wrap"><table>
   <thead><tr><th scope="col">Model</th><th scope="col">Input / output</th></tr></thead>
   <tbody>${catalog.map(
@@ -76,10 +88,10 @@ ${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
 }
 
 /** Rate limits of one account: blank means no limit. */
-function rateLimitPanel(c: SignedCtx, accountId: number, name: string, csrf: Html): Html {
-  const l = c.store.limits.get(accountId);
+async function rateLimitPanel(c: SignedCtx, accountId: number, name: string, csrf: Html): Promise<Html> {
+  const l = await c.store.limits.get(accountId);
   const value = (v: number | null | undefined) => (v == null ? "" : String(v));
-  const keyLimits = c.store.limits.list(accountId).filter((e) => e.keyId !== null);
+  const keyLimits = (await c.store.limits.list(accountId)).filter((e) => e.keyId !== null);
   return html`<section class="panel" id="limits"><h2>Rate limits for ${name}</h2>
   <p class="muted">Blank: no limit. Tokens are counted as the prompt estimate plus max_tokens when a request starts and settled with the real count when it ends.</p>
   <form class="inline" method="post" action="${BASE}/admin/limits">${csrf}<input type="hidden" name="account" value="${name}">
@@ -112,15 +124,15 @@ async function change(c: SignedCtx, fn: () => string | Promise<string>, back = `
   }
 }
 
-function account(c: SignedCtx) {
-  const a = c.store.accounts.get(c.field("account"));
+async function account(c: SignedCtx) {
+  const a = await c.store.accounts.get(c.field("account"));
   if (!a) throw new Error(`no account named ${c.field("account")}`);
   return a;
 }
 
 /** A change to the account named in the form, coming back to that account's section. */
-function accountChange(c: SignedCtx, fn: (a: Account) => string): Promise<Response> {
-  return change(c, () => fn(account(c)), `${BASE}/admin?account=${encodeURIComponent(c.field("account"))}`);
+function accountChange(c: SignedCtx, fn: (a: Account) => Promise<string>): Promise<Response> {
+  return change(c, async () => fn(await account(c)), `${BASE}/admin?account=${encodeURIComponent(c.field("account"))}`);
 }
 
 const PLANS: Plan[] = ["prepaid", "unlimited"];
@@ -137,11 +149,11 @@ export const adminRoutes: Route[] = [
     path: "/admin/accounts",
     access: "operator",
     handle: (c) =>
-      change(c, () => {
+      change(c, async () => {
         const plan = c.field("plan") as Plan;
         if (!PLANS.includes(plan)) throw new Error("choose a plan");
-        const a = c.store.accounts.create(c.field("name"));
-        c.store.billing.setPlan(a.id, plan);
+        const a = await c.store.accounts.create(c.field("name"));
+        await c.store.billing.setPlan(a.id, plan);
         return `created account ${a.name} (${plan})`;
       }),
   },
@@ -152,7 +164,7 @@ export const adminRoutes: Route[] = [
     handle: (c) =>
       change(c, async () => {
         const role = c.field("role") as UserRole;
-        const u = await c.store.users.create({ accountId: account(c).id, email: c.field("email"), password: c.fields("password")[0] ?? "", role });
+        const u = await c.store.users.create({ accountId: (await account(c)).id, email: c.field("email"), password: c.fields("password")[0] ?? "", role });
         return `created user ${u.email} in ${u.accountName}`;
       }),
   },
@@ -161,10 +173,10 @@ export const adminRoutes: Route[] = [
     path: "/admin/topup",
     access: "operator",
     handle: (c) =>
-      change(c, () => {
-        const a = account(c);
+      change(c, async () => {
+        const a = await account(c);
         const amount = Number(c.field("usd"));
-        c.store.billing.topUp(a.id, amount, c.field("note") || `top-up by ${c.user.email}`);
+        await c.store.billing.topUp(a.id, amount, c.field("note") || `top-up by ${c.user.email}`);
         return `added ${usd(amount)} to ${a.name}`;
       }),
   },
@@ -173,9 +185,9 @@ export const adminRoutes: Route[] = [
     path: "/admin/plan",
     access: "operator",
     handle: (c) =>
-      change(c, () => {
-        const a = account(c);
-        c.store.billing.setPlan(a.id, c.field("plan") as Plan);
+      change(c, async () => {
+        const a = await account(c);
+        await c.store.billing.setPlan(a.id, c.field("plan") as Plan);
         return `${a.name} is now on the ${c.field("plan")} plan`;
       }),
   },
@@ -184,16 +196,16 @@ export const adminRoutes: Route[] = [
     path: "/admin/access",
     access: "operator",
     handle: (c) =>
-      accountChange(c, (a) => {
+      accountChange(c, async (a) => {
         if (c.field("all") === "on") {
-          c.store.catalog.allowAll(a.id);
+          await c.store.catalog.allowAll(a.id);
           return `${a.name} may use every served model`;
         }
         const want = new Set(c.fields("model"));
-        const have = new Set(c.store.catalog.listForAccount(a.id).map((m) => m.id));
-        for (const m of c.store.catalog.listServed()) {
-          if (want.has(m.id) && !have.has(m.id)) c.store.catalog.grant(a.id, m.id);
-          if (!want.has(m.id) && have.has(m.id)) c.store.catalog.revoke(a.id, m.id);
+        const have = new Set((await c.store.catalog.listForAccount(a.id)).map((m) => m.id));
+        for (const m of await c.store.catalog.listServed()) {
+          if (want.has(m.id) && !have.has(m.id)) await c.store.catalog.grant(a.id, m.id);
+          if (!want.has(m.id) && have.has(m.id)) await c.store.catalog.revoke(a.id, m.id);
         }
         return `saved model access for ${a.name}`;
       }),
@@ -203,8 +215,8 @@ export const adminRoutes: Route[] = [
     path: "/admin/limits",
     access: "operator",
     handle: (c) =>
-      accountChange(c, (a) => {
-        c.store.limits.set(a.id, null, {
+      accountChange(c, async (a) => {
+        await c.store.limits.set(a.id, null, {
           requestsPerMinute: limitField(c, "rpm", "Requests per minute"),
           tokensPerMinute: limitField(c, "tpm", "Tokens per minute"),
           maxConcurrent: limitField(c, "concurrent", "Concurrent requests"),
@@ -217,9 +229,9 @@ export const adminRoutes: Route[] = [
     path: "/admin/prices",
     access: "operator",
     handle: (c) =>
-      change(c, () => {
+      change(c, async () => {
         const id = c.field("model");
-        if (!c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")))) throw new Error(`no model ${id}`);
+        if (!(await c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output"))))) throw new Error(`no model ${id}`);
         return `saved prices of ${id}`;
       }),
   },
