@@ -1,6 +1,9 @@
 // The composition root: store + engine + api, with catalog synchronisation at start and on SIGHUP.
-import { join, resolve } from "node:path";
+import { hostname } from "node:os";
+import { resolve } from "node:path";
 import { createApi, DEFAULT_MAX_BODY_BYTES } from "./api/app.ts";
+import { RateGuard, storeCounter } from "./api/limits/guard.ts";
+import { createCluster, type Cluster } from "./cluster/index.ts";
 import { Lifecycle } from "./api/lifecycle.ts";
 import type { RequestLimits } from "./api/limits/request-limits.ts";
 import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
@@ -17,6 +20,14 @@ export interface ServeOptions {
   dataDir: string;
   /** postgres://… : the store several nodes share (else the SQLite file in dataDir). */
   database?: string;
+  /** With a shared database: how this node is reached, the secret of the hop between nodes, the heartbeat. */
+  cluster?: {
+    /** Default: the address this node listens on. */
+    nodeUrl?: string;
+    secret: string;
+    heartbeatMs?: number;
+    timeoutMs?: number;
+  };
   modelsDir: string;
   publicUrl?: string;
   maxBodyBytes?: number;
@@ -39,6 +50,9 @@ export interface RunningServer {
   store: Store;
   /** The key created on the very first start, once; null on later starts. */
   firstKey: string | null;
+  /** This node's id (in the node list of a shared database). */
+  nodeId: string;
+  cluster: Cluster | null;
   /** Where the account workspace is served, e.g. http://127.0.0.1:8080/workspace/ */
   workspaceUrl: string;
   syncCatalog(): Promise<void>;
@@ -64,6 +78,7 @@ async function ensureLocalAccount(store: Store): Promise<string | null> {
 
 export async function startServer(opts: ServeOptions): Promise<RunningServer> {
   const { log, engine } = opts;
+  if (opts.database && !opts.cluster?.secret) throw new Error("a shared database needs a cluster secret (--cluster-secret) to authenticate the hop between nodes");
   const store = await openStore({ database: opts.database, dataDir: opts.dataDir }, {
     watch: true,
     onSignalError: (e) => log.warn("database unreachable: caches are bypassed until it answers", { error: (e as Error).message }),
@@ -123,6 +138,24 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
 
   await syncCatalog();
   const lifecycle = new Lifecycle();
+  let cluster: Cluster | null = null;
+  let listeningUrl = "";
+  if (store.kind === "postgres") {
+    cluster = createCluster({
+      store,
+      engine,
+      log: log.child({ room: "cluster" }),
+      nodeId,
+      // Read when the first heartbeat is sent, after listen: by default the address bound.
+      get nodeUrl() {
+        return opts.cluster?.nodeUrl ?? listeningUrl;
+      },
+      secret: opts.cluster!.secret,
+      version: VERSION,
+      heartbeatMs: opts.cluster?.heartbeatMs ?? 1000,
+      timeoutMs: opts.cluster?.timeoutMs ?? 5000,
+    });
+  }
   const api = createApi({
     lifecycle,
     store,
@@ -134,6 +167,9 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     ready: () => ready,
     version: VERSION,
     nodeId,
+    forwarding: cluster?.forwarding,
+    // Several nodes count rate limits in the database, so a limit holds across them.
+    guard: cluster ? new RateGuard(store, storeCounter(store.rates, nodeId, (e) => log.warn("rate-limit settlement failed", { error: (e as Error).message }))) : undefined,
   });
   const ownPort = opts.workspacePort !== undefined;
   let apiUrl = () => "";
@@ -155,8 +191,15 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     idleTimeout: 255,
   });
   const server = api.server!;
-  ready = true;
   const url = `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${server.port}`;
+  // Other nodes cannot dial a wildcard address: they are given this machine's name instead.
+  listeningUrl = /^(0\.0\.0\.0|::|\[::\])$/.test(opts.host) ? `http://${hostname()}:${server.port}` : url;
+  if (cluster) {
+    // Registered before it reports ready: its models are listed on every node from now on.
+    await cluster.start();
+    log.info("joined the cluster", { node: nodeId, node_url: opts.cluster?.nodeUrl ?? listeningUrl, nodes: cluster.membership.nodes().length });
+  }
+  ready = true;
   log.info("listening", { url, version: VERSION });
   apiUrl = () => url;
   const wsServer = ownPort
@@ -173,7 +216,9 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
 
   const onHup = () => {
     log.info("SIGHUP: synchronising the catalog");
-    syncCatalog().catch((e) => log.error("catalog synchronisation failed", { error: (e as Error).message }));
+    syncCatalog()
+      .then(() => cluster?.membership.beat())
+      .catch((e) => log.error("catalog synchronisation failed", { error: (e as Error).message }));
   };
   process.on("SIGHUP", onHup);
 
@@ -182,11 +227,18 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     port: server.port!,
     store,
     firstKey,
+    nodeId,
+    cluster,
     workspaceUrl,
-    syncCatalog,
+    async syncCatalog() {
+      await syncCatalog();
+      await cluster?.membership.beat();
+    },
     async stop(deadlineMs = 10_000) {
       ready = false;
       process.off("SIGHUP", onHup);
+      // Out of the node list first: the other nodes stop forwarding here.
+      await cluster?.stop();
       const { aborted } = await lifecycle.drain(deadlineMs);
       if (aborted > 0) log.warn("shutdown deadline reached: ended generations still running", { aborted });
       await api.stop(true);

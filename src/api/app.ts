@@ -15,6 +15,7 @@ import { Lifecycle } from "./lifecycle.ts";
 import { allowedMethods, isUnsupportedRoute, SUPPORTED_SUMMARY } from "./routes.ts";
 import type { ModelObject } from "./schemas.ts";
 import { then, type Maybe } from "./maybe.ts";
+import type { ChatForwarding } from "./chat/forwarding.ts";
 
 export interface ApiOptions {
   store: Store;
@@ -34,6 +35,8 @@ export interface ApiOptions {
   guard?: RateGuard;
   /** This process's node id: the requests it runs are registered in flight under it. */
   nodeId?: string;
+  /** Several nodes on one database: forwarding of requests for models served elsewhere. */
+  forwarding?: ChatForwarding;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024;
@@ -73,7 +76,7 @@ export function createApi(opts: ApiOptions) {
   const lifecycle = opts.lifecycle ?? new Lifecycle();
   const metrics = opts.metrics ?? new HttpMetrics();
   const guard = opts.guard ?? new RateGuard(store);
-  const nodeId = opts.nodeId ?? "local";
+  const nodeId = opts.forwarding?.nodeId ?? opts.nodeId ?? "local";
 
   /** One access log line and the request metrics per answer: never keys, prompts or query strings. */
   const observe = (request: Request, scope: RequestScope | undefined, status: number, errorCode?: string | null) => {
@@ -295,7 +298,7 @@ export function createApi(opts: ApiOptions) {
       return modelObject(m);
     })
     .post("/v1/chat/completions", ({ request, requestId, scope }) =>
-      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle, guard, limits, metrics, nodeId }, request, requestId, scope),
+      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle, guard, limits, metrics, nodeId, forwarding: opts.forwarding }, request, requestId, scope),
       { parse: "none" },
     );
 }

@@ -4,7 +4,7 @@ import { buildDemoModel } from "../modelkit/index.ts";
 import { configureNative } from "../packaging/native.ts";
 import { configureImagePolicy } from "../vision/policy.ts";
 import { DEFAULT_ACCOUNT, startServer } from "../server.ts";
-import { DATA_OPTION } from "./commands.ts";
+import { DATA_OPTION, DATABASE_OPTION, databaseOf } from "./commands.ts";
 import { UsageError, type Command } from "./framework.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 
@@ -19,6 +19,11 @@ export const serveCommand: Command = {
     { name: "host", type: "string", help: "Interface to listen on", default: "127.0.0.1" },
     { name: "port", type: "string", help: "TCP port (0: any free port)", default: "8080" },
     DATA_OPTION,
+    DATABASE_OPTION,
+    { name: "node-url", type: "string", help: "With --database: the URL other nodes reach this one at, e.g. http://10.0.0.5:8080 (default: the address it listens on)", env: "SLUICE_NODE_URL" },
+    { name: "cluster-secret", type: "string", help: "With --database (required): a secret shared by every node (16 characters or more) that authenticates requests forwarded between them", env: "SLUICE_CLUSTER_SECRET" },
+    { name: "heartbeat-seconds", type: "string", help: "With --database: how often this node renews its registration and reads the others'", default: "1" },
+    { name: "node-timeout-seconds", type: "string", help: "With --database: a node whose heartbeat is older than this is dead; its models leave the lists", default: "5" },
     { name: "models", type: "string", help: "Models directory", default: "./models" },
     { name: "public-url", type: "string", help: "Public base URL announced by /v1/integrations (without /v1)" },
     { name: "workspace-port", type: "string", help: "Serve the account workspace on this port instead of under /workspace/ of --port (0: any free port)" },
@@ -48,6 +53,20 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
+    const database = databaseOf(args);
+    const secret = str(args.values["cluster-secret"]);
+    if (database && !secret) throw new UsageError("--cluster-secret (or SLUICE_CLUSTER_SECRET) is required with --database: it authenticates requests forwarded between nodes");
+    if (secret && secret.length < 16) throw new UsageError("--cluster-secret must have at least 16 characters");
+    const nodeUrl = str(args.values["node-url"]);
+    if (nodeUrl && !/^https?:\/\/[^/\s]+\/?$/.test(nodeUrl)) throw new UsageError("--node-url must be http(s)://host:port, without a path");
+    const seconds = (name: string, min: number) => {
+      const v = Number(args.values[name]);
+      if (!Number.isFinite(v) || v < min) throw new UsageError(`--${name} must be a number ≥ ${min}`);
+      return Math.round(v * 1000);
+    };
+    const heartbeatMs = seconds("heartbeat-seconds", 0.1);
+    const timeoutMs = seconds("node-timeout-seconds", 0.5);
+    if (timeoutMs <= heartbeatMs) throw new UsageError("--node-timeout-seconds must be longer than --heartbeat-seconds");
     configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
@@ -66,6 +85,8 @@ export const serveCommand: Command = {
       host: String(args.values.host),
       port,
       dataDir: String(args.values.data),
+      database,
+      cluster: database ? { secret: secret!, nodeUrl: nodeUrl?.replace(/\/+$/, ""), heartbeatMs, timeoutMs } : undefined,
       modelsDir: String(args.values.models),
       publicUrl: typeof args.values["public-url"] === "string" ? args.values["public-url"] : undefined,
       demoModel: args.values["no-demo"] !== true,
@@ -77,11 +98,15 @@ export const serveCommand: Command = {
       engine,
     });
     const served = (await server.store.catalog.listServed()).map((m) => m.id);
+    // Admin commands printed here reach the same store: the file, or the shared database by its
+    // variable (its URL may hold a password, which is never printed).
+    const where = database ? ` --database "$SLUICE_DATABASE_URL"` : ` --data ${args.values.data}`;
     const lines = [
       "",
       `Sluice is serving ${served.length ? served.join(", ") : "no models"} at ${server.url}/v1`,
-      `Account workspace: ${server.workspaceUrl} (create a user with: sluice users create EMAIL --account ${DEFAULT_ACCOUNT} --operator --password-stdin)`,
+      `Account workspace: ${server.workspaceUrl} (create a user with: sluice users create EMAIL --account ${DEFAULT_ACCOUNT} --operator --password-stdin${where})`,
     ];
+    if (server.cluster) lines.push(`Node ${server.nodeId} of ${server.cluster.membership.nodes().length} live on ${server.store.location}`);
     if (server.firstKey) {
       lines.push(
         `First start: created account '${DEFAULT_ACCOUNT}' and this API key (shown once, keep it):`,
@@ -91,7 +116,7 @@ export const serveCommand: Command = {
         `Try: curl ${server.url}/v1/models -H "Authorization: Bearer ${server.firstKey}"`,
       );
     } else {
-      lines.push(`Create an API key with: sluice keys create --account ${DEFAULT_ACCOUNT} --data ${args.values.data}`);
+      lines.push(`Create an API key with: sluice keys create --account ${DEFAULT_ACCOUNT}${where}`);
     }
     console.log(lines.join("\n") + "\n");
     let stopping = false;

@@ -2,9 +2,9 @@
 // and record usage however the request ends.
 import { EngineBusyError, EngineRequestError, type Engine, type Generation } from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
-import type { ApiKeyInfo, InflightRequest, Store } from "../../store/index.ts";
+import type { ApiKeyInfo, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
-import { readJsonBody } from "../body.ts";
+import { readJsonText } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
 import type { Lifecycle } from "../lifecycle.ts";
 import { estimatePromptTokens, estimateRequestTokens } from "../limits/estimate.ts";
@@ -20,6 +20,9 @@ import { imagePolicy } from "../../vision/policy.ts";
 import { resolveImageParts } from "../../vision/resolve.ts";
 import { planChat, type ChatPlan } from "./request.ts";
 import { ChoiceAccumulator, chunkChoice, usageOf, type CompletionMeta } from "./response.ts";
+import { HOP_HEADER, type ChatForwarding, type HopIdentity, type NodeTarget } from "./forwarding.ts";
+import { scopeIds } from "../limits/guard.ts";
+import type { Ticket } from "../limits/rate-limiter.ts";
 
 export interface ChatDeps {
   store: Store;
@@ -33,6 +36,8 @@ export interface ChatDeps {
   metrics?: HttpMetrics;
   /** This node's id: its requests in flight are registered under it. */
   nodeId: string;
+  /** Several nodes: requests for models served elsewhere are forwarded, and forwarded ones taken. */
+  forwarding?: ChatForwarding;
 }
 
 const encoder = new TextEncoder();
@@ -41,11 +46,64 @@ const sse = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n
 const noCredit = () =>
   new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
 
+/** A forwarded request's key, as the forwarding node authenticated it. */
+const hopKey = (hop: HopIdentity): ApiKeyInfo => ({
+  id: hop.keyId ?? "",
+  accountId: hop.accountId,
+  accountName: hop.accountName,
+  prefix: "",
+  label: null,
+  createdAt: 0,
+  lastUsedAt: null,
+  revokedAt: null,
+});
+
+const notServedHere = (model: string) =>
+  new ApiError(503, `The model '${model}' is not served by any live node right now; retry shortly.`, "service_unavailable", null, "model_unavailable", {
+    "retry-after": "1",
+  });
+
+// A forwarded request that did not end cleanly is recorded as interrupted, after the node that
+// ran it has had time to record it itself (whoever ends the registration first writes the row).
+const INTERRUPT_AFTER_MS = 5_000;
+
 export async function handleChat(deps: ChatDeps, request: Request, requestId: string, scope?: RequestScope): Promise<Response> {
-  const key = await authenticate(deps.store, request);
+  // A request from another node carries its identity in headers signed over the body: read the
+  // body first for it. A client's request is authenticated before its body is read.
+  const fromNode = deps.forwarding !== undefined && request.headers.has(HOP_HEADER);
+  let hop: HopIdentity | null = null;
+  let key: ApiKeyInfo;
+  let raw: { text: string; value: unknown };
+  if (fromNode) {
+    raw = await readJsonText(request, deps.maxBodyBytes);
+    hop = deps.forwarding!.hop(request, raw.text);
+    key = hopKey(hop!);
+    requestId = hop!.requestId;
+  } else {
+    key = await authenticate(deps.store, request);
+    raw = await readJsonText(request, deps.maxBodyBytes);
+  }
   if (scope) scope.accountId = key.accountId;
+  try {
+    return await admitAndRun(deps, request, requestId, scope, key, raw, hop);
+  } catch (e) {
+    // Refused before it ran: the forwarding node's registration of it ends here, unrecorded.
+    if (hop) await deps.store.inflight.discard(hop.inflightId).catch(() => {});
+    throw e;
+  }
+}
+
+async function admitAndRun(
+  deps: ChatDeps,
+  request: Request,
+  requestId: string,
+  scope: RequestScope | undefined,
+  key: ApiKeyInfo,
+  raw: { text: string; value: unknown },
+  hop: HopIdentity | null,
+): Promise<Response> {
   const limits = deps.limits ?? DEFAULT_REQUEST_LIMITS;
-  const body = await readJsonBody(request, deps.maxBodyBytes);
+  const body = raw.value;
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw badRequest("The request body must be a JSON object.", null, "invalid_body");
   }
@@ -55,6 +113,11 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   const model = await deps.store.catalog.getForAccount(key.accountId, req.model);
   if (!model) throw modelNotFound(req.model);
   const plan = applyRequestLimits(planChat(req, model), limits);
+  const where = deps.forwarding ? await deps.forwarding.target(model.id) : "local";
+  // A forwarded request is never forwarded again: the node that sent it is told to retry.
+  if (where === null || (hop && where !== "local")) throw notServedHere(model.id);
+  const estimate = estimateRequestTokens(plan, model.contextLength);
+  if (where !== "local") return forwardChat(deps, request, requestId, scope, key, model.id, plan, estimate, raw.text, where);
   // Prompt text reaches the log only when the operator asked for it (serve --log-prompts).
   if (deps.log.logPrompts) deps.log.debug("chat prompt", { request_id: requestId, model: model.id, messages: plan.messages });
   // Remote images are fetched (inline ones checked) before any engine work; a bad one is a 400 naming its part.
@@ -64,29 +127,21 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     if (e instanceof ImageInputError) throw badRequest(e.message, e.param, "invalid_image");
     throw e;
   }
-  const estimate = estimateRequestTokens(plan, model.contextLength);
-  const promptEstimate = estimatePromptTokens(plan.messages, plan.tools);
-  // Registered in flight with its worst-case price reserved (refused when the credit, less what
-  // other requests in flight hold, is used up): recorded once however it ends, even if this node dies.
-  const inflight = await deps.store.inflight.admit({
-    requestId,
-    accountId: key.accountId,
-    keyId: key.id,
-    modelId: model.id,
-    nodeId: deps.nodeId,
-    promptTokens: promptEstimate,
-    completionTokens: estimate - promptEstimate,
-  });
-  if (!inflight) throw noCredit();
-  // Counted with the prompt estimate plus max_tokens now, settled with the real tokens at the end.
-  let ticket;
-  try {
-    ticket = await deps.guard?.admit(key, estimate, true, scope);
-  } catch (e) {
-    await deps.store.inflight.discard(inflight.id);
-    throw e;
+  let inflight: { id: string };
+  let ticket: Ticket | undefined;
+  if (hop) {
+    // Admitted and counted by the forwarding node; what its estimate did not use is given back here.
+    inflight = { id: hop.inflightId };
+    ticket = settlingTicket(deps, hop);
+  } else {
+    inflight = await admitRequest(deps, key, requestId, model.id, plan, estimate, deps.nodeId);
+    try {
+      ticket = await deps.guard?.admit(key, estimate, true, scope);
+    } catch (e) {
+      await deps.store.inflight.discard(inflight.id);
+      throw e;
+    }
   }
-
   const started = performance.now();
   const abort = new AbortController();
   request.signal.addEventListener("abort", () => abort.abort(), { once: true });
@@ -129,7 +184,7 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     const final = watched.timedOut() && status !== "error" ? "time_limit" : status;
     ticket?.finish(generation.promptTokens + acc.completionTokens());
     deps.metrics?.generation(model.id, final, generation.promptTokens, acc.completionTokens());
-    recorded = recordUsage(deps, key, inflight, plan, requestId, model.id, generation.promptTokens, acc, started, final).finally(() =>
+    recorded = recordUsage(deps, key, inflight.id, plan, requestId, model.id, generation.promptTokens, acc, started, final).finally(() =>
       deps.lifecycle.untrack(abort),
     );
     return recorded;
@@ -272,7 +327,7 @@ function streamResponse(
 async function recordUsage(
   deps: ChatDeps,
   key: ApiKeyInfo,
-  inflight: InflightRequest,
+  inflightId: string,
   plan: ChatPlan,
   requestId: string,
   modelId: string,
@@ -285,11 +340,11 @@ async function recordUsage(
     // Usage and its charge land together with the end of the request's reservation, or not at all.
     // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
     const written = await deps.store.inflight.finish(
-      inflight.id,
+      inflightId,
       {
         requestId,
         accountId: key.accountId,
-        keyId: key.id,
+        keyId: key.id || null,
         modelId,
         promptTokens,
         completionTokens: acc.completionTokens(),
@@ -307,5 +362,96 @@ async function recordUsage(
   }
   if (deps.log.logPrompts) {
     deps.log.debug("chat completion", { request_id: requestId, status, choices: acc.choices.map((c) => ({ content: c.content, tool_calls: c.toolCalls })) });
+  }
+}
+
+/**
+ * Registers the request in flight with its worst-case price reserved (refused when the credit,
+ * less what other requests in flight hold, is used up): recorded once however it ends, even if
+ * the node running it dies.
+ */
+async function admitRequest(deps: ChatDeps, key: ApiKeyInfo, requestId: string, modelId: string, plan: ChatPlan, estimate: number, nodeId: string) {
+  const promptEstimate = estimatePromptTokens(plan.messages, plan.tools);
+  const inflight = await deps.store.inflight.admit({
+    requestId,
+    accountId: key.accountId,
+    keyId: key.id,
+    modelId,
+    nodeId,
+    promptTokens: promptEstimate,
+    completionTokens: estimate - promptEstimate,
+  });
+  if (!inflight) throw noCredit();
+  return inflight;
+}
+
+/** The ticket of a forwarded request: it settles the forwarding node's token estimate in the shared counters. */
+function settlingTicket(deps: ChatDeps, hop: HopIdentity): Ticket {
+  return {
+    ok: true,
+    state: { requests: null, tokens: null },
+    finish(actualTokens) {
+      if (hop.estimatedTokens <= 0) return;
+      deps.store.rates.settle(scopeIds(hop.accountId, hop.keyId), hop.estimatedTokens, actualTokens).catch((e) =>
+        deps.log.warn("could not settle a forwarded request's tokens", { request_id: hop.requestId, error: (e as Error).message }),
+      );
+    },
+  };
+}
+
+/**
+ * A client's request for a model another node serves: admitted and counted here (credit reserved,
+ * rate limits taken), run and recorded there, the answer streamed back unchanged.
+ */
+async function forwardChat(
+  deps: ChatDeps,
+  request: Request,
+  requestId: string,
+  scope: RequestScope | undefined,
+  key: ApiKeyInfo,
+  modelId: string,
+  plan: ChatPlan,
+  estimate: number,
+  body: string,
+  target: NodeTarget,
+): Promise<Response> {
+  const inflight = await admitRequest(deps, key, requestId, modelId, plan, estimate, target.id);
+  let ticket: Ticket | undefined;
+  try {
+    ticket = await deps.guard?.admit(key, estimate, true, scope);
+  } catch (e) {
+    await deps.store.inflight.discard(inflight.id);
+    throw e;
+  }
+  const abort = new AbortController();
+  request.signal.addEventListener("abort", () => abort.abort(), { once: true });
+  deps.lifecycle.track(abort);
+  const hop: HopIdentity = {
+    requestId,
+    accountId: key.accountId,
+    accountName: key.accountName,
+    keyId: key.id,
+    inflightId: inflight.id,
+    estimatedTokens: ticket?.state.tokens ? estimate : 0,
+  };
+  const ended = (outcome: "ok" | "failed" | "cancelled") => {
+    deps.lifecycle.untrack(abort);
+    // The slot is freed here; the tokens are settled by the node that counted them.
+    ticket?.finish(estimate);
+    if (outcome === "ok") return;
+    const interrupt = () =>
+      deps.store.inflight
+        .interrupt(inflight.id)
+        .then((done) => done && deps.log.warn("forwarded request recorded as interrupted", { request_id: requestId, node: target.id }))
+        .catch((e) => deps.log.error("could not end a request in flight", { request_id: requestId, error: (e as Error).message }));
+    setTimeout(interrupt, INTERRUPT_AFTER_MS).unref();
+  };
+  try {
+    const { response, done } = await deps.forwarding!.forward(target, body, hop, abort.signal);
+    void done.then(ended);
+    return response;
+  } catch (e) {
+    ended(abort.signal.aborted ? "cancelled" : "failed");
+    throw e;
   }
 }
