@@ -85,7 +85,7 @@ export const storeCommands: Command[] = [
     usage: "--account NAME [--label L]",
     summary: "Create an API key. The key is printed once; only its hash is stored.",
     options: [
-      DATA_OPTION,
+      ...STORE_OPTIONS,
       { name: "account", type: "string", help: "Account that owns the key" },
       { name: "label", type: "string", help: "A label to recognise the key by" },
     ],
@@ -213,7 +213,7 @@ export const storeCommands: Command[] = [
     usage: "ID --input USD --output USD",
     summary: "Set a model's prices in USD per million input and output tokens.",
     options: [
-      DATA_OPTION,
+      ...STORE_OPTIONS,
       { name: "input", type: "string", help: "USD per million prompt tokens" },
       { name: "output", type: "string", help: "USD per million completion tokens" },
     ],

@@ -16,6 +16,12 @@ export interface StoreKind {
   open(): Promise<Store>;
   /** Opens the same database again (another process or node would). */
   reopen(store: Store): Promise<Store>;
+  /**
+   * A second handle for transactions racing the first: PostgreSQL, another connection pool (as
+   * another node); SQLite, the same store (one server per file: a second connection in the same
+   * thread would wait on the first's write lock while blocking the thread that must release it).
+   */
+  concurrent(store: Store): Promise<Store>;
   /** Rows of raw SQL against a store's database, around the store (what is really on disk). */
   raw(store: Store, sql: string): Promise<Record<string, unknown>[]>;
 }
@@ -36,6 +42,7 @@ function sqliteKind(): StoreKind {
       return keep(openSqliteStore(join(d.path, "sluice.db")));
     },
     reopen: async (store) => keep(openSqliteStore(store.location)),
+    concurrent: async (store) => store,
     async raw(store, sql) {
       const db = new Database(store.location);
       try {
@@ -83,6 +90,7 @@ function postgresKind(fx: { server: PostgresServer | null }): StoreKind {
       return open(server.url(name));
     },
     reopen: (store) => open(urls.get(store)!),
+    concurrent: (store) => open(urls.get(store)!),
     raw: (store, sql) => admin(urls.get(store)!, async (c) => [...((await c.unsafe(sql)) as Record<string, unknown>[])]),
   };
 }

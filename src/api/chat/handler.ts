@@ -2,12 +2,12 @@
 // and record usage however the request ends.
 import { EngineBusyError, EngineRequestError, type Engine, type Generation } from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
-import type { ApiKeyInfo, Store } from "../../store/index.ts";
+import type { ApiKeyInfo, CatalogModel, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
 import { readJsonText } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
 import type { Lifecycle } from "../lifecycle.ts";
-import { estimatePromptTokens, estimateRequestTokens } from "../limits/estimate.ts";
+import { estimateRequestTokens, worstCaseTokens } from "../limits/estimate.ts";
 import type { RateGuard } from "../limits/guard.ts";
 import { applyRequestLimits, DEFAULT_REQUEST_LIMITS, type RequestLimits } from "../limits/request-limits.ts";
 import type { RequestScope } from "../limits/scope.ts";
@@ -117,7 +117,7 @@ async function admitAndRun(
   // A forwarded request is never forwarded again: the node that sent it is told to retry.
   if (where === null || (hop && where !== "local")) throw notServedHere(model.id);
   const estimate = estimateRequestTokens(plan, model.contextLength);
-  if (where !== "local") return forwardChat(deps, request, requestId, scope, key, model.id, plan, estimate, raw.text, where);
+  if (where !== "local") return forwardChat(deps, request, requestId, scope, key, model, plan, estimate, raw.text, where);
   // Prompt text reaches the log only when the operator asked for it (serve --log-prompts).
   if (deps.log.logPrompts) deps.log.debug("chat prompt", { request_id: requestId, model: model.id, messages: plan.messages });
   // Remote images are fetched (inline ones checked) before any engine work; a bad one is a 400 naming its part.
@@ -134,7 +134,7 @@ async function admitAndRun(
     inflight = { id: hop.inflightId };
     ticket = settlingTicket(deps, hop);
   } else {
-    inflight = await admitRequest(deps, key, requestId, model.id, plan, estimate, deps.nodeId);
+    inflight = await admitRequest(deps, key, requestId, model, plan, deps.nodeId);
     try {
       ticket = await deps.guard?.admit(key, estimate, true, scope);
     } catch (e) {
@@ -368,18 +368,19 @@ async function recordUsage(
 /**
  * Registers the request in flight with its worst-case price reserved (refused when the credit,
  * less what other requests in flight hold, is used up): recorded once however it ends, even if
- * the node running it dies.
+ * the node running it dies. Since each reservation covers its request, an account's balance
+ * ends below zero by less than one request's reservation, however many nodes admit its requests.
  */
-async function admitRequest(deps: ChatDeps, key: ApiKeyInfo, requestId: string, modelId: string, plan: ChatPlan, estimate: number, nodeId: string) {
-  const promptEstimate = estimatePromptTokens(plan.messages, plan.tools);
+async function admitRequest(deps: ChatDeps, key: ApiKeyInfo, requestId: string, model: CatalogModel, plan: ChatPlan, nodeId: string) {
+  const worst = worstCaseTokens(plan, model.contextLength);
   const inflight = await deps.store.inflight.admit({
     requestId,
     accountId: key.accountId,
     keyId: key.id,
-    modelId,
+    modelId: model.id,
     nodeId,
-    promptTokens: promptEstimate,
-    completionTokens: estimate - promptEstimate,
+    promptTokens: worst.prompt,
+    completionTokens: worst.completion,
   });
   if (!inflight) throw noCredit();
   return inflight;
@@ -409,13 +410,13 @@ async function forwardChat(
   requestId: string,
   scope: RequestScope | undefined,
   key: ApiKeyInfo,
-  modelId: string,
+  model: CatalogModel,
   plan: ChatPlan,
   estimate: number,
   body: string,
   target: NodeTarget,
 ): Promise<Response> {
-  const inflight = await admitRequest(deps, key, requestId, modelId, plan, estimate, target.id);
+  const inflight = await admitRequest(deps, key, requestId, model, plan, target.id);
   let ticket: Ticket | undefined;
   try {
     ticket = await deps.guard?.admit(key, estimate, true, scope);
