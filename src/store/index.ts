@@ -8,7 +8,7 @@ import { inflightStore } from "./inflight.ts";
 import { cachedKeyStore } from "./key-cache.ts";
 import { keyStore } from "./keys.ts";
 import { cachedLimitStore, limitStore } from "./limits.ts";
-import { migratePostgres } from "./migrations.ts";
+import { migratePostgres, postgresSchemaVersion, SCHEMA_VERSION } from "./migrations.ts";
 import { nodeStore } from "./nodes.ts";
 import { connectPostgres, PostgresDb, redactUrl } from "./postgres-db.ts";
 import { postgresChangeSignal, uncachedSignal } from "./postgres-signal.ts";
@@ -138,4 +138,22 @@ export async function openStore(target: StoreTarget, opts: PostgresStoreOptions 
     return openPostgresStore(target.database, opts);
   }
   return openSqliteStore(join(target.dataDir, "sluice.db"));
+}
+
+export type DatabaseReport =
+  | { reachable: true; server: string; schemaVersion: number; current: number }
+  | { reachable: false; error: string };
+
+/** What `sluice doctor` says of a PostgreSQL database, without changing it (no migration). */
+export async function inspectPostgres(url: string): Promise<DatabaseReport> {
+  const sql = connectPostgres(url, { max: 1 });
+  try {
+    const [row] = (await sql.unsafe("SELECT version() AS v, to_regclass('sluice_schema') IS NOT NULL AS has")) as { v: string; has: boolean }[];
+    const schemaVersion = row!.has ? await postgresSchemaVersion(sql) : 0;
+    return { reachable: true, server: row!.v.split(" on ")[0]!, schemaVersion, current: SCHEMA_VERSION };
+  } catch (e) {
+    return { reachable: false, error: (e as Error).message };
+  } finally {
+    await sql.close({ timeout: 0 }).catch(() => {});
+  }
 }

@@ -8,6 +8,9 @@ import OpenAI from "openai";
 import { openPostgresStore, type Store } from "../../src/store/index.ts";
 import { startCluster, type ClusterNode, type TestCluster } from "../helpers/cluster.ts";
 import { postgresMissing } from "../helpers/postgres.ts";
+import { BUN, REPO } from "../helpers/paths.ts";
+import { PASSWORD, WorkspaceClient } from "../workspace/helpers.ts";
+import { join } from "node:path";
 
 const A_MODEL = "cluster/a-1.0";
 const B_MODEL = "cluster/b-1.0";
@@ -64,6 +67,38 @@ describe.skipIf(postgresMissing !== null)("two nodes on one PostgreSQL", () => {
       expect(integ.models).toEqual([A_MODEL, B_MODEL]);
     }
   });
+
+  test("sluice doctor reports the database and the live nodes; the admin page shows the nodes and their models", async () => {
+    const live = await store.nodes.live();
+    expect(live.map((n) => n.models.map((m) => m.id))).toEqual(expect.arrayContaining([[A_MODEL], [B_MODEL]]));
+    const doctor = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "doctor", "--device", "cpu", "--models", a.modelsDir, "--data", a.dataDir], {
+      stdout: "pipe",
+      stderr: "pipe",
+      env: { ...process.env, SLUICE_DATABASE_URL: c.database },
+    });
+    const out = doctor.stdout.toString();
+    expect(doctor.exitCode).toBe(0);
+    expect(out).toMatch(/database: postgres:\/\/\S+ \(PostgreSQL \d+[^;]*; schema version \d+ of \d+\)/);
+    expect(out).toContain("live nodes: 2");
+    for (const n of live) expect(out).toContain(`${n.id} at ${n.url}`);
+    expect(out).toContain(`${B_MODEL} (queue 0)`);
+    // An operator signs in on node A and sees both nodes with their models.
+    const made = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "users", "create", "ops@example.com", "--account", "local", "--operator"], {
+      stdout: "pipe",
+      stderr: "pipe",
+      env: { ...process.env, SLUICE_DATABASE_URL: c.database, SLUICE_PASSWORD: PASSWORD },
+    });
+    expect(made.exitCode).toBe(0);
+    const ws = new WorkspaceClient(a.url);
+    expect((await ws.signIn("ops@example.com", PASSWORD)).status).toBe(303);
+    const page = await (await ws.get("/workspace/admin")).text();
+    for (const n of live) {
+      expect(page).toContain(`data-node-id="${n.id}"`);
+      expect(page).toContain(n.url);
+    }
+    expect(page).toContain(`<code>${A_MODEL}</code> (0)`);
+    expect(page).toContain(`<code>${B_MODEL}</code> (0)`);
+  }, 30_000);
 
   test("a request for the other node's model is forwarded: the same answer, whole and streamed, recorded once", async () => {
     const local = (await (await chat(b, { model: B_MODEL })).json()) as { choices: { message: { content: string } }[]; usage: unknown };

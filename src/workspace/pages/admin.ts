@@ -1,5 +1,5 @@
 // Admin (operators only): accounts, users, model access per account, prices, plans and top-ups.
-import type { Account, Plan, UserRole } from "../../store/index.ts";
+import type { Account, NodeInfo, Plan, UserRole } from "../../store/index.ts";
 import { dateTime, usd } from "../format.ts";
 import { html, type Html } from "../html.ts";
 import { redirect } from "../http.ts";
@@ -27,6 +27,7 @@ async function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } =
   const accountOptions = (current?: string): Html => html`${accounts.map((a) => html`<option${a.name === current ? html` selected` : ""}>${a.name}</option>`)}`;
   const allowed = selected ? new Set((await c.store.catalog.listForAccount(selected.id)).map((m) => m.id)) : new Set<string>();
   const limits = selected ? await rateLimitPanel(c, selected.id, selected.name, csrf) : "";
+  const nodes = c.store.kind === "postgres" ? nodesPanel(await c.store.nodes.live()) : "";
   const body = html`<h1>Admin</h1>
 <p class="lead">Operator tools. Changes apply to the next API request.</p>
 ${notice.ok ? html`<div class="notice ok" role="status">${notice.ok}</div>` : ""}
@@ -36,6 +37,7 @@ ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</di
   <tbody>${rows.map(({ account: a, plan, balance, keys }) => {
     return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${balance === null ? "∞" : usd(balance)}</td><td class="num">${keys}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td>${dateTime(a.createdAt)}</td></tr>`;
   })}</tbody></table></div></section>
+${nodes}
 <div class="grid2">
   <section class="panel"><h2>Create an account</h2>
     <form class="inline" method="post" action="${BASE}/admin/accounts">${csrf}
@@ -85,6 +87,20 @@ ${limits}
       <button type="submit" class="small">Save</button></form></td></tr>`,
   )}</tbody></table></div></section>`;
   return htmlResponse(page({ title: "Admin", tab: "admin", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
+}
+
+/** The nodes sharing the database, as their heartbeats last reported them. */
+function nodesPanel(nodes: NodeInfo[]): Html {
+  const now = Date.now();
+  return html`<section class="panel" id="nodes"><h2>Nodes</h2>
+  <p class="muted">Nodes whose heartbeat is live, and the models each serves with its queue (requests running or waiting). A request for a model is answered by any node: it runs where the model is.</p>
+  ${nodes.length === 0
+    ? html`<p class="empty">No live node.</p>`
+    : html`<div class="table-wrap"><table>
+  <thead><tr><th scope="col">Node</th><th scope="col">Address</th><th scope="col">Version</th><th scope="col" class="num">Heartbeat</th><th scope="col">Models (queue)</th></tr></thead>
+  <tbody>${nodes.map(
+    (n) => html`<tr data-node-id="${n.id}"><td><code>${n.id}</code></td><td>${n.url}</td><td>${n.version}</td><td class="num">${Math.max(0, (now - n.heartbeatAt) / 1000).toFixed(1)} s ago</td><td>${n.models.length ? n.models.map((m, i) => html`${i ? ", " : ""}<code>${m.id}</code> (${m.queueDepth})`) : "none"}</td></tr>`,
+  )}</tbody></table></div>`}</section>`;
 }
 
 /** Rate limits of one account: blank means no limit. */
