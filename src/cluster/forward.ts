@@ -91,8 +91,9 @@ export async function forwardChat(
   upstream.headers.forEach((v, k) => {
     if (!DROP.has(k)) headers.set(k, v);
   });
+  const answered: ForwardOutcome = upstream.status < 300 ? "ok" : "refused";
   if (!upstream.body) {
-    end("ok");
+    end(answered);
     return { response: new Response(null, { status: upstream.status, headers }), done };
   }
   const sse = (upstream.headers.get("content-type") ?? "").startsWith("text/event-stream");
@@ -107,7 +108,7 @@ export async function forwardChat(
           const { value, done: finished } = await reader.read();
           if (finished) {
             if (pending.length) controller.enqueue(pending);
-            end("ok");
+            end(answered);
             controller.close();
             return;
           }

@@ -127,7 +127,13 @@ describe.skipIf(postgresMissing !== null)("two nodes on one PostgreSQL", () => {
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({ modelId: B_MODEL, status: "ok", completionTokens: 12 });
     expect((await store.billing.history(localId, { limit: 1000 })).filter((e) => e.requestId === "fwd-whole-1")).toHaveLength(1);
+    // Refused by the node that would run it (a prompt longer than the model's context): its error
+    // comes back as it is, and the request leaves nothing in flight and no usage row.
+    const refused = await chat(a, { model: B_MODEL, messages: [{ role: "user", content: "x".repeat(20_000) }] }, c.key, { "x-request-id": "fwd-refused-1" });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { type: string } }).error.type).toBe("invalid_request_error");
     expect(await store.inflight.list()).toEqual([]);
+    expect((await store.usage.list(localId, { limit: 1000 })).filter((r) => r.requestId === "fwd-refused-1")).toEqual([]);
   });
 
   test("a request that claims to come from a node without the secret is refused", async () => {

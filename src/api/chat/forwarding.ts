@@ -22,8 +22,12 @@ export interface NodeTarget {
   url: string;
 }
 
-/** How a forwarded request ended, for the forwarding node's own bookkeeping. */
-export type ForwardOutcome = "ok" | "failed" | "cancelled";
+/**
+ * How a forwarded request ended, for the forwarding node's own bookkeeping: answered (the other
+ * node recorded it), refused there before it ran (an error status: nothing was recorded), failed
+ * (the node broke off), or cancelled by the client.
+ */
+export type ForwardOutcome = "ok" | "refused" | "failed" | "cancelled";
 
 export interface ChatForwarding {
   /** This node's id (requests it runs are registered in flight under it). */

@@ -20,7 +20,7 @@ import { imagePolicy } from "../../vision/policy.ts";
 import { resolveImageParts } from "../../vision/resolve.ts";
 import { planChat, type ChatPlan } from "./request.ts";
 import { ChoiceAccumulator, chunkChoice, usageOf, type CompletionMeta } from "./response.ts";
-import { HOP_HEADER, type ChatForwarding, type HopIdentity, type NodeTarget } from "./forwarding.ts";
+import { HOP_HEADER, type ChatForwarding, type ForwardOutcome, type HopIdentity, type NodeTarget } from "./forwarding.ts";
 import { scopeIds } from "../limits/guard.ts";
 import type { Ticket } from "../limits/rate-limiter.ts";
 
@@ -435,16 +435,19 @@ async function forwardChat(
     inflightId: inflight.id,
     estimatedTokens: ticket?.state.tokens ? estimate : 0,
   };
-  const ended = (outcome: "ok" | "failed" | "cancelled") => {
+  const ended = (outcome: ForwardOutcome) => {
     deps.lifecycle.untrack(abort);
     // The slot is freed here; the tokens are settled by the node that counted them.
     ticket?.finish(estimate);
     if (outcome === "ok") return;
+    const log = (e: unknown) => deps.log.error("could not end a request in flight", { request_id: requestId, error: (e as Error).message });
+    // Refused there before it ran (even before its handler, e.g. while draining): nothing to record.
+    if (outcome === "refused") return void deps.store.inflight.discard(inflight.id).catch(log);
     const interrupt = () =>
       deps.store.inflight
         .interrupt(inflight.id)
         .then((done) => done && deps.log.warn("forwarded request recorded as interrupted", { request_id: requestId, node: target.id }))
-        .catch((e) => deps.log.error("could not end a request in flight", { request_id: requestId, error: (e as Error).message }));
+        .catch(log);
     setTimeout(interrupt, INTERRUPT_AFTER_MS).unref();
   };
   try {
