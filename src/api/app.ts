@@ -3,7 +3,7 @@
 import { Elysia } from "elysia";
 import type { Engine } from "../engine/types.ts";
 import type { Logger } from "../log.ts";
-import { StoreUnavailableError, type CatalogModel, type Store } from "../store/index.ts";
+import { StoreUnavailableError, type ApiKeyInfo, type CatalogModel, type Store } from "../store/index.ts";
 import { authenticate } from "./auth.ts";
 import { handleChat } from "./chat/handler.ts";
 import { ApiError, internalError, modelNotFound, storeUnavailable } from "./errors.ts";
@@ -14,7 +14,7 @@ import { HttpMetrics, metricsResponse, routeLabel, type RequestCounter } from ".
 import { Lifecycle } from "./lifecycle.ts";
 import { allowedMethods, isUnsupportedRoute, SUPPORTED_SUMMARY } from "./routes.ts";
 import type { ModelObject } from "./schemas.ts";
-import { then, type Maybe } from "./maybe.ts";
+import type { Maybe } from "./maybe.ts";
 import type { ChatForwarding } from "./chat/forwarding.ts";
 
 export interface ApiOptions {
@@ -124,11 +124,16 @@ export function createApi(opts: ApiOptions) {
     });
   };
   /** Authenticates, notes the account for the access log, and counts the request against its rate limits. */
-  const admitted = (request: Request, scope: RequestScope) =>
-    then(authenticate(store, request), (key) => {
-      scope.accountId = key.accountId;
-      return then(guard.admit(key, 0, false, scope), () => key);
-    });
+  // Written out rather than through then(): the cached case makes no closure and no promise.
+  const admitted = (request: Request, scope: RequestScope): Maybe<ApiKeyInfo> => {
+    const key = authenticate(store, request);
+    return key instanceof Promise ? key.then((k) => admitKey(k, scope)) : admitKey(key, scope);
+  };
+  const admitKey = (key: ApiKeyInfo, scope: RequestScope): Maybe<ApiKeyInfo> => {
+    scope.accountId = key.accountId;
+    const ticket = guard.admit(key, 0, false, scope);
+    return ticket instanceof Promise ? ticket.then(() => key) : key;
+  };
 
   const newScope = (request: Request): RequestScope => {
     const supplied = request.headers.get("x-request-id");
@@ -157,18 +162,23 @@ export function createApi(opts: ApiOptions) {
    */
   const fastModelList = (request: Request): Maybe<Response> => {
     const scope = newScope(request);
-    const failed = (e: unknown) => {
-      const failure = asKnownError(e, scope.requestId, "/v1/models");
-      observe(request, scope, failure.status, failure.code);
-      return failure.toResponse({ ...scope.headers, "x-request-id": scope.requestId });
-    };
     try {
       if (lifecycle.draining) throw shuttingDown();
-      const res = then(admitted(request, scope), (key) => modelList(key.accountId));
-      return res instanceof Promise ? res.then((r) => modelsAnswered(request, scope, r), failed) : modelsAnswered(request, scope, res);
+      const key = admitted(request, scope);
+      const res = key instanceof Promise ? key.then((k) => modelList(k.accountId)) : modelList(key.accountId);
+      if (!(res instanceof Promise)) return modelsAnswered(request, scope, res);
+      return res.then(
+        (r) => modelsAnswered(request, scope, r),
+        (e) => modelsFailed(request, scope, e),
+      );
     } catch (e) {
-      return failed(e);
+      return modelsFailed(request, scope, e);
     }
+  };
+  const modelsFailed = (request: Request, scope: RequestScope, e: unknown): Response => {
+    const failure = asKnownError(e, scope.requestId, "/v1/models");
+    observe(request, scope, failure.status, failure.code);
+    return failure.toResponse({ ...scope.headers, "x-request-id": scope.requestId });
   };
   const modelsAnswered = (request: Request, scope: RequestScope, res: Response): Response => {
     const headers = res.headers;

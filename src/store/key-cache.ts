@@ -49,7 +49,8 @@ export function cachedKeyStore(inner: KeyStore, signal: ChangeSignal, capacity =
       if (last !== undefined && at - last < TOUCH_INTERVAL_MS) return DONE;
       if (touched.size >= capacity) touched.clear();
       touched.set(keyId, at);
-      return inner.touch(keyId, at);
+      // last_used_at is advisory: a failed write (the database away) is not the request's failure.
+      return inner.touch(keyId, at).catch(() => {});
     },
   };
 }

@@ -93,6 +93,7 @@ export interface KeyStore {
    * undefined when the answer is not cached (then call `authenticate`).
    */
   peek(plainKey: string): ApiKeyInfo | null | undefined;
+  /** Notes the key's last use (advisory: at most every 30 s per key; never rejects through the store's cache). */
   touch(keyId: string, at?: number): Promise<void>;
   list(accountId?: number): Promise<ApiKeyInfo[]>;
   /** False when there is no such key or it was already revoked. */
