@@ -124,3 +124,42 @@ export class Lru<K, V> {
     this.hasLast = true;
   }
 }
+
+/** An LRU emptied whenever the change signal moves: the caches of the hot path (keys, limits). */
+export class SignalledLru<K, V> {
+  private readonly lru: Lru<K, V>;
+  private seen = -1;
+
+  constructor(
+    private readonly signal: ChangeSignal,
+    capacity: number,
+  ) {
+    this.lru = new Lru(capacity);
+  }
+
+  private sync(): void {
+    const now = this.signal.generation();
+    if (now !== this.seen) {
+      this.lru.clear();
+      this.seen = now;
+    }
+  }
+
+  /** The entry, as of the current generation. */
+  get(k: K): V | undefined {
+    this.sync();
+    return this.lru.get(k);
+  }
+
+  /** Call before reading what will be cached; hand the answer to `setFrom`. */
+  mark(): number {
+    this.sync();
+    return this.seen;
+  }
+
+  /** Keeps v unless a change was signalled since `mark`: a read that raced a change is not kept. */
+  setFrom(at: number, k: K, v: V): void {
+    this.sync();
+    if (this.seen === at) this.lru.set(k, v);
+  }
+}

@@ -1,46 +1,34 @@
 // Authentication without SQL on the hot path: a small LRU of key hash → key info, emptied whenever
 // the change signal moves (a revocation anywhere), so a revoked key fails on its next request
 // (SQLite) or within the signal's bound (PostgreSQL: a notification, or the periodic check).
-import { Lru, type ChangeSignal } from "./generation.ts";
+import { SignalledLru, type ChangeSignal } from "./generation.ts";
 import { hashKey, KEY_PREFIX, TOUCH_INTERVAL_MS } from "./keys.ts";
 import type { ApiKeyInfo, KeyStore } from "./types.ts";
 
 const DONE = Promise.resolve();
 
 export function cachedKeyStore(inner: KeyStore, signal: ChangeSignal, capacity = 4096): KeyStore {
-  const cache = new Lru<string, ApiKeyInfo>(capacity);
+  const cache = new SignalledLru<string, ApiKeyInfo>(signal, capacity);
   const touched = new Map<string, number>();
-  let seen = -1;
-  /** The cache as of the current generation (emptied when it moved). */
-  const current = () => {
-    const now = signal.generation();
-    if (now !== seen) {
-      cache.clear();
-      seen = now;
-    }
-    return cache;
-  };
   return {
     ...inner,
     peek(plainKey) {
       if (!plainKey.startsWith(KEY_PREFIX)) return null;
       // Keyed by the hash, so the cache holds no plain key either.
-      return current().get(hashKey(plainKey));
+      return cache.get(hashKey(plainKey));
     },
     async authenticate(plainKey) {
       if (!plainKey.startsWith(KEY_PREFIX)) return null;
       const hash = hashKey(plainKey);
-      const hit = current().get(hash);
+      const hit = cache.get(hash);
       if (hit) return hit;
-      // The generation before the read: a change landing during it empties the cache next time.
-      const at = seen;
+      const at = cache.mark();
       const info = await inner.authenticate(plainKey);
       if (!info) return null;
       // Unknown keys are not cached: a flood of random keys cannot evict the real ones. Frozen, so
       // the one object every request gets back cannot be changed by any of them.
       const frozen = Object.freeze(info);
-      current();
-      if (seen === at) cache.set(hash, frozen);
+      cache.setFrom(at, hash, frozen);
       return frozen;
     },
     touch(keyId, at = Date.now()) {

@@ -1,7 +1,7 @@
 // Rate limits per account and per key (SQL only here). `effective` is read on every API request,
 // so it is cached and read again only when the change signal moves.
 import type { Db } from "./db.ts";
-import { Lru, type ChangeSignal } from "./generation.ts";
+import { SignalledLru, type ChangeSignal } from "./generation.ts";
 import type { EffectiveLimits, LimitStore, RateLimitEntry, RateLimits } from "./types.ts";
 
 interface Row {
@@ -71,18 +71,9 @@ export function limitStore(db: Db): LimitStore {
  * request makes one lookup by a string it already holds and gets the same frozen answer each time.
  */
 export function cachedLimitStore(inner: LimitStore, signal: ChangeSignal): LimitStore {
-  const cache = new Lru<string, EffectiveLimits>(4096);
-  let seen = -1;
-  const current = () => {
-    const now = signal.generation();
-    if (now !== seen) {
-      cache.clear();
-      seen = now;
-    }
-    return cache;
-  };
+  const cache = new SignalledLru<string, EffectiveLimits>(signal, 4096);
   const peekEffective = (accountId: number, keyId: string) => {
-    const hit = current().get(keyId);
+    const hit = cache.get(keyId);
     return hit !== undefined && hit.accountId === accountId ? hit : undefined;
   };
   return {
@@ -91,10 +82,9 @@ export function cachedLimitStore(inner: LimitStore, signal: ChangeSignal): Limit
     async effective(accountId, keyId) {
       const hit = peekEffective(accountId, keyId);
       if (hit) return hit;
-      const at = seen;
+      const at = cache.mark();
       const fresh = await inner.effective(accountId, keyId);
-      current();
-      if (seen === at) cache.set(keyId, fresh);
+      cache.setFrom(at, keyId, fresh);
       return fresh;
     },
   };

@@ -27,10 +27,12 @@ export function nodeStore(db: Db): NodeStore {
   return {
     heartbeat: (node, models, ttlMs) =>
       db.transaction(async (tx) => {
+        // One reading of the database's clock for both times.
+        const at = (await tx.get<{ now: number }>(`SELECT ${now} AS now`))!.now;
         await tx.run(
-          `INSERT INTO nodes (id, url, version, started_at, heartbeat_at, expires_at) VALUES ($1, $2, $3, $4, ${now}, ${now} + $5)
+          `INSERT INTO nodes (id, url, version, started_at, heartbeat_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
            ON CONFLICT (id) DO UPDATE SET url = excluded.url, version = excluded.version, heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at`,
-          [node.id, node.url, node.version, node.startedAt, Math.round(ttlMs)],
+          [node.id, node.url, node.version, node.startedAt, at, at + Math.round(ttlMs)],
         );
         const had = new Map((await tx.all<{ model_id: string; queue_depth: number }>("SELECT model_id, queue_depth FROM node_models WHERE node_id = $1", [node.id])).map((r) => [r.model_id, r.queue_depth]));
         // Only statements that change the set run: an insert or delete moves every node's caches.
