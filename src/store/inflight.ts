@@ -99,6 +99,7 @@ export function inflightStore(db: Db): InflightStore {
             modelId: usage.modelId,
             promptTokens: usage.promptTokens,
             completionTokens: usage.completionTokens,
+            at: usage.createdAt,
           });
         }
         return true;

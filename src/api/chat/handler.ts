@@ -22,6 +22,7 @@ import { planChat, type ChatPlan } from "./request.ts";
 import { ChoiceAccumulator, chunkChoice, usageOf, type CompletionMeta } from "./response.ts";
 import { HOP_HEADER, type ChatForwarding, type ForwardOutcome, type HopIdentity, type NodeTarget } from "./forwarding.ts";
 import { scopeIds } from "../limits/guard.ts";
+import { eventually } from "../eventually.ts";
 import type { Ticket } from "../limits/rate-limiter.ts";
 
 export interface ChatDeps {
@@ -88,7 +89,7 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     return await admitAndRun(deps, request, requestId, scope, key, raw, hop);
   } catch (e) {
     // Refused before it ran: the forwarding node's registration of it ends here, unrecorded.
-    if (hop) await deps.store.inflight.discard(hop.inflightId).catch(() => {});
+    if (hop) await endUnrecorded(deps, hop.inflightId, requestId);
     throw e;
   }
 }
@@ -138,7 +139,7 @@ async function admitAndRun(
     try {
       ticket = await deps.guard?.admit(key, estimate, true, scope);
     } catch (e) {
-      await deps.store.inflight.discard(inflight.id);
+      await endUnrecorded(deps, inflight.id, requestId);
       throw e;
     }
   }
@@ -152,7 +153,7 @@ async function admitAndRun(
   } catch (e) {
     deps.lifecycle.untrack(abort);
     ticket?.finish(0);
-    await deps.store.inflight.discard(inflight.id).catch((err) => deps.log.error("could not end a request in flight", { request_id: requestId, error: (err as Error).message }));
+    await endUnrecorded(deps, inflight.id, requestId);
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
     if (e instanceof EngineBusyError) {
       throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
@@ -336,34 +337,33 @@ async function recordUsage(
   started: number,
   status: string,
 ): Promise<void> {
-  try {
-    // Usage and its charge land together with the end of the request's reservation, or not at all.
-    // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
-    const written = await deps.store.inflight.finish(
-      inflightId,
-      {
-        requestId,
-        accountId: key.accountId,
-        keyId: key.id || null,
-        modelId,
-        promptTokens,
-        completionTokens: acc.completionTokens(),
-        latencyMs: performance.now() - started,
-        status,
-        finishReason: acc.finishReason(),
-        user: plan.user,
-        metadata: plan.metadata,
-      },
-      status !== "error",
-    );
-    if (!written) deps.log.warn("usage not recorded: the request was already recorded as interrupted", { request_id: requestId });
-  } catch (e) {
-    deps.log.error("could not record usage", { request_id: requestId, error: (e as Error).message });
-  }
+  // Taken now: a write retried after a database outage still says when the request ended.
+  const usage = {
+    requestId,
+    accountId: key.accountId,
+    keyId: key.id || null,
+    modelId,
+    promptTokens,
+    completionTokens: acc.completionTokens(),
+    latencyMs: performance.now() - started,
+    status,
+    finishReason: acc.finishReason(),
+    user: plan.user,
+    metadata: plan.metadata,
+    createdAt: Date.now(),
+  };
+  // Usage and its charge land together with the end of the request's reservation, or not at all.
+  // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
+  const written = await eventually(deps.log, "record usage", { request_id: requestId }, () => deps.store.inflight.finish(inflightId, usage, status !== "error"));
+  if (written === false) deps.log.warn("usage not recorded: the request was already recorded as interrupted", { request_id: requestId });
   if (deps.log.logPrompts) {
     deps.log.debug("chat completion", { request_id: requestId, status, choices: acc.choices.map((c) => ({ content: c.content, tool_calls: c.toolCalls })) });
   }
 }
+
+/** Ends a registration in flight without a usage row (the request never ran here). */
+const endUnrecorded = (deps: ChatDeps, inflightId: string, requestId: string) =>
+  eventually(deps.log, "end a request in flight", { request_id: requestId }, () => deps.store.inflight.discard(inflightId));
 
 /**
  * Registers the request in flight with its worst-case price reserved (refused when the credit,
@@ -421,7 +421,7 @@ async function forwardChat(
   try {
     ticket = await deps.guard?.admit(key, estimate, true, scope);
   } catch (e) {
-    await deps.store.inflight.discard(inflight.id);
+    await endUnrecorded(deps, inflight.id, requestId);
     throw e;
   }
   const abort = new AbortController();
@@ -440,14 +440,12 @@ async function forwardChat(
     // The slot is freed here; the tokens are settled by the node that counted them.
     ticket?.finish(estimate);
     if (outcome === "ok") return;
-    const log = (e: unknown) => deps.log.error("could not end a request in flight", { request_id: requestId, error: (e as Error).message });
     // Refused there before it ran (even before its handler, e.g. while draining): nothing to record.
-    if (outcome === "refused") return void deps.store.inflight.discard(inflight.id).catch(log);
-    const interrupt = () =>
-      deps.store.inflight
-        .interrupt(inflight.id)
-        .then((done) => done && deps.log.warn("forwarded request recorded as interrupted", { request_id: requestId, node: target.id }))
-        .catch(log);
+    if (outcome === "refused") return void endUnrecorded(deps, inflight.id, requestId);
+    const interrupt = async () => {
+      const done = await eventually(deps.log, "record a forwarded request as interrupted", { request_id: requestId, node: target.id }, () => deps.store.inflight.interrupt(inflight.id));
+      if (done) deps.log.warn("forwarded request recorded as interrupted", { request_id: requestId, node: target.id });
+    };
     setTimeout(interrupt, INTERRUPT_AFTER_MS).unref();
   };
   try {
