@@ -147,12 +147,13 @@ export const storeCommands: Command[] = [
           served: served.has(m.id) ? "yes" : "no",
           context: m.contextLength,
           "in$/M": m.inputPricePerMTok,
+          "cached$/M": m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
           "out$/M": m.outputPricePerMTok,
           images: m.supportsImages ? "yes" : "no",
           problem: m.loadError ?? (m.present ? null : "directory missing"),
           dir: m.sourceDir,
         }));
-        print(args, rows, ["id", "status", "served", "context", "in$/M", "out$/M", "images", "problem", "dir"]);
+        print(args, rows, ["id", "status", "served", "context", "in$/M", "cached$/M", "out$/M", "images", "problem", "dir"]);
         return 0;
       }),
   },
@@ -210,12 +211,14 @@ export const storeCommands: Command[] = [
   },
   {
     path: ["models", "price"],
-    usage: "ID --input USD --output USD",
-    summary: "Set a model's prices in USD per million input and output tokens.",
+    usage: "ID --input USD --output USD [--cached-input USD|none]",
+    summary:
+      "Set a model's prices in USD per million input and output tokens, and optionally for prompt tokens served from the prefix cache (left as it was when not given; none: they cost the input price).",
     options: [
       ...STORE_OPTIONS,
       { name: "input", type: "string", help: "USD per million prompt tokens" },
       { name: "output", type: "string", help: "USD per million completion tokens" },
+      { name: "cached-input", type: "string", help: "USD per million prompt tokens served from the prefix cache, or none" },
     ],
     run: (args) =>
       withStore(args, async (s) => {
@@ -225,7 +228,9 @@ export const storeCommands: Command[] = [
           if (!Number.isFinite(v) || v < 0) throw new UsageError(`--${n} must be a number ≥ 0`);
           return v;
         };
-        if (!(await s.catalog.setPrices(id, num("input"), num("output")))) throw new UsageError(`no model ${id} in the catalog`);
+        const cached = args.values["cached-input"];
+        const cachedPrice = cached === undefined ? undefined : cached === "none" ? null : num("cached-input");
+        if (!(await s.catalog.setPrices(id, num("input"), num("output"), cachedPrice))) throw new UsageError(`no model ${id} in the catalog`);
         console.log(`priced ${id}`);
         return 0;
       }),

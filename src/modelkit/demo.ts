@@ -30,7 +30,7 @@ restart. Each directory in the Hugging Face / transformers.js ONNX layout is pic
         tokenizer_config.json        # with "chat_template"
         special_tokens_map.json
         onnx/model.onnx              # and onnx/model.onnx_data for large models
-        sluice.json                  # optional: id, display_name, context_length, capabilities
+        sluice.json                  # optional: id, display_name, context_length, capabilities, reasoning
 
 Sources of such directories:
 

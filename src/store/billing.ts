@@ -1,5 +1,5 @@
 import type { Db } from "./db.ts";
-import type { BillingStore, LedgerEntry, Plan } from "./types.ts";
+import type { BillingStore, ChargeInput, LedgerEntry, Plan } from "./types.ts";
 
 export interface LedgerRow {
   id: number;
@@ -9,6 +9,7 @@ export interface LedgerRow {
   request_id: string | null;
   model_id: string | null;
   prompt_tokens: number | null;
+  cached_tokens: number | null;
   completion_tokens: number | null;
   note: string | null;
   created_at: number;
@@ -24,6 +25,7 @@ const toEntry = (r: LedgerRow): LedgerEntry => ({
   requestId: r.request_id,
   modelId: r.model_id,
   promptTokens: r.prompt_tokens,
+  cachedTokens: r.cached_tokens,
   completionTokens: r.completion_tokens,
   note: r.note,
   createdAt: r.created_at,
@@ -32,13 +34,25 @@ const toEntry = (r: LedgerRow): LedgerEntry => ({
 /**
  * The price of a request in nano-USD. Prices are USD per million tokens, so one token at price p
  * costs p micro-USD = 1000·p nano-USD; rounding once per request keeps the ledger in integers.
+ * Of the prompt tokens, the `cachedTokens` the prefix cache served cost the cached-input price
+ * (the input price when there is none).
  */
-export function chargeNano(promptTokens: number, completionTokens: number, inputPerMTok: number, outputPerMTok: number): number {
-  return Math.round(promptTokens * inputPerMTok * 1000 + completionTokens * outputPerMTok * 1000);
+export function chargeNano(
+  promptTokens: number,
+  completionTokens: number,
+  inputPerMTok: number,
+  outputPerMTok: number,
+  cachedTokens = 0,
+  cachedInputPerMTok: number | null = null,
+): number {
+  const cached = Math.min(cachedTokens, promptTokens);
+  return Math.round(
+    (promptTokens - cached) * inputPerMTok * 1000 + cached * (cachedInputPerMTok ?? inputPerMTok) * 1000 + completionTokens * outputPerMTok * 1000,
+  );
 }
 
-const INSERT = `INSERT INTO ledger (account_id, kind, amount_nano, request_id, model_id, prompt_tokens, completion_tokens, note, created_at)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *`;
+const INSERT = `INSERT INTO ledger (account_id, kind, amount_nano, request_id, model_id, prompt_tokens, cached_tokens, completion_tokens, note, created_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *`;
 
 export const balanceNano = async (db: Db, accountId: number): Promise<number> =>
   (await db.get<{ n: number }>("SELECT coalesce(sum(amount_nano), 0) AS n FROM ledger WHERE account_id = $1", [accountId]))!.n;
@@ -54,11 +68,15 @@ export async function planOf(db: Db, accountId: number): Promise<Plan> {
 }
 
 /** Charges a finished request at the model's current prices (one statement: no price read apart). */
-export async function insertCharge(db: Db, c: { accountId: number; requestId: string; modelId: string; promptTokens: number; completionTokens: number; at?: number }): Promise<LedgerEntry | null> {
-  const p = await db.get<{ i: number; o: number }>("SELECT input_price_per_mtok AS i, output_price_per_mtok AS o FROM models WHERE id = $1", [c.modelId]);
+export async function insertCharge(db: Db, c: ChargeInput): Promise<LedgerEntry | null> {
+  const p = await db.get<{ i: number; c: number | null; o: number }>(
+    "SELECT input_price_per_mtok AS i, cached_input_price_per_mtok AS c, output_price_per_mtok AS o FROM models WHERE id = $1",
+    [c.modelId],
+  );
   if (!p) return null;
-  const nano = chargeNano(c.promptTokens, c.completionTokens, p.i, p.o);
-  const row = await db.get<LedgerRow>(INSERT, [c.accountId, "charge", -nano, c.requestId, c.modelId, c.promptTokens, c.completionTokens, null, c.at ?? Date.now()]);
+  const cached = c.cachedTokens ?? 0;
+  const nano = chargeNano(c.promptTokens, c.completionTokens, p.i, p.o, cached, p.c);
+  const row = await db.get<LedgerRow>(INSERT, [c.accountId, "charge", -nano, c.requestId, c.modelId, c.promptTokens, cached, c.completionTokens, null, c.at ?? Date.now()]);
   return toEntry(row!);
 }
 
@@ -79,7 +97,7 @@ export function billingStore(db: Db): BillingStore {
     async topUp(accountId, usd, note) {
       if (!Number.isFinite(usd) || usd <= 0) throw new Error("a top-up must be a positive amount of USD");
       await planOf(db, accountId);
-      return toEntry((await db.get<LedgerRow>(INSERT, [accountId, "topup", Math.round(usd * NANO), null, null, null, null, note, Date.now()]))!);
+      return toEntry((await db.get<LedgerRow>(INSERT, [accountId, "topup", Math.round(usd * NANO), null, null, null, null, null, note, Date.now()]))!);
     },
     history: async (accountId, opts = {}) =>
       (

@@ -10,6 +10,7 @@ interface ModelRow {
   context_length: number;
   source_dir: string;
   input_price_per_mtok: number;
+  cached_input_price_per_mtok: number | null;
   output_price_per_mtok: number;
   supports_images: number;
   supports_tools: number;
@@ -27,6 +28,7 @@ const toModel = (r: ModelRow): CatalogModel => ({
   contextLength: r.context_length,
   sourceDir: r.source_dir,
   inputPricePerMTok: r.input_price_per_mtok,
+  cachedInputPricePerMTok: r.cached_input_price_per_mtok,
   outputPricePerMTok: r.output_price_per_mtok,
   supportsImages: r.supports_images === 1,
   supportsTools: r.supports_tools === 1,
@@ -114,11 +116,23 @@ export function catalogStore(db: Db, opts: { shared: boolean }): CatalogStore {
     list: async () => (await db.all<ModelRow>(`SELECT * FROM models ORDER BY id${db.dialect.binary}`)).map(toModel),
     listServed: async () => (await served(db)).map(toModel),
     setStatus: async (id, status) => (await db.run("UPDATE models SET status = $1 WHERE id = $2", [status, id])) > 0,
-    async setPrices(id, input, output) {
-      if (!(input >= 0 && output >= 0 && Number.isFinite(input) && Number.isFinite(output))) {
+    async setPrices(id, input, output, cachedInput) {
+      const ok = (p: number) => p >= 0 && Number.isFinite(p);
+      if (!ok(input) || !ok(output) || (cachedInput != null && !ok(cachedInput))) {
         throw new Error("prices must be finite and not negative");
       }
-      return (await db.run("UPDATE models SET input_price_per_mtok = $1, output_price_per_mtok = $2 WHERE id = $3", [input, output, id])) > 0;
+      // undefined leaves the cached-input price as it is (the column keeps its value).
+      if (cachedInput === undefined) {
+        return (await db.run("UPDATE models SET input_price_per_mtok = $1, output_price_per_mtok = $2 WHERE id = $3", [input, output, id])) > 0;
+      }
+      return (
+        (await db.run("UPDATE models SET input_price_per_mtok = $1, output_price_per_mtok = $2, cached_input_price_per_mtok = $3 WHERE id = $4", [
+          input,
+          output,
+          cachedInput,
+          id,
+        ])) > 0
+      );
     },
     listForAccount: async (accountId) =>
       (await db.all<ModelRow>(`SELECT m.* FROM models m JOIN accounts a ON a.id = $1 WHERE ${SERVED} AND ${ACCESS} ORDER BY m.id${db.dialect.binary}`, [accountId])).map(toModel),

@@ -98,6 +98,7 @@ export function inflightStore(db: Db): InflightStore {
             requestId: usage.requestId,
             modelId: usage.modelId,
             promptTokens: usage.promptTokens,
+            cachedTokens: usage.cachedTokens,
             completionTokens: usage.completionTokens,
             at: usage.createdAt,
           });

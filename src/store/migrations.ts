@@ -170,7 +170,18 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     { signal: "model_grants_deleted", on: "model_grants", event: "delete" },
     { signal: "accounts_updated", on: "accounts", event: "update" },
   ],
-  // 5: several nodes on one database. Nodes and the models each serves (with its queue, for
+  // 5: prompt tokens served from the prefix cache and thinking tokens, per request and per charge,
+  // and a price for cached prompt tokens (NULL: they cost the input price).
+  [
+    {
+      addColumn: "models",
+      column: { name: "cached_input_price_per_mtok", type: "real", check: "cached_input_price_per_mtok IS NULL OR cached_input_price_per_mtok >= 0" },
+    },
+    { addColumn: "usage", column: { name: "cached_tokens", type: "int", notNull: true, default: "0" } },
+    { addColumn: "usage", column: { name: "reasoning_tokens", type: "int", notNull: true, default: "0" } },
+    { addColumn: "ledger", column: { name: "cached_tokens", type: "int" } },
+  ],
+  // 6: several nodes on one database. Nodes and the models each serves (with its queue, for
   // routing), refreshed by a heartbeat; a model appearing on or leaving a node moves the counter.
   // Requests in flight, each with the credit reserved for it, so prepaid credit holds across nodes
   // and the requests of a node that died are recorded as interrupted. Rate-limit buckets and the

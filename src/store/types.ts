@@ -33,6 +33,8 @@ export interface CatalogModel {
   contextLength: number;
   sourceDir: string;
   inputPricePerMTok: number;
+  /** Prompt tokens served from the prefix cache; null: they cost the input price. */
+  cachedInputPricePerMTok: number | null;
   outputPricePerMTok: number;
   supportsImages: boolean;
   supportsTools: boolean;
@@ -62,6 +64,10 @@ export interface UsageRecord {
   modelId: string;
   promptTokens: number;
   completionTokens: number;
+  /** Of the prompt tokens, those the prefix cache served (default 0). */
+  cachedTokens?: number;
+  /** Of the completion tokens, those spent thinking (default 0). */
+  reasoningTokens?: number;
   latencyMs: number;
   /** 'ok', 'cancelled', 'error' … */
   status: string;
@@ -113,7 +119,8 @@ export interface CatalogStore {
   /** What the gateway serves: active, loaded, and (shared store) registered by a live node. */
   listServed(): Promise<CatalogModel[]>;
   setStatus(id: string, status: "active" | "inactive"): Promise<boolean>;
-  setPrices(id: string, inputPerMTok: number, outputPerMTok: number): Promise<boolean>;
+  /** `cachedInputPerMTok`: undefined leaves it as it is; null charges cached prompt tokens the input price. */
+  setPrices(id: string, inputPerMTok: number, outputPerMTok: number, cachedInputPerMTok?: number | null): Promise<boolean>;
   /** Served models this account may use. */
   listForAccount(accountId: number): Promise<CatalogModel[]>;
   /** A served model this account may use, by exact id, or null. */
@@ -142,6 +149,8 @@ export interface LedgerEntry {
   requestId: string | null;
   modelId: string | null;
   promptTokens: number | null;
+  /** Of the prompt tokens, those charged at the cached-input price. */
+  cachedTokens: number | null;
   completionTokens: number | null;
   note: string | null;
   createdAt: number;
@@ -152,6 +161,8 @@ export interface ChargeInput {
   requestId: string;
   modelId: string;
   promptTokens: number;
+  /** Of the prompt tokens, those the prefix cache served (default 0). */
+  cachedTokens?: number;
   completionTokens: number;
   at?: number;
 }
@@ -278,6 +289,8 @@ export interface DailyUsage {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens: number;
 }
 
 export interface ModelUsage {
@@ -285,6 +298,8 @@ export interface ModelUsage {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens: number;
 }
 
 export interface UsageReportStore {

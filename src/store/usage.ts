@@ -9,6 +9,8 @@ interface Row {
   model_id: string;
   prompt_tokens: number;
   completion_tokens: number;
+  cached_tokens: number;
+  reasoning_tokens: number;
   latency_ms: number;
   status: string;
   finish_reason: string | null;
@@ -25,6 +27,8 @@ const toRow = (r: Row): UsageRow => ({
   modelId: r.model_id,
   promptTokens: r.prompt_tokens,
   completionTokens: r.completion_tokens,
+  cachedTokens: r.cached_tokens,
+  reasoningTokens: r.reasoning_tokens,
   latencyMs: r.latency_ms,
   status: r.status,
   finishReason: r.finish_reason,
@@ -36,8 +40,9 @@ const toRow = (r: Row): UsageRow => ({
 /** Writes one usage row (also inside a transaction of inflight.ts). */
 export async function insertUsage(db: Db, u: UsageRecord): Promise<void> {
   await db.run(
-    `INSERT INTO usage (request_id, account_id, key_id, model_id, prompt_tokens, completion_tokens, latency_ms,
-       status, finish_reason, "user", metadata, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+    `INSERT INTO usage (request_id, account_id, key_id, model_id, prompt_tokens, completion_tokens, cached_tokens,
+       reasoning_tokens, latency_ms, status, finish_reason, "user", metadata, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
     [
       u.requestId,
       u.accountId,
@@ -45,6 +50,8 @@ export async function insertUsage(db: Db, u: UsageRecord): Promise<void> {
       u.modelId,
       u.promptTokens,
       u.completionTokens,
+      u.cachedTokens ?? 0,
+      u.reasoningTokens ?? 0,
       Math.round(u.latencyMs),
       u.status,
       u.finishReason,

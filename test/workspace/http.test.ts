@@ -153,6 +153,29 @@ test("an operator restricts an account's models and lifts the restriction again"
   expect((await server.store.catalog.listForAccount(target.account.id)).map((m) => m.id)).toContain(MODEL);
 });
 
+test("an operator sets a cached-input price on the admin page; usage views show cached and reasoning tokens", async () => {
+  const op = await makeAccount(server.store, "ops-prices", { role: "operator", plan: "unlimited" });
+  const c = new WorkspaceClient(server.url);
+  await c.signIn(op.email, PASSWORD);
+  try {
+    expect((await c.form("/workspace/admin/prices", { model: MODEL, input: "2", output: "6", cached_input: "0.5" })).status).toBe(303);
+    expect((await server.store.catalog.get(MODEL))).toMatchObject({ inputPricePerMTok: 2, cachedInputPricePerMTok: 0.5, outputPricePerMTok: 6 });
+    expect(await (await c.get("/workspace/admin")).text()).toContain(`name="cached_input" type="number" min="0" step="any" value="0.5"`);
+    expect((await c.form("/workspace/admin/prices", { model: MODEL, input: "2", output: "6", cached_input: "" })).status).toBe(303);
+    expect((await server.store.catalog.get(MODEL))!.cachedInputPricePerMTok).toBeNull();
+  } finally {
+    await server.store.catalog.setPrices(MODEL, 0, 0, null);
+  }
+  await server.store.usage.record({ requestId: "r-cached", accountId: op.account.id, keyId: null, modelId: MODEL, promptTokens: 1200, completionTokens: 40, cachedTokens: 1100, reasoningTokens: 30, latencyMs: 5, status: "ok", finishReason: "stop", user: null, metadata: null });
+  const page = await (await c.get("/workspace/usage")).text();
+  expect(page).toMatch(/data-testid="total-cached">1,100</);
+  expect(page).toMatch(/data-testid="total-reasoning">30</);
+  const usage = (await (await c.get("/workspace/api/usage")).json()) as { recent: Record<string, unknown>[] };
+  expect(usage.recent[0]).toMatchObject({ prompt_tokens: 1200, cached_tokens: 1100, completion_tokens: 40, reasoning_tokens: 30 });
+  const csv = (await (await c.get("/workspace/usage.csv")).text()).trim().split("\r\n");
+  expect(csv[1]).toContain(`,${MODEL},1200,1100,40,30,1240,`);
+});
+
 describe("billing", () => {
   test("charges match the token counts and prices; no credit left → 429 insufficient_quota", async () => {
     await server.store.catalog.setPrices(MODEL, 1000, 3000);

@@ -1,7 +1,7 @@
 // What the engine must know to drive a decoder graph, read from the session's own metadata and
 // the directory's config.json / genai_config.json rather than assumed.
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 
 export type KvDType = "float32" | "float16";
 
@@ -52,7 +52,7 @@ export interface ModelFiles {
 }
 
 interface SluiceGraphCard {
-  graph?: { variant?: string; past_present_share_buffer?: boolean; max_cache_length?: number };
+  graph?: { variant?: string; past_present_share_buffer?: boolean; max_cache_length?: number; file?: string };
 }
 
 interface GenaiConfig {
@@ -80,7 +80,11 @@ function readJson<T>(path: string): T | null {
 export function locateModelFiles(dir: string): ModelFiles {
   const genai = readJson<GenaiConfig>(join(dir, "genai_config.json"));
   const config = readJson<Record<string, unknown>>(join(dir, "config.json")) ?? {};
+  const card = readJson<SluiceGraphCard>(join(dir, "sluice.json"));
+  const cardFile = card?.graph?.file;
   const candidates = [
+    // Only a path inside the directory: a card cannot point the engine at other files.
+    typeof cardFile === "string" && !relative(dir, join(dir, cardFile)).startsWith("..") ? join(dir, cardFile) : null,
     genai?.model?.decoder?.filename ? join(dir, genai.model.decoder.filename) : null,
     join(dir, "onnx", "model.onnx"),
     join(dir, "model.onnx"),
@@ -88,7 +92,7 @@ export function locateModelFiles(dir: string): ModelFiles {
   ].filter((p): p is string => p !== null);
   const onnxPath = candidates.find((p) => existsSync(p));
   if (!onnxPath) throw new Error(`no decoder ONNX file (looked for ${candidates.map((c) => c.slice(dir.length + 1)).join(", ")})`);
-  return { onnxPath, config, genai, card: readJson<SluiceGraphCard>(join(dir, "sluice.json")) };
+  return { onnxPath, config, genai, card };
 }
 
 /** Whether the directory's card or genai_config says the graph's past and present share a buffer. */

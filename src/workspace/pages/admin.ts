@@ -78,11 +78,12 @@ ${selected
   <p><button type="submit">Save access</button></p></form></section>`
     : ""}
 ${limits}
-<section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens.</p><div class="table-wrap"><table>
-  <thead><tr><th scope="col">Model</th><th scope="col">Input / output</th></tr></thead>
+<section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens. Cached input: prompt tokens served from the prefix cache (blank: the input price).</p><div class="table-wrap"><table>
+  <thead><tr><th scope="col">Model</th><th scope="col">Input / cached input / output</th></tr></thead>
   <tbody>${catalog.map(
     (m) => html`<tr><td><code>${m.id}</code></td><td><form class="inline" method="post" action="${BASE}/admin/prices">${csrf}<input type="hidden" name="model" value="${m.id}">
       <div class="field"><label for="in-${m.id}">Input</label><input id="in-${m.id}" name="input" type="number" min="0" step="any" value="${m.inputPricePerMTok}" required></div>
+      <div class="field"><label for="cin-${m.id}">Cached input</label><input id="cin-${m.id}" name="cached_input" type="number" min="0" step="any" value="${m.cachedInputPricePerMTok ?? ""}" placeholder="= input"></div>
       <div class="field"><label for="out-${m.id}">Output</label><input id="out-${m.id}" name="output" type="number" min="0" step="any" value="${m.outputPricePerMTok}" required></div>
       <button type="submit" class="small">Save</button></form></td></tr>`,
   )}</tbody></table></div></section>`;
@@ -247,7 +248,8 @@ export const adminRoutes: Route[] = [
     handle: (c) =>
       change(c, async () => {
         const id = c.field("model");
-        if (!(await c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output"))))) throw new Error(`no model ${id}`);
+        const cached = c.field("cached_input").trim();
+        if (!(await c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")), cached === "" ? null : Number(cached)))) throw new Error(`no model ${id}`);
         return `saved prices of ${id}`;
       }),
   },

@@ -43,7 +43,7 @@ export const billingRoutes: Route[] = [
   <thead><tr><th scope="col">Time (UTC)</th><th scope="col">Type</th><th scope="col">Details</th><th scope="col" class="num">Amount</th></tr></thead>
   <tbody>${history.map(
     (e) => html`<tr><td>${dateTime(e.createdAt)}</td><td><span class="badge ${e.kind === "topup" ? "yes" : ""}">${e.kind === "topup" ? "top-up" : "charge"}</span></td>
-    <td>${e.kind === "charge" ? html`<code>${e.modelId}</code> · ${integer(e.promptTokens ?? 0)} in + ${integer(e.completionTokens ?? 0)} out tokens` : (e.note ?? "")}</td><td class="num">${usd(e.amountUsd)}</td></tr>`,
+    <td>${e.kind === "charge" ? html`<code>${e.modelId}</code> · ${integer(e.promptTokens ?? 0)} in${e.cachedTokens ? html` (${integer(e.cachedTokens)} cached)` : ""} + ${integer(e.completionTokens ?? 0)} out tokens` : (e.note ?? "")}</td><td class="num">${usd(e.amountUsd)}</td></tr>`,
   )}</tbody></table></div>`}
 </section>`;
       return htmlResponse(page({ title: "Billing", tab: "billing", user: c.user, csrf: c.session.csrfToken, body }));

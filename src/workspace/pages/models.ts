@@ -23,9 +23,9 @@ export const modelRoutes: Route[] = [
   ${models.length === 0
     ? html`<p class="empty">No model is available to this account. Ask an operator for access.</p>`
     : html`<div class="table-wrap"><table>
-    <thead><tr><th scope="col">Model id</th><th scope="col" class="num">Context</th><th scope="col" class="num">Input</th><th scope="col" class="num">Output</th><th scope="col">Capabilities</th></tr></thead>
+    <thead><tr><th scope="col">Model id</th><th scope="col" class="num">Context</th><th scope="col" class="num">Input</th><th scope="col" class="num">Cached input</th><th scope="col" class="num">Output</th><th scope="col">Capabilities</th></tr></thead>
     <tbody>${models.map(
-      (m) => html`<tr><td><code>${m.id}</code>${m.displayName !== m.id ? html`<div class="muted">${m.displayName}</div>` : ""}</td><td class="num">${integer(m.contextLength)}</td><td class="num">${price(m.inputPricePerMTok)}</td><td class="num">${price(m.outputPricePerMTok)}</td><td>${capabilityBadges(m)}</td></tr>`,
+      (m) => html`<tr><td><code>${m.id}</code>${m.displayName !== m.id ? html`<div class="muted">${m.displayName}</div>` : ""}</td><td class="num">${integer(m.contextLength)}</td><td class="num">${price(m.inputPricePerMTok)}</td><td class="num">${price(m.cachedInputPricePerMTok ?? m.inputPricePerMTok)}</td><td class="num">${price(m.outputPricePerMTok)}</td><td>${capabilityBadges(m)}</td></tr>`,
     )}</tbody></table></div>`}
 </section>`;
       return htmlResponse(page({ title: "Models", tab: "models", user: c.user, csrf: c.session.csrfToken, body }));
