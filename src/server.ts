@@ -8,6 +8,7 @@ import { Lifecycle } from "./api/lifecycle.ts";
 import type { RequestLimits } from "./api/limits/request-limits.ts";
 import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
 import type { Engine } from "./engine/types.ts";
+import { commandLine } from "./invocation.ts";
 import type { Logger } from "./log.ts";
 import { createWorkspace } from "./workspace/index.ts";
 import { openStore, type DiscoveredModel, type Store } from "./store/index.ts";
@@ -178,7 +179,11 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     log: log.child({ room: "workspace" }),
     // The same base URL /v1/integrations announces: the public URL, else the API's own address.
     apiBase: (req) => opts.publicUrl?.replace(/\/+$/, "") ?? (ownPort ? apiUrl() : new URL(req.url).origin),
+    // The pages' CLI notes act on this server's database, wherever the operator keeps it.
+    command: (...words) => commandLine(...words, ...(resolve(opts.dataDir) === resolve("data") ? [] : ["--data", opts.dataDir])),
   });
+  // The workspace's icon at the API's root too, where a browser looking at the API asks for it.
+  api.get("/favicon.ico", ({ request }) => workspace.fetch(request));
   if (!ownPort) {
     api.all("/workspace", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });
     api.all("/workspace/*", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });

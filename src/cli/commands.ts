@@ -2,7 +2,8 @@
 // allows this while the server runs) or, with --database, the PostgreSQL database several nodes
 // share. Catalog, key and limit changes take effect on every server's next request (within a
 // second on a shared database).
-import { openStore, type Store } from "../store/index.ts";
+import { commandLine } from "../invocation.ts";
+import { openStore, type Account, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
@@ -46,11 +47,23 @@ const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: stri
 
 const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
 
-async function accountId(store: Store, name: string): Promise<number> {
-  const a = await store.accounts.get(name);
-  if (!a) throw new UsageError(`no account named ${name} (see: sluice accounts list)`);
-  return a.id;
+/**
+ * A command to run next, for messages: with this command's --data when that is not the default,
+ * or its shared database by the variable that names it (a URL may hold a password: never printed).
+ */
+export function seeCommand(args: CommandArgs, ...words: string[]): string {
+  if (databaseOf(args)) return `${commandLine(...words)} --database "$SLUICE_DATABASE_URL"`;
+  const data = args.values.data;
+  return commandLine(...words, ...(typeof data === "string" && data !== DATA_OPTION.default ? ["--data", data] : []));
 }
+
+export async function findAccount(store: Store, args: CommandArgs, name: string): Promise<Account> {
+  const a = await store.accounts.get(name);
+  if (!a) throw new UsageError(`no account named ${name} (see: ${seeCommand(args, "accounts", "list")})`);
+  return a;
+}
+
+const accountId = async (store: Store, args: CommandArgs, name: string) => (await findAccount(store, args, name)).id;
 
 export const storeCommands: Command[] = [
   {
@@ -91,7 +104,7 @@ export const storeCommands: Command[] = [
     ],
     run: (args) =>
       withStore(args, async (s) => {
-        const id = await accountId(s, requireString(args, "account"));
+        const id = await accountId(s, args, requireString(args, "account"));
         const label = typeof args.values.label === "string" ? args.values.label : null;
         const { key, info } = await s.keys.create(id, label);
         console.error(`created key ${info.id} for account ${info.accountName}; it is shown only this once:`);
@@ -106,7 +119,7 @@ export const storeCommands: Command[] = [
     options: [...STORE_OPTIONS, JSON_OPTION, { name: "account", type: "string", help: "Only this account's keys" }],
     run: (args) =>
       withStore(args, async (s) => {
-        const acct = typeof args.values.account === "string" ? await accountId(s, args.values.account) : undefined;
+        const acct = typeof args.values.account === "string" ? await accountId(s, args, args.values.account) : undefined;
         const rows = (await s.keys.list(acct)).map((k) => ({
           id: k.id,
           account: k.accountName,
@@ -128,7 +141,7 @@ export const storeCommands: Command[] = [
     run: (args) =>
       withStore(args, async (s) => {
         const id = positional(args, 0, "key ID");
-        if (!(await s.keys.revoke(id))) throw new UsageError(`no active key ${id} (see: sluice keys list)`);
+        if (!(await s.keys.revoke(id))) throw new UsageError(`no active key ${id} (see: ${seeCommand(args, "keys", "list")})`);
         console.log(`revoked ${id}`);
         return 0;
       }),
@@ -167,7 +180,7 @@ export const storeCommands: Command[] = [
         withStore(args, async (s) => {
           const id = positional(args, 0, "model ID");
           if (!(await s.catalog.setStatus(id, verb === "enable" ? "active" : "inactive"))) {
-            throw new UsageError(`no model ${id} in the catalog (see: sluice models list)`);
+            throw new UsageError(`no model ${id} in the catalog (see: ${seeCommand(args, "models", "list")})`);
           }
           console.log(`${verb}d ${id}`);
           return 0;
@@ -186,7 +199,7 @@ export const storeCommands: Command[] = [
       run: (args) =>
         withStore(args, async (s) => {
           const id = positional(args, 0, "model ID");
-          const acct = await accountId(s, requireString(args, "account"));
+          const acct = await accountId(s, args, requireString(args, "account"));
           try {
             await s.catalog[verb](acct, id);
           } catch (e) {
@@ -204,7 +217,7 @@ export const storeCommands: Command[] = [
     options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account" }],
     run: (args) =>
       withStore(args, async (s) => {
-        await s.catalog.allowAll(await accountId(s, requireString(args, "account")));
+        await s.catalog.allowAll(await accountId(s, args, requireString(args, "account")));
         console.log(`${args.values.account} may use every served model`);
         return 0;
       }),

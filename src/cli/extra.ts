@@ -2,7 +2,9 @@
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { isCanonicalModelId } from "../engine/discovery.ts";
-import { HF_IMPORT_DTYPES, type HfImportDType, importHfCheckpoint, importLlama2c, SUPPORTED_ARCHITECTURES } from "../modelkit/index.ts";
+// Only these light modules at load: the importers are loaded by the commands that run them.
+import { SUPPORTED_ARCHITECTURES } from "../modelkit/hf/config.ts";
+import type { HfImportDType } from "../modelkit/index.ts";
 import { doctorReport } from "../packaging/doctor.ts";
 import { configureNative } from "../packaging/native.ts";
 import { inspectPostgres, openPostgresStore } from "../store/index.ts";
@@ -31,6 +33,7 @@ export const extraCommands: Command[] = [
       const dtype = String(args.values.dtype);
       if (dtype !== "float32" && dtype !== "float16") throw new UsageError("--dtype must be float32 or float16");
       const outDir = resolve(requireString(args, "out"));
+      const { importLlama2c } = await import("../modelkit/index.ts");
       await importLlama2c(checkpoint, tokenizer, { id: requireString(args, "id"), outDir, variant, dtype });
       console.log(`wrote ${outDir}`);
       return 0;
@@ -58,6 +61,7 @@ export const extraCommands: Command[] = [
       const id = requireString(args, "id");
       if (!isCanonicalModelId(id)) throw new UsageError(`--id ${JSON.stringify(id)} is not a canonical model id (letters, digits, '.', '_', '-' in '/'-separated segments)`);
       const dtype = String(args.values.dtype);
+      const { HF_IMPORT_DTYPES, importHfCheckpoint } = await import("../modelkit/index.ts");
       if (!(HF_IMPORT_DTYPES as readonly string[]).includes(dtype)) throw new UsageError(`--dtype must be one of ${HF_IMPORT_DTYPES.join(", ")}`);
       let contextLength: number | undefined;
       if (typeof args.values.context === "string" && args.values.context !== "") {

@@ -23,6 +23,7 @@ import { userStore } from "./users.ts";
 export type * from "./types.ts";
 export { KEY_PREFIX } from "./keys.ts";
 export { StoreUnavailableError } from "./db.ts";
+export { EMAIL, MIN_PASSWORD_LENGTH } from "./users.ts";
 
 /** The table families over one Db (the store's, or a transaction's). */
 function tables(db: Db, shared: boolean): StoreTables {

@@ -1,4 +1,5 @@
 // Route and context types shared by the pages, and the small path matcher they use.
+import { commandLine } from "../invocation.ts";
 import type { Logger } from "../log.ts";
 import type { SessionInfo, Store, User } from "../store/index.ts";
 
@@ -11,7 +12,12 @@ export interface WorkspaceOptions {
   sessionTtlMs?: number;
   /** Sign-in throttling: failures allowed per email and per client within the window. */
   throttle?: { windowMs: number; perEmail: number; perClient: number };
+  /** A CLI command line that acts on this server's data, as its operator would type it (default: without --data). */
+  command?: (...words: string[]) => string;
 }
+
+/** The command line a page shows an operator for a CLI command. */
+export const operatorCommand = (opts: WorkspaceOptions, ...words: string[]) => (opts.command ?? commandLine)(...words);
 
 export interface BaseCtx {
   request: Request;

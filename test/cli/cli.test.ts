@@ -26,12 +26,12 @@ describe("sluice CLI", () => {
     expect(sluice(["--version"]).out).toMatch(/^sluice \d+\.\d+\.\d+/);
     const help = sluice(["--help"]).out;
     for (const c of ["serve", "accounts create", "keys create", "keys revoke", "models grant", "models import llama2c", "models import hf", "doctor"]) {
-      expect(help).toContain(`sluice ${c}`);
+      expect(help).toContain(`./sluice ${c}`);
     }
     for (const c of [["serve"], ["accounts", "list"], ["keys", "create"], ["models", "disable"], ["models", "import", "llama2c"], ["models", "import", "hf"]]) {
       const r = sluice([...c, "--help"]);
       expect(r.code).toBe(0);
-      expect(r.out).toContain(`Usage: sluice ${c.join(" ")}`);
+      expect(r.out).toContain(`Usage: ./sluice ${c.join(" ")}`);
       expect(r.out).toContain("SLUICE_");
     }
   });

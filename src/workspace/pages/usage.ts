@@ -3,7 +3,7 @@ import type { DailyUsage, UsageRow } from "../../store/index.ts";
 import { barChart, rowChart } from "../charts.ts";
 import { DAY_MS, dateTime, integer, isoDay, parseDay } from "../format.ts";
 import { html } from "../html.ts";
-import { BASE, htmlResponse, page } from "../layout.ts";
+import { BASE, htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
 
 export const MAX_RANGE_DAYS = 366;
@@ -112,11 +112,15 @@ async function usagePage(c: SignedCtx) {
   <h2>Recent requests</h2>
   ${recent.length === 0
     ? html`<p class="empty">No requests in this range.</p>`
-    : html`<div class="table-wrap"><table id="recent">
+    : scrollTable(
+        "Recent requests",
+        html`
     <thead><tr><th scope="col">Time (UTC)</th><th scope="col">Model</th><th scope="col" class="num">Prompt</th><th scope="col" class="num">Cached</th><th scope="col" class="num">Completion</th><th scope="col" class="num">Reasoning</th><th scope="col" class="num">Latency</th><th scope="col">Status</th></tr></thead>
     <tbody>${recent.map(
       (u) => html`<tr><td>${dateTime(u.createdAt)}</td><td class="mono">${u.modelId}</td><td class="num">${integer(u.promptTokens)}</td><td class="num">${integer(u.cachedTokens)}</td><td class="num">${integer(u.completionTokens)}</td><td class="num">${integer(u.reasoningTokens)}</td><td class="num">${integer(u.latencyMs)} ms</td><td><span class="badge ${u.status === "ok" ? "yes" : u.status === "error" ? "bad" : ""}">${u.status}</span></td></tr>`,
-    )}</tbody></table></div>`}
+    )}</tbody>`,
+        html` id="recent"`,
+      )}
 </section>`;
   return htmlResponse(page({ title: "Usage", tab: "usage", user: c.user, csrf: c.session.csrfToken, body }));
 }
