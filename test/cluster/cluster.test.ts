@@ -66,6 +66,14 @@ describe.skipIf(postgresMissing !== null)("two nodes on one PostgreSQL", () => {
     expect(p.stderr.toString()).toContain("--cluster-secret (or SLUICE_CLUSTER_SECRET) is required with --database");
   });
 
+  test("the second node's banner names the shared database, and its command runs as printed", async () => {
+    const line = b.banner.split("\n").find((l) => l.includes("keys create"))!.trim();
+    expect(line).toEndWith(`keys create --account local --database "$SLUICE_DATABASE_URL"`);
+    const p = Bun.spawnSync(["/bin/sh", "-c", line], { cwd: REPO, stdout: "pipe", stderr: "pipe", env: { ...process.env, SLUICE_DATABASE_URL: c.database } });
+    expect(p.exitCode).toBe(0);
+    expect(p.stdout.toString().trim()).toMatch(/^sk-sluice-\w+$/);
+  });
+
   test("each node lists the models of both, in /v1/models and /v1/integrations", async () => {
     for (const node of [a, b]) {
       expect(await listed(node)).toEqual([A_MODEL, B_MODEL]);
