@@ -232,7 +232,7 @@ export class WorkerEngine implements Engine {
     const wanted = new Map(sources.map((s) => [s.id, s]));
     for (const [id, w] of this.workers) {
       const s = wanted.get(id);
-      if (!s || s.dir !== w.source.dir) {
+      if (!s || s.dir !== w.source.dir || s.stamp !== w.source.stamp) {
         this.workers.delete(id);
         await w.close();
       }
