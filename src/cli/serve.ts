@@ -1,4 +1,5 @@
 import { createEngine } from "../engine/index.ts";
+import { chooseProviders } from "../engine/providers.ts";
 import { createLogger, type LogLevel } from "../log.ts";
 import { buildDemoModel } from "../modelkit/index.ts";
 import { configureNative } from "../packaging/native.ts";
@@ -26,6 +27,7 @@ export const serveCommand: Command = {
     { name: "log-level", type: "string", help: "debug, info, warn or error", default: "info" },
     { name: "log-prompts", type: "boolean", help: "Include prompt text in debug logs (off: never logged)" },
     { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
+    { name: "no-watch", type: "boolean", help: "Do not watch the models directory (models added later are served after SIGHUP)" },
     { name: "threads", type: "string", help: "Intra-op threads per model (0: one for models under 16 MiB of weights, else ONNX Runtime's default)", default: "0" },
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of RAM, 256 MiB to 8 GiB)", default: "0" },
@@ -75,6 +77,9 @@ export const serveCommand: Command = {
       buildDemoModel,
       log,
       engine,
+      watchModels: args.values["no-watch"] !== true,
+      // The admin page's pulls choose `auto` dtypes for the device the models run on.
+      hub: { device: device === "cpu" ? "cpu" : chooseProviders(device as "auto" | "cuda").providers[0] === "cuda" ? "cuda" : "cpu" },
     });
     const served = server.store.catalog.listServed().map((m) => m.id);
     const lines = [

@@ -1,0 +1,318 @@
+// `models pull` against a local Hub-compatible server (test/helpers/hub-server.ts) serving repos
+// the model kit builds: only the chosen dtype's files are fetched (the request log shows it),
+// cut and interrupted transfers resume, corrupted bodies are refused, gated repos need a token,
+// and a running server (watching its models directory) serves each pulled model without a
+// restart, stories260K telling llama2.c's reference story token for token.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync, readFileSync, statfsSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { hubToken } from "../../src/modelkit/hub/auth.ts";
+import { PullError } from "../../src/modelkit/hub/errors.ts";
+import { STAGING_FOLDER, stagingDir } from "../../src/modelkit/hub/place.ts";
+import { pullModel, type PullEvent, type PullOptions } from "../../src/modelkit/hub/pull.ts";
+import { buildHubRepos, EMPTY_REPO, GATED_REPO, GENAI_REPO, SAFETENSORS_REPO, STORIES_REPO, VLM_REPO, type HubFixtures } from "../helpers/hub-repos.ts";
+import { HUB_TOKEN, startHubServer, type HubServer } from "../helpers/hub-server.ts";
+import { hasStories, STORIES_DIR, tempDir } from "../helpers/paths.ts";
+import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { dataUrl, makeImage } from "../vision/images.ts";
+
+if (!hasStories) console.warn(`skipping models pull tests: ${STORIES_DIR} is absent`);
+
+const CONFIGS = ["config.json", "generation_config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"];
+const DATA = "onnx/model.onnx_data";
+
+let fixtures: HubFixtures;
+let hub: HubServer;
+let models: ReturnType<typeof tempDir>;
+let server: TestServer;
+
+beforeAll(async () => {
+  if (!hasStories) return;
+  fixtures = await buildHubRepos();
+  hub = startHubServer(fixtures.repos);
+  models = tempDir("sluice-pulled-");
+  // Started on an empty models directory: every model below arrives while it runs.
+  server = await startTestServer({ modelsDir: models.path, watchModels: true });
+}, 120_000);
+
+afterAll(async () => {
+  await server?.cleanup();
+  hub?.stop();
+  fixtures?.remove();
+  models?.remove();
+});
+
+async function pull(repo: string, o: Partial<PullOptions> = {}): Promise<{ result: Awaited<ReturnType<typeof pullModel>>; events: PullEvent[] }> {
+  const events: PullEvent[] = [];
+  const result = await pullModel({ repo, modelsDir: models.path, endpoint: hub.url, token: null, device: "cpu", backoffMs: () => 20, onEvent: (e) => events.push(e), ...o });
+  return { result, events };
+}
+
+async function pullError(repo: string, o: Partial<PullOptions> = {}): Promise<PullError> {
+  try {
+    await pull(repo, o);
+  } catch (e) {
+    expect(e).toBeInstanceOf(PullError);
+    return e as PullError;
+  }
+  throw new Error(`pull of ${repo} succeeded`);
+}
+
+const card = (id: string) => JSON.parse(readFileSync(join(models.path, id, "sluice.json"), "utf8")) as Record<string, unknown>;
+
+async function served(): Promise<string[]> {
+  const r = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${server.key}` } });
+  return ((await r.json()) as { data: { id: string }[] }).data.map((m) => m.id);
+}
+
+async function complete(model: string, content: unknown, maxTokens: number): Promise<{ status: number; text: string }> {
+  const r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${server.key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model, messages: [{ role: "user", content }], temperature: 0, max_tokens: maxTokens }),
+  });
+  const body = (await r.json()) as { choices?: { message: { content: string } }[] };
+  return { status: r.status, text: body.choices?.[0]?.message.content ?? JSON.stringify(body) };
+}
+
+/** Polls until `check` holds: the server notices the models directory on its own. */
+async function eventually(what: string, check: () => Promise<boolean>, ms = 45_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    if (await check()) return;
+    await Bun.sleep(100);
+  }
+  throw new Error(`timed out waiting until ${what}`);
+}
+
+function referenceText(): string {
+  const m = /```\n(Once upon a time[\s\S]*?)\n```/.exec(readFileSync(join(STORIES_DIR, "README.md"), "utf8"));
+  return m![1]!;
+}
+
+describe.skipIf(!hasStories)("models pull", () => {
+  test("--dtype fp32 fetches fp32's files only; the running server serves the pulled stories260K's reference story", async () => {
+    hub.clearLog();
+    const { result } = await pull(STORIES_REPO, { dtype: "fp32" });
+    expect(result.dtype).toBe("fp32");
+    expect(hub.filesFetched().sort()).toEqual([...CONFIGS, "onnx/model.onnx", DATA].sort());
+    // Not even asked about: no other dtype, no README, no .gitattributes.
+    expect(hub.requests.filter((r) => /_fp16|_q4|_quantized|README|gitattributes/.test(r.path))).toEqual([]);
+    expect(hub.requests.some((r) => r.path.includes("/paths-info/"))).toBe(true);
+    const c = card(STORIES_REPO);
+    expect(c).toMatchObject({ id: STORIES_REPO, dtype: "fp32", source: { repo: STORIES_REPO, commit: hub.commitOf(STORIES_REPO) } });
+    expect(existsSync(stagingDir(models.path, STORIES_REPO))).toBe(false);
+
+    await eventually("the pulled model is served", async () => (await served()).includes(STORIES_REPO));
+    const story = await complete(STORIES_REPO, "", 256);
+    expect(story).toEqual({ status: 200, text: referenceText() });
+  });
+
+  test("another dtype joins the directory and its card names it; the server reloads it; pulling fp32 again fetches nothing", async () => {
+    hub.clearLog();
+    await pull(STORIES_REPO, { dtype: "q4" });
+    expect(hub.filesFetched()).toEqual(["onnx/model_q4.onnx"]);
+    expect(card(STORIES_REPO).dtype).toBe("q4");
+    for (const f of ["onnx/model.onnx", DATA, "onnx/model_q4.onnx"]) expect(existsSync(join(models.path, STORIES_REPO, f))).toBe(true);
+    // The q4 slot holds another graph: once reloaded, the model no longer tells the story.
+    await eventually("the q4 graph is served", async () => !(await complete(STORIES_REPO, "", 12)).text.startsWith(referenceText().slice(0, 20)));
+
+    hub.clearLog();
+    const again = await pull(STORIES_REPO, { dtype: "fp32" });
+    expect(hub.filesFetched()).toEqual([]);
+    expect(again.result.transferredBytes).toBe(0);
+    expect(again.events.filter((e) => e.type === "file-done").every((e) => e.type === "file-done" && e.action === "present")).toBe(true);
+    expect(card(STORIES_REPO).dtype).toBe("fp32");
+    await eventually("the fp32 graph is served again", async () => {
+      const { text } = await complete(STORIES_REPO, "", 12);
+      return text.length > 20 && referenceText().startsWith(text);
+    });
+  });
+
+  test("a body cut mid-file is fetched again from where it stopped, with a Range request, and verified", async () => {
+    hub.clearLog();
+    const size = hub.sizeOf(STORIES_REPO, DATA);
+    hub.faults.cutOnce.set(DATA, 400_000);
+    const { events } = await pull(STORIES_REPO, { dtype: "fp32", id: "cut/stories" });
+    expect(events.some((e) => e.type === "retry" && e.path === DATA)).toBe(true);
+    const bodies = hub.requests.filter((r) => r.file === DATA && r.method === "GET" && r.range !== "bytes=0-0");
+    expect(bodies.map((r) => r.range)).toEqual([null, `bytes=400000-${size - 1}`]);
+    expect(hub.bytesSent(DATA)).toBe(size);
+    expect(statSync(join(models.path, "cut/stories", DATA)).size).toBe(size);
+  });
+
+  test("an interrupted pull resumes: the next run fetches only the rest; one pull per model at a time", async () => {
+    hub.clearLog();
+    const size = hub.sizeOf(STORIES_REPO, DATA);
+    const held = hub.hold(DATA, 500_000);
+    const stop = new AbortController();
+    const first = pull(STORIES_REPO, { dtype: "fp32", id: "resume/stories", signal: stop.signal });
+    await held.reached;
+    expect((await pullError(STORIES_REPO, { dtype: "fp32", id: "resume/stories" })).kind).toBe("busy");
+    stop.abort();
+    held.release();
+    const e = await first.then(() => null, (x) => x as PullError);
+    expect(e?.kind).toBe("cancelled");
+    expect(existsSync(join(models.path, "resume/stories"))).toBe(false);
+    expect(statSync(join(stagingDir(models.path, "resume/stories"), `${DATA}.part`)).size).toBe(500_000);
+
+    hub.clearLog();
+    const { result, events } = await pull(STORIES_REPO, { dtype: "fp32", id: "resume/stories" });
+    const done = events.find((x) => x.type === "file-done" && x.path === DATA);
+    expect(done).toMatchObject({ action: "resume", transferred: size - 500_000 });
+    expect(hub.bytesSent(DATA)).toBe(size - 500_000);
+    expect(hub.requests.find((r) => r.file === DATA && r.range?.startsWith("bytes=500000-"))).toBeDefined();
+    expect(result.transferredBytes).toBe(size - 500_000);
+    await eventually("the resumed model is served", async () => (await served()).includes("resume/stories"));
+    expect((await complete("resume/stories", "", 30)).text).toBe((await complete(STORIES_REPO, "", 30)).text);
+  });
+
+  test("a corrupted body is refused with a checksum error and no model appears; the next pull fetches only that file", async () => {
+    hub.faults.corrupt.add(DATA);
+    const e = await pullError(STORIES_REPO, { dtype: "fp32", id: "corrupt/stories" });
+    hub.faults.corrupt.delete(DATA);
+    expect(e.kind).toBe("checksum");
+    expect(e.message).toContain(`checksum mismatch for ${DATA}`);
+    expect(e.message).toContain(hub.sha256Of(STORIES_REPO, DATA));
+    expect(existsSync(join(models.path, "corrupt/stories"))).toBe(false);
+    expect(existsSync(join(stagingDir(models.path, "corrupt/stories"), `${DATA}.part`))).toBe(false);
+    await server.syncCatalog();
+    expect(await served()).not.toContain("corrupt/stories");
+
+    hub.clearLog();
+    await pull(STORIES_REPO, { dtype: "fp32", id: "corrupt/stories" });
+    expect(hub.filesFetched()).toEqual([DATA]);
+  });
+
+  test("a gated repo without a token fails naming HF_TOKEN and fetches nothing; with a token it succeeds", async () => {
+    hub.clearLog();
+    const e = await pullError(GATED_REPO);
+    expect(e.kind).toBe("gated");
+    expect(e.message).toContain("HF_TOKEN");
+    expect(hub.filesFetched()).toEqual([]);
+    expect(existsSync(join(models.path, GATED_REPO))).toBe(false);
+
+    const wrong = await pullError(GATED_REPO, { token: { token: "hf_notvalid", source: "HF_TOKEN" } });
+    expect(wrong.kind).toBe("gated");
+    expect(wrong.message).toContain("token in use may not read it");
+
+    await pull(GATED_REPO, { token: hubToken({ HF_TOKEN: HUB_TOKEN }) });
+    expect(card(GATED_REPO).dtype).toBe("fp32");
+    // The token file huggingface_hub writes works the same.
+    const home = tempDir("sluice-hfhome-");
+    writeFileSync(join(home.path, "token"), `${HUB_TOKEN}\n`);
+    await pull(GATED_REPO, { id: "gated/from-token-file", token: hubToken({ HF_HOME: home.path }) });
+    home.remove();
+    await eventually("the gated model is served", async () => (await served()).includes(GATED_REPO));
+  });
+
+  test("an onnxruntime-genai repo: the files its genai_config.json names", async () => {
+    hub.clearLog();
+    const { result } = await pull(GENAI_REPO);
+    expect(result.layout).toBe("genai");
+    expect(hub.filesFetched().sort()).toEqual([...CONFIGS, "genai_config.json", "onnx/model.onnx", DATA].sort());
+    expect(card(GENAI_REPO).dtype).toBeUndefined();
+    await eventually("the genai model is served", async () => (await served()).includes(GENAI_REPO));
+    const r = await complete(GENAI_REPO, "", 40);
+    expect(referenceText().startsWith(r.text)).toBe(true);
+  });
+
+  test("a vision-language repo: encoder, embeddings and decoder of the chosen dtype, served with images", async () => {
+    hub.clearLog();
+    await pull(VLM_REPO, { dtype: "fp16" });
+    const graphs = hub.filesFetched().filter((f) => f.endsWith(".onnx"));
+    expect(graphs.sort()).toEqual(["onnx/decoder_model_merged_fp16.onnx", "onnx/embed_tokens_fp16.onnx", "onnx/vision_encoder_fp16.onnx"]);
+    expect(hub.filesFetched()).toContain("preprocessor_config.json");
+    expect(card(VLM_REPO)).toMatchObject({ dtype: "fp16", capabilities: { images: true } });
+    await eventually("the vision model is served", async () => (await served()).includes(VLM_REPO));
+    const image = dataUrl(await makeImage("png", 40, 30, 5), "image/png");
+    const r = await complete(VLM_REPO, [{ type: "text", text: "what is this?" }, { type: "image_url", image_url: { url: image } }], 4);
+    expect(r.status).toBe(200);
+  });
+
+  test("errors in words, and nothing placed: unknown repo or revision, no network, safetensors only, no model", async () => {
+    hub.clearLog();
+    const cases: [string, Partial<PullOptions>, PullError["kind"], RegExp][] = [
+      ["nobody/nothing", {}, "not_found", /no model repository nobody\/nothing .*HF_TOKEN/],
+      [STORIES_REPO, { revision: "no-such-branch", id: "x/rev" }, "not_found", /has no revision "no-such-branch"/],
+      [STORIES_REPO, { endpoint: "http://127.0.0.1:9", id: "x/net" }, "network", /cannot reach the Hub at http:\/\/127\.0\.0\.1:9 .*HF_ENDPOINT/],
+      [SAFETENSORS_REPO, {}, "safetensors_only", /safetensors weights and no ONNX export.*sluice models import hf/],
+      [EMPTY_REPO, {}, "no_model", /neither ONNX files nor safetensors weights/],
+      [STORIES_REPO, { dtype: "q4f16", id: "x/dtype" }, "usage", /no q4f16 export .* it has: fp32, fp16, q8, q4/],
+    ];
+    for (const [repo, o, kind, text] of cases) {
+      const e = await pullError(repo, o);
+      expect({ repo, kind: e.kind }).toEqual({ repo, kind });
+      expect(e.message).toMatch(text);
+    }
+    expect(hub.filesFetched()).toEqual([]);
+    for (const id of ["nobody/nothing", "x", SAFETENSORS_REPO, EMPTY_REPO]) expect(existsSync(join(models.path, id))).toBe(false);
+    // A tag resolves like the branch it points to.
+    await pull(STORIES_REPO, { revision: "v1", dtype: "fp32", id: "tag/stories" });
+    expect(card("tag/stories")).toMatchObject({ source: { revision: "v1", commit: hub.commitOf(STORIES_REPO) } });
+  });
+});
+
+/** A tmpfs of `size` for the disk-full cases, when this process may mount one. */
+function mountTmpfs(size: string): { path: string; remove: () => void } | null {
+  const dir = tempDir("sluice-tmpfs-");
+  const r = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir.path], { stderr: "pipe" });
+  if (r.exitCode !== 0) {
+    dir.remove();
+    return null;
+  }
+  return {
+    path: dir.path,
+    remove: () => {
+      Bun.spawnSync(["umount", dir.path]);
+      dir.remove();
+    },
+  };
+}
+
+const probe = mountTmpfs("64k");
+probe?.remove();
+if (!probe) console.warn("skipping the disk-full pull tests: this process cannot mount a tmpfs (they need root)");
+
+describe.skipIf(!hasStories || !probe)("models pull on a full disk", () => {
+  test("too little free space: refused before fetching anything", async () => {
+    const small = mountTmpfs("1m")!;
+    try {
+      hub.clearLog();
+      const e = await pullError(STORIES_REPO, { dtype: "fp32", modelsDir: small.path });
+      expect(e.kind).toBe("disk_full");
+      expect(e.message).toMatch(/not enough disk space in .*: the files still to fetch take 1\.\d+ MiB/);
+      expect(hub.filesFetched()).toEqual([]);
+    } finally {
+      small.remove();
+    }
+  });
+
+  test("the disk fills up mid-file (a real ENOSPC): stopped in words, nothing placed; resumed once there is space", async () => {
+    const disk = mountTmpfs("4m")!;
+    const filler = join(disk.path, "filler");
+    try {
+      hub.faults.beforeBody = (file) => {
+        if (file !== DATA) return;
+        // Someone else takes the disk just as the big file starts: 100 KiB stay free.
+        const s = statfsSync(disk.path);
+        writeFileSync(filler, new Uint8Array(Number(s.bavail) * Number(s.bsize) - 100 * 1024));
+      };
+      const e = await pullError(STORIES_REPO, { dtype: "fp32", modelsDir: disk.path });
+      hub.faults.beforeBody = undefined;
+      expect(e.kind).toBe("disk_full");
+      expect(e.message).toMatch(/^disk full while writing onnx\/model\.onnx_data/);
+      expect(existsSync(join(disk.path, STORIES_REPO))).toBe(false);
+
+      Bun.spawnSync(["rm", filler]);
+      const events: PullEvent[] = [];
+      await pullModel({ repo: STORIES_REPO, dtype: "fp32", modelsDir: disk.path, endpoint: hub.url, token: null, device: "cpu", onEvent: (x) => events.push(x) });
+      expect(events.find((x) => x.type === "file-done" && x.path === DATA)).toMatchObject({ action: "resume" });
+      expect(statSync(join(disk.path, STORIES_REPO, DATA)).size).toBe(hub.sizeOf(STORIES_REPO, DATA));
+      expect(existsSync(join(disk.path, STAGING_FOLDER, "onnx-community--stories260k-ONNX"))).toBe(false);
+    } finally {
+      hub.faults.beforeBody = undefined;
+      disk.remove();
+    }
+  });
+});
