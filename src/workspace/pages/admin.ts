@@ -5,8 +5,9 @@ import { html, type Html } from "../html.ts";
 import { redirect } from "../http.ts";
 import { BASE, csrfField, htmlResponse, page } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
+import { hubPullPanel } from "./hub-pull.ts";
 
-function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Response {
+export function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Response {
   const accounts = c.store.accounts.list();
   const users = c.store.users.list();
   const catalog = c.store.catalog.list();
@@ -64,6 +65,7 @@ ${selected
   <p><button type="submit">Save access</button></p></form></section>`
     : ""}
 ${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
+${hubPullPanel(c, csrf)}
 <section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens.</p><div class="table-wrap"><table>
   <thead><tr><th scope="col">Model</th><th scope="col">Input / output</th></tr></thead>
   <tbody>${catalog.map(
