@@ -141,6 +141,22 @@ describe.skipIf(!hasStories)("models pull", () => {
     expect(statSync(join(models.path, "cut/stories", DATA)).size).toBe(size);
   });
 
+  test("a body that stalls is cut after the stall timeout and resumed", async () => {
+    hub.clearLog();
+    const size = hub.sizeOf(STORIES_REPO, DATA);
+    // Held until after the pull: only the stall watchdog can move it on.
+    const held = hub.hold(DATA, 200_000);
+    try {
+      const { events } = await pull(STORIES_REPO, { dtype: "fp32", id: "stall/stories", stallMs: 300 });
+      expect(events.find((e) => e.type === "retry")).toMatchObject({ path: DATA, attempt: 1, reason: "no data for 0.3 s" });
+      const ranges = hub.requests.filter((r) => r.file === DATA && r.method === "GET" && r.range !== "bytes=0-0").map((r) => r.range);
+      expect(ranges).toEqual([null, `bytes=200000-${size - 1}`]);
+      expect(statSync(join(models.path, "stall/stories", DATA)).size).toBe(size);
+    } finally {
+      held.release();
+    }
+  });
+
   test("an interrupted pull resumes: the next run fetches only the rest; one pull per model at a time", async () => {
     hub.clearLog();
     const size = hub.sizeOf(STORIES_REPO, DATA);

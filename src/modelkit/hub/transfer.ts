@@ -173,7 +173,7 @@ export async function transferFile(client: HubClient, file: RepoFile, dest: stri
     let timer: ReturnType<typeof setTimeout> | undefined;
     const watchdog = () => {
       clearTimeout(timer);
-      timer = setTimeout(() => ctrl.abort(new Stalled(`no data for ${Math.round(opts.stallMs / 1000)} s`)), opts.stallMs);
+      timer = setTimeout(() => ctrl.abort(new Stalled(`no data for ${opts.stallMs < 10_000 ? (opts.stallMs / 1000).toFixed(1) : Math.round(opts.stallMs / 1000)} s`)), opts.stallMs);
     };
     let last: ResponseInfo | null = null;
     const stopped = new Promise<never>((_, reject) => ctrl.signal.addEventListener("abort", () => reject(ctrl.signal.reason), { once: true }));
