@@ -187,14 +187,14 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
   };
   process.on("SIGHUP", onHup);
   const unwatch = opts.watchModels
-    ? watchModelsDir(
-        modelsDir,
-        () => {
+    ? watchModelsDir(modelsDir, {
+        onChange: () => {
           log.info("models directory changed: synchronising the catalog");
           syncCatalog().catch((e) => log.error("catalog synchronisation failed", { error: (e as Error).message }));
         },
-        (e) => log.warn("watching the models directory failed; use SIGHUP to resynchronise", { error: e.message }),
-      )
+        onError: (e) => log.warn("watching the models directory failed; use SIGHUP to resynchronise", { error: e.message }),
+        fingerprint: () => discoverModelDirs(modelsDir).map((m) => `${m.id}\t${m.dir}\t${m.stamp}`).join("\n"),
+      })
     : () => {};
 
   return {

@@ -115,7 +115,10 @@ describe.skipIf(!hasStories)("models pull", () => {
     expect(card(STORIES_REPO).dtype).toBe("q4");
     for (const f of ["onnx/model.onnx", DATA, "onnx/model_q4.onnx"]) expect(existsSync(join(models.path, STORIES_REPO, f))).toBe(true);
     // The q4 slot holds another graph: once reloaded, the model no longer tells the story.
-    await eventually("the q4 graph is served", async () => !(await complete(STORIES_REPO, "", 12)).text.startsWith(referenceText().slice(0, 20)));
+    await eventually("the q4 graph is served", async () => {
+      const r = await complete(STORIES_REPO, "", 12);
+      return r.status === 200 && !r.text.startsWith(referenceText().slice(0, 20));
+    });
 
     hub.clearLog();
     const again = await pull(STORIES_REPO, { dtype: "fp32" });
