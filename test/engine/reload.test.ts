@@ -3,9 +3,9 @@
 // words. Neither may leave a request hanging.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { createEngine } from "../../src/engine/index.ts";
-import { DEFAULT_SAMPLING } from "../../src/engine/sampling/index.ts";
 import type { Engine, Generation } from "../../src/engine/types.ts";
 import { silentLogger } from "../../src/log.ts";
+import { chatRequest } from "../helpers/engine-request.ts";
 import { syntheticModel, tinyModelsRoot } from "../helpers/models.ts";
 
 let engine: Engine;
@@ -20,19 +20,7 @@ afterAll(async () => {
   await engine?.close();
 });
 
-const start = (maxTokens: number): Promise<Generation> =>
-  engine.start({
-    requestId: "r",
-    modelId: "reload/tiny",
-    messages: [{ role: "user", content: "hello" }],
-    sampling: { ...DEFAULT_SAMPLING, temperature: 1, seed: 1, logitBias: {} },
-    maxTokens,
-    stop: [],
-    n: 1,
-    logprobs: false,
-    topLogprobs: 0,
-    signal: new AbortController().signal,
-  });
+const start = (maxTokens: number): Promise<Generation> => engine.start(chatRequest("reload/tiny", "hello", maxTokens, { temperature: 1, seed: 1 }));
 
 /** Every event of the generation: resolves with the finish or the error that ended it. */
 async function drain(g: Generation): Promise<{ finish: string | null; error: string | null; tokens: number }> {

@@ -3,17 +3,17 @@
 // cut and interrupted transfers resume, corrupted bodies are refused, gated repos need a token,
 // and a running server (watching its models directory) serves each pulled model without a
 // restart, stories260K telling llama2.c's reference story token for token.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { existsSync, readFileSync, statfsSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { hubToken } from "../../src/modelkit/hub/auth.ts";
 import { PullError } from "../../src/modelkit/hub/errors.ts";
 import { STAGING_FOLDER, stagingDir } from "../../src/modelkit/hub/place.ts";
 import { pullModel, type PullEvent, type PullOptions } from "../../src/modelkit/hub/pull.ts";
-import { buildHubRepos, EMPTY_REPO, GATED_REPO, GENAI_REPO, SAFETENSORS_REPO, STORIES_REPO, VLM_REPO, type HubFixtures } from "../helpers/hub-repos.ts";
-import { HUB_TOKEN, startHubServer, type HubServer } from "../helpers/hub-server.ts";
+import { EMPTY_REPO, GATED_REPO, GENAI_REPO, SAFETENSORS_REPO, STORIES_REPO, VLM_REPO } from "../helpers/hub-repos.ts";
+import { HUB_TOKEN } from "../helpers/hub-server.ts";
 import { hasStories, STORIES_DIR, tempDir } from "../helpers/paths.ts";
-import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { hubFixture } from "../helpers/hub-fixture.ts";
 import { dataUrl, makeImage } from "../vision/images.ts";
 
 if (!hasStories) console.warn(`skipping models pull tests: ${STORIES_DIR} is absent`);
@@ -21,30 +21,12 @@ if (!hasStories) console.warn(`skipping models pull tests: ${STORIES_DIR} is abs
 const CONFIGS = ["config.json", "generation_config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"];
 const DATA = "onnx/model.onnx_data";
 
-let fixtures: HubFixtures;
-let hub: HubServer;
-let models: ReturnType<typeof tempDir>;
-let server: TestServer;
-
-beforeAll(async () => {
-  if (!hasStories) return;
-  fixtures = await buildHubRepos();
-  hub = startHubServer(fixtures.repos);
-  models = tempDir("sluice-pulled-");
-  // Started on an empty models directory: every model below arrives while it runs.
-  server = await startTestServer({ modelsDir: models.path, watchModels: true });
-}, 120_000);
-
-afterAll(async () => {
-  await server?.cleanup();
-  hub?.stop();
-  fixtures?.remove();
-  models?.remove();
-});
+// Started on an empty models directory: every model below arrives while it runs.
+const fx = hubFixture(() => ({ watchModels: true }));
 
 async function pull(repo: string, o: Partial<PullOptions> = {}): Promise<{ result: Awaited<ReturnType<typeof pullModel>>; events: PullEvent[] }> {
   const events: PullEvent[] = [];
-  const result = await pullModel({ repo, modelsDir: models.path, endpoint: hub.url, token: null, device: "cpu", backoffMs: () => 20, onEvent: (e) => events.push(e), ...o });
+  const result = await pullModel({ repo, modelsDir: fx.models, endpoint: fx.hub.url, token: null, device: "cpu", backoffMs: () => 20, onEvent: (e) => events.push(e), ...o });
   return { result, events };
 }
 
@@ -58,17 +40,17 @@ async function pullError(repo: string, o: Partial<PullOptions> = {}): Promise<Pu
   throw new Error(`pull of ${repo} succeeded`);
 }
 
-const card = (id: string) => JSON.parse(readFileSync(join(models.path, id, "sluice.json"), "utf8")) as Record<string, unknown>;
+const card = (id: string) => JSON.parse(readFileSync(join(fx.models, id, "sluice.json"), "utf8")) as Record<string, unknown>;
 
 async function served(): Promise<string[]> {
-  const r = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${server.key}` } });
+  const r = await fetch(`${fx.server.url}/v1/models`, { headers: { authorization: `Bearer ${fx.server.key}` } });
   return ((await r.json()) as { data: { id: string }[] }).data.map((m) => m.id);
 }
 
 async function complete(model: string, content: unknown, maxTokens: number): Promise<{ status: number; text: string }> {
-  const r = await fetch(`${server.url}/v1/chat/completions`, {
+  const r = await fetch(`${fx.server.url}/v1/chat/completions`, {
     method: "POST",
-    headers: { authorization: `Bearer ${server.key}`, "content-type": "application/json" },
+    headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json" },
     body: JSON.stringify({ model, messages: [{ role: "user", content }], temperature: 0, max_tokens: maxTokens }),
   });
   const body = (await r.json()) as { choices?: { message: { content: string } }[] };
@@ -92,16 +74,16 @@ function referenceText(): string {
 
 describe.skipIf(!hasStories)("models pull", () => {
   test("--dtype fp32 fetches fp32's files only; the running server serves the pulled stories260K's reference story", async () => {
-    hub.clearLog();
+    fx.hub.clearLog();
     const { result } = await pull(STORIES_REPO, { dtype: "fp32" });
     expect(result.dtype).toBe("fp32");
-    expect(hub.filesFetched().sort()).toEqual([...CONFIGS, "onnx/model.onnx", DATA].sort());
+    expect(fx.hub.filesFetched().sort()).toEqual([...CONFIGS, "onnx/model.onnx", DATA].sort());
     // Not even asked about: no other dtype, no README, no .gitattributes.
-    expect(hub.requests.filter((r) => /_fp16|_q4|_quantized|README|gitattributes/.test(r.path))).toEqual([]);
-    expect(hub.requests.some((r) => r.path.includes("/paths-info/"))).toBe(true);
+    expect(fx.hub.requests.filter((r) => /_fp16|_q4|_quantized|README|gitattributes/.test(r.path))).toEqual([]);
+    expect(fx.hub.requests.some((r) => r.path.includes("/paths-info/"))).toBe(true);
     const c = card(STORIES_REPO);
-    expect(c).toMatchObject({ id: STORIES_REPO, dtype: "fp32", source: { repo: STORIES_REPO, commit: hub.commitOf(STORIES_REPO) } });
-    expect(existsSync(stagingDir(models.path, STORIES_REPO))).toBe(false);
+    expect(c).toMatchObject({ id: STORIES_REPO, dtype: "fp32", source: { repo: STORIES_REPO, commit: fx.hub.commitOf(STORIES_REPO) } });
+    expect(existsSync(stagingDir(fx.models, STORIES_REPO))).toBe(false);
 
     await eventually("the pulled model is served", async () => (await served()).includes(STORIES_REPO));
     const story = await complete(STORIES_REPO, "", 256);
@@ -109,20 +91,20 @@ describe.skipIf(!hasStories)("models pull", () => {
   });
 
   test("another dtype joins the directory and its card names it; the server reloads it; pulling fp32 again fetches nothing", async () => {
-    hub.clearLog();
+    fx.hub.clearLog();
     await pull(STORIES_REPO, { dtype: "q4" });
-    expect(hub.filesFetched()).toEqual(["onnx/model_q4.onnx"]);
+    expect(fx.hub.filesFetched()).toEqual(["onnx/model_q4.onnx"]);
     expect(card(STORIES_REPO).dtype).toBe("q4");
-    for (const f of ["onnx/model.onnx", DATA, "onnx/model_q4.onnx"]) expect(existsSync(join(models.path, STORIES_REPO, f))).toBe(true);
+    for (const f of ["onnx/model.onnx", DATA, "onnx/model_q4.onnx"]) expect(existsSync(join(fx.models, STORIES_REPO, f))).toBe(true);
     // The q4 slot holds another graph: once reloaded, the model no longer tells the story.
     await eventually("the q4 graph is served", async () => {
       const r = await complete(STORIES_REPO, "", 12);
       return r.status === 200 && !r.text.startsWith(referenceText().slice(0, 20));
     });
 
-    hub.clearLog();
+    fx.hub.clearLog();
     const again = await pull(STORIES_REPO, { dtype: "fp32" });
-    expect(hub.filesFetched()).toEqual([]);
+    expect(fx.hub.filesFetched()).toEqual([]);
     expect(again.result.transferredBytes).toBe(0);
     expect(again.events.filter((e) => e.type === "file-done").every((e) => e.type === "file-done" && e.action === "present")).toBe(true);
     expect(card(STORIES_REPO).dtype).toBe("fp32");
@@ -133,37 +115,37 @@ describe.skipIf(!hasStories)("models pull", () => {
   });
 
   test("a body cut mid-file is fetched again from where it stopped, with a Range request, and verified", async () => {
-    hub.clearLog();
-    const size = hub.sizeOf(STORIES_REPO, DATA);
-    hub.faults.cutOnce.set(DATA, 400_000);
+    fx.hub.clearLog();
+    const size = fx.hub.sizeOf(STORIES_REPO, DATA);
+    fx.hub.faults.cutOnce.set(DATA, 400_000);
     const { events } = await pull(STORIES_REPO, { dtype: "fp32", id: "cut/stories" });
     expect(events.some((e) => e.type === "retry" && e.path === DATA)).toBe(true);
-    const bodies = hub.requests.filter((r) => r.file === DATA && r.method === "GET" && r.range !== "bytes=0-0");
+    const bodies = fx.hub.requests.filter((r) => r.file === DATA && r.method === "GET" && r.range !== "bytes=0-0");
     expect(bodies.map((r) => r.range)).toEqual([null, `bytes=400000-${size - 1}`]);
-    expect(hub.bytesSent(DATA)).toBe(size);
-    expect(statSync(join(models.path, "cut/stories", DATA)).size).toBe(size);
+    expect(fx.hub.bytesSent(DATA)).toBe(size);
+    expect(statSync(join(fx.models, "cut/stories", DATA)).size).toBe(size);
   });
 
   test("a body that stalls is cut after the stall timeout and resumed", async () => {
-    hub.clearLog();
-    const size = hub.sizeOf(STORIES_REPO, DATA);
+    fx.hub.clearLog();
+    const size = fx.hub.sizeOf(STORIES_REPO, DATA);
     // Held until after the pull: only the stall watchdog can move it on.
-    const held = hub.hold(DATA, 200_000);
+    const held = fx.hub.hold(DATA, 200_000);
     try {
       const { events } = await pull(STORIES_REPO, { dtype: "fp32", id: "stall/stories", stallMs: 300 });
       expect(events.find((e) => e.type === "retry")).toMatchObject({ path: DATA, attempt: 1, reason: "no data for 0.3 s" });
-      const ranges = hub.requests.filter((r) => r.file === DATA && r.method === "GET" && r.range !== "bytes=0-0").map((r) => r.range);
+      const ranges = fx.hub.requests.filter((r) => r.file === DATA && r.method === "GET" && r.range !== "bytes=0-0").map((r) => r.range);
       expect(ranges).toEqual([null, `bytes=200000-${size - 1}`]);
-      expect(statSync(join(models.path, "stall/stories", DATA)).size).toBe(size);
+      expect(statSync(join(fx.models, "stall/stories", DATA)).size).toBe(size);
     } finally {
       held.release();
     }
   });
 
   test("an interrupted pull resumes: the next run fetches only the rest; one pull per model at a time", async () => {
-    hub.clearLog();
-    const size = hub.sizeOf(STORIES_REPO, DATA);
-    const held = hub.hold(DATA, 500_000);
+    fx.hub.clearLog();
+    const size = fx.hub.sizeOf(STORIES_REPO, DATA);
+    const held = fx.hub.hold(DATA, 500_000);
     const stop = new AbortController();
     const first = pull(STORIES_REPO, { dtype: "fp32", id: "resume/stories", signal: stop.signal });
     await held.reached;
@@ -172,44 +154,44 @@ describe.skipIf(!hasStories)("models pull", () => {
     held.release();
     const e = await first.then(() => null, (x) => x as PullError);
     expect(e?.kind).toBe("cancelled");
-    expect(existsSync(join(models.path, "resume/stories"))).toBe(false);
-    expect(statSync(join(stagingDir(models.path, "resume/stories"), `${DATA}.part`)).size).toBe(500_000);
+    expect(existsSync(join(fx.models, "resume/stories"))).toBe(false);
+    expect(statSync(join(stagingDir(fx.models, "resume/stories"), `${DATA}.part`)).size).toBe(500_000);
 
-    hub.clearLog();
+    fx.hub.clearLog();
     const { result, events } = await pull(STORIES_REPO, { dtype: "fp32", id: "resume/stories" });
     const done = events.find((x) => x.type === "file-done" && x.path === DATA);
     expect(done).toMatchObject({ action: "resume", transferred: size - 500_000 });
-    expect(hub.bytesSent(DATA)).toBe(size - 500_000);
-    expect(hub.requests.find((r) => r.file === DATA && r.range?.startsWith("bytes=500000-"))).toBeDefined();
+    expect(fx.hub.bytesSent(DATA)).toBe(size - 500_000);
+    expect(fx.hub.requests.find((r) => r.file === DATA && r.range?.startsWith("bytes=500000-"))).toBeDefined();
     expect(result.transferredBytes).toBe(size - 500_000);
     await eventually("the resumed model is served", async () => (await served()).includes("resume/stories"));
     expect((await complete("resume/stories", "", 30)).text).toBe((await complete(STORIES_REPO, "", 30)).text);
   });
 
   test("a corrupted body is refused with a checksum error and no model appears; the next pull fetches only that file", async () => {
-    hub.faults.corrupt.add(DATA);
+    fx.hub.faults.corrupt.add(DATA);
     const e = await pullError(STORIES_REPO, { dtype: "fp32", id: "corrupt/stories" });
-    hub.faults.corrupt.delete(DATA);
+    fx.hub.faults.corrupt.delete(DATA);
     expect(e.kind).toBe("checksum");
     expect(e.message).toContain(`checksum mismatch for ${DATA}`);
-    expect(e.message).toContain(hub.sha256Of(STORIES_REPO, DATA));
-    expect(existsSync(join(models.path, "corrupt/stories"))).toBe(false);
-    expect(existsSync(join(stagingDir(models.path, "corrupt/stories"), `${DATA}.part`))).toBe(false);
-    await server.syncCatalog();
+    expect(e.message).toContain(fx.hub.sha256Of(STORIES_REPO, DATA));
+    expect(existsSync(join(fx.models, "corrupt/stories"))).toBe(false);
+    expect(existsSync(join(stagingDir(fx.models, "corrupt/stories"), `${DATA}.part`))).toBe(false);
+    await fx.server.syncCatalog();
     expect(await served()).not.toContain("corrupt/stories");
 
-    hub.clearLog();
+    fx.hub.clearLog();
     await pull(STORIES_REPO, { dtype: "fp32", id: "corrupt/stories" });
-    expect(hub.filesFetched()).toEqual([DATA]);
+    expect(fx.hub.filesFetched()).toEqual([DATA]);
   });
 
   test("a gated repo without a token fails naming HF_TOKEN and fetches nothing; with a token it succeeds", async () => {
-    hub.clearLog();
+    fx.hub.clearLog();
     const e = await pullError(GATED_REPO);
     expect(e.kind).toBe("gated");
     expect(e.message).toContain("HF_TOKEN");
-    expect(hub.filesFetched()).toEqual([]);
-    expect(existsSync(join(models.path, GATED_REPO))).toBe(false);
+    expect(fx.hub.filesFetched()).toEqual([]);
+    expect(existsSync(join(fx.models, GATED_REPO))).toBe(false);
 
     const wrong = await pullError(GATED_REPO, { token: { token: "hf_notvalid", source: "HF_TOKEN" } });
     expect(wrong.kind).toBe("gated");
@@ -226,10 +208,10 @@ describe.skipIf(!hasStories)("models pull", () => {
   });
 
   test("an onnxruntime-genai repo: the files its genai_config.json names", async () => {
-    hub.clearLog();
+    fx.hub.clearLog();
     const { result } = await pull(GENAI_REPO);
     expect(result.layout).toBe("genai");
-    expect(hub.filesFetched().sort()).toEqual([...CONFIGS, "genai_config.json", "onnx/model.onnx", DATA].sort());
+    expect(fx.hub.filesFetched().sort()).toEqual([...CONFIGS, "genai_config.json", "onnx/model.onnx", DATA].sort());
     expect(card(GENAI_REPO).dtype).toBeUndefined();
     await eventually("the genai model is served", async () => (await served()).includes(GENAI_REPO));
     const r = await complete(GENAI_REPO, "", 40);
@@ -237,11 +219,11 @@ describe.skipIf(!hasStories)("models pull", () => {
   });
 
   test("a vision-language repo: encoder, embeddings and decoder of the chosen dtype, served with images", async () => {
-    hub.clearLog();
+    fx.hub.clearLog();
     await pull(VLM_REPO, { dtype: "fp16" });
-    const graphs = hub.filesFetched().filter((f) => f.endsWith(".onnx"));
+    const graphs = fx.hub.filesFetched().filter((f) => f.endsWith(".onnx"));
     expect(graphs.sort()).toEqual(["onnx/decoder_model_merged_fp16.onnx", "onnx/embed_tokens_fp16.onnx", "onnx/vision_encoder_fp16.onnx"]);
-    expect(hub.filesFetched()).toContain("preprocessor_config.json");
+    expect(fx.hub.filesFetched()).toContain("preprocessor_config.json");
     expect(card(VLM_REPO)).toMatchObject({ dtype: "fp16", capabilities: { images: true } });
     await eventually("the vision model is served", async () => (await served()).includes(VLM_REPO));
     const image = dataUrl(await makeImage("png", 40, 30, 5), "image/png");
@@ -250,7 +232,7 @@ describe.skipIf(!hasStories)("models pull", () => {
   });
 
   test("errors in words, and nothing placed: unknown repo or revision, no network, safetensors only, no model", async () => {
-    hub.clearLog();
+    fx.hub.clearLog();
     const cases: [string, Partial<PullOptions>, PullError["kind"], RegExp][] = [
       ["nobody/nothing", {}, "not_found", /no model repository nobody\/nothing .*HF_TOKEN/],
       [STORIES_REPO, { revision: "no-such-branch", id: "x/rev" }, "not_found", /has no revision "no-such-branch"/],
@@ -264,11 +246,11 @@ describe.skipIf(!hasStories)("models pull", () => {
       expect({ repo, kind: e.kind }).toEqual({ repo, kind });
       expect(e.message).toMatch(text);
     }
-    expect(hub.filesFetched()).toEqual([]);
-    for (const id of ["nobody/nothing", "x", SAFETENSORS_REPO, EMPTY_REPO]) expect(existsSync(join(models.path, id))).toBe(false);
+    expect(fx.hub.filesFetched()).toEqual([]);
+    for (const id of ["nobody/nothing", "x", SAFETENSORS_REPO, EMPTY_REPO]) expect(existsSync(join(fx.models, id))).toBe(false);
     // A tag resolves like the branch it points to.
     await pull(STORIES_REPO, { revision: "v1", dtype: "fp32", id: "tag/stories" });
-    expect(card("tag/stories")).toMatchObject({ source: { revision: "v1", commit: hub.commitOf(STORIES_REPO) } });
+    expect(card("tag/stories")).toMatchObject({ source: { revision: "v1", commit: fx.hub.commitOf(STORIES_REPO) } });
   });
 });
 
@@ -297,11 +279,11 @@ describe.skipIf(!hasStories || !probe)("models pull on a full disk", () => {
   test("too little free space: refused before fetching anything", async () => {
     const small = mountTmpfs("1m")!;
     try {
-      hub.clearLog();
+      fx.hub.clearLog();
       const e = await pullError(STORIES_REPO, { dtype: "fp32", modelsDir: small.path });
       expect(e.kind).toBe("disk_full");
       expect(e.message).toMatch(/not enough disk space in .*: the files still to fetch take 1\.\d+ MiB/);
-      expect(hub.filesFetched()).toEqual([]);
+      expect(fx.hub.filesFetched()).toEqual([]);
     } finally {
       small.remove();
     }
@@ -311,26 +293,26 @@ describe.skipIf(!hasStories || !probe)("models pull on a full disk", () => {
     const disk = mountTmpfs("4m")!;
     const filler = join(disk.path, "filler");
     try {
-      hub.faults.beforeBody = (file) => {
+      fx.hub.faults.beforeBody = (file) => {
         if (file !== DATA) return;
         // Someone else takes the disk just as the big file starts: 100 KiB stay free.
         const s = statfsSync(disk.path);
         writeFileSync(filler, new Uint8Array(Number(s.bavail) * Number(s.bsize) - 100 * 1024));
       };
       const e = await pullError(STORIES_REPO, { dtype: "fp32", modelsDir: disk.path });
-      hub.faults.beforeBody = undefined;
+      fx.hub.faults.beforeBody = undefined;
       expect(e.kind).toBe("disk_full");
       expect(e.message).toMatch(/^disk full while writing onnx\/model\.onnx_data/);
       expect(existsSync(join(disk.path, STORIES_REPO))).toBe(false);
 
       Bun.spawnSync(["rm", filler]);
       const events: PullEvent[] = [];
-      await pullModel({ repo: STORIES_REPO, dtype: "fp32", modelsDir: disk.path, endpoint: hub.url, token: null, device: "cpu", onEvent: (x) => events.push(x) });
+      await pullModel({ repo: STORIES_REPO, dtype: "fp32", modelsDir: disk.path, endpoint: fx.hub.url, token: null, device: "cpu", onEvent: (x) => events.push(x) });
       expect(events.find((x) => x.type === "file-done" && x.path === DATA)).toMatchObject({ action: "resume" });
-      expect(statSync(join(disk.path, STORIES_REPO, DATA)).size).toBe(hub.sizeOf(STORIES_REPO, DATA));
+      expect(statSync(join(disk.path, STORIES_REPO, DATA)).size).toBe(fx.hub.sizeOf(STORIES_REPO, DATA));
       expect(existsSync(join(disk.path, STAGING_FOLDER, "onnx-community--stories260k-ONNX"))).toBe(false);
     } finally {
-      hub.faults.beforeBody = undefined;
+      fx.hub.faults.beforeBody = undefined;
       disk.remove();
     }
   });

@@ -7,10 +7,9 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { BrowserContext } from "playwright-core";
-import { buildHubRepos, GATED_REPO, GENAI_REPO, STORIES_REPO, type HubFixtures } from "../helpers/hub-repos.ts";
-import { startHubServer, type HubServer } from "../helpers/hub-server.ts";
-import { hasStories, REPO, STORIES_DIR, tempDir } from "../helpers/paths.ts";
-import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { GATED_REPO, GENAI_REPO, STORIES_REPO } from "../helpers/hub-repos.ts";
+import { hasStories, REPO, STORIES_DIR } from "../helpers/paths.ts";
+import { hubFixture } from "../helpers/hub-fixture.ts";
 import { makeAccount, PASSWORD, WorkspaceClient } from "./helpers.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
@@ -20,25 +19,7 @@ else if (!hasChromium) console.warn(`the admin page's Hub pull browser test is s
 
 const DATA = "onnx/model.onnx_data";
 const SHOTS = join(REPO, "test-output", "workspace");
-let fixtures: HubFixtures;
-let hub: HubServer;
-let models: ReturnType<typeof tempDir>;
-let server: TestServer;
-
-beforeAll(async () => {
-  if (!hasStories) return;
-  fixtures = await buildHubRepos();
-  hub = startHubServer(fixtures.repos);
-  models = tempDir("sluice-admin-pulls-");
-  server = await startTestServer({ modelsDir: models.path, hub: { endpoint: hub.url, token: () => null, device: "cpu" } });
-}, 120_000);
-
-afterAll(async () => {
-  await server?.cleanup();
-  hub?.stop();
-  fixtures?.remove();
-  models?.remove();
-});
+const fx = hubFixture((hub) => ({ hub: { endpoint: hub.url, token: () => null, device: "cpu" } }));
 
 interface PullJson {
   id: string;
@@ -50,8 +31,8 @@ interface PullJson {
 }
 
 async function operator(name: string): Promise<WorkspaceClient> {
-  const op = await makeAccount(server.store, name, { plan: "unlimited", role: "operator" });
-  const c = new WorkspaceClient(server.url);
+  const op = await makeAccount(fx.server.store, name, { plan: "unlimited", role: "operator" });
+  const c = new WorkspaceClient(fx.server.url);
   expect((await c.signIn(op.email, PASSWORD)).status).toBe(303);
   return c;
 }
@@ -66,14 +47,14 @@ async function finished(c: WorkspaceClient, id: string): Promise<PullJson> {
 }
 
 async function served(): Promise<string[]> {
-  const r = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${server.key}` } });
+  const r = await fetch(`${fx.server.url}/v1/models`, { headers: { authorization: `Bearer ${fx.server.key}` } });
   return ((await r.json()) as { data: { id: string }[] }).data.map((m) => m.id);
 }
 
 describe.skipIf(!hasStories)("admin: add a model from the Hub, over HTTP", () => {
   test("operators only; the form works without script; the model is served once pulled", async () => {
-    const member = await makeAccount(server.store, "hub-member");
-    const m = new WorkspaceClient(server.url);
+    const member = await makeAccount(fx.server.store, "hub-member");
+    const m = new WorkspaceClient(fx.server.url);
     await m.signIn(member.email, PASSWORD);
     expect((await m.postJson("/workspace/api/hub-pulls", { repo: GENAI_REPO })).status).toBe(403);
 
@@ -105,7 +86,7 @@ describe.skipIf(!hasStories)("admin: add a model from the Hub, over HTTP", () =>
     const job = await finished(c, started.id);
     expect(job.state).toBe("failed");
     expect(job.error).toContain("HF_TOKEN");
-    expect(existsSync(join(models.path, GATED_REPO))).toBe(false);
+    expect(existsSync(join(fx.models, GATED_REPO))).toBe(false);
   });
 });
 
@@ -131,17 +112,17 @@ describe.skipIf(!hasStories || !hasChromium)("admin: add a model from the Hub, i
   });
 
   test("pull with a live progress bar, then served; a failure shown in words", async () => {
-    const op = await makeAccount(server.store, "hub-ops-browser", { plan: "unlimited", role: "operator" });
+    const op = await makeAccount(fx.server.store, "hub-ops-browser", { plan: "unlimited", role: "operator" });
     const page = await browser.newPage();
-    await page.goto(`${server.url}/workspace/signin`);
+    await page.goto(`${fx.server.url}/workspace/signin`);
     await page.getByLabel("Email").fill(op.email);
     await page.getByLabel("Password").fill(PASSWORD);
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.waitForURL(/\/workspace\/keys$/);
-    await page.goto(`${server.url}/workspace/admin#hub`);
+    await page.goto(`${fx.server.url}/workspace/admin#hub`);
 
     // The big file stops after 300 kB until released: the bar must show that partial state.
-    const held = hub.hold(DATA, 300_000);
+    const held = fx.hub.hold(DATA, 300_000);
     await page.getByLabel("Repository").fill(STORIES_REPO);
     await page.getByLabel("Revision").fill("main");
     await page.getByLabel("Dtype").selectOption("fp32");
