@@ -12,6 +12,8 @@ import { STORIES_DIR, tempDir } from "./paths.ts";
 export const STORIES_REPO = "onnx-community/stories260k-ONNX";
 export const GATED_REPO = "sluice-test/stories260k-gated";
 export const GENAI_REPO = "sluice-test/stories260k-genai";
+/** Two onnxruntime-genai exports in folders of their own, as microsoft's *-onnx repos keep them. */
+export const GENAI_VARIANTS_REPO = "sluice-test/stories260k-genai-variants";
 export const VLM_REPO = "sluice-test/tiny-vlm-ONNX";
 export const SAFETENSORS_REPO = "sluice-test/tiny-safetensors";
 export const EMPTY_REPO = "sluice-test/readme-only";
@@ -103,6 +105,10 @@ export async function buildHubRepos(): Promise<HubFixtures> {
     { id: STORIES_REPO, files: [...REPO_EXTRAS, ...configs, ...dtypeFiles], refs: ["main", "v1"] },
     { id: GATED_REPO, files: [...REPO_EXTRAS, ...configs, ...filesOf(fp32, (r) => (r.startsWith("onnx/") ? r : null))], gated: true },
     { id: GENAI_REPO, files: [...REPO_EXTRAS, ...filesOf(genai, noCard)] },
+    {
+      id: GENAI_VARIANTS_REPO,
+      files: [...REPO_EXTRAS, ...["cpu-int4-rtn-block-32", "cpu-fp32"].flatMap((folder) => filesOf(genai, (r) => (r === "sluice.json" ? null : `${folder}/${r}`)))],
+    },
     { id: VLM_REPO, files: [...REPO_EXTRAS, ...vlmFiles] },
     { id: SAFETENSORS_REPO, files: [...REPO_EXTRAS, ...filesOf(safetensors)] },
     { id: EMPTY_REPO, files: REPO_EXTRAS },

@@ -68,6 +68,8 @@ export interface HubFaults {
   cutOnce: Map<string, number>;
   /** Flip one byte in every body of these files. */
   corrupt: Set<string>;
+  /** Answer ranged requests for these files with the whole body (200), as servers without Range do. */
+  ignoreRange: Set<string>;
   /** Pause the file's body after N bytes until released (once per entry). */
   hold: Map<string, HoldFault>;
   /** Called before a file body is sent (e.g. to fill a disk). */
@@ -99,7 +101,7 @@ function store(spec: HubRepoSpec): StoredRepo {
 
 export class HubServer {
   readonly requests: HubRequestLog[] = [];
-  readonly faults: HubFaults = { cutOnce: new Map(), corrupt: new Set(), hold: new Map(), bytesPerSecond: 0 };
+  readonly faults: HubFaults = { cutOnce: new Map(), corrupt: new Set(), ignoreRange: new Set(), hold: new Map(), bytesPerSecond: 0 };
   private readonly repos = new Map<string, StoredRepo>();
   private readonly server: ReturnType<typeof Bun.serve>;
 
@@ -308,7 +310,8 @@ export class HubServer {
     let start = 0;
     let end = f.size - 1;
     let status = 200;
-    const range = req.headers.get("range");
+    const asked = req.headers.get("range");
+    const range = asked && asked !== "bytes=0-0" && this.faults.ignoreRange.has(f.path) ? null : asked;
     const h: Record<string, string> = { ...headers, "accept-ranges": "bytes", "content-type": "application/octet-stream" };
     if (range) {
       const r = /^bytes=(\d+)-(\d*)$/.exec(range);

@@ -10,7 +10,7 @@ import { hubToken } from "../../src/modelkit/hub/auth.ts";
 import { PullError } from "../../src/modelkit/hub/errors.ts";
 import { STAGING_FOLDER, stagingDir } from "../../src/modelkit/hub/place.ts";
 import { pullModel, type PullEvent, type PullOptions } from "../../src/modelkit/hub/pull.ts";
-import { EMPTY_REPO, GATED_REPO, GENAI_REPO, SAFETENSORS_REPO, STORIES_REPO, VLM_REPO } from "../helpers/hub-repos.ts";
+import { EMPTY_REPO, GATED_REPO, GENAI_REPO, GENAI_VARIANTS_REPO, SAFETENSORS_REPO, STORIES_REPO, VLM_REPO } from "../helpers/hub-repos.ts";
 import { HUB_TOKEN } from "../helpers/hub-server.ts";
 import { hasStories, STORIES_DIR, tempDir } from "../helpers/paths.ts";
 import { hubFixture } from "../helpers/hub-fixture.ts";
@@ -126,6 +126,21 @@ describe.skipIf(!hasStories)("models pull", () => {
     expect(statSync(join(fx.models, "cut/stories", DATA)).size).toBe(size);
   });
 
+  test("a server that ignores Range on the retry: the whole body is taken from the start and verified", async () => {
+    fx.hub.clearLog();
+    const size = fx.hub.sizeOf(STORIES_REPO, DATA);
+    fx.hub.faults.cutOnce.set(DATA, 300_000);
+    fx.hub.faults.ignoreRange.add(DATA);
+    try {
+      await pull(STORIES_REPO, { dtype: "fp32", id: "norange/stories" });
+    } finally {
+      fx.hub.faults.ignoreRange.delete(DATA);
+    }
+    const bodies = fx.hub.requests.filter((r) => r.file === DATA && r.method === "GET" && r.range !== "bytes=0-0");
+    expect(bodies.map((r) => [r.range, r.status])).toEqual([[null, 200], [`bytes=300000-${size - 1}`, 200]]);
+    expect(statSync(join(fx.models, "norange/stories", DATA)).size).toBe(size);
+  });
+
   test("a body that stalls is cut after the stall timeout and resumed", async () => {
     fx.hub.clearLog();
     const size = fx.hub.sizeOf(STORIES_REPO, DATA);
@@ -216,6 +231,19 @@ describe.skipIf(!hasStories)("models pull", () => {
     await eventually("the genai model is served", async () => (await served()).includes(GENAI_REPO));
     const r = await complete(GENAI_REPO, "", 40);
     expect(referenceText().startsWith(r.text)).toBe(true);
+  });
+
+  test("a repo with several genai exports in folders: refused naming them; --subfolder picks one", async () => {
+    const e = await pullError(GENAI_VARIANTS_REPO);
+    expect(e.kind).toBe("usage");
+    expect(e.message).toContain("choose one with --subfolder: cpu-fp32, cpu-int4-rtn-block-32");
+    fx.hub.clearLog();
+    const { result } = await pull(GENAI_VARIANTS_REPO, { subfolder: "cpu-int4-rtn-block-32" });
+    expect(result.note).toContain("from cpu-int4-rtn-block-32");
+    expect(fx.hub.filesFetched().every((f) => f.startsWith("cpu-int4-rtn-block-32/"))).toBe(true);
+    // Placed relative to the folder: the directory looks like any genai export.
+    expect(existsSync(join(fx.models, GENAI_VARIANTS_REPO, "genai_config.json"))).toBe(true);
+    expect(existsSync(join(fx.models, GENAI_VARIANTS_REPO, DATA))).toBe(true);
   });
 
   test("a vision-language repo: encoder, embeddings and decoder of the chosen dtype, served with images", async () => {

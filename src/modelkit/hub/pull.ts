@@ -142,7 +142,7 @@ async function planPull(client: HubClient, o: PullOptions, dtype: DTypeChoice): 
   const list = async (top: string, folder: string) => {
     if (listed.has(folder)) return;
     listed.add(folder);
-    for (const e of await client.list(joinPath(top, folder))) {
+    for (const e of await client.list(folder ? joinPath(top, folder) : top)) {
       const rel = top ? e.path.slice(top.length + 1) : e.path;
       if (e.type === "file") files.push(rel);
       else if (e.type === "directory" && !folder) folders.push(rel);
