@@ -6,6 +6,7 @@ import type { RequestLimits } from "./api/limits/request-limits.ts";
 import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
 import { watchModelsDir } from "./engine/models-watch.ts";
 import type { Engine } from "./engine/types.ts";
+import { commandLine } from "./invocation.ts";
 import type { Logger } from "./log.ts";
 import { hubEndpoint, hubToken, type HubToken } from "./modelkit/hub/auth.ts";
 import { PullJobs } from "./modelkit/hub/jobs.ts";
@@ -152,7 +153,11 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     // The same base URL /v1/integrations announces: the public URL, else the API's own address.
     apiBase: (req) => opts.publicUrl?.replace(/\/+$/, "") ?? (ownPort ? apiUrl() : new URL(req.url).origin),
     hubPulls,
+    // The pages' CLI notes act on this server's database, wherever the operator keeps it.
+    command: (...words) => commandLine(...words, ...(resolve(opts.dataDir) === resolve("data") ? [] : ["--data", opts.dataDir])),
   });
+  // The workspace's icon at the API's root too, where a browser looking at the API asks for it.
+  api.get("/favicon.ico", ({ request }) => workspace.fetch(request));
   if (!ownPort) {
     api.all("/workspace", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });
     api.all("/workspace/*", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });

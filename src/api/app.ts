@@ -44,7 +44,11 @@ function modelObject(m: CatalogModel): ModelObject {
     context_length: m.contextLength,
     max_model_len: m.contextLength,
     capabilities: { tools: m.supportsTools, structured_output: m.supportsStructured, images: m.supportsImages },
-    pricing: { input_per_million_tokens: m.inputPricePerMTok, output_per_million_tokens: m.outputPricePerMTok },
+    pricing: {
+      input_per_million_tokens: m.inputPricePerMTok,
+      cached_input_per_million_tokens: m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
+      output_per_million_tokens: m.outputPricePerMTok,
+    },
   };
 }
 

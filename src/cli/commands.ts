@@ -1,7 +1,8 @@
 // The operator's commands. Each opens the same SQLite file the server uses (WAL mode allows
 // this while the server runs); catalog changes take effect on the server's next request.
 import { join } from "node:path";
-import { openSqliteStore, type Store } from "../store/index.ts";
+import { commandLine } from "../invocation.ts";
+import { openSqliteStore, type Account, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
@@ -34,11 +35,19 @@ const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: stri
 
 const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
 
-function accountId(store: Store, name: string): number {
-  const a = store.accounts.get(name);
-  if (!a) throw new UsageError(`no account named ${name} (see: sluice accounts list)`);
-  return a.id;
+/** A command to run next, for messages: with this command's --data when that is not the default. */
+export function seeCommand(args: CommandArgs, ...words: string[]): string {
+  const data = args.values.data;
+  return commandLine(...words, ...(typeof data === "string" && data !== DATA_OPTION.default ? ["--data", data] : []));
 }
+
+export function findAccount(store: Store, args: CommandArgs, name: string): Account {
+  const a = store.accounts.get(name);
+  if (!a) throw new UsageError(`no account named ${name} (see: ${seeCommand(args, "accounts", "list")})`);
+  return a;
+}
+
+const accountId = (store: Store, args: CommandArgs, name: string) => findAccount(store, args, name).id;
 
 export const storeCommands: Command[] = [
   {
@@ -81,7 +90,7 @@ export const storeCommands: Command[] = [
     ],
     run: (args) =>
       withStore(args, (s) => {
-        const id = accountId(s, requireString(args, "account"));
+        const id = accountId(s, args, requireString(args, "account"));
         const label = typeof args.values.label === "string" ? args.values.label : null;
         const { key, info } = s.keys.create(id, label);
         console.error(`created key ${info.id} for account ${info.accountName}; it is shown only this once:`);
@@ -96,7 +105,7 @@ export const storeCommands: Command[] = [
     options: [DATA_OPTION, JSON_OPTION, { name: "account", type: "string", help: "Only this account's keys" }],
     run: (args) =>
       withStore(args, (s) => {
-        const acct = typeof args.values.account === "string" ? accountId(s, args.values.account) : undefined;
+        const acct = typeof args.values.account === "string" ? accountId(s, args, args.values.account) : undefined;
         const rows = s.keys.list(acct).map((k) => ({
           id: k.id,
           account: k.accountName,
@@ -118,7 +127,7 @@ export const storeCommands: Command[] = [
     run: (args) =>
       withStore(args, (s) => {
         const id = positional(args, 0, "key ID");
-        if (!s.keys.revoke(id)) throw new UsageError(`no active key ${id} (see: sluice keys list)`);
+        if (!s.keys.revoke(id)) throw new UsageError(`no active key ${id} (see: ${seeCommand(args, "keys", "list")})`);
         console.log(`revoked ${id}`);
         return 0;
       }),
@@ -136,12 +145,13 @@ export const storeCommands: Command[] = [
           served: m.status === "active" && m.present && !m.loadError ? "yes" : "no",
           context: m.contextLength,
           "in$/M": m.inputPricePerMTok,
+          "cached$/M": m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
           "out$/M": m.outputPricePerMTok,
           images: m.supportsImages ? "yes" : "no",
           problem: m.loadError ?? (m.present ? null : "directory missing"),
           dir: m.sourceDir,
         }));
-        print(args, rows, ["id", "status", "served", "context", "in$/M", "out$/M", "images", "problem", "dir"]);
+        print(args, rows, ["id", "status", "served", "context", "in$/M", "cached$/M", "out$/M", "images", "problem", "dir"]);
         return 0;
       }),
   },
@@ -155,7 +165,7 @@ export const storeCommands: Command[] = [
         withStore(args, (s) => {
           const id = positional(args, 0, "model ID");
           if (!s.catalog.setStatus(id, verb === "enable" ? "active" : "inactive")) {
-            throw new UsageError(`no model ${id} in the catalog (see: sluice models list)`);
+            throw new UsageError(`no model ${id} in the catalog (see: ${seeCommand(args, "models", "list")})`);
           }
           console.log(`${verb}d ${id}`);
           return 0;
@@ -174,7 +184,7 @@ export const storeCommands: Command[] = [
       run: (args) =>
         withStore(args, (s) => {
           const id = positional(args, 0, "model ID");
-          const acct = accountId(s, requireString(args, "account"));
+          const acct = accountId(s, args, requireString(args, "account"));
           try {
             s.catalog[verb](acct, id);
           } catch (e) {
@@ -192,19 +202,21 @@ export const storeCommands: Command[] = [
     options: [DATA_OPTION, { name: "account", type: "string", help: "The account" }],
     run: (args) =>
       withStore(args, (s) => {
-        s.catalog.allowAll(accountId(s, requireString(args, "account")));
+        s.catalog.allowAll(accountId(s, args, requireString(args, "account")));
         console.log(`${args.values.account} may use every served model`);
         return 0;
       }),
   },
   {
     path: ["models", "price"],
-    usage: "ID --input USD --output USD",
-    summary: "Set a model's prices in USD per million input and output tokens.",
+    usage: "ID --input USD --output USD [--cached-input USD|none]",
+    summary:
+      "Set a model's prices in USD per million input and output tokens, and optionally for prompt tokens served from the prefix cache (left as it was when not given; none: they cost the input price).",
     options: [
       DATA_OPTION,
       { name: "input", type: "string", help: "USD per million prompt tokens" },
       { name: "output", type: "string", help: "USD per million completion tokens" },
+      { name: "cached-input", type: "string", help: "USD per million prompt tokens served from the prefix cache, or none" },
     ],
     run: (args) =>
       withStore(args, (s) => {
@@ -214,7 +226,9 @@ export const storeCommands: Command[] = [
           if (!Number.isFinite(v) || v < 0) throw new UsageError(`--${n} must be a number ≥ 0`);
           return v;
         };
-        if (!s.catalog.setPrices(id, num("input"), num("output"))) throw new UsageError(`no model ${id} in the catalog`);
+        const cached = args.values["cached-input"];
+        const cachedPrice = cached === undefined ? undefined : cached === "none" ? null : num("cached-input");
+        if (!s.catalog.setPrices(id, num("input"), num("output"), cachedPrice)) throw new UsageError(`no model ${id} in the catalog`);
         console.log(`priced ${id}`);
         return 0;
       }),

@@ -1,7 +1,10 @@
 // Commands beyond the store: importing models and reporting the machine.
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import { importLlama2c } from "../modelkit/index.ts";
+import { isCanonicalModelId } from "../engine/discovery.ts";
+// Only these light modules at load: the importers are loaded by the commands that run them.
+import { SUPPORTED_ARCHITECTURES } from "../modelkit/hf/config.ts";
+import type { HfImportDType } from "../modelkit/index.ts";
 import { doctorReport } from "../packaging/doctor.ts";
 import { configureNative } from "../packaging/native.ts";
 import { DATA_OPTION } from "./commands.ts";
@@ -28,8 +31,44 @@ export const extraCommands: Command[] = [
       const dtype = String(args.values.dtype);
       if (dtype !== "float32" && dtype !== "float16") throw new UsageError("--dtype must be float32 or float16");
       const outDir = resolve(requireString(args, "out"));
+      const { importLlama2c } = await import("../modelkit/index.ts");
       await importLlama2c(checkpoint, tokenizer, { id: requireString(args, "id"), outDir, variant, dtype });
       console.log(`wrote ${outDir}`);
+      return 0;
+    },
+  },
+  {
+    path: ["models", "import", "hf"],
+    usage: "DIR --id ID --out OUT [--dtype fp32|fp16|q4|q4f16]",
+    summary:
+      `Import a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json; ${SUPPORTED_ARCHITECTURES.join(", ")}) as a model directory on the engine's fast path, with float32, float16 or 4-bit weights.`,
+    options: [
+      { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4" },
+      { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)" },
+      {
+        name: "dtype",
+        type: "string",
+        help: "fp32, fp16, q4 (4-bit weights in blocks of 32, float32 activations: the CPU choice) or q4f16 (4-bit weights, float16 activations: for CUDA)",
+        default: "fp32",
+      },
+      { name: "context", type: "string", help: "Serve at most this many positions (default: the checkpoint's max_position_embeddings)" },
+    ],
+    async run(args) {
+      const dir = positional(args, 0, "DIR");
+      if (!existsSync(dir)) throw new UsageError(`no such directory: ${dir}`);
+      const id = requireString(args, "id");
+      if (!isCanonicalModelId(id)) throw new UsageError(`--id ${JSON.stringify(id)} is not a canonical model id (letters, digits, '.', '_', '-' in '/'-separated segments)`);
+      const dtype = String(args.values.dtype);
+      const { HF_IMPORT_DTYPES, importHfCheckpoint } = await import("../modelkit/index.ts");
+      if (!(HF_IMPORT_DTYPES as readonly string[]).includes(dtype)) throw new UsageError(`--dtype must be one of ${HF_IMPORT_DTYPES.join(", ")}`);
+      let contextLength: number | undefined;
+      if (typeof args.values.context === "string" && args.values.context !== "") {
+        contextLength = Number(args.values.context);
+        if (!Number.isInteger(contextLength) || contextLength <= 0) throw new UsageError("--context must be a positive integer");
+      }
+      const out = resolve(requireString(args, "out"));
+      await importHfCheckpoint({ dir, out, id, dtype: dtype as HfImportDType, contextLength, log: (line) => console.error(line) });
+      console.log(`wrote ${out}`);
       return 0;
     },
   },

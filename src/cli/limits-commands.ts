@@ -1,6 +1,6 @@
 // Operator commands for rate limits: per account, or per key on top of its account's.
 import type { RateLimits, Store } from "../store/index.ts";
-import { DATA_OPTION, withStore } from "./commands.ts";
+import { DATA_OPTION, findAccount, seeCommand, withStore } from "./commands.ts";
 import { requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
 
 const DIMENSIONS = [
@@ -12,10 +12,9 @@ const DIMENSIONS = [
 
 function scopeOf(store: Store, args: CommandArgs): { accountId: number; keyId: string | null; label: string } {
   const name = requireString(args, "account");
-  const a = store.accounts.get(name);
-  if (!a) throw new UsageError(`no account named ${name} (see: sluice accounts list)`);
+  const a = findAccount(store, args, name);
   const keyId = typeof args.values.key === "string" && args.values.key !== "" ? args.values.key : null;
-  if (keyId && !store.keys.list(a.id).some((k) => k.id === keyId)) throw new UsageError(`account ${name} has no key ${keyId} (see: sluice keys list)`);
+  if (keyId && !store.keys.list(a.id).some((k) => k.id === keyId)) throw new UsageError(`account ${name} has no key ${keyId} (see: ${seeCommand(args, "keys", "list", "--account", name)})`);
   return { accountId: a.id, keyId, label: keyId ? `key ${keyId} of ${name}` : `account ${name}` };
 }
 
@@ -76,9 +75,7 @@ export const limitsCommands: Command[] = [
       withStore(args, (s) => {
         let accountId: number | undefined;
         if (typeof args.values.account === "string") {
-          const a = s.accounts.get(args.values.account);
-          if (!a) throw new UsageError(`no account named ${args.values.account}`);
-          accountId = a.id;
+          accountId = findAccount(s, args, args.values.account).id;
         }
         const rows = s.limits.list(accountId);
         if (args.values.json) console.log(JSON.stringify(rows, null, 2));

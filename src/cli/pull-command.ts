@@ -1,15 +1,13 @@
 // `sluice models pull REPO`: a model from the Hugging Face Hub into the models directory. On a
 // terminal a progress bar (cli-progress) shows bytes, rate and ETA; otherwise each file gets one
-// line, so logs of scripted pulls stay readable.
-import { MultiBar, type SingleBar } from "cli-progress";
-import { chooseProviders } from "../engine/providers.ts";
-import { hubEndpoint, hubToken } from "../modelkit/hub/auth.ts";
+// line, so logs of scripted pulls stay readable. The Hub client and the bar are loaded when the
+// command runs: every other command starts without them.
+import type { MultiBar, SingleBar } from "cli-progress";
 import { formatBytes } from "../format-bytes.ts";
-import { PullError } from "../modelkit/hub/errors.ts";
-import { pullModel, type PullEvent } from "../modelkit/hub/pull.ts";
+import { commandLine } from "../invocation.ts";
+import type { PullEvent } from "../modelkit/hub/pull.ts";
 import type { Device, DTypeChoice } from "../modelkit/hub/select.ts";
 import { ONNX_DTYPES } from "../onnx-dtypes.ts";
-import { configureNative } from "../packaging/native.ts";
 import { positional, UsageError, type Command } from "./framework.ts";
 
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
@@ -17,8 +15,10 @@ const seconds = (ms: number) => (ms < 10_000 ? `${(ms / 1000).toFixed(1)} s` : `
 const rate = (bytes: number, ms: number) => (ms > 0 ? `${formatBytes(Math.round((bytes * 1000) / ms))}/s` : "");
 
 /** The device `--dtype auto` chooses for: the one serve would use. */
-function deviceFor(flag: string): Device {
+async function deviceFor(flag: string): Promise<Device> {
   if (flag === "cuda" || flag === "cpu") return flag;
+  const [{ configureNative }, { chooseProviders }] = await Promise.all([import("../packaging/native.ts"), import("../engine/providers.ts")]);
+  configureNative({});
   try {
     return chooseProviders("auto").providers[0] === "cuda" ? "cuda" : "cpu";
   } catch {
@@ -64,8 +64,8 @@ function lineReporter(out: (line: string) => void): Reporter {
 }
 
 /** A bar over all bytes of the pull, with the current file, rate and ETA. */
-function barReporter(stream: NodeJS.WriteStream): Reporter {
-  const multi = new MultiBar(
+function barReporter(Bars: typeof MultiBar, stream: NodeJS.WriteStream): Reporter {
+  const multi = new Bars(
     {
       stream,
       format: " {bar} {percentage}% | {done} of {all} | {speed} | ETA {eta_formatted} | {file}",
@@ -124,13 +124,17 @@ export const pullCommand: Command = {
     if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
     const stall = Number(args.values["stall-seconds"]);
     if (!Number.isFinite(stall) || stall <= 0) throw new UsageError("--stall-seconds must be a positive number");
-    configureNative({});
-    const chosen = deviceFor(device);
+    const chosen = await deviceFor(device);
+    const [{ hubEndpoint, hubToken }, { PullError }, { pullModel }] = await Promise.all([
+      import("../modelkit/hub/auth.ts"),
+      import("../modelkit/hub/errors.ts"),
+      import("../modelkit/hub/pull.ts"),
+    ]);
     const endpoint = hubEndpoint();
     const token = hubToken();
     const tty = process.stderr.isTTY === true;
     const out = (line: string) => console.log(line);
-    const reporter = tty ? barReporter(process.stderr) : lineReporter(out);
+    const reporter = tty ? barReporter((await import("cli-progress")).MultiBar, process.stderr) : lineReporter(out);
     const onSignal = () => {
       reporter.stop();
       console.error("\ninterrupted: the partial download is kept and the next pull resumes it");
@@ -153,7 +157,8 @@ export const pullCommand: Command = {
       });
       reporter.stop();
       out(`pulled ${r.repo} as ${r.id} into ${r.dir} (${formatBytes(r.transferredBytes)} fetched)`);
-      out(`A running 'sluice serve --models ${args.values.models}' picks it up within seconds (it watches the models directory); or start one.`);
+      out(`A running server on ${args.values.models} serves it within seconds (it watches the directory); or start one:`);
+      out(`  ${commandLine("serve", "--models", String(args.values.models))}`);
       return 0;
     } catch (e) {
       reporter.stop();

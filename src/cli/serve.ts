@@ -1,16 +1,43 @@
-import { createEngine } from "../engine/index.ts";
-import { chooseProviders } from "../engine/providers.ts";
-import { createLogger, type LogLevel } from "../log.ts";
-import { buildDemoModel } from "../modelkit/index.ts";
+import { createLogger, flushLogs, type LogLevel } from "../log.ts";
 import { configureNative } from "../packaging/native.ts";
-import { configureImagePolicy } from "../vision/policy.ts";
-import { DEFAULT_ACCOUNT, startServer } from "../server.ts";
-import { DATA_OPTION } from "./commands.ts";
-import { UsageError, type Command } from "./framework.ts";
+import type { RunningServer } from "../server.ts";
+import { DATA_OPTION, seeCommand } from "./commands.ts";
+import { UsageError, type Command, type CommandArgs } from "./framework.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
+
+/**
+ * What the operator reads once the server is up: where it serves, the first key, and what to run
+ * next. Each command stands alone on an indented line, written the way this installation is
+ * invoked here, so it can be copied as it is.
+ */
+function banner(server: RunningServer, args: CommandArgs, account: string): string {
+  const served = server.store.catalog.listServed().map((m) => m.id);
+  const lines = ["", `Sluice is serving ${served.length ? served.join(", ") : "no models"} at ${server.url}/v1`];
+  if (served.length === 0) lines.push("No model could be served; what was found and why it is left out:", `  ${seeCommand(args, "models", "list")}`);
+  if (server.firstKey) {
+    lines.push(
+      `First start: created account '${account}' and this API key (shown once, keep it):`,
+      "",
+      `  ${server.firstKey}`,
+      "",
+      "Try it:",
+      `  curl ${server.url}/v1/models -H "Authorization: Bearer ${server.firstKey}"`,
+    );
+  } else {
+    lines.push("Create an API key (printed once):", `  ${seeCommand(args, "keys", "create", "--account", account)}`);
+  }
+  lines.push(`Account workspace: ${server.workspaceUrl}`);
+  if (server.store.users.list().length === 0) {
+    lines.push(
+      "No one can sign in yet. Create an operator (EMAIL is yours; it asks for a password):",
+      `  ${seeCommand(args, "users", "create", "EMAIL", "--account", account, "--operator", "--password-stdin")}`,
+    );
+  }
+  return lines.join("\n") + "\n";
+}
 
 export const serveCommand: Command = {
   path: ["serve"],
@@ -50,6 +77,14 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
+    // Loaded here, not at the top: every other command starts without the server's modules.
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }] = await Promise.all([
+      import("../engine/index.ts"),
+      import("../engine/providers.ts"),
+      import("../modelkit/index.ts"),
+      import("../vision/policy.ts"),
+      import("../server.ts"),
+    ]);
     configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
@@ -81,24 +116,10 @@ export const serveCommand: Command = {
       // The admin page's pulls choose `auto` dtypes for the device the models run on.
       hub: { device: device === "cpu" ? "cpu" : chooseProviders(device as "auto" | "cuda").providers[0] === "cuda" ? "cuda" : "cpu" },
     });
-    const served = server.store.catalog.listServed().map((m) => m.id);
-    const lines = [
-      "",
-      `Sluice is serving ${served.length ? served.join(", ") : "no models"} at ${server.url}/v1`,
-      `Account workspace: ${server.workspaceUrl} (create a user with: sluice users create EMAIL --account ${DEFAULT_ACCOUNT} --operator --password-stdin)`,
-    ];
-    if (server.firstKey) {
-      lines.push(
-        `First start: created account '${DEFAULT_ACCOUNT}' and this API key (shown once, keep it):`,
-        "",
-        `  ${server.firstKey}`,
-        "",
-        `Try: curl ${server.url}/v1/models -H "Authorization: Bearer ${server.firstKey}"`,
-      );
-    } else {
-      lines.push(`Create an API key with: sluice keys create --account ${DEFAULT_ACCOUNT} --data ${args.values.data}`);
-    }
-    console.log(lines.join("\n") + "\n");
+    // startServer returns once every model has loaded and both ports listen: only now is the
+    // banner true. The log lines before it go out first, so it is the last thing on the screen.
+    flushLogs();
+    console.log(banner(server, args, DEFAULT_ACCOUNT));
     let stopping = false;
     const stop = async (signal: string) => {
       if (stopping) return;

@@ -10,6 +10,7 @@ interface ModelRow {
   context_length: number;
   source_dir: string;
   input_price_per_mtok: number;
+  cached_input_price_per_mtok: number | null;
   output_price_per_mtok: number;
   supports_images: number;
   supports_tools: number;
@@ -27,6 +28,7 @@ const toModel = (r: ModelRow): CatalogModel => ({
   contextLength: r.context_length,
   sourceDir: r.source_dir,
   inputPricePerMTok: r.input_price_per_mtok,
+  cachedInputPricePerMTok: r.cached_input_price_per_mtok,
   outputPricePerMTok: r.output_price_per_mtok,
   supportsImages: r.supports_images === 1,
   supportsTools: r.supports_tools === 1,
@@ -52,6 +54,7 @@ export function catalogStore(db: Database): CatalogStore {
   const markMissing = db.query("UPDATE models SET present = 0 WHERE id = ?");
   const setStatus = db.query("UPDATE models SET status = ? WHERE id = ?");
   const setPrices = db.query("UPDATE models SET input_price_per_mtok = ?, output_price_per_mtok = ? WHERE id = ?");
+  const setCachedPrice = db.query("UPDATE models SET cached_input_price_per_mtok = ? WHERE id = ?");
   const access = db.query<{ model_access: string }, [number]>("SELECT model_access FROM accounts WHERE id = ?");
   // An account in 'listed' mode sees only its grants; otherwise every served model.
   const forAccount = db.query<ModelRow, [number]>(
@@ -126,12 +129,15 @@ export function catalogStore(db: Database): CatalogStore {
     list: () => all.all().map(toModel),
     listServed: () => served.all().map(toModel),
     setStatus: (id, status) => setStatus.run(status, id).changes > 0,
-    setPrices(id, input, output) {
-      if (!(input >= 0 && output >= 0 && Number.isFinite(input) && Number.isFinite(output))) {
+    setPrices: db.transaction((id: string, input: number, output: number, cachedInput?: number | null) => {
+      const ok = (p: number) => p >= 0 && Number.isFinite(p);
+      if (!ok(input) || !ok(output) || (cachedInput != null && !ok(cachedInput))) {
         throw new Error("prices must be finite and not negative");
       }
-      return setPrices.run(input, output, id).changes > 0;
-    },
+      if (setPrices.run(input, output, id).changes === 0) return false;
+      if (cachedInput !== undefined) setCachedPrice.run(cachedInput, id);
+      return true;
+    }),
     listForAccount: (accountId) => forAccount.all(accountId).map(toModel),
     getForAccount: (accountId, id) => {
       const r = oneForAccount.get(accountId, id);

@@ -14,6 +14,7 @@ import { userStore } from "./users.ts";
 
 export type * from "./types.ts";
 export { KEY_PREFIX } from "./keys.ts";
+export { EMAIL, MIN_PASSWORD_LENGTH } from "./users.ts";
 
 /** The SQLite-backed store: one file, WAL mode, migrated on open. */
 export function openSqliteStore(path: string): Store {

@@ -147,6 +147,14 @@ export const MIGRATIONS: readonly string[] = [
   CREATE TRIGGER accounts_updated AFTER UPDATE ON accounts
     BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
   `,
+  // 5: prompt tokens served from the prefix cache and thinking tokens, per request and per charge,
+  // and a price for cached prompt tokens (NULL: they cost the input price).
+  `
+  ALTER TABLE models ADD COLUMN cached_input_price_per_mtok REAL CHECK (cached_input_price_per_mtok IS NULL OR cached_input_price_per_mtok >= 0);
+  ALTER TABLE usage ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE usage ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE ledger ADD COLUMN cached_tokens INTEGER;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -30,6 +30,8 @@ export interface CatalogModel {
   contextLength: number;
   sourceDir: string;
   inputPricePerMTok: number;
+  /** Prompt tokens served from the prefix cache; null: they cost the input price. */
+  cachedInputPricePerMTok: number | null;
   outputPricePerMTok: number;
   supportsImages: boolean;
   supportsTools: boolean;
@@ -59,6 +61,10 @@ export interface UsageRecord {
   modelId: string;
   promptTokens: number;
   completionTokens: number;
+  /** Of the prompt tokens, those the prefix cache served (default 0). */
+  cachedTokens?: number;
+  /** Of the completion tokens, those spent thinking (default 0). */
+  reasoningTokens?: number;
   latencyMs: number;
   /** 'ok', 'cancelled', 'error' … */
   status: string;
@@ -100,7 +106,8 @@ export interface CatalogStore {
   /** Active and present: what the gateway serves. */
   listServed(): CatalogModel[];
   setStatus(id: string, status: "active" | "inactive"): boolean;
-  setPrices(id: string, inputPerMTok: number, outputPerMTok: number): boolean;
+  /** `cachedInputPerMTok`: undefined leaves it as it is; null charges cached prompt tokens the input price. */
+  setPrices(id: string, inputPerMTok: number, outputPerMTok: number, cachedInputPerMTok?: number | null): boolean;
   /** Served models this account may use. */
   listForAccount(accountId: number): CatalogModel[];
   /** A served model this account may use, by exact id, or null. */
@@ -129,6 +136,8 @@ export interface LedgerEntry {
   requestId: string | null;
   modelId: string | null;
   promptTokens: number | null;
+  /** Of the prompt tokens, those charged at the cached-input price. */
+  cachedTokens: number | null;
   completionTokens: number | null;
   note: string | null;
   createdAt: number;
@@ -139,6 +148,8 @@ export interface ChargeInput {
   requestId: string;
   modelId: string;
   promptTokens: number;
+  /** Of the prompt tokens, those the prefix cache served (default 0). */
+  cachedTokens?: number;
   completionTokens: number;
   at?: number;
 }
@@ -219,6 +230,8 @@ export interface DailyUsage {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens: number;
 }
 
 export interface ModelUsage {
@@ -226,6 +239,8 @@ export interface ModelUsage {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens: number;
 }
 
 export interface UsageReportStore {

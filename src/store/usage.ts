@@ -9,6 +9,8 @@ interface Row {
   model_id: string;
   prompt_tokens: number;
   completion_tokens: number;
+  cached_tokens: number;
+  reasoning_tokens: number;
   latency_ms: number;
   status: string;
   finish_reason: string | null;
@@ -25,6 +27,8 @@ const toRow = (r: Row): UsageRow => ({
   modelId: r.model_id,
   promptTokens: r.prompt_tokens,
   completionTokens: r.completion_tokens,
+  cachedTokens: r.cached_tokens,
+  reasoningTokens: r.reasoning_tokens,
   latencyMs: r.latency_ms,
   status: r.status,
   finishReason: r.finish_reason,
@@ -35,8 +39,9 @@ const toRow = (r: Row): UsageRow => ({
 
 export function usageStore(db: Database): UsageStore {
   const insert = db.query(
-    `INSERT INTO usage (request_id, account_id, key_id, model_id, prompt_tokens, completion_tokens, latency_ms,
-       status, finish_reason, user, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO usage (request_id, account_id, key_id, model_id, prompt_tokens, completion_tokens, cached_tokens,
+       reasoning_tokens, latency_ms, status, finish_reason, user, metadata, created_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   );
   const list = db.query<Row, [number, number, number, number]>(
     `SELECT * FROM usage WHERE account_id = ? AND created_at >= ? AND created_at < ?
@@ -52,6 +57,8 @@ export function usageStore(db: Database): UsageStore {
         u.modelId,
         u.promptTokens,
         u.completionTokens,
+        u.cachedTokens ?? 0,
+        u.reasoningTokens ?? 0,
         Math.round(u.latencyMs),
         u.status,
         u.finishReason,

@@ -3,6 +3,7 @@
 // it on the API's port or on a port of its own.
 import type { SessionInfo, User } from "../store/index.ts";
 import { ASSETS } from "./assets.ts";
+import { faviconResponse } from "./favicon.ts";
 import { BodyError, cookies, json, readFields, redirect, SESSION_COOKIE, sameToken } from "./http.ts";
 import { BASE } from "./layout.ts";
 import { adminRoutes } from "./pages/admin.ts";
@@ -21,7 +22,7 @@ export type { WorkspaceOptions } from "./router.ts";
 export { BASE as WORKSPACE_PATH } from "./layout.ts";
 
 export interface Workspace {
-  /** Answers a request whose path starts with /workspace; `client` is the peer address for throttling. */
+  /** Answers a request whose path starts with /workspace, or /favicon.ico; `client` is the peer address for throttling. */
   fetch(request: Request, client?: string | null): Promise<Response>;
 }
 
@@ -41,6 +42,8 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
 
   async function handle(request: Request, client: string): Promise<Response> {
     const url = new URL(request.url);
+    // Browsers ask for /favicon.ico at the root of whatever origin they show, the API's included.
+    if ((url.pathname === "/favicon.ico" || url.pathname === `${BASE}/favicon.ico`) && (request.method === "GET" || request.method === "HEAD")) return faviconResponse();
     if (url.pathname === BASE) return redirect(`${BASE}/`);
     if (!url.pathname.startsWith(`${BASE}/`)) return new Response("Not found", { status: 404 });
     const path = url.pathname.slice(BASE.length);

@@ -1,4 +1,5 @@
 // Route and context types shared by the pages, and the small path matcher they use.
+import { commandLine } from "../invocation.ts";
 import type { Logger } from "../log.ts";
 import type { SessionInfo, Store, User } from "../store/index.ts";
 
@@ -13,6 +14,8 @@ export interface WorkspaceOptions {
   throttle?: { windowMs: number; perEmail: number; perClient: number };
   /** Pulls from the Hugging Face Hub for the admin page; absent: the page does not offer them. */
   hubPulls?: HubPullService;
+  /** A CLI command line that acts on this server's data, as its operator would type it (default: without --data). */
+  command?: (...words: string[]) => string;
 }
 
 /** A pull the server runs for the admin page, as the page shows it. */
@@ -36,6 +39,9 @@ export interface HubPullService {
   get(id: string): HubPullStatus | null;
   list(): HubPullStatus[];
 }
+
+/** The command line a page shows an operator for a CLI command. */
+export const operatorCommand = (opts: WorkspaceOptions, ...words: string[]) => (opts.command ?? commandLine)(...words);
 
 export interface BaseCtx {
   request: Request;

@@ -25,13 +25,13 @@ describe("sluice CLI", () => {
   test("--version, --help, and --help on every command", () => {
     expect(sluice(["--version"]).out).toMatch(/^sluice \d+\.\d+\.\d+/);
     const help = sluice(["--help"]).out;
-    for (const c of ["serve", "accounts create", "keys create", "keys revoke", "models grant", "models import llama2c", "doctor"]) {
-      expect(help).toContain(`sluice ${c}`);
+    for (const c of ["serve", "accounts create", "keys create", "keys revoke", "models grant", "models import llama2c", "models import hf", "doctor"]) {
+      expect(help).toContain(`./sluice ${c}`);
     }
-    for (const c of [["serve"], ["accounts", "list"], ["keys", "create"], ["models", "disable"], ["models", "import", "llama2c"]]) {
+    for (const c of [["serve"], ["accounts", "list"], ["keys", "create"], ["models", "disable"], ["models", "import", "llama2c"], ["models", "import", "hf"]]) {
       const r = sluice([...c, "--help"]);
       expect(r.code).toBe(0);
-      expect(r.out).toContain(`Usage: sluice ${c.join(" ")}`);
+      expect(r.out).toContain(`Usage: ./sluice ${c.join(" ")}`);
       expect(r.out).toContain("SLUICE_");
     }
   });
@@ -87,7 +87,15 @@ describe("sluice CLI", () => {
     expect(sluice(["models", "price", "t/two", "--input", "0.5", "--output", "2", ...d()]).code).toBe(0);
     expect(sluice(["models", "price", "t/two", "--input", "-1", "--output", "2", ...d()]).code).toBe(2);
     list = JSON.parse(sluice(["models", "list", "--json", ...d()]).out);
-    expect(list.find((x) => x.id === "t/two")).toMatchObject({ "in$/M": 0.5, "out$/M": 2 });
+    expect(list.find((x) => x.id === "t/two")).toMatchObject({ "in$/M": 0.5, "cached$/M": 0.5, "out$/M": 2 });
+    // The cached-input price: set, kept by a later price without it, cleared with none.
+    const cachedPrice = () => (JSON.parse(sluice(["models", "list", "--json", ...d()]).out) as Record<string, unknown>[]).find((x) => x.id === "t/two")!["cached$/M"];
+    expect(sluice(["models", "price", "t/two", "--input", "0.5", "--output", "2", "--cached-input", "0.05", ...d()]).code).toBe(0);
+    expect(sluice(["models", "price", "t/two", "--input", "0.6", "--output", "2", ...d()]).code).toBe(0);
+    expect(cachedPrice()).toBe(0.05);
+    expect(sluice(["models", "price", "t/two", "--input", "0.6", "--output", "2", "--cached-input", "x", ...d()]).code).toBe(2);
+    expect(sluice(["models", "price", "t/two", "--input", "0.6", "--output", "2", "--cached-input", "none", ...d()]).code).toBe(0);
+    expect(cachedPrice()).toBe(0.6);
   });
 
   test("usage errors are one line with exit code 2", () => {

@@ -56,8 +56,9 @@ describe.skipIf(!hasStories)("sluice models pull", () => {
     expect(lines[1]).toMatch(/^7 files, 1\.\d+ MiB; 1\.\d+ MiB to fetch$/);
     expect(lines.filter((l) => l.startsWith("  fetched  "))).toHaveLength(7);
     expect(lines).toContainEqual(expect.stringMatching(/^ {2}fetched {2}onnx\/model\.onnx_data: 1\.\d+ MiB in .*, verified$/));
-    expect(lines.at(-2)).toBe(`pulled ${STORIES_REPO} as ${STORIES_REPO} into ${join(dir.path, "models", STORIES_REPO)} (1.05 MiB fetched)`);
+    expect(lines.find((l) => l.startsWith("pulled "))).toBe(`pulled ${STORIES_REPO} as ${STORIES_REPO} into ${join(dir.path, "models", STORIES_REPO)} (1.05 MiB fetched)`);
     expect(existsSync(join(dir.path, "models", STORIES_REPO, "onnx/model.onnx"))).toBe(true);
+    expect(lines.at(-1)).toMatch(/^ {2}\S+ serve --models \.\/models$/);
   });
 
   test("exit codes and words: gated without a token (1, names HF_TOKEN), with HF_TOKEN (0); a bad dtype (2)", async () => {

@@ -2,6 +2,7 @@
 // through the internal JSON routes, billing enforcement and charges, CSV export, its own port.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createEngine } from "../../src/engine/index.ts";
+import { commandName } from "../../src/invocation.ts";
 import { silentLogger } from "../../src/log.ts";
 import { startServer } from "../../src/server.ts";
 import { syntheticModel, tinyModelsRoot } from "../helpers/models.ts";
@@ -153,6 +154,43 @@ test("an operator restricts an account's models and lifts the restriction again"
   expect(server.store.catalog.listForAccount(target.account.id).map((m) => m.id)).toContain(MODEL);
 });
 
+test("the admin page's CLI note names this server's data directory, and its plan form the account's plan", async () => {
+  const op = await makeAccount(server.store, "ops-notes", { role: "operator", plan: "unlimited" });
+  const { info } = server.store.keys.create(op.account.id, "limited");
+  server.store.limits.set(op.account.id, info.id, { requestsPerMinute: 5, tokensPerMinute: null, maxConcurrent: null });
+  const c = new WorkspaceClient(server.url);
+  await c.signIn(op.email, PASSWORD);
+  const page = await (await c.get("/workspace/admin?account=ops-notes")).text();
+  expect(page).toContain(`<code>${commandName()} limits set --account ops-notes --key KEY_ID --rpm N --data ${server.dataDir}</code>`);
+  // Without a script, the plan selector already shows the chosen account's plan.
+  expect(page).toMatch(/<select id="plan-plan" name="plan"><option>prepaid<\/option><option selected>unlimited<\/option><\/select>/);
+  expect((await c.form("/workspace/admin/plan", { account: "ops-notes", plan: "free" })).status).toBe(400);
+  expect(server.store.billing.plan(op.account.id)).toBe("unlimited");
+});
+
+test("an operator sets a cached-input price on the admin page; usage views show cached and reasoning tokens", async () => {
+  const op = await makeAccount(server.store, "ops-prices", { role: "operator", plan: "unlimited" });
+  const c = new WorkspaceClient(server.url);
+  await c.signIn(op.email, PASSWORD);
+  try {
+    expect((await c.form("/workspace/admin/prices", { model: MODEL, input: "2", output: "6", cached_input: "0.5" })).status).toBe(303);
+    expect(server.store.catalog.get(MODEL)).toMatchObject({ inputPricePerMTok: 2, cachedInputPricePerMTok: 0.5, outputPricePerMTok: 6 });
+    expect(await (await c.get("/workspace/admin")).text()).toContain(`name="cached_input" type="number" min="0" step="any" value="0.5"`);
+    expect((await c.form("/workspace/admin/prices", { model: MODEL, input: "2", output: "6", cached_input: "" })).status).toBe(303);
+    expect(server.store.catalog.get(MODEL)!.cachedInputPricePerMTok).toBeNull();
+  } finally {
+    server.store.catalog.setPrices(MODEL, 0, 0, null);
+  }
+  server.store.usage.record({ requestId: "r-cached", accountId: op.account.id, keyId: null, modelId: MODEL, promptTokens: 1200, completionTokens: 40, cachedTokens: 1100, reasoningTokens: 30, latencyMs: 5, status: "ok", finishReason: "stop", user: null, metadata: null });
+  const page = await (await c.get("/workspace/usage")).text();
+  expect(page).toMatch(/data-testid="total-cached">1,100</);
+  expect(page).toMatch(/data-testid="total-reasoning">30</);
+  const usage = (await (await c.get("/workspace/api/usage")).json()) as { recent: Record<string, unknown>[] };
+  expect(usage.recent[0]).toMatchObject({ prompt_tokens: 1200, cached_tokens: 1100, completion_tokens: 40, reasoning_tokens: 30 });
+  const csv = (await (await c.get("/workspace/usage.csv")).text()).trim().split("\r\n");
+  expect(csv[1]).toContain(`,${MODEL},1200,1100,40,30,1240,`);
+});
+
 describe("billing", () => {
   test("charges match the token counts and prices; no credit left → 429 insufficient_quota", async () => {
     server.store.catalog.setPrices(MODEL, 1000, 3000);
@@ -207,6 +245,26 @@ describe("billing", () => {
   });
 });
 
+test("/favicon.ico: an ICO at the API's root and under /workspace, which every page links", async () => {
+  for (const path of ["/favicon.ico", "/workspace/favicon.ico"]) {
+    const res = await fetch(`${server.url}${path}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toBe("image/x-icon");
+    const bytes = new Uint8Array(await res.arrayBuffer());
+    const v = new DataView(bytes.buffer);
+    // ICONDIR: reserved 0, type 1 (icon), two images (16 and 32 px, 32 bits each), each within the file.
+    expect([v.getUint16(0, true), v.getUint16(2, true), v.getUint16(4, true)]).toEqual([0, 1, 2]);
+    for (let i = 0; i < 2; i++) {
+      const e = 6 + 16 * i;
+      expect([bytes[e], v.getUint16(e + 6, true)]).toEqual([[16, 32][i], 32]);
+      expect(v.getUint32(e + 12, true) + v.getUint32(e + 8, true)).toBeLessThanOrEqual(bytes.length);
+    }
+  }
+  expect((await fetch(`${server.url}/favicon.ico`, { method: "POST" })).status).toBe(404);
+  const signin = await (await fetch(`${server.url}/workspace/signin`)).text();
+  expect(signin).toContain('<link rel="icon" href="/workspace/favicon.ico">');
+});
+
 describe("usage export", () => {
   test("CSV has one row per request of the account", async () => {
     const { account, email } = await makeAccount(server.store, "csv", { plan: "unlimited" });
@@ -239,6 +297,9 @@ test("--workspace-port: the workspace on its own port and not under the API's", 
     const integ = await (await c.get("/workspace/integrations")).text();
     // The base URL is the API's, not the workspace's.
     expect(integ).toContain(`${s.url}/v1`);
+    // Both origins answer a browser's icon request.
+    const wsOrigin = new URL(s.workspaceUrl).origin;
+    for (const url of [`${s.url}/favicon.ico`, `${wsOrigin}/favicon.ico`]) expect((await fetch(url)).status).toBe(200);
   } finally {
     await s.stop();
     data.remove();

@@ -57,6 +57,28 @@ describe("billing", () => {
     expect(() => store.billing.topUp(a.id, -5, null)).toThrow(/positive/);
   });
 
+  test("prompt tokens served from the prefix cache are charged at the cached-input price", () => {
+    expect(chargeNano(100, 10, 2, 8, 60, 0.5)).toBe(40 * 2000 + 60 * 500 + 10 * 8000);
+    // Without a cached price they cost the input price; more cached than prompt tokens is capped.
+    expect(chargeNano(100, 10, 2, 8, 60, null)).toBe(chargeNano(100, 10, 2, 8));
+    expect(chargeNano(10, 0, 2, 8, 60, 0)).toBe(0);
+    store.catalog.sync([model("m/c")]);
+    store.catalog.setPrices("m/c", 2, 8, 0.5);
+    expect(store.catalog.get("m/c")!.cachedInputPricePerMTok).toBe(0.5);
+    // Setting input and output only leaves the cached price as it was; null clears it.
+    store.catalog.setPrices("m/c", 3, 8);
+    expect(store.catalog.get("m/c")!.cachedInputPricePerMTok).toBe(0.5);
+    expect(() => store.catalog.setPrices("m/c", 3, 8, -1)).toThrow(/negative/);
+    const a = store.accounts.create("cachey");
+    const e = store.billing.charge({ accountId: a.id, requestId: "r1", modelId: "m/c", promptTokens: 1000, cachedTokens: 800, completionTokens: 10 })!;
+    expect(e.amountUsd).toBeCloseTo(-(200 * 3 + 800 * 0.5 + 10 * 8) / 1e6, 15);
+    expect([e.promptTokens, e.cachedTokens, e.completionTokens]).toEqual([1000, 800, 10]);
+    store.catalog.setPrices("m/c", 3, 8, null);
+    expect(store.catalog.get("m/c")!.cachedInputPricePerMTok).toBeNull();
+    const full = store.billing.charge({ accountId: a.id, requestId: "r2", modelId: "m/c", promptTokens: 1000, cachedTokens: 800, completionTokens: 10 })!;
+    expect(full.amountUsd).toBeCloseTo(-(1000 * 3 + 10 * 8) / 1e6, 15);
+  });
+
   test("a file from before the workspace keeps its local account unlimited", () => {
     store.close();
     const path = join(dir.path, "old.db");
@@ -112,18 +134,19 @@ test("usage reports aggregate per UTC day and per model", () => {
   const a = store.accounts.create("acme");
   const b = store.accounts.create("other");
   const day = Date.UTC(2026, 0, 10);
-  const rec = (accountId: number, modelId: string, at: number, p: number, c: number) =>
-    store.usage.record({ requestId: "r", accountId, keyId: null, modelId, promptTokens: p, completionTokens: c, latencyMs: 1, status: "ok", finishReason: "stop", user: null, metadata: null, createdAt: at });
-  rec(a.id, "m/a", day + 1000, 10, 2);
+  const rec = (accountId: number, modelId: string, at: number, p: number, c: number, cached = 0, reasoning = 0) =>
+    store.usage.record({ requestId: "r", accountId, keyId: null, modelId, promptTokens: p, completionTokens: c, cachedTokens: cached, reasoningTokens: reasoning, latencyMs: 1, status: "ok", finishReason: "stop", user: null, metadata: null, createdAt: at });
+  rec(a.id, "m/a", day + 1000, 10, 2, 4, 1);
   rec(a.id, "m/b", day + 86_399_000, 5, 1);
-  rec(a.id, "m/a", day + 86_400_000, 7, 3);
-  rec(b.id, "m/a", day + 1000, 100, 100);
+  rec(a.id, "m/a", day + 86_400_000, 7, 3, 0, 2);
+  rec(b.id, "m/a", day + 1000, 100, 100, 50, 50);
   expect(store.usageReports.daily(a.id, day, day + 2 * 86_400_000)).toEqual([
-    { day: "2026-01-10", requests: 2, promptTokens: 15, completionTokens: 3 },
-    { day: "2026-01-11", requests: 1, promptTokens: 7, completionTokens: 3 },
+    { day: "2026-01-10", requests: 2, promptTokens: 15, completionTokens: 3, cachedTokens: 4, reasoningTokens: 1 },
+    { day: "2026-01-11", requests: 1, promptTokens: 7, completionTokens: 3, cachedTokens: 0, reasoningTokens: 2 },
   ]);
   expect(store.usageReports.byModel(a.id, day, day + 2 * 86_400_000)).toEqual([
-    { modelId: "m/a", requests: 2, promptTokens: 17, completionTokens: 5 },
-    { modelId: "m/b", requests: 1, promptTokens: 5, completionTokens: 1 },
+    { modelId: "m/a", requests: 2, promptTokens: 17, completionTokens: 5, cachedTokens: 4, reasoningTokens: 3 },
+    { modelId: "m/b", requests: 1, promptTokens: 5, completionTokens: 1, cachedTokens: 0, reasoningTokens: 0 },
   ]);
+  expect(store.usage.list(a.id).map((u) => [u.cachedTokens, u.reasoningTokens])).toEqual([[0, 2], [0, 0], [4, 1]]);
 });

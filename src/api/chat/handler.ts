@@ -19,7 +19,7 @@ import { ImageInputError } from "../../vision/errors.ts";
 import { imagePolicy } from "../../vision/policy.ts";
 import { resolveImageParts } from "../../vision/resolve.ts";
 import { planChat, type ChatPlan } from "./request.ts";
-import { ChoiceAccumulator, chunkChoice, usageOf, type CompletionMeta } from "./response.ts";
+import { ChoiceAccumulator, chunkChoice, type CompletionMeta } from "./response.ts";
 
 export interface ChatDeps {
   store: Store;
@@ -189,7 +189,14 @@ function streamResponse(
     async pull(controller) {
       idle?.disarm();
       try {
-        const next = await iterator!.next();
+        let next = await iterator!.next();
+        let choice = next.done ? null : chunkChoice(next.value, plan.logprobs);
+        // Events without a chunk (the prompt's cache report) are only counted: the client waits for a chunk.
+        while (!next.done && choice === null) {
+          acc.add(next.value);
+          next = await iterator!.next();
+          choice = next.done ? null : chunkChoice(next.value, plan.logprobs);
+        }
         if (next.done) {
           if (clientSignal.aborted) {
             finished = true;
@@ -197,11 +204,7 @@ function streamResponse(
             controller.close();
             return;
           }
-          if (plan.includeUsage) {
-            controller.enqueue(
-              sse({ ...head, choices: [], usage: usageOf(generation.promptTokens, acc.completionTokens()) }),
-            );
-          }
+          if (plan.includeUsage) controller.enqueue(sse({ ...head, choices: [], usage: acc.usage(generation.promptTokens) }));
           // Committed before the last bytes leave, so a crash after [DONE] loses no usage row.
           finished = true;
           record(abort.signal.aborted ? "interrupted" : "ok");
@@ -210,7 +213,7 @@ function streamResponse(
           return;
         }
         acc.add(next.value);
-        controller.enqueue(sse({ ...head, choices: [chunkChoice(next.value, plan.logprobs)], ...usageField }));
+        controller.enqueue(sse({ ...head, choices: [choice], ...usageField }));
         idle?.arm();
       } catch (e) {
         // The client went away while this chunk was made: a cancellation (billed for what was
@@ -265,6 +268,8 @@ function recordUsage(
         modelId,
         promptTokens,
         completionTokens: acc.completionTokens(),
+        cachedTokens: acc.cachedTokens,
+        reasoningTokens: acc.reasoningTokens(),
         latencyMs: performance.now() - started,
         status,
         finishReason: acc.finishReason(),
@@ -273,13 +278,13 @@ function recordUsage(
       });
       // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
       if (status !== "error") {
-        deps.store.billing.charge({ accountId: key.accountId, requestId, modelId, promptTokens, completionTokens: acc.completionTokens() });
+        deps.store.billing.charge({ accountId: key.accountId, requestId, modelId, promptTokens, cachedTokens: acc.cachedTokens, completionTokens: acc.completionTokens() });
       }
     });
   } catch (e) {
     deps.log.error("could not record usage", { request_id: requestId, error: (e as Error).message });
   }
   if (deps.log.logPrompts) {
-    deps.log.debug("chat completion", { request_id: requestId, status, choices: acc.choices.map((c) => ({ content: c.content, tool_calls: c.toolCalls })) });
+    deps.log.debug("chat completion", { request_id: requestId, status, choices: acc.choices.map((c) => ({ reasoning: c.reasoning, content: c.content, tool_calls: c.toolCalls })) });
   }
 }

@@ -1,7 +1,7 @@
 // What the engine must know to drive a decoder graph, read from the session's own metadata and
 // the directory's config.json / genai_config.json rather than assumed.
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { DTYPE_SUFFIX, isOnnxDType, ONNX_DTYPES, onnxFileName, type OnnxDType } from "../../onnx-dtypes.ts";
 
 export type KvDType = "float32" | "float16";
@@ -56,7 +56,7 @@ export interface ModelFiles {
 
 interface SluiceGraphCard {
   dtype?: unknown;
-  graph?: { variant?: string; past_present_share_buffer?: boolean; max_cache_length?: number };
+  graph?: { variant?: string; past_present_share_buffer?: boolean; max_cache_length?: number; file?: string };
 }
 
 interface GenaiConfig {
@@ -112,16 +112,21 @@ export function modelDType(dir: string): OnnxDType {
 export function locateModelFiles(dir: string): ModelFiles {
   const genai = readJson<GenaiConfig>(join(dir, "genai_config.json"));
   const config = readJson<Record<string, unknown>>(join(dir, "config.json")) ?? {};
+  const card = readJson<SluiceGraphCard>(join(dir, "sluice.json"));
+  const cardFile = card?.graph?.file;
   const dtype = modelDType(dir);
-  const candidates = [genai?.model?.decoder?.filename ? join(dir, genai.model.decoder.filename) : null, ...decoderPaths(dir, dtype)].filter(
-    (p): p is string => p !== null,
-  );
+  const candidates = [
+    // Only a path inside the directory: a card cannot point the engine at other files.
+    typeof cardFile === "string" && !relative(dir, join(dir, cardFile)).startsWith("..") ? join(dir, cardFile) : null,
+    genai?.model?.decoder?.filename ? join(dir, genai.model.decoder.filename) : null,
+    ...decoderPaths(dir, dtype),
+  ].filter((p): p is string => p !== null);
   const onnxPath = candidates.find((p) => existsSync(p));
   if (!onnxPath) {
     const why = DTYPE_SUFFIX[dtype] ? ` (dtype ${dtype})` : "";
     throw new Error(`no decoder ONNX file${why} (looked for ${candidates.map((c) => c.slice(dir.length + 1)).join(", ")})`);
   }
-  return { onnxPath, dtype, config, genai, card: readJson<SluiceGraphCard>(join(dir, "sluice.json")) };
+  return { onnxPath, dtype, config, genai, card };
 }
 
 /** Whether the directory's card or genai_config says the graph's past and present share a buffer. */

@@ -10,13 +10,18 @@ import { EngineRequestError, type EngineModel, type ImagePart } from "../types.t
 import { ImageInputError } from "../../vision/errors.ts";
 import { VisionModel, type EncodedImage, type PromptImages, type RequestImage } from "../vision/vision-model.ts";
 import { expandPlaceholders } from "../vision/placeholders.ts";
+import { promptOpensBlock, type ReasoningCard } from "../../structured/reasoning/index.ts";
 import type { WireRequest, WorkerOptions } from "./protocol.ts";
+import { modelReasoning, templateContext, templateSettings, type ModelReasoning, type TemplateContext } from "./reasoning.ts";
+import type { ThinkingPlan } from "./thinking.ts";
 
 interface ModelCard {
   id?: string;
   display_name?: string;
   context_length?: number;
   capabilities?: { tools?: boolean; structured_output?: boolean; images?: boolean };
+  /** The thinking block's tags and budgets, or false: the model does not think. */
+  reasoning?: ReasoningCard;
 }
 
 export class ModelRunner {
@@ -27,6 +32,10 @@ export class ModelRunner {
     readonly providers: ProviderChoice,
     /** The image encoder of a vision-language model; null for text-only models. */
     readonly vision: VisionModel | null,
+    /** What the chat template reads (for chat_template_kwargs). */
+    readonly template: TemplateContext,
+    /** The thinking block the model writes, or null. */
+    readonly reasoning: ModelReasoning | null,
   ) {}
 
   static async load(opts: WorkerOptions): Promise<ModelRunner> {
@@ -56,7 +65,9 @@ export class ModelRunner {
       dir: opts.dir,
       provider: decoder.provider,
     };
-    return new ModelRunner(decoder, tokenizer, info, providers, vision);
+    const template = templateContext(tokenizer);
+    const reasoning = await modelReasoning(tokenizer, card.reasoning, template);
+    return new ModelRunner(decoder, tokenizer, info, providers, vision, template, reasoning);
   }
 
   get vocabSize(): number {
@@ -68,8 +79,11 @@ export class ModelRunner {
     return (await this.prompt(req)).ids;
   }
 
-  /** The prompt's token ids and, when it has images, their features (image tokens count as prompt tokens). */
-  async prompt(req: WireRequest): Promise<{ ids: number[]; images: PromptImages | null }> {
+  /**
+   * The prompt's token ids and, when it has images, their features (image tokens count as prompt
+   * tokens); for a model that thinks, where the prompt leaves its output and the thinking budget.
+   */
+  async prompt(req: WireRequest): Promise<{ ids: number[]; images: PromptImages | null; thinking: ThinkingPlan | null }> {
     for (const key of Object.keys(req.sampling.logitBias)) {
       const id = Number(key);
       if (id >= this.vocabSize) {
@@ -80,15 +94,17 @@ export class ModelRunner {
         );
       }
     }
+    const settings = templateSettings(req, this.info.id, this.template, this.reasoning);
     let text: string;
     try {
-      text = renderChatPrompt(this.tokenizer, req.messages, { tools: req.tools, addGenerationPrompt: true });
+      text = renderChatPrompt(this.tokenizer, req.messages, { tools: req.tools, addGenerationPrompt: true, kwargs: settings.kwargs });
     } catch (e) {
       if (e instanceof ChatTemplateError) {
         throw new EngineRequestError(`The model's chat template refused the messages: ${e.message}`, "messages", "invalid_value");
       }
       throw e;
     }
+    const thinking = this.reasoning ? { startsInside: promptOpensBlock(text, this.reasoning.format.tags), budget: settings.budget } : null;
     const requestImages = imagesOf(req);
     let encoded: EncodedImage[] = [];
     if (requestImages.length > 0) {
@@ -127,7 +143,7 @@ export class ModelRunner {
         "context_length_exceeded",
       );
     }
-    return { ids, images };
+    return { ids, images, thinking };
   }
 }
 

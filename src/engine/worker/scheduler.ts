@@ -92,7 +92,7 @@ export class Scheduler {
 
   /** Validates and queues; resolves with the prompt's token count or throws a request/busy error. */
   async admit(rid: number, request: WireRequest): Promise<number> {
-    const { ids: prompt, images } = await this.model.prompt(request);
+    const { ids: prompt, images, thinking } = await this.model.prompt(request);
     const maxNew = Math.min(request.maxTokens ?? Number.MAX_SAFE_INTEGER, this.model.info.contextLength - prompt.length);
     const need = request.n * this.backend.sequenceBytes(this.backend.capacityFor(prompt.length + maxNew));
     if (need > this.budget.totalBytes) {
@@ -111,7 +111,7 @@ export class Scheduler {
     }
     const choices: ChoiceRun[] = [];
     for (let index = 0; index < request.n; index++) {
-      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew), seq: null, next: null });
+      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, thinking), seq: null, next: null });
     }
     const key = prefixKey(prompt, images);
     this.queue.push({ rid, request, prompt, images, key, maxNew, state: "queued", choices, cancelled: false, out: [] });
@@ -205,6 +205,8 @@ export class Scheduler {
       const first = job.choices[0]!.seq!;
       const hit = this.prefix.lookup(job.key, job.prompt.length - 1);
       if (hit) this.backend.restore(first, hit.entry, hit.length);
+      // What the cache served is the request's cached_tokens (usage.prompt_tokens_details).
+      job.out.push({ type: "prompt", cachedTokens: hit?.length ?? 0 });
       job.state = "prefill";
       this.active.push(job);
     }

@@ -3,9 +3,11 @@ import type { Account, Plan, UserRole } from "../../store/index.ts";
 import { dateTime, usd } from "../format.ts";
 import { html, type Html } from "../html.ts";
 import { redirect } from "../http.ts";
-import { BASE, csrfField, htmlResponse, page } from "../layout.ts";
-import type { Route, SignedCtx } from "../router.ts";
+import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
+import { operatorCommand, type Route, type SignedCtx } from "../router.ts";
 import { hubPullPanel } from "./hub-pull.ts";
+
+const PLANS: Plan[] = ["prepaid", "unlimited"];
 
 export function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Response {
   const accounts = c.store.accounts.list();
@@ -13,39 +15,44 @@ export function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } 
   const catalog = c.store.catalog.list();
   const selected = c.store.accounts.get(c.url.searchParams.get("account") ?? "") ?? accounts[0] ?? null;
   const csrf = csrfField(c.session.csrfToken);
-  const accountOptions = (current?: string): Html => html`${accounts.map((a) => html`<option${a.name === current ? html` selected` : ""}>${a.name}</option>`)}`;
+  const accountOptions = (current?: string, withPlans = false): Html =>
+    html`${accounts.map((a) => html`<option${a.name === current ? html` selected` : ""}${withPlans ? html` data-plan="${c.store.billing.plan(a.id)}"` : ""}>${a.name}</option>`)}`;
+  const planOptions = (current: Plan): Html => html`${PLANS.map((p) => html`<option${p === current ? html` selected` : ""}>${p}</option>`)}`;
   const allowed = selected ? new Set(c.store.catalog.listForAccount(selected.id).map((m) => m.id)) : new Set<string>();
   const body = html`<h1>Admin</h1>
 <p class="lead">Operator tools. Changes apply to the next API request.</p>
 ${notice.ok ? html`<div class="notice ok" role="status">${notice.ok}</div>` : ""}
 ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</div>` : ""}
-<section class="panel"><h2>Accounts</h2><div class="table-wrap"><table>
-  <thead><tr><th scope="col">Account</th><th scope="col">Plan</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Keys</th><th scope="col" class="num">Users</th><th scope="col">Model access</th><th scope="col">Created</th></tr></thead>
+<section class="panel"><h2>Accounts</h2>${scrollTable(
+    "Accounts",
+    html`<thead><tr><th scope="col">Account</th><th scope="col">Plan</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Keys</th><th scope="col" class="num">Users</th><th scope="col">Model access</th><th scope="col" class="hide-sm">Created</th></tr></thead>
   <tbody>${accounts.map((a) => {
     const plan = c.store.billing.plan(a.id);
-    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${plan === "unlimited" ? "∞" : usd(c.store.billing.balanceUsd(a.id))}</td><td class="num">${c.store.keys.count(a.id)}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td>${dateTime(a.createdAt)}</td></tr>`;
-  })}</tbody></table></div></section>
-<div class="grid2">
-  <section class="panel"><h2>Create an account</h2>
-    <form class="inline" method="post" action="${BASE}/admin/accounts">${csrf}
-      <div class="field grow"><label for="acct-name">Name</label><input id="acct-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" placeholder="lowercase, e.g. acme"></div>
-      <div class="field"><label for="acct-plan">Plan</label><select id="acct-plan" name="plan"><option>prepaid</option><option>unlimited</option></select></div>
-      <button type="submit">Create</button></form></section>
-  <section class="panel"><h2>Top up credit</h2>
-    <form class="inline" method="post" action="${BASE}/admin/topup">${csrf}
-      <div class="field"><label for="top-acct">Account</label><select id="top-acct" name="account">${accountOptions(selected?.name)}</select></div>
-      <div class="field"><label for="top-usd">USD</label><input id="top-usd" name="usd" type="number" min="0.000001" step="any" required></div>
-      <div class="field grow"><label for="top-note">Note</label><input id="top-note" name="note" maxlength="200"></div>
-      <button type="submit">Add credit</button></form>
-    <form class="inline" method="post" action="${BASE}/admin/plan">${csrf}
-      <div class="field"><label for="plan-acct">Account</label><select id="plan-acct" name="account">${accountOptions(selected?.name)}</select></div>
-      <div class="field"><label for="plan-plan">Plan</label><select id="plan-plan" name="plan"><option>prepaid</option><option>unlimited</option></select></div>
-      <button type="submit" class="secondary">Set plan</button></form></section>
-</div>
-<section class="panel"><h2>Users</h2><div class="table-wrap"><table>
-  <thead><tr><th scope="col">Email</th><th scope="col">Account</th><th scope="col">Role</th><th scope="col">Created</th></tr></thead>
-  <tbody>${users.map((u) => html`<tr><td>${u.email}</td><td>${u.accountName}</td><td>${u.role}</td><td>${dateTime(u.createdAt)}</td></tr>`)}</tbody></table></div>
-  <h2>Create a user</h2>
+    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${plan === "unlimited" ? "∞" : usd(c.store.billing.balanceUsd(a.id))}</td><td class="num">${c.store.keys.count(a.id)}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td class="hide-sm">${dateTime(a.createdAt)}</td></tr>`;
+  })}</tbody>`,
+  )}
+  <h3>Create an account</h3>
+  <form class="inline" method="post" action="${BASE}/admin/accounts">${csrf}
+    <div class="field grow"><label for="acct-name">Name</label><input id="acct-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" placeholder="lowercase, e.g. acme"></div>
+    <div class="field"><label for="acct-plan">Plan</label><select id="acct-plan" name="plan">${planOptions("prepaid")}</select></div>
+    <button type="submit">Create account</button></form></section>
+<section class="panel"><h2>Credit and plans</h2>
+  <form class="inline" method="post" action="${BASE}/admin/topup" aria-label="Top up credit">${csrf}
+    <div class="field"><label for="top-acct">Account</label><select id="top-acct" name="account">${accountOptions(selected?.name)}</select></div>
+    <div class="field"><label for="top-usd">USD</label><input id="top-usd" name="usd" type="number" min="0.000001" step="any" required></div>
+    <div class="field grow"><label for="top-note">Note</label><input id="top-note" name="note" maxlength="200" placeholder="shown in the account's billing history"></div>
+    <button type="submit">Add credit</button></form>
+  <form class="inline" method="post" action="${BASE}/admin/plan" aria-label="Set a plan">${csrf}
+    <div class="field"><label for="plan-acct">Account</label><select id="plan-acct" name="account" data-plan-select="plan-plan">${accountOptions(selected?.name, true)}</select></div>
+    <div class="field"><label for="plan-plan">Plan</label><select id="plan-plan" name="plan">${planOptions(selected ? c.store.billing.plan(selected.id) : "prepaid")}</select></div>
+    <button type="submit" class="secondary">Set plan</button>
+    <p class="muted form-note">Prepaid accounts are refused once their credit is used up; unlimited ones never.</p></form></section>
+<section class="panel"><h2>Users</h2>${scrollTable(
+    "Users",
+    html`<thead><tr><th scope="col">Email</th><th scope="col">Account</th><th scope="col">Role</th><th scope="col" class="hide-sm">Created</th></tr></thead>
+  <tbody>${users.map((u) => html`<tr><td>${u.email}</td><td>${u.accountName}</td><td>${u.role}</td><td class="hide-sm">${dateTime(u.createdAt)}</td></tr>`)}</tbody>`,
+  )}
+  <h3>Create a user</h3>
   <form class="inline" method="post" action="${BASE}/admin/users">${csrf}
     <div class="field grow"><label for="u-email">Email</label><input id="u-email" name="email" type="email" required autocomplete="off"></div>
     <div class="field grow"><label for="u-pass">Initial password</label><input id="u-pass" name="password" type="password" minlength="10" required autocomplete="new-password"></div>
@@ -55,25 +62,31 @@ ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</di
 ${selected
     ? html`<section class="panel" id="access"><h2>Model access for ${selected.name}</h2>
   <form method="get" action="${BASE}/admin" class="inline"><div class="field"><label for="acc-sel">Account</label><select id="acc-sel" name="account">${accountOptions(selected.name)}</select></div><button type="submit" class="secondary">Show</button></form>
-  <form method="post" action="${BASE}/admin/access">${csrf}<input type="hidden" name="account" value="${selected.name}">
-  <div class="table-wrap"><table><thead><tr><th scope="col">Allowed</th><th scope="col">Model</th><th scope="col">Status</th></tr></thead>
+  <form method="post" action="${BASE}/admin/access" class="access">${csrf}<input type="hidden" name="account" value="${selected.name}">
+  ${scrollTable(
+    `Model access for ${selected.name}`,
+    html`<thead><tr><th scope="col">Allowed</th><th scope="col">Model</th><th scope="col">Status</th></tr></thead>
   <tbody>${catalog.map((m) => {
     const served = m.status === "active" && m.present && !m.loadError;
-    return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${served ? "" : html` disabled`}></td><td><label for="acc-${m.id}"><code>${m.id}</code></label></td><td>${served ? "served" : m.loadError ? "failed to load" : m.present ? "disabled" : "missing"}</td></tr>`;
-  })}</tbody></table></div>
-  <p><input type="checkbox" name="all" value="on" id="acc-all"${selected.modelAccess === "all" ? html` checked` : ""}> <label for="acc-all">Every served model, including models added later (ignores the list above)</label></p>
-  <p><button type="submit">Save access</button></p></form></section>`
+    return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${served ? "" : html` disabled`}></td><td><label class="plain" for="acc-${m.id}"><code>${m.id}</code></label></td><td>${served ? "served" : m.loadError ? "failed to load" : m.present ? "disabled" : "missing"}</td></tr>`;
+  })}</tbody>`,
+  )}
+  <label class="check" for="acc-all"><input type="checkbox" name="all" value="on" id="acc-all"${selected.modelAccess === "all" ? html` checked` : ""}> Every served model, including models added later (ignores the list above)</label>
+  <button type="submit">Save access</button></form></section>`
     : ""}
 ${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
 ${hubPullPanel(c, csrf)}
-<section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens.</p><div class="table-wrap"><table>
-  <thead><tr><th scope="col">Model</th><th scope="col">Input / output</th></tr></thead>
+<section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens. Cached input: prompt tokens served from the prefix cache (blank: the input price).</p>${scrollTable(
+    "Model prices",
+    html`<thead><tr><th scope="col">Model</th><th scope="col">Input / cached input / output</th></tr></thead>
   <tbody>${catalog.map(
-    (m) => html`<tr><td><code>${m.id}</code></td><td><form class="inline" method="post" action="${BASE}/admin/prices">${csrf}<input type="hidden" name="model" value="${m.id}">
-      <div class="field"><label for="in-${m.id}">Input</label><input id="in-${m.id}" name="input" type="number" min="0" step="any" value="${m.inputPricePerMTok}" required></div>
-      <div class="field"><label for="out-${m.id}">Output</label><input id="out-${m.id}" name="output" type="number" min="0" step="any" value="${m.outputPricePerMTok}" required></div>
-      <button type="submit" class="small">Save</button></form></td></tr>`,
-  )}</tbody></table></div></section>`;
+    (m) => html`<tr><td><code>${m.id}</code></td><td><form class="inline" method="post" action="${BASE}/admin/prices" aria-label="Prices of ${m.id}">${csrf}<input type="hidden" name="model" value="${m.id}">
+      <div class="field"><label for="in-${m.id}">Input</label><input class="price" id="in-${m.id}" name="input" type="number" min="0" step="any" value="${m.inputPricePerMTok}" required></div>
+      <div class="field"><label for="cin-${m.id}">Cached input</label><input class="price" id="cin-${m.id}" name="cached_input" type="number" min="0" step="any" value="${m.cachedInputPricePerMTok ?? ""}" placeholder="= input"></div>
+      <div class="field"><label for="out-${m.id}">Output</label><input class="price" id="out-${m.id}" name="output" type="number" min="0" step="any" value="${m.outputPricePerMTok}" required></div>
+      <button type="submit">Save</button></form></td></tr>`,
+  )}</tbody>`,
+  )}</section>`;
   return htmlResponse(page({ title: "Admin", tab: "admin", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
 }
 
@@ -90,7 +103,7 @@ function rateLimitPanel(c: SignedCtx, accountId: number, name: string, csrf: Htm
     <div class="field"><label for="rl-conc">Concurrent requests</label><input id="rl-conc" name="concurrent" type="number" min="1" step="1" value="${value(l?.maxConcurrent)}"></div>
     <button type="submit">Save limits</button></form>
   ${keyLimits.length
-    ? html`<p class="muted">Keys with limits of their own (set with <code>sluice limits set --key</code>): ${keyLimits.map((k) => html`<code>${k.keyId}</code> `)}</p>`
+    ? html`<p class="muted">Keys with limits of their own (set with <code>${operatorCommand(c.opts, "limits", "set", "--account", name, "--key", "KEY_ID", "--rpm", "N")}</code>): ${keyLimits.map((k) => html`<code>${k.keyId}</code> `)}</p>`
     : ""}</section>`;
 }
 
@@ -124,8 +137,6 @@ function account(c: SignedCtx) {
 function accountChange(c: SignedCtx, fn: (a: Account) => string): Promise<Response> {
   return change(c, () => fn(account(c)), `${BASE}/admin?account=${encodeURIComponent(c.field("account"))}`);
 }
-
-const PLANS: Plan[] = ["prepaid", "unlimited"];
 
 export const adminRoutes: Route[] = [
   {
@@ -177,7 +188,9 @@ export const adminRoutes: Route[] = [
     handle: (c) =>
       change(c, () => {
         const a = account(c);
-        c.store.billing.setPlan(a.id, c.field("plan") as Plan);
+        const plan = c.field("plan") as Plan;
+        if (!PLANS.includes(plan)) throw new Error("choose a plan");
+        c.store.billing.setPlan(a.id, plan);
         return `${a.name} is now on the ${c.field("plan")} plan`;
       }),
   },
@@ -221,7 +234,8 @@ export const adminRoutes: Route[] = [
     handle: (c) =>
       change(c, () => {
         const id = c.field("model");
-        if (!c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")))) throw new Error(`no model ${id}`);
+        const cached = c.field("cached_input").trim();
+        if (!c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")), cached === "" ? null : Number(cached))) throw new Error(`no model ${id}`);
         return `saved prices of ${id}`;
       }),
   },

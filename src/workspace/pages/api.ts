@@ -15,6 +15,14 @@ const keyJson = (k: ApiKeyInfo) => ({
   revoked_at: k.revokedAt,
 });
 
+/** Token counts as the API's usage names them (cached within prompt, reasoning within completion). */
+const tokens = (x: { promptTokens: number; completionTokens: number; cachedTokens: number; reasoningTokens: number }) => ({
+  prompt_tokens: x.promptTokens,
+  cached_tokens: x.cachedTokens,
+  completion_tokens: x.completionTokens,
+  reasoning_tokens: x.reasoningTokens,
+});
+
 export const apiRoutes: Route[] = [
   {
     method: "GET",
@@ -50,14 +58,13 @@ export const apiRoutes: Route[] = [
       return json({
         from: d.range.from,
         to: d.range.to,
-        daily: d.daily.map((x) => ({ day: x.day, requests: x.requests, prompt_tokens: x.promptTokens, completion_tokens: x.completionTokens })),
-        by_model: d.byModel.map((x) => ({ model: x.modelId, requests: x.requests, prompt_tokens: x.promptTokens, completion_tokens: x.completionTokens })),
+        daily: d.daily.map((x) => ({ day: x.day, requests: x.requests, ...tokens(x) })),
+        by_model: d.byModel.map((x) => ({ model: x.modelId, requests: x.requests, ...tokens(x) })),
         recent: d.recent.map((u) => ({
           time: u.createdAt,
           request_id: u.requestId,
           model: u.modelId,
-          prompt_tokens: u.promptTokens,
-          completion_tokens: u.completionTokens,
+          ...tokens(u),
           latency_ms: u.latencyMs,
           status: u.status,
         })),
@@ -74,6 +81,7 @@ export const apiRoutes: Route[] = [
           id: m.id,
           context_length: m.contextLength,
           input_per_million_tokens: m.inputPricePerMTok,
+          cached_input_per_million_tokens: m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
           output_per_million_tokens: m.outputPricePerMTok,
           capabilities: { tools: m.supportsTools, structured_output: m.supportsStructured, images: m.supportsImages },
         })),
@@ -97,6 +105,7 @@ export const apiRoutes: Route[] = [
           request_id: e.requestId,
           model: e.modelId,
           prompt_tokens: e.promptTokens,
+          cached_tokens: e.cachedTokens,
           completion_tokens: e.completionTokens,
           note: e.note,
         })),

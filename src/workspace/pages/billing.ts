@@ -2,7 +2,7 @@
 import type { SignedCtx } from "../router.ts";
 import { dateTime, integer, usd } from "../format.ts";
 import { html } from "../html.ts";
-import { htmlResponse, page } from "../layout.ts";
+import { htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route } from "../router.ts";
 
 /** The current calendar month in UTC. */
@@ -39,12 +39,15 @@ export const billingRoutes: Route[] = [
   <h2>History</h2>
   ${history.length === 0
     ? html`<p class="empty">No charges or top-ups yet.</p>`
-    : html`<div class="table-wrap"><table>
+    : scrollTable(
+        "History",
+        html`
   <thead><tr><th scope="col">Time (UTC)</th><th scope="col">Type</th><th scope="col">Details</th><th scope="col" class="num">Amount</th></tr></thead>
   <tbody>${history.map(
     (e) => html`<tr><td>${dateTime(e.createdAt)}</td><td><span class="badge ${e.kind === "topup" ? "yes" : ""}">${e.kind === "topup" ? "top-up" : "charge"}</span></td>
-    <td>${e.kind === "charge" ? html`<code>${e.modelId}</code> · ${integer(e.promptTokens ?? 0)} in + ${integer(e.completionTokens ?? 0)} out tokens` : (e.note ?? "")}</td><td class="num">${usd(e.amountUsd)}</td></tr>`,
-  )}</tbody></table></div>`}
+    <td>${e.kind === "charge" ? html`<code>${e.modelId}</code> · ${integer(e.promptTokens ?? 0)} in${e.cachedTokens ? html` (${integer(e.cachedTokens)} cached)` : ""} + ${integer(e.completionTokens ?? 0)} out tokens` : (e.note ?? "")}</td><td class="num">${usd(e.amountUsd)}</td></tr>`,
+  )}</tbody>`,
+      )}
 </section>`;
       return htmlResponse(page({ title: "Billing", tab: "billing", user: c.user, csrf: c.session.csrfToken, body }));
     },

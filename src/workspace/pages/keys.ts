@@ -3,7 +3,7 @@ import type { ApiKeyInfo } from "../../store/index.ts";
 import { dateTime } from "../format.ts";
 import { html } from "../html.ts";
 import { redirect } from "../http.ts";
-import { BASE, csrfField, htmlResponse, page } from "../layout.ts";
+import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
 import { notFoundPage } from "./errors.ts";
 
@@ -30,13 +30,17 @@ ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</di
   <h2>Your keys</h2>
   ${keys.length === 0
     ? html`<p class="empty">No keys yet.</p>`
-    : html`<div class="table-wrap"><table>
-    <thead><tr><th scope="col">Label</th><th scope="col">Key</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Status</th><th scope="col"><span class="hide-sm">Actions</span></th></tr></thead>
+    : scrollTable(
+        "Your keys",
+        html`
+    <thead><tr><th scope="col">Label</th><th scope="col">Key</th><th scope="col" class="hide-sm">Created</th><th scope="col">Last used</th><th scope="col">Status</th><th scope="col"><span class="hide-sm">Actions</span></th></tr></thead>
     <tbody>${keys.map(
-      (k) => html`<tr class="${k.revokedAt ? "revoked" : ""}" data-key-id="${k.id}"><td>${k.label ?? "—"}</td><td class="mono">${k.prefix}…</td><td>${dateTime(k.createdAt)}</td><td>${k.lastUsedAt ? dateTime(k.lastUsedAt) : "never"}</td>
-      <td>${k.revokedAt ? html`<span class="badge bad">revoked</span>` : html`<span class="badge yes">active</span>`}</td>
+      (k) => html`<tr class="${k.revokedAt ? "revoked" : ""}" data-key-id="${k.id}"><td class="card-title">${k.label ?? "—"}</td><td class="mono" data-label="Key">${k.prefix}…</td><td class="hide-sm">${dateTime(k.createdAt)}</td><td data-label="Last used">${k.lastUsedAt ? dateTime(k.lastUsedAt) : "never"}</td>
+      <td class="card-aside">${k.revokedAt ? html`<span class="badge bad">revoked</span>` : html`<span class="badge yes">active</span>`}</td>
       <td>${k.revokedAt ? "" : html`<a class="button small danger-outline" href="${BASE}/keys/${k.id}/revoke" aria-label="Revoke key ${k.label ?? k.prefix}">Revoke</a>`}</td></tr>`,
-    )}</tbody></table></div>`}
+    )}</tbody>`,
+        html` class="cards"`,
+      )}
 </section>`;
   return htmlResponse(page({ title: "API keys", tab: "keys", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
 }

@@ -21,7 +21,7 @@ function form(c: BaseCtx, opts: { email?: string; error?: string; status?: numbe
     <div class="field"><label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password" required></div>
     <button type="submit">Sign in</button>
   </form>
-  <p class="muted">No account yet? An operator creates users with <code>sluice users create</code>.</p>
+  <p class="muted">No account yet? Ask an operator of this server to create one for you.</p>
 </div>`;
   return htmlResponse(bare("Sign in", body), opts.status ?? 200, {
     "set-cookie": setCookie(c.request, PRE_COOKIE, token, { sameSite: "Strict", maxAgeSeconds: 3600 }),
