@@ -8,6 +8,7 @@ import { buildDecoderModel, buildSyntheticVlm, importLlama2c } from "../../src/m
 import { randomWeights } from "../../src/modelkit/llama/random.ts";
 import type { HubFileSpec, HubRepoSpec } from "./hub-server.ts";
 import { STORIES_DIR, tempDir } from "./paths.ts";
+import { writeStoriesHfCheckpoint } from "../modelkit/hf-fixtures.ts";
 
 export const STORIES_REPO = "onnx-community/stories260k-ONNX";
 export const GATED_REPO = "sluice-test/stories260k-gated";
@@ -15,7 +16,10 @@ export const GENAI_REPO = "sluice-test/stories260k-genai";
 /** Two onnxruntime-genai exports in folders of their own, as microsoft's *-onnx repos keep them. */
 export const GENAI_VARIANTS_REPO = "sluice-test/stories260k-genai-variants";
 export const VLM_REPO = "sluice-test/tiny-vlm-ONNX";
-export const SAFETENSORS_REPO = "sluice-test/tiny-safetensors";
+/** stories260K as a Hugging Face checkpoint (safetensors), which a pull converts. */
+export const SAFETENSORS_REPO = "sluice-test/stories260k-safetensors";
+/** A safetensors file that is no checkpoint the importer takes. */
+export const BROKEN_SAFETENSORS_REPO = "sluice-test/broken-safetensors";
 export const EMPTY_REPO = "sluice-test/readme-only";
 
 /** What every Hub repository has and a pull must leave alone. */
@@ -90,6 +94,8 @@ export async function buildHubRepos(): Promise<HubFixtures> {
     ...filesOf(vlm16, (r) => (r.startsWith("onnx/") ? r.replace(".onnx", "_fp16.onnx") : null)),
   ];
 
+  const hfCheckpoint = join(tmp.path, "hf");
+  writeStoriesHfCheckpoint(STORIES_DIR, hfCheckpoint);
   const safetensors = join(tmp.path, "safetensors");
   mkdirSync(safetensors);
   const header = new TextEncoder().encode(JSON.stringify({ w: { dtype: "F32", shape: [2], data_offsets: [0, 8] } }));
@@ -110,7 +116,8 @@ export async function buildHubRepos(): Promise<HubFixtures> {
       files: [...REPO_EXTRAS, ...["cpu-int4-rtn-block-32", "cpu-fp32"].flatMap((folder) => filesOf(genai, (r) => (r === "sluice.json" ? null : `${folder}/${r}`)))],
     },
     { id: VLM_REPO, files: [...REPO_EXTRAS, ...vlmFiles] },
-    { id: SAFETENSORS_REPO, files: [...REPO_EXTRAS, ...filesOf(safetensors)] },
+    { id: SAFETENSORS_REPO, files: [...REPO_EXTRAS, ...filesOf(hfCheckpoint)] },
+    { id: BROKEN_SAFETENSORS_REPO, files: [...REPO_EXTRAS, ...filesOf(safetensors)] },
     { id: EMPTY_REPO, files: REPO_EXTRAS },
   ];
   return { repos, remove: () => rmSync(tmp.path, { recursive: true, force: true }) };

@@ -10,7 +10,7 @@ import { hubToken } from "../../src/modelkit/hub/auth.ts";
 import { PullError } from "../../src/modelkit/hub/errors.ts";
 import { STAGING_FOLDER, stagingDir } from "../../src/modelkit/hub/place.ts";
 import { pullModel, type PullEvent, type PullOptions } from "../../src/modelkit/hub/pull.ts";
-import { EMPTY_REPO, GATED_REPO, GENAI_REPO, GENAI_VARIANTS_REPO, SAFETENSORS_REPO, STORIES_REPO, VLM_REPO } from "../helpers/hub-repos.ts";
+import { BROKEN_SAFETENSORS_REPO, EMPTY_REPO, GATED_REPO, GENAI_REPO, GENAI_VARIANTS_REPO, SAFETENSORS_REPO, STORIES_REPO, VLM_REPO } from "../helpers/hub-repos.ts";
 import { HUB_TOKEN } from "../helpers/hub-server.ts";
 import { hasStories, STORIES_DIR, tempDir } from "../helpers/paths.ts";
 import { hubFixture } from "../helpers/hub-fixture.ts";
@@ -246,6 +246,19 @@ describe.skipIf(!hasStories)("models pull", () => {
     expect(existsSync(join(fx.models, GENAI_VARIANTS_REPO, DATA))).toBe(true);
   });
 
+  test("a safetensors-only repo is downloaded and converted by the HF importer, then served", async () => {
+    fx.hub.clearLog();
+    const { result, events } = await pull(SAFETENSORS_REPO, { dtype: "fp32" });
+    expect(result.layout).toBe("safetensors");
+    expect(fx.hub.filesFetched().sort()).toEqual(["config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]);
+    expect(events.some((e) => e.type === "importing")).toBe(true);
+    // The model directory holds the conversion, not the checkpoint.
+    expect(existsSync(join(fx.models, SAFETENSORS_REPO, "model.safetensors"))).toBe(false);
+    expect(card(SAFETENSORS_REPO)).toMatchObject({ id: SAFETENSORS_REPO, source: { repo: SAFETENSORS_REPO } });
+    await eventually("the converted model is served", async () => (await served()).includes(SAFETENSORS_REPO));
+    expect(await complete(SAFETENSORS_REPO, "", 256)).toEqual({ status: 200, text: referenceText() });
+  });
+
   test("a vision-language repo: encoder, embeddings and decoder of the chosen dtype, served with images", async () => {
     fx.hub.clearLog();
     await pull(VLM_REPO, { dtype: "fp16" });
@@ -265,7 +278,7 @@ describe.skipIf(!hasStories)("models pull", () => {
       ["nobody/nothing", {}, "not_found", /no model repository nobody\/nothing .*HF_TOKEN/],
       [STORIES_REPO, { revision: "no-such-branch", id: "x/rev" }, "not_found", /has no revision "no-such-branch"/],
       [STORIES_REPO, { endpoint: "http://127.0.0.1:9", id: "x/net" }, "network", /cannot reach the Hub at http:\/\/127\.0\.0\.1:9 .*HF_ENDPOINT/],
-      [SAFETENSORS_REPO, {}, "safetensors_only", /safetensors weights and no ONNX export.*sluice models import hf/],
+      [BROKEN_SAFETENSORS_REPO, {}, "no_model", /holds a safetensors checkpoint that cannot be converted: /],
       [EMPTY_REPO, {}, "no_model", /neither ONNX files nor safetensors weights/],
       [STORIES_REPO, { dtype: "q4f16", id: "x/dtype" }, "usage", /no q4f16 export .* it has: fp32, fp16, q8, q4/],
     ];
@@ -274,8 +287,9 @@ describe.skipIf(!hasStories)("models pull", () => {
       expect({ repo, kind: e.kind }).toEqual({ repo, kind });
       expect(e.message).toMatch(text);
     }
-    expect(fx.hub.filesFetched()).toEqual([]);
-    for (const id of ["nobody/nothing", "x", SAFETENSORS_REPO, EMPTY_REPO]) expect(existsSync(join(fx.models, id))).toBe(false);
+    // Only the broken checkpoint was downloaded (it had to be, to find it cannot be converted).
+    expect(fx.hub.filesFetched().filter((f) => f !== "model.safetensors" && !f.endsWith(".json"))).toEqual([]);
+    for (const id of ["nobody/nothing", "x", BROKEN_SAFETENSORS_REPO, EMPTY_REPO]) expect(existsSync(join(fx.models, id))).toBe(false);
     // A tag resolves like the branch it points to.
     await pull(STORIES_REPO, { revision: "v1", dtype: "fp32", id: "tag/stories" });
     expect(card("tag/stories")).toMatchObject({ source: { revision: "v1", commit: fx.hub.commitOf(STORIES_REPO) } });

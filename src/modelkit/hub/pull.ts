@@ -195,9 +195,8 @@ async function planPull(client: HubClient, o: PullOptions, dtype: DTypeChoice): 
 
 function safetensorsMessage(repo: string): string {
   return (
-    `${repo} holds safetensors weights and no ONNX export. Converting them is \`sluice models import hf\`, which this build does not have yet; ` +
-    `once it does, \`sluice models pull ${repo}\` runs it itself (with it, a downloaded checkout converts as \`sluice models import hf DIR --id ID --out DIR\`). ` +
-    `Or pull an ONNX export of the same model (onnx-community publishes many).`
+    `${repo} holds safetensors weights and no ONNX export, and this build converts none (src/modelkit/hub/safetensors-hook.ts); ` +
+    `download the checkpoint and convert it with \`sluice models import hf DIR --id ID --out DIR\`, or pull an ONNX export of the same model (onnx-community publishes many).`
   );
 }
 
@@ -311,7 +310,12 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
       placeFrom = join(staging, "model");
       rmSync(placeFrom, { recursive: true, force: true });
       o.onEvent?.({ type: "importing", message: `converting the safetensors checkpoint to ${importDtype} ONNX` });
-      await safetensorsImporter!(downloads, { id, outDir: placeFrom, dtype: importDtype });
+      try {
+        await safetensorsImporter!(downloads, { id, outDir: placeFrom, dtype: importDtype });
+      } catch (e) {
+        // The download stays for another try; what the importer could not convert is said as it said it.
+        throw new PullError("no_model", `${o.repo} holds a safetensors checkpoint that cannot be converted: ${(e as Error).message}`);
+      }
     }
     const vision = plan.files.some((f) => /(^|\/)vision_encoder[^/]*\.onnx$/.test(f));
     writeCard(placeFrom, target, { id, repo: o.repo, commit, revision, endpoint: o.endpoint, dtype: plan.dtype, vision });
