@@ -26,7 +26,8 @@ function jobView(j: HubPullStatus): Html {
 export function hubPullPanel(c: SignedCtx, csrf: Html): Html | "" {
   const pulls = c.opts.hubPulls;
   if (!pulls) return "";
-  return html`<section class="panel" id="hub"><h2>Add a model from the Hub</h2>
+  // The section's own style and script come first: the panel ends with its content.
+  return html`<section class="panel" id="hub"><link rel="stylesheet" href="${BASE}/assets/hub-pull.css?v=${HUB_PULL_JS_VERSION}"><script src="${BASE}/assets/hub-pull.js?v=${HUB_PULL_JS_VERSION}" defer></script><h2>Add a model from the Hub</h2>
   <p class="muted">Fetches an ONNX export (transformers.js or onnxruntime-genai layout) into the models directory: its configs, tokenizer and one dtype's graphs, checked against the Hub's SHA-256. The model is served as soon as it is complete. Gated repositories need <code>HF_TOKEN</code> in the server's environment.</p>
   <form class="inline" id="hub-pull-form" method="post" action="${BASE}/admin/hub-pull" data-api="${BASE}/api/hub-pulls">${csrf}
     <div class="field grow"><label for="hub-repo">Repository</label><input id="hub-repo" name="repo" required placeholder="onnx-community/Qwen3-0.6B-ONNX" autocomplete="off" spellcheck="false"></div>
@@ -35,8 +36,6 @@ export function hubPullPanel(c: SignedCtx, csrf: Html): Html | "" {
     <button type="submit">Pull</button></form>
   <p id="hub-pull-error" class="notice error" role="alert" hidden></p>
   <div id="hub-pulls">${pulls.list().map(jobView)}</div>
-  <link rel="stylesheet" href="${BASE}/assets/hub-pull.css?v=${HUB_PULL_JS_VERSION}">
-  <script src="${BASE}/assets/hub-pull.js?v=${HUB_PULL_JS_VERSION}" defer></script>
 </section>`;
 }
 
