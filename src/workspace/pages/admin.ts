@@ -5,6 +5,7 @@ import { html, type Html } from "../html.ts";
 import { redirect } from "../http.ts";
 import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
 import { operatorCommand, type Route, type SignedCtx } from "../router.ts";
+import { hubPullPanel } from "./hub-pull.ts";
 
 const PLANS: Plan[] = ["prepaid", "unlimited"];
 
@@ -18,7 +19,7 @@ async function accountRows(c: SignedCtx, accounts: Account[]) {
   return rows;
 }
 
-async function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Promise<Response> {
+export async function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Promise<Response> {
   const accounts = await c.store.accounts.list();
   const users = await c.store.users.list();
   const catalog = await c.store.catalog.list();
@@ -89,6 +90,7 @@ ${selected
   <button type="submit">Save access</button></form></section>`
     : ""}
 ${limits}
+${hubPullPanel(c, csrf)}
 <section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens. Cached input: prompt tokens served from the prefix cache (blank: the input price).</p>${scrollTable(
     "Model prices",
     html`<thead><tr><th scope="col">Model</th><th scope="col">Input / cached input / output</th></tr></thead>
