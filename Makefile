@@ -8,7 +8,7 @@ DEPS_STAMP := node_modules/.sluice-deps
 .PHONY: run test deps typecheck bench clean build release wasm
 
 run: deps
-	$(BUN) src/cli/main.ts serve
+	./sluice serve
 
 test: deps
 	$(BUN) test --timeout 60000

@@ -14,7 +14,7 @@ import { streamChat } from "./stream-chat.ts";
 export type RunnerSpec =
   | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number }
   | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number }
-  | { kind: "transformers"; root: string; dir: string; promptIds: number[]; threads: number; tokens: number };
+  | { kind: "transformers"; root: string; dir: string; promptIds: number[]; threads: number; tokens: number; dtype?: "fp32" | "q4" };
 
 type Request = { op: "init"; spec: RunnerSpec } | { op: "run" } | { op: "generate"; prompts: string[]; maxTokens: number } | { op: "close" };
 /** What a batch of concurrent requests made: tokens in all, and the wall time from first to last. */
@@ -84,7 +84,7 @@ async function sluiceRun(client: OpenAI, spec: Extract<RunnerSpec, { kind: "http
 /** One greedy generate() of transformers.js on a freshly loaded model, as its users call it. */
 async function transformersRun(spec: Extract<RunnerSpec, { kind: "transformers" }>): Promise<Measure> {
   const model = await AutoModelForCausalLM.from_pretrained(spec.dir, {
-    dtype: "fp32",
+    dtype: spec.dtype ?? "fp32",
     local_files_only: true,
     ...(spec.threads > 0 ? { session_options: { intraOpNumThreads: spec.threads } } : {}),
   });

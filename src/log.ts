@@ -64,6 +64,11 @@ function stderrBatcher(): { write: (line: string) => void; flush: () => void } {
 
 let sharedStderr: ReturnType<typeof stderrBatcher> | null = null;
 
+/** Writes the log lines still waiting in the batch, so what is printed next comes after them. */
+export function flushLogs(): void {
+  sharedStderr?.flush();
+}
+
 // One ISO string per millisecond: under load, many lines (an access line per request) share it.
 let isoAt = -1;
 let iso = "";

@@ -51,6 +51,10 @@ export const AssistantMessage = T.Object(
     name: Name,
     refusal: T.Optional(T.Union([T.String(), T.Null()])),
     tool_calls: T.Optional(T.Array(ToolCallSchema)),
+    // The thinking of an earlier turn, as this API returned it: DeepSeek's and older vLLM's name, and
+    // the one vLLM and OpenRouter use now. Given to the template (as reasoning_content).
+    reasoning_content: T.Optional(T.Union([T.String(), T.Null()])),
+    reasoning: T.Optional(T.Union([T.String(), T.Null()])),
   },
   strict,
 );
@@ -153,6 +157,10 @@ export const ChatCompletionRequest = T.Object(
     tool_choice: T.Optional(ToolChoiceSchema),
     parallel_tool_calls: T.Optional(T.Boolean()),
     response_format: T.Optional(ResponseFormatSchema),
+    // Checked against the supported values in planChat, so the error can list them.
+    reasoning_effort: Nullable(T.String()),
+    // vLLM's extra chat template variables; checked against what the model's template reads.
+    chat_template_kwargs: Nullable(T.Record(T.String(), T.Unknown())),
     user: T.Optional(T.String({ maxLength: 256 })),
     safety_identifier: T.Optional(T.String({ maxLength: 256 })),
     // Prefix caching is automatic for every request, so a cache key is honoured by construction.
@@ -176,7 +184,12 @@ export const ModelObject = T.Object({
   context_length: T.Integer(),
   max_model_len: T.Integer(),
   capabilities: T.Object({ tools: T.Boolean(), structured_output: T.Boolean(), images: T.Boolean() }),
-  pricing: T.Object({ input_per_million_tokens: T.Number(), output_per_million_tokens: T.Number() }),
+  pricing: T.Object({
+    input_per_million_tokens: T.Number(),
+    /** Prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens). */
+    cached_input_per_million_tokens: T.Number(),
+    output_per_million_tokens: T.Number(),
+  }),
 });
 export type ModelObject = Static<typeof ModelObject>;
 

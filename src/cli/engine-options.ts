@@ -1,8 +1,9 @@
 // serve's flags for the engine's protections: what compiling one request's schemas may cost,
 // the grammar cache, and the supervision of model workers (each also read from SLUICE_<NAME>).
 import type { CreateEngineOptions } from "../engine/index.ts";
-import { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION } from "../engine/host.ts";
-import { DEFAULT_COMPILE_LIMITS } from "../structured/index.ts";
+import { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION } from "../engine/supervision-defaults.ts";
+// The budget's own module: the structured room's entry would load the whole compiler.
+import { DEFAULT_COMPILE_LIMITS } from "../structured/compile-budget.ts";
 import { UsageError, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 const L = DEFAULT_COMPILE_LIMITS;

@@ -1,6 +1,7 @@
 // A small command framework over node:util's parseArgs: every flag has an environment variable,
 // every command has --help, and errors are one clear line with a non-zero exit.
 import { parseArgs } from "node:util";
+import { commandName } from "../invocation.ts";
 
 export interface OptionSpec {
   name: string;
@@ -29,7 +30,7 @@ export class UsageError extends Error {}
 export const envName = (o: OptionSpec) => o.env ?? `SLUICE_${o.name.toUpperCase().replace(/-/g, "_")}`;
 
 export function commandHelp(c: Command): string {
-  const lines = [`Usage: sluice ${c.path.join(" ")} ${c.usage}`.trimEnd(), "", c.summary, ""];
+  const lines = [`Usage: ${commandName()} ${c.path.join(" ")} ${c.usage}`.trimEnd(), "", c.summary, ""];
   if (c.options.length) {
     lines.push("Options:");
     for (const o of c.options) {

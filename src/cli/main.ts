@@ -1,5 +1,6 @@
 #!/usr/bin/env bun
 // `sluice`: the one entry point, in development (`bun src/cli/main.ts …`) and in the binary.
+import { commandName } from "../invocation.ts";
 import { VERSION } from "../version.ts";
 import { storeCommands } from "./commands.ts";
 import { commandHelp, parseCommand, UsageError, type Command } from "./framework.ts";
@@ -7,13 +8,15 @@ import { serveCommand } from "./serve.ts";
 import { extraCommands } from "./extra.ts";
 import { workspaceCommands } from "./workspace-commands.ts";
 import { limitsCommands } from "./limits-commands.ts";
+import { pullCommand } from "./pull-command.ts";
 
-const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, ...workspaceCommands, ...limitsCommands];
+const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, pullCommand, ...workspaceCommands, ...limitsCommands];
 
 function overview(): string {
   const lines = [`sluice ${VERSION}: an OpenAI-compatible gateway that serves ONNX language models`, "", "Commands:"];
-  for (const c of COMMANDS) lines.push(`  ${`sluice ${c.path.join(" ")} ${c.usage}`.padEnd(52)} ${c.summary.split(". ")[0]}`);
-  lines.push("", "Run 'sluice <command> --help' for a command's options. Every option also reads SLUICE_<OPTION>.");
+  const name = commandName();
+  for (const c of COMMANDS) lines.push(`  ${`${name} ${c.path.join(" ")} ${c.usage}`.padEnd(52 + name.length - "sluice".length)} ${c.summary.split(". ")[0]}`);
+  lines.push("", `A command's options (each also read from SLUICE_<OPTION>): ${name} COMMAND --help`);
   return lines.join("\n");
 }
 
@@ -32,10 +35,10 @@ export async function main(argv: string[]): Promise<number> {
   if (!command) {
     const group = COMMANDS.filter((c) => c.path[0] === argv[0]);
     if (group.length && (argv.length === 1 || argv.includes("--help"))) {
-      console.log(group.map((c) => `sluice ${c.path.join(" ")} ${c.usage}\n    ${c.summary}`).join("\n"));
+      console.log(group.map((c) => `${commandName()} ${c.path.join(" ")} ${c.usage}\n    ${c.summary}`).join("\n"));
       return argv.length === 1 ? 2 : 0;
     }
-    console.error(`sluice: unknown command '${argv.join(" ")}'. Run 'sluice --help'.`);
+    console.error(`sluice: unknown command '${argv.join(" ")}'; the commands: ${commandName()} --help`);
     return 2;
   }
   const rest = argv.slice(command.path.length);

@@ -1,17 +1,23 @@
 // Operator commands for the account workspace: users (who signs in) and billing (plans, credit).
-import type { Plan, Store, UserRole } from "../store/index.ts";
-import { DATA_OPTION, withStore } from "./commands.ts";
+import { EMAIL, MIN_PASSWORD_LENGTH, type Plan, type Store, type UserRole } from "../store/index.ts";
+import { findAccount, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
+import { readHiddenLine, stdinIsTerminal } from "./prompt.ts";
 
 const PASSWORD_STDIN: OptionSpec = {
   name: "password-stdin",
   type: "boolean",
-  help: "Read the password from standard input (else from SLUICE_PASSWORD; never from the command line)",
+  help: "Read the password from standard input, asking for it (twice, not echoed) at a terminal (else from SLUICE_PASSWORD; never from the command line)",
   env: "SLUICE_PASSWORD_STDIN",
 };
 
 
-async function readPassword(args: CommandArgs): Promise<string> {
+async function readPassword(args: CommandArgs, email: string): Promise<string> {
+  if (args.values["password-stdin"] === true && stdinIsTerminal()) {
+    const first = await readHiddenLine(`Password for ${email} (at least ${MIN_PASSWORD_LENGTH} characters): `);
+    if ((await readHiddenLine("The same password again: ")) !== first) throw new UsageError("the two passwords differ; nothing was changed");
+    return first;
+  }
   if (args.values["password-stdin"] === true) {
     const text = await new Response(Bun.stdin.stream()).text();
     return text.replace(/\r?\n$/, "");
@@ -21,15 +27,9 @@ async function readPassword(args: CommandArgs): Promise<string> {
   throw new UsageError("give the password on standard input with --password-stdin, or in SLUICE_PASSWORD");
 }
 
-function account(store: Store, name: string) {
-  const a = store.accounts.get(name);
-  if (!a) throw new UsageError(`no account named ${name} (see: sluice accounts list)`);
-  return a;
-}
-
-function user(store: Store, email: string) {
-  const u = store.users.getByEmail(email);
-  if (!u) throw new UsageError(`no user with email ${email} (see: sluice users list)`);
+async function user(store: Store, args: CommandArgs, email: string) {
+  const u = await store.users.getByEmail(email);
+  if (!u) throw new UsageError(`no user with email ${email} (see: ${seeCommand(args, "users", "list")})`);
   return u;
 }
 
@@ -40,14 +40,17 @@ export const workspaceCommands: Command[] = [
     path: ["users", "create"],
     usage: "EMAIL --account NAME [--operator] [--password-stdin]",
     summary: "Create a workspace user (email and password, argon2id-hashed) in an account. Operators also see the admin pages.",
-    options: [DATA_OPTION, { name: "account", type: "string", help: "The account the user belongs to" }, { name: "operator", type: "boolean", help: "Make the user an operator" }, PASSWORD_STDIN],
+    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account the user belongs to" }, { name: "operator", type: "boolean", help: "Make the user an operator" }, PASSWORD_STDIN],
     run: (args) =>
       withStore(args, async (s) => {
         const email = positional(args, 0, "EMAIL");
-        const a = account(s, requireString(args, "account"));
+        const a = await findAccount(s, args, requireString(args, "account"));
+        // Refused before a password is asked for, not after it was typed twice.
+        if (!EMAIL.test(email)) throw new UsageError(`give the user's email address, not ${JSON.stringify(email)}`);
+        if (await s.users.getByEmail(email)) throw new UsageError(`a user with email ${email} already exists (see: ${seeCommand(args, "users", "list")})`);
         const role: UserRole = args.values.operator === true ? "operator" : "member";
         try {
-          const u = await s.users.create({ accountId: a.id, email, password: await readPassword(args), role });
+          const u = await s.users.create({ accountId: a.id, email, password: await readPassword(args, email), role });
           console.log(`created ${u.role} ${u.email} in account ${u.accountName}`);
         } catch (e) {
           if (e instanceof UsageError) throw e;
@@ -60,11 +63,11 @@ export const workspaceCommands: Command[] = [
     path: ["users", "list"],
     usage: "[--account NAME]",
     summary: "List workspace users.",
-    options: [DATA_OPTION, { name: "account", type: "string", help: "Only this account's users" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "Only this account's users" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
     run: (args) =>
-      withStore(args, (s) => {
-        const id = typeof args.values.account === "string" ? account(s, args.values.account).id : undefined;
-        const rows = s.users.list(id).map((u) => ({ email: u.email, account: u.accountName, role: u.role, created: date(u.createdAt) }));
+      withStore(args, async (s) => {
+        const id = typeof args.values.account === "string" ? (await findAccount(s, args, args.values.account)).id : undefined;
+        const rows = (await s.users.list(id)).map((u) => ({ email: u.email, account: u.accountName, role: u.role, created: date(u.createdAt) }));
         if (args.values.json) console.log(JSON.stringify(rows, null, 2));
         else if (rows.length === 0) console.log("(none)");
         else for (const r of rows) console.log(`${r.email.padEnd(32)} ${r.account.padEnd(16)} ${r.role.padEnd(9)} ${r.created}`);
@@ -75,12 +78,12 @@ export const workspaceCommands: Command[] = [
     path: ["users", "password"],
     usage: "EMAIL [--password-stdin]",
     summary: "Set a user's password; the user's sessions end.",
-    options: [DATA_OPTION, PASSWORD_STDIN],
+    options: [...STORE_OPTIONS, PASSWORD_STDIN],
     run: (args) =>
       withStore(args, async (s) => {
-        const u = user(s, positional(args, 0, "EMAIL"));
+        const u = await user(s, args, positional(args, 0, "EMAIL"));
         try {
-          await s.users.setPassword(u.id, await readPassword(args));
+          await s.users.setPassword(u.id, await readPassword(args, u.email));
         } catch (e) {
           if (e instanceof UsageError) throw e;
           throw new UsageError((e as Error).message);
@@ -93,11 +96,11 @@ export const workspaceCommands: Command[] = [
     path: ["users", "remove"],
     usage: "EMAIL",
     summary: "Remove a workspace user and end its sessions (the account and its keys stay).",
-    options: [DATA_OPTION],
+    options: [...STORE_OPTIONS],
     run: (args) =>
-      withStore(args, (s) => {
-        const u = user(s, positional(args, 0, "EMAIL"));
-        s.users.remove(u.id);
+      withStore(args, async (s) => {
+        const u = await user(s, args, positional(args, 0, "EMAIL"));
+        await s.users.remove(u.id);
         console.log(`removed ${u.email}`);
         return 0;
       }),
@@ -106,14 +109,14 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "topup"],
     usage: "ACCOUNT --usd AMOUNT [--note TEXT]",
     summary: "Add credit to an account.",
-    options: [DATA_OPTION, { name: "usd", type: "string", help: "Amount in USD" }, { name: "note", type: "string", help: "Shown in the account's billing history" }],
+    options: [...STORE_OPTIONS, { name: "usd", type: "string", help: "Amount in USD" }, { name: "note", type: "string", help: "Shown in the account's billing history" }],
     run: (args) =>
-      withStore(args, (s) => {
-        const a = account(s, positional(args, 0, "ACCOUNT"));
+      withStore(args, async (s) => {
+        const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
         const usd = Number(requireString(args, "usd"));
         if (!Number.isFinite(usd) || usd <= 0) throw new UsageError("--usd must be a positive number");
-        s.billing.topUp(a.id, usd, typeof args.values.note === "string" ? args.values.note : "top-up by the operator");
-        console.log(`added $${usd} to ${a.name}; balance $${s.billing.balanceUsd(a.id)}`);
+        await s.billing.topUp(a.id, usd, typeof args.values.note === "string" ? args.values.note : "top-up by the operator");
+        console.log(`added $${usd} to ${a.name}; balance $${await s.billing.balanceUsd(a.id)}`);
         return 0;
       }),
   },
@@ -121,13 +124,13 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "plan"],
     usage: "ACCOUNT prepaid|unlimited",
     summary: "Set an account's plan: prepaid accounts are refused (429 insufficient_quota) once their credit is used up; unlimited ones never.",
-    options: [DATA_OPTION],
+    options: [...STORE_OPTIONS],
     run: (args) =>
-      withStore(args, (s) => {
-        const a = account(s, positional(args, 0, "ACCOUNT"));
+      withStore(args, async (s) => {
+        const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
         const plan = positional(args, 1, "PLAN") as Plan;
         if (plan !== "prepaid" && plan !== "unlimited") throw new UsageError("the plan is prepaid or unlimited");
-        s.billing.setPlan(a.id, plan);
+        await s.billing.setPlan(a.id, plan);
         console.log(`${a.name} is on the ${plan} plan`);
         return 0;
       }),
@@ -136,11 +139,11 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "show"],
     usage: "ACCOUNT",
     summary: "Show an account's plan, balance and recent charges and top-ups.",
-    options: [DATA_OPTION, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
     run: (args) =>
-      withStore(args, (s) => {
-        const a = account(s, positional(args, 0, "ACCOUNT"));
-        const out = { account: a.name, plan: s.billing.plan(a.id), balance_usd: s.billing.balanceUsd(a.id), history: s.billing.history(a.id, { limit: 20 }) };
+      withStore(args, async (s) => {
+        const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
+        const out = { account: a.name, plan: await s.billing.plan(a.id), balance_usd: await s.billing.balanceUsd(a.id), history: await s.billing.history(a.id, { limit: 20 }) };
         if (args.values.json) console.log(JSON.stringify(out, null, 2));
         else {
           console.log(`${out.account}: ${out.plan} plan, balance $${out.balance_usd}`);

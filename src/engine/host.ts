@@ -9,6 +9,7 @@ import { nativeCallFlags, quiesceNativeCalls } from "../native-calls.ts";
 import { DEFAULT_COMPILE_LIMITS, type CompileLimits } from "../structured/index.ts";
 import type { Device } from "./providers.ts";
 import { structureKey } from "./structure-key.ts";
+import { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION, type SupervisionOptions } from "./supervision-defaults.ts";
 import {
   EngineBusyError,
   EngineRequestError,
@@ -26,27 +27,7 @@ import {
 } from "./types.ts";
 import type { HostMessage, RejectInfo, WorkerMessage, WorkerOptions } from "./worker/protocol.ts";
 
-export interface SupervisionOptions {
-  /** This many crashes within `crashLoopWindowMs` make a crash loop: the model becomes unavailable. */
-  crashLoopCrashes: number;
-  crashLoopWindowMs: number;
-  /** The first pause of an unavailable model before its next start; doubles up to maxUnavailableMs. */
-  unavailableMs: number;
-  maxUnavailableMs: number;
-  /** A worker that answers nothing for this long while requests wait for it is restarted. */
-  stallMs: number;
-  /** The longest a request waits for its model's worker to accept it. */
-  admissionMs: number;
-}
-
-export const DEFAULT_SUPERVISION: SupervisionOptions = {
-  crashLoopCrashes: 3,
-  crashLoopWindowMs: 60_000,
-  unavailableMs: 30_000,
-  maxUnavailableMs: 600_000,
-  stallMs: 60_000,
-  admissionMs: 120_000,
-};
+export { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION, type SupervisionOptions };
 
 export interface EngineOptions {
   log: Logger;
@@ -71,8 +52,6 @@ export interface EngineOptions {
   /** Lets tests make a worker stop answering (the "block" message). */
   testHooks?: boolean;
 }
-
-export const DEFAULT_GRAMMAR_CACHE_BYTES = 16 * 1024 * 1024;
 
 /** An async queue of events fed by worker messages and drained by the API. */
 class EventChannel implements AsyncIterable<GenerationEvent> {
@@ -358,6 +337,12 @@ class WorkerThread {
   }
 }
 
+/** How long a replaced model may take to finish its running requests before it is closed. */
+const RETIRE_DEADLINE_MS = 60_000;
+
+/** Whatever was still running has no worker to finish it: end it in words, never leave it hanging. */
+const unloaded = (id: string) => new EngineBusyError(`model ${id} was unloaded while the request ran (its directory changed or was removed)`, 1);
+
 /** A positive number from the environment, or 0 (the worker's default). */
 function envNumber(name: string): number {
   const v = Number(process.env[name]);
@@ -387,6 +372,8 @@ class ModelSlot {
   private readySince = 0;
   private retryTimer: ReturnType<typeof setTimeout> | null = null;
   private closed = false;
+  /** Replaced by a newer load of the model: finishing its requests, never restarted. */
+  private retiring = false;
 
   constructor(
     readonly source: ModelSource,
@@ -434,6 +421,11 @@ class ModelSlot {
   onExit(thread: WorkerThread, reason: string): void {
     if (thread !== this.thread || this.closed) return;
     this.thread = null;
+    if (this.retiring) {
+      // Replaced by a new load already: its requests fail, nothing is restarted.
+      thread.failAll(new EngineUnavailableError(`The model ${this.source.id}'s worker failed while handling this request (${oneLine(reason)}). Retry in a few seconds.`, 2));
+      return;
+    }
     thread.failAll(new EngineUnavailableError(`The model ${this.source.id}'s worker failed while handling this request (${oneLine(reason)}); it is being restarted. Retry in a few seconds.`, 2));
     this.crashed(reason);
   }
@@ -465,7 +457,7 @@ class ModelSlot {
   }
 
   private async respawn() {
-    if (this.closed) return;
+    if (this.closed || this.retiring) return;
     this.retryTimer = null;
     this.state = "restarting";
     this.restarts++;
@@ -513,12 +505,25 @@ class ModelSlot {
     };
   }
 
-  async close(): Promise<void> {
+  /** Ends the worker; requests it still holds end with `error`. */
+  async close(error: Error): Promise<void> {
     this.closed = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
     const t = this.thread;
     this.thread = null;
-    await t?.close(new EngineUnavailableError("The server is shutting down; retry on another instance.", 1));
+    await t?.close(error);
+  }
+
+  /**
+   * Closes once the requests it is running have ended (at most `deadlineMs`): a model replaced
+   * by a new load finishes what it started while the new one takes the new requests.
+   */
+  async retire(deadlineMs = RETIRE_DEADLINE_MS): Promise<void> {
+    this.retiring = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    const until = Date.now() + deadlineMs;
+    while ((this.thread?.pendingCount ?? 0) > 0 && Date.now() < until) await Bun.sleep(50);
+    await this.close(unloaded(this.source.id));
   }
 }
 
@@ -569,22 +574,25 @@ export class WorkerEngine implements Engine {
   async load(sources: ModelSource[]): Promise<ModelLoadResult[]> {
     const wanted = new Map(sources.map((s) => [s.id, s]));
     for (const [id, slot] of this.slots) {
-      const s = wanted.get(id);
-      if (!s || s.dir !== slot.source.dir) {
+      if (!wanted.has(id)) {
         this.slots.delete(id);
-        await slot.close();
+        await slot.close(unloaded(id));
       }
     }
     const results: ModelLoadResult[] = [];
     for (const s of sources) {
       const existing = this.slots.get(s.id);
-      if (existing) {
+      if (existing && s.dir === existing.source.dir && s.stamp === existing.source.stamp) {
         results.push({ id: s.id, model: existing.model, error: null });
         continue;
       }
+      // A changed directory: the new load is made first, so the model is served throughout; the
+      // old worker finishes its running requests and then closes.
       const slot = new ModelSlot(s, this.settings, this.supervision, this.opts.log.child({ model: s.id }), this.changed);
       const error = await slot.load();
       if (error === null) this.slots.set(s.id, slot);
+      else this.slots.delete(s.id);
+      if (existing) void existing.retire().catch((e) => this.opts.log.warn("closing a replaced model failed", { model: s.id, error: (e as Error).message }));
       results.push({ id: s.id, model: slot.model, error });
     }
     this.changed();
@@ -630,6 +638,6 @@ export class WorkerEngine implements Engine {
     clearInterval(this.watchdog);
     const all = [...this.slots.values()];
     this.slots.clear();
-    await Promise.all(all.map((s) => s.close()));
+    await Promise.all(all.map((s) => s.close(new EngineUnavailableError("The server is shutting down; retry on another instance.", 1))));
   }
 }

@@ -1,10 +1,11 @@
 // The engine room's entry: build the engine the server uses.
 import type { Logger } from "../log.ts";
-import { cudaSearchDirs, linkCudaLibraries } from "../packaging/cuda.ts";
+import { commandLine } from "../invocation.ts";
+import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "../packaging/cuda.ts";
 import { nativeDir, packagedWorkerUrl, unpackedThisStart } from "../packaging/native.ts";
 import type { CompileLimits } from "../structured/index.ts";
 import { WorkerEngine, type SupervisionOptions } from "./host.ts";
-import { chooseProviders, type Device } from "./providers.ts";
+import { chooseProviders, deviceLines, type Device } from "./providers.ts";
 import type { Engine, WorkerHealth } from "./types.ts";
 
 export interface CreateEngineOptions {
@@ -41,11 +42,7 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
   }
   // Decided once here so the reason is logged once, and `--device cuda` refuses to start early.
   const choice = chooseProviders(opts.device);
-  if (choice.cudaUnavailable && opts.device === "auto") {
-    opts.log.warn("CUDA execution provider unavailable, using CPU", { reason: choice.cudaUnavailable });
-  } else {
-    opts.log.info("execution providers", { providers: choice.providers });
-  }
+  for (const line of deviceLines(opts.device, choice, nvidiaGpuPresent(), commandLine("doctor"))) opts.log[line.level](line.msg, line.fields);
   return new WorkerEngine({
     log: opts.log,
     device: opts.device,

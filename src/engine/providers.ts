@@ -85,6 +85,36 @@ export function describeMissing(checks: LibraryCheck[]): string {
     .join("; ")}`;
 }
 
+export interface DeviceLine {
+  level: "debug" | "info" | "warn";
+  msg: string;
+  fields?: Record<string, unknown>;
+}
+
+/**
+ * What a start logs about devices. A machine without an NVIDIA GPU is an ordinary place to run
+ * Sluice: one short line says the CPU serves and why, and the list of CUDA libraries it lacks is
+ * left to `doctor` (and debug level). Where a GPU is present but cannot be used, the whole
+ * explanation is a warning, since the operator most likely meant to use it.
+ */
+export function deviceLines(device: Device, choice: ProviderChoice, gpuPresent: boolean, doctorCommand: string): DeviceLine[] {
+  if (choice.providers[0] === "cuda") return [{ level: "info", msg: `serving on the GPU: CUDA execution provider (--device ${device})` }];
+  if (device === "cpu") return [{ level: "info", msg: "serving on the CPU (--device cpu)" }];
+  if (!gpuPresent) {
+    return [
+      { level: "info", msg: `serving on the CPU: no NVIDIA GPU found (--device auto; what CUDA would need: ${doctorCommand})` },
+      { level: "debug", msg: "CUDA execution provider unavailable", fields: { reason: choice.cudaUnavailable } },
+    ];
+  }
+  return [
+    {
+      level: "warn",
+      msg: `an NVIDIA GPU is present but the CUDA execution provider is unavailable, so the CPU serves (--device auto); see docs/GPU.md and ${doctorCommand}`,
+      fields: { reason: choice.cudaUnavailable },
+    },
+  ];
+}
+
 export function chooseProviders(device: Device, libDir?: string, dirs?: SearchDir[]): ProviderChoice {
   if (device === "cpu") {
     return { providers: ["cpu"], cudaUnavailable: "CPU requested (--device cpu)", checks: [] };

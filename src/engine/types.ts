@@ -27,6 +27,8 @@ export interface ChatMessage {
   name?: string;
   tool_calls?: ToolCall[];
   tool_call_id?: string;
+  /** An assistant turn's thinking, sent back as the API returned it (passed to the template). */
+  reasoning_content?: string | null;
 }
 
 export interface FunctionTool {
@@ -67,6 +69,11 @@ export interface SamplingParams {
   seed?: number;
 }
 
+/** OpenAI's reasoning_effort: none/minimal switch thinking off, low/medium/high bound it. */
+export type ReasoningEffort = "none" | "minimal" | "low" | "medium" | "high";
+
+export const REASONING_EFFORTS: readonly ReasoningEffort[] = ["none", "minimal", "low", "medium", "high"];
+
 export interface GenerateRequest {
   requestId: string;
   modelId: string;
@@ -82,6 +89,9 @@ export interface GenerateRequest {
   n: number;
   logprobs: boolean;
   topLogprobs: number;
+  reasoningEffort?: ReasoningEffort;
+  /** Extra chat template variables (vLLM's chat_template_kwargs), checked against what it reads. */
+  chatTemplateKwargs?: Record<string, unknown>;
   signal: AbortSignal;
   /**
    * Opaque: requests with the same key (the api passes the account) take turns with other keys
@@ -103,9 +113,13 @@ export interface TokenLogprob extends TopLogprob {
 export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter";
 
 export type GenerationEvent =
+  /** Once per request, before its choices' events: prompt tokens the prefix cache served. */
+  | { type: "prompt"; cachedTokens: number }
+  | { type: "reasoning"; index: number; text: string }
   | { type: "content"; index: number; text: string; logprobs?: TokenLogprob[] }
   | { type: "tool_call"; index: number; toolIndex: number; id?: string; name?: string; argumentsDelta: string }
-  | { type: "finish"; index: number; reason: FinishReason; completionTokens: number };
+  /** completionTokens include reasoningTokens (the thinking block's tokens, tags included). */
+  | { type: "finish"; index: number; reason: FinishReason; completionTokens: number; reasoningTokens: number };
 
 export interface Generation {
   promptTokens: number;
@@ -165,6 +179,8 @@ export class EngineUnavailableError extends Error {
 export interface ModelSource {
   id: string;
   dir: string;
+  /** Changes when the directory's contents were replaced; a loaded model is then loaded again. */
+  stamp?: string;
 }
 
 export interface ModelLoadResult {

@@ -18,3 +18,8 @@ export { buildVisionEncoder, buildEmbedTokens } from "./vlm/graphs.ts";
 export type { VisionEncoderShape, VisionEncoderWeights } from "./vlm/graphs.ts";
 export { buildSyntheticQwen2VL, qwen2vlPreprocessorConfig, QWEN2VL_CHAT_TEMPLATE } from "./vlm/qwen2vl.ts";
 export type { SyntheticQwen2VLSpec, SyntheticQwen2VLInfo } from "./vlm/qwen2vl.ts";
+export { importHfCheckpoint, HF_IMPORT_DTYPES } from "./hf/import.ts";
+export type { ImportHfOptions, ImportedHfModel, HfImportDType } from "./hf/import.ts";
+export { writeHfCheckpoint } from "./hf/export.ts";
+export type { HfCheckpointSpec } from "./hf/export.ts";
+export { SUPPORTED_ARCHITECTURES } from "./hf/config.ts";

@@ -33,6 +33,17 @@ export interface SluiceGraphInfo {
    */
   kv_head_dim: number;
   external_data: boolean;
+  /** The decoder's path in the directory, when it is not onnx/model.onnx (e.g. onnx/model_q4.onnx). */
+  file?: string;
+  /** Block-quantised weights (absent: weights in `dtype`). */
+  quantization?: { method: "MatMulNBits"; bits: 4; block_size: number; accuracy_level: number };
+}
+
+/** sluice.json `reasoning`: the thinking block's tags and budgets, or false for none. */
+export interface SluiceReasoning {
+  start?: string;
+  end?: string;
+  budgets?: { low?: number; medium?: number; high?: number };
 }
 
 export interface SluiceJson {
@@ -41,6 +52,7 @@ export interface SluiceJson {
   context_length: number;
   capabilities: SluiceCapabilities;
   description: string;
+  reasoning?: SluiceReasoning | false;
   graph?: SluiceGraphInfo;
 }
 
@@ -69,16 +81,16 @@ export interface ModelDirContents {
 /** Protobuf cannot exceed 2 GiB; stay well below it by default. */
 export const DEFAULT_EXTERNAL_THRESHOLD = 1536 * 1024 * 1024;
 
-function writeJson(path: string, value: unknown): void {
-  writeFileSync(path, `${JSON.stringify(value, null, 2)}\n`);
-}
-
 function weightBytes(w: LlamaWeights, dtype: WeightDType): number {
   let n = w.embed.length + w.finalNorm.length + (w.lmHead?.length ?? 0);
   for (const l of w.layers) {
     for (const a of Object.values(l)) if (a) n += (a as Float32Array).length;
   }
   return n * (dtype === "float16" ? 2 : 4);
+}
+
+export function writeJson(path: string, value: unknown): void {
+  writeFileSync(path, `${JSON.stringify(value, null, 2)}\n`);
 }
 
 export function writeModelDir(outDir: string, m: ModelDirContents): SluiceJson {
@@ -124,13 +136,12 @@ export function writeModelDir(outDir: string, m: ModelDirContents): SluiceJson {
   writeJson(join(outDir, "special_tokens_map.json"), m.specialTokensMap);
   writeJson(join(outDir, "sluice.json"), sluice);
   if (m.readme !== undefined) writeFileSync(join(outDir, "README.md"), m.readme);
-  if (m.genaiConfig && m.variant === "fused") writeJson(join(outDir, "genai_config.json"), genaiConfig(m, maxCache));
+  if (m.genaiConfig && m.variant === "fused") writeJson(join(outDir, "genai_config.json"), genaiConfig(m.config, maxCache, "onnx/model.onnx"));
   return sluice;
 }
 
-/** onnxruntime-genai's genai_config.json for the fused decoder. */
-function genaiConfig(m: ModelDirContents, maxCache: number): Record<string, unknown> {
-  const c = m.config;
+/** onnxruntime-genai's genai_config.json for the fused decoder at `filename` (relative to the directory). */
+export function genaiConfig(c: LlamaConfig, maxCache: number, filename: string): Record<string, unknown> {
   const eos = Array.isArray(c.eosTokenId) ? c.eosTokenId : [c.eosTokenId];
   return {
     model: {
@@ -138,7 +149,7 @@ function genaiConfig(m: ModelDirContents, maxCache: number): Record<string, unkn
       context_length: maxCache,
       decoder: {
         session_options: { log_id: "onnxruntime-genai", provider_options: [] },
-        filename: "onnx/model.onnx",
+        filename,
         head_size: c.headDim,
         hidden_size: c.hiddenSize,
         inputs: {

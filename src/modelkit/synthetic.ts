@@ -5,8 +5,10 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import type { GraphVariant, LlamaConfig, WeightDType } from "./llama/config.ts";
+import { Tokenizer } from "tokenizers";
 import { randomWeights } from "./llama/random.ts";
-import { type SluiceCapabilities, type SluiceJson, writeModelDir } from "./modeldir.ts";
+import { scriptDimensions, scriptedWeights, type TokenScript } from "./llama/scripted.ts";
+import { type SluiceCapabilities, type SluiceJson, type SluiceReasoning, writeModelDir } from "./modeldir.ts";
 import { Prng } from "./prng.ts";
 import { type AddedToken, byteLevelTokenizerJson, extendWithPseudoWords, learnByteBpe } from "./tokenizer/bytelevel.ts";
 import { CHATML_SPECIALS, CHATML_SPECIAL_TOKENS_MAP, chatmlTokenizerConfig } from "./tokenizer/chatml.ts";
@@ -37,6 +39,21 @@ export interface SyntheticSpec {
   genaiConfig?: boolean;
   /** Fused variant: one packed q/k/v MatMul, as onnxruntime-genai's CPU exports (needs qkNorm off). */
   packedQkv?: boolean;
+  /**
+   * Scripted instead of random weights: the logits follow these chains (see llama/scripted.ts).
+   * A string stands for the tokens the model's tokenizer encodes it to (special tokens included).
+   */
+  script?: SyntheticScript;
+  /** Replaces the tokenizer's chat template. */
+  chatTemplate?: string;
+  /** Written to sluice.json (the thinking block's tags and budgets, or false). */
+  reasoning?: SluiceReasoning | false;
+}
+
+export interface SyntheticScript {
+  chains: (string | number)[][];
+  /** Preferred where the script says nothing, best first; default: end of turn, `"`, `}`, `]`, `0`, `{`, `[`, `:`, `,`. */
+  fallback?: (string | number)[];
 }
 
 export interface SyntheticModelInfo {
@@ -172,7 +189,14 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
     eosTokenId: tok.eos[0],
     padTokenId: tok.pad,
   };
-  const weights = randomWeights(config, seed);
+  const script = spec.script ? await encodeScript(spec.script, tok) : null;
+  if (script) {
+    // Untied, one layer, and a slot per scripted token (see llama/scripted.ts).
+    config.tieWordEmbeddings = false;
+    config.numLayers = spec.shape?.numLayers ?? 1;
+    config.hiddenSize = Math.max(config.hiddenSize, scriptDimensions(script));
+  }
+  const weights = script ? scriptedWeights(config, script) : randomWeights(config, seed);
   const variant = spec.variant ?? "standard";
   const dtype = spec.dtype ?? "float32";
   const id = spec.id ?? `synthetic/${spec.preset}`;
@@ -182,7 +206,7 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
     variant,
     dtype,
     tokenizerJson: tok.json,
-    tokenizerConfig: tok.config,
+    tokenizerConfig: spec.chatTemplate === undefined ? tok.config : { ...tok.config, chat_template: spec.chatTemplate },
     specialTokensMap: tok.specialTokensMap,
     generationConfig: {
       bos_token_id: tok.bos,
@@ -193,12 +217,15 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
     },
     sluice: {
       id,
-      display_name: spec.displayName ?? `Synthetic ${spec.preset} (random weights)`,
+      display_name: spec.displayName ?? `Synthetic ${spec.preset} (${script ? "scripted" : "random weights"})`,
       context_length: shape.contextLength,
       capabilities: { tools: true, structured_output: true, images: false, ...spec.capabilities },
       description:
         spec.description ??
-        `Synthetic ${spec.preset} model with random weights (seed ${seed}): the real layout and tokenizer, but its output is noise. For tests and benchmarks only.`,
+        (script
+          ? `Synthetic ${spec.preset} model whose logits follow a fixed token script: the real layout and tokenizer. For tests only.`
+          : `Synthetic ${spec.preset} model with random weights (seed ${seed}): the real layout and tokenizer, but its output is noise. For tests and benchmarks only.`),
+      ...(spec.reasoning !== undefined ? { reasoning: spec.reasoning } : {}),
     },
     readme: spec.readme,
     externalDataThreshold: spec.externalDataThreshold,
@@ -206,4 +233,19 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
     packedQkv: spec.packedQkv,
   });
   return { dir: outDir, sluice, config, tokenizerSize: tok.size };
+}
+
+/** The script's strings as the model's own tokenizer encodes them (special tokens recognised). */
+async function encodeScript(script: SyntheticScript, tok: TokenizerFiles): Promise<TokenScript> {
+  const native = Tokenizer.fromString(typeof tok.json === "string" ? tok.json : JSON.stringify(tok.json));
+  const ids = async (items: (string | number)[]): Promise<number[]> => {
+    const out: number[] = [];
+    for (const item of items) {
+      if (typeof item === "number") out.push(item);
+      else out.push(...(await native.encode(item, null, { addSpecialTokens: false })).getIds());
+    }
+    return out;
+  };
+  const fallback = script.fallback ? await ids(script.fallback) : [tok.eos[0]!, ...(await ids(['"', "}", "]", "0", "{", "[", ":", ","]))];
+  return { chains: await Promise.all(script.chains.map(ids)), fallback };
 }

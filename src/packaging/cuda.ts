@@ -8,6 +8,20 @@ import { basename, dirname, join, resolve } from "node:path";
 import { CUDA_LIB_DIR_ENV, resolveCacheDir } from "./cache-dir.ts";
 import { isPackaged } from "./native.ts";
 
+/**
+ * Whether this machine has an NVIDIA GPU whose kernel driver is loaded: the driver creates
+ * /proc/driver/nvidia and the /dev/nvidiaN device nodes (containers given a GPU see the latter).
+ * Without one, the CUDA libraries being absent is the normal state of a CPU machine, not a fault.
+ */
+export function nvidiaGpuPresent(procDir = "/proc", devDir = "/dev"): boolean {
+  if (existsSync(join(procDir, "driver", "nvidia"))) return true;
+  try {
+    return readdirSync(devDir).some((n) => /^nvidia\d+$/.test(n));
+  } catch {
+    return false;
+  }
+}
+
 export interface SearchDir {
   dir: string;
   /** Which rule put it in the list, for messages ("--cuda-lib-dir/SLUICE_CUDA_LIB_DIR", "beside the binary", "cache"). */

@@ -6,10 +6,10 @@ import ortPkg from "onnxruntime-node/package.json" with { type: "json" };
 import { discoverModelDirs } from "../engine/discovery.ts";
 import { healthFilePath, readHealthFile, writerAlive } from "../engine/health-file.ts";
 import type { WorkerHealth } from "../engine/types.ts";
-import { checkCudaLibraries, chooseProviders, describeMissing, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
+import { checkCudaLibraries, chooseProviders, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
 import { VERSION } from "../version.ts";
 import { resolveCacheDir } from "./cache-dir.ts";
-import { cudaSearchDirs, linkCudaLibraries } from "./cuda.ts";
+import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "./cuda.ts";
 import { embeddedManifest, isPackaged, nativeDir } from "./native.ts";
 import { verifyUnpacked } from "./unpack.ts";
 
@@ -77,6 +77,7 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
     out.push(`native libraries: ${libDir} (npm package; the binary unpacks its own copy)`);
   }
 
+  out.push(`nvidia gpu: ${nvidiaGpuPresent() ? "present (driver loaded)" : "none found (no /proc/driver/nvidia, no /dev/nvidiaN)"}`);
   const dirs = cudaSearchDirs();
   out.push("cuda search directories (in order):");
   for (const d of dirs) out.push(`  ${d.dir} (${d.from}${existsSync(d.dir) ? "" : ", absent"})`);
@@ -102,7 +103,9 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   }
   out.push(`execution providers: ${refused ? `none, --device ${opts.device} refuses to start` : `${providers.join(", ")} (--device ${opts.device})`}`);
   out.push(`  cpu: available`);
-  out.push(`  cuda: ${cudaOk ? "available" : `unavailable: ${checks.length ? describeMissing(checks) : "native libraries missing"}`}`);
+  const missing = checks.filter((c) => !c.found).map((c) => c.name);
+  // The table above says why each one is missing.
+  out.push(`  cuda: ${cudaOk ? "available" : `unavailable: ${checks.length ? `missing ${missing.join(", ")}` : "native libraries missing"}`}`);
   if (refused) out.push(`  ${refused}`);
 
   const data = resolve(opts.dataDir);

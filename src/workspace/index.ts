@@ -3,12 +3,14 @@
 // it on the API's port or on a port of its own.
 import type { SessionInfo, User } from "../store/index.ts";
 import { ASSETS } from "./assets.ts";
+import { faviconResponse } from "./favicon.ts";
 import { BodyError, cookies, json, readFields, redirect, SESSION_COOKIE, sameToken } from "./http.ts";
 import { BASE } from "./layout.ts";
 import { adminRoutes } from "./pages/admin.ts";
 import { apiRoutes } from "./pages/api.ts";
 import { billingRoutes } from "./pages/billing.ts";
 import { errorPage, notFoundPage } from "./pages/errors.ts";
+import { hubPullRoutes } from "./pages/hub-pull.ts";
 import { integrationRoutes } from "./pages/integrations.ts";
 import { keyRoutes } from "./pages/keys.ts";
 import { modelRoutes } from "./pages/models.ts";
@@ -20,26 +22,28 @@ export type { WorkspaceOptions } from "./router.ts";
 export { BASE as WORKSPACE_PATH } from "./layout.ts";
 
 export interface Workspace {
-  /** Answers a request whose path starts with /workspace; `client` is the peer address for throttling. */
+  /** Answers a request whose path starts with /workspace, or /favicon.ico; `client` is the peer address for throttling. */
   fetch(request: Request, client?: string | null): Promise<Response>;
 }
 
-const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...apiRoutes].map(compile);
+const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
   const { store, log } = opts;
 
-  function signedIn(request: Request): { user: User; session: SessionInfo } | null {
+  async function signedIn(request: Request): Promise<{ user: User; session: SessionInfo } | null> {
     const token = cookies(request).get(SESSION_COOKIE);
     if (!token) return null;
-    const session = store.sessions.get(token);
+    const session = await store.sessions.get(token);
     if (!session) return null;
-    const user = store.users.get(session.userId);
+    const user = await store.users.get(session.userId);
     return user ? { user, session } : null;
   }
 
   async function handle(request: Request, client: string): Promise<Response> {
     const url = new URL(request.url);
+    // Browsers ask for /favicon.ico at the root of whatever origin they show, the API's included.
+    if ((url.pathname === "/favicon.ico" || url.pathname === `${BASE}/favicon.ico`) && (request.method === "GET" || request.method === "HEAD")) return faviconResponse();
     if (url.pathname === BASE) return redirect(`${BASE}/`);
     if (!url.pathname.startsWith(`${BASE}/`)) return new Response("Not found", { status: 404 });
     const path = url.pathname.slice(BASE.length);
@@ -63,7 +67,7 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
       field: () => "",
       fields: () => [],
     };
-    const who = signedIn(request);
+    const who = await signedIn(request);
 
     if (path === "/") return redirect(who ? `${BASE}/keys` : `${BASE}/signin`);
 

@@ -38,6 +38,7 @@ function document(title: string, body: Part): Html {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${title} · Sluice workspace</title>
+<link rel="icon" href="${BASE}/favicon.ico">
 <link rel="stylesheet" href="${BASE}/assets/app.css?v=${ASSET_VERSION}">
 <script src="${BASE}/assets/app.js?v=${ASSET_VERSION}" defer></script>
 </head>
@@ -62,7 +63,7 @@ export function page(f: PageFrame): Html {
     f.title,
     html`<header class="top"><div class="bar">
   <a class="brand" href="${BASE}/">Sluice <span>workspace</span></a>
-  <div class="who"><span class="email">${f.user.email}</span><span class="badge">${f.user.accountName}</span>
+  <div class="who"><span class="email">${f.user.email}</span><span class="badge" title="${f.user.accountName}">${f.user.accountName}</span>
     <form method="post" action="${BASE}/signout"><input type="hidden" name="_csrf" value="${f.csrf}"><button type="submit">Sign out</button></form>
   </div>
 </div></header>
@@ -81,5 +82,12 @@ export function bare(title: string, body: Part): Html {
 
 export const htmlResponse = (h: Html, status = 200, headers: Record<string, string> = {}) =>
   new Response(h.value, { status, headers: { "content-type": "text/html; charset=utf-8", ...SECURITY_HEADERS, ...headers } });
+
+/**
+ * A table in a container of its own that scrolls sideways when the table is wider than the page
+ * (a phone), so the page itself never does; app.js makes it focusable then, for the keyboard.
+ */
+export const scrollTable = (label: string, inner: Part, attrs: Html = html``): Html =>
+  html`<div class="table-wrap" role="region" aria-label="${label}"><table${attrs}>${inner}</table></div>`;
 
 export const csrfField = (token: string) => html`<input type="hidden" name="_csrf" value="${token}">`;

@@ -39,11 +39,11 @@ test("stop(): drain to the deadline, end streams with [DONE], record usage, clos
     expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
     expect(text).toContain('"usage":{"prompt_tokens"');
     const store = openSqliteStore(join(server.dataDir, "sluice.db"));
-    const row = store.usage.list(store.accounts.get("local")!.id).find((r) => r.requestId === "long-1");
+    const row = (await store.usage.list((await store.accounts.get("local"))!.id)).find((r) => r.requestId === "long-1");
     store.close();
     expect(row?.status).toBe("interrupted");
     expect(row!.completionTokens).toBeGreaterThan(0);
-    expect(server.store.healthy()).toBe(false);
+    expect((await server.store.healthy())).toBe(false);
   } finally {
     await server.cleanup();
     models.remove();
@@ -76,8 +76,8 @@ test("stop() while a model's worker is stuck: the waiting request gets a 503 and
     expect(performance.now() - t0).toBeLessThan(15_000);
     // Both were recorded before the database closed.
     const store = openSqliteStore(join(h.dataDir, "sluice.db"));
-    const rows = store.usage.list(store.accounts.get("local")!.id).filter((r) => r.requestId.startsWith("stuck-"));
-    store.close();
+    const rows = (await store.usage.list((await store.accounts.get("local"))!.id)).filter((r) => r.requestId.startsWith("stuck-"));
+    await store.close();
     expect(rows.map((r) => r.requestId).sort()).toEqual(["stuck-stream"]);
   } finally {
     if (!stopped) await h.stop(100);

@@ -25,13 +25,13 @@ describe("sluice CLI", () => {
   test("--version, --help, and --help on every command", () => {
     expect(sluice(["--version"]).out).toMatch(/^sluice \d+\.\d+\.\d+/);
     const help = sluice(["--help"]).out;
-    for (const c of ["serve", "accounts create", "keys create", "keys revoke", "models grant", "models import llama2c", "doctor"]) {
-      expect(help).toContain(`sluice ${c}`);
+    for (const c of ["serve", "accounts create", "keys create", "keys revoke", "models grant", "models import llama2c", "models import hf", "doctor"]) {
+      expect(help).toContain(`./sluice ${c}`);
     }
-    for (const c of [["serve"], ["accounts", "list"], ["keys", "create"], ["models", "disable"], ["models", "import", "llama2c"]]) {
+    for (const c of [["serve"], ["accounts", "list"], ["keys", "create"], ["models", "disable"], ["models", "import", "llama2c"], ["models", "import", "hf"]]) {
       const r = sluice([...c, "--help"]);
       expect(r.code).toBe(0);
-      expect(r.out).toContain(`Usage: sluice ${c.join(" ")}`);
+      expect(r.out).toContain(`Usage: ./sluice ${c.join(" ")}`);
       expect(r.out).toContain("SLUICE_");
     }
   });
@@ -61,10 +61,10 @@ describe("sluice CLI", () => {
     expect(JSON.parse(r.out).map((a: { name: string }) => a.name)).toContain("acme");
   });
 
-  test("models: enable, disable, grant, revoke, price", () => {
+  test("models: enable, disable, grant, revoke, price", async () => {
     const store = openSqliteStore(join(data.path, "sluice.db"));
     const m = (id: string) => ({ id, displayName: id, contextLength: 256, sourceDir: "/x", supportsImages: false, supportsTools: false, supportsStructured: false, ownedBy: "t", loadError: null });
-    store.catalog.sync([m("t/one-1.0"), m("t/two")]);
+    await store.catalog.sync([m("t/one-1.0"), m("t/two")]);
     store.close();
     expect(sluice(["models", "disable", "t/one-1.0", ...d()]).code).toBe(0);
     let list = JSON.parse(sluice(["models", "list", "--json", ...d()]).out) as { id: string; status: string; served: string }[];
@@ -75,19 +75,27 @@ describe("sluice CLI", () => {
     expect(revoked.code).toBe(0);
     expect(revoked.out).toContain("t/one-1.0");
     const check = openSqliteStore(join(data.path, "sluice.db"));
-    const acme = check.accounts.get("acme")!;
-    expect(check.catalog.listForAccount(acme.id).map((x) => x.id)).toEqual(["t/one-1.0"]);
+    const acme = (await check.accounts.get("acme"))!;
+    expect((await check.catalog.listForAccount(acme.id)).map((x) => x.id)).toEqual(["t/one-1.0"]);
     check.close();
     expect(sluice(["models", "grant", "t/two", "--account", "acme", ...d()]).code).toBe(0);
     expect(sluice(["models", "grant", "t/two", "--account", "nobody", ...d()]).code).toBe(2);
     expect(sluice(["models", "allow-all", "--account", "acme", ...d()]).code).toBe(0);
     const lifted = openSqliteStore(join(data.path, "sluice.db"));
-    expect(lifted.accounts.get("acme")!.modelAccess).toBe("all");
+    expect((await lifted.accounts.get("acme"))!.modelAccess).toBe("all");
     lifted.close();
     expect(sluice(["models", "price", "t/two", "--input", "0.5", "--output", "2", ...d()]).code).toBe(0);
     expect(sluice(["models", "price", "t/two", "--input", "-1", "--output", "2", ...d()]).code).toBe(2);
     list = JSON.parse(sluice(["models", "list", "--json", ...d()]).out);
-    expect(list.find((x) => x.id === "t/two")).toMatchObject({ "in$/M": 0.5, "out$/M": 2 });
+    expect(list.find((x) => x.id === "t/two")).toMatchObject({ "in$/M": 0.5, "cached$/M": 0.5, "out$/M": 2 });
+    // The cached-input price: set, kept by a later price without it, cleared with none.
+    const cachedPrice = () => (JSON.parse(sluice(["models", "list", "--json", ...d()]).out) as Record<string, unknown>[]).find((x) => x.id === "t/two")!["cached$/M"];
+    expect(sluice(["models", "price", "t/two", "--input", "0.5", "--output", "2", "--cached-input", "0.05", ...d()]).code).toBe(0);
+    expect(sluice(["models", "price", "t/two", "--input", "0.6", "--output", "2", ...d()]).code).toBe(0);
+    expect(cachedPrice()).toBe(0.05);
+    expect(sluice(["models", "price", "t/two", "--input", "0.6", "--output", "2", "--cached-input", "x", ...d()]).code).toBe(2);
+    expect(sluice(["models", "price", "t/two", "--input", "0.6", "--output", "2", "--cached-input", "none", ...d()]).code).toBe(0);
+    expect(cachedPrice()).toBe(0.6);
   });
 
   test("usage errors are one line with exit code 2", () => {

@@ -27,10 +27,10 @@ beforeAll(async () => {
   victim = { authorization: `Bearer ${server.key}`, "content-type": "application/json" };
   // Another account, as an operator would create it (the server sees it at its next lookup).
   const store = openSqliteStore(join(data.path, "sluice.db"));
-  const account = store.accounts.create("mallory");
-  store.billing.setPlan(account.id, "unlimited");
-  hostile = { authorization: `Bearer ${store.keys.create(account.id, "hostile").key}`, "content-type": "application/json" };
-  store.close();
+  const account = await store.accounts.create("mallory");
+  await store.billing.setPlan(account.id, "unlimited");
+  hostile = { authorization: `Bearer ${(await store.keys.create(account.id, "hostile")).key}`, "content-type": "application/json" };
+  await store.close();
 }, 60_000);
 
 afterAll(async () => {

@@ -42,8 +42,8 @@ async function servesAgain(x: Harness): Promise<number> {
   }
 }
 
-const usage = (x: Harness, prefix: string) =>
-  x.store.usage.list(x.store.accounts.get("local")!.id, { limit: 1000 }).filter((r) => r.requestId.startsWith(prefix));
+const usage = async (x: Harness, prefix: string) =>
+  (await x.store.usage.list((await x.store.accounts.get("local"))!.id, { limit: 1000 })).filter((r) => r.requestId.startsWith(prefix));
 
 test("a worker killed mid-stream: clients get an error, the model serves again, every request keeps its usage row", async () => {
   h = await startHarness({}, { supervision });
@@ -77,7 +77,7 @@ test("a worker killed mid-stream: clients get an error, the model serves again, 
   expect(body.error.message).toContain("restarted");
 
   expect(await servesAgain(h)).toBeLessThan(10_000);
-  const rows = usage(h, "kill-");
+  const rows = await usage(h, "kill-");
   expect(rows.map((r) => r.requestId).sort()).toEqual(["kill-s0", "kill-s1", "kill-s2", "kill-w"]);
   for (const r of rows) expect(r.status).toBe("error");
   expect(h.logs.some((l) => l.msg === "model worker crashed" && l.model === h!.model)).toBe(true);

@@ -27,6 +27,16 @@ export function syntheticModel(root: string, relPath: string, spec: SyntheticSpe
 /** A shared tiny byte-level chat model for API tests. */
 export const tinyModelsRoot = () => cacheDir("test-models");
 
+/**
+ * Like linkCachedModel, but cached under a name that changes with the whole spec (not only its
+ * id), so that an edited script or template is built afresh.
+ */
+export async function linkModelForSpec(modelsDir: string, name: string, spec: SyntheticSpec): Promise<string> {
+  const dir = await syntheticModel(tinyModelsRoot(), `${name}-${Bun.hash(JSON.stringify(spec)).toString(36)}`, spec);
+  symlinkSync(dir, join(modelsDir, name));
+  return dir;
+}
+
 /** Builds (or reuses) a synthetic model in the shared cache and links it into `modelsDir/name`. */
 export async function linkCachedModel(modelsDir: string, name: string, spec: SyntheticSpec): Promise<string> {
   const dir = await syntheticModel(tinyModelsRoot(), name, spec);

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
@@ -18,4 +18,12 @@ export function cacheDir(...parts: string[]): string {
   const dir = join(REPO, ".cache", ...parts);
   mkdirSync(dir, { recursive: true });
   return dir;
+}
+
+/** llama2.c's published greedy story: the fenced block of the stories260K README. */
+export function storiesReferenceText(): string {
+  const readme = readFileSync(join(STORIES_DIR, "README.md"), "utf8");
+  const m = /```\n(Once upon a time[\s\S]*?)\n```/.exec(readme);
+  if (!m) throw new Error("reference output not found in the stories260K README");
+  return m[1]!;
 }

@@ -2,6 +2,7 @@
 // process itself (signals, crashes, flags, environment variables).
 import { join } from "node:path";
 import { BUN, REPO } from "./paths.ts";
+import { readBanner } from "./printed-commands.ts";
 
 export interface ServeProcess {
   proc: Bun.Subprocess<"ignore", "pipe", "pipe" | "ignore" | "inherit">;
@@ -25,15 +26,7 @@ export async function spawnServe(
     stdout: "pipe",
     stderr: opts.stderr ?? "ignore",
   });
-  const reader = proc.stdout.getReader();
-  let banner = "";
-  // The banner is one write ending in a blank line.
-  while (!/at http:\/\/\S+\/v1[\s\S]*\n\n$/.test(banner)) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`serve exited before it was ready:\n${banner}`);
-    banner += new TextDecoder().decode(value);
-  }
-  reader.releaseLock();
+  const banner = await readBanner(proc.stdout);
   return {
     proc,
     url: /at (http:\/\/\S+)\/v1/.exec(banner)![1]!,

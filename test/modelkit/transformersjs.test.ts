@@ -7,8 +7,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { AutoModelForCausalLM, AutoTokenizer, Tensor, env } from "@huggingface/transformers";
 import * as ort from "onnxruntime-node";
-import { buildSyntheticModel, importLlama2c } from "../../src/modelkit/index.ts";
+import { buildSyntheticModel, importHfCheckpoint, importLlama2c } from "../../src/modelkit/index.ts";
 import { greedy } from "./greedy.ts";
+import { writeStoriesHfCheckpoint } from "./hf-fixtures.ts";
 
 const DATA = resolve(import.meta.dir, "../../../shared/models/stories260k");
 const present = existsSync(join(DATA, "stories260K.bin"));
@@ -24,8 +25,8 @@ beforeAll(() => {
   env.useFSCache = false;
 });
 
-async function transformersGreedy(modelId: string, prompt: number[], maxNewTokens: number): Promise<number[]> {
-  const model = await AutoModelForCausalLM.from_pretrained(modelId, { dtype: "fp32", local_files_only: true });
+async function transformersGreedy(modelId: string, prompt: number[], maxNewTokens: number, dtype: "fp32" | "q4" = "fp32"): Promise<number[]> {
+  const model = await AutoModelForCausalLM.from_pretrained(modelId, { dtype, local_files_only: true });
   const ids = new Tensor("int64", BigInt64Array.from(prompt, BigInt), [1, prompt.length]);
   const mask = new Tensor("int64", new BigInt64Array(prompt.length).fill(1n), [1, prompt.length]);
   const out = (await model.generate({ input_ids: ids, attention_mask: mask, max_new_tokens: maxNewTokens, do_sample: false })) as Tensor;
@@ -58,5 +59,15 @@ describe("transformers.js loads modelkit directories", () => {
     const eos = [151645, 151643];
     const [ours] = await greedy(session, info.config, [prompt], { steps: 12, stopIds: eos });
     expect(theirs.slice(0, ours.length)).toEqual(ours);
+  });
+
+  test.skipIf(!present)("an HF checkpoint imported with 4-bit weights loads with dtype q4 and decodes as our loop does", async () => {
+    writeStoriesHfCheckpoint(DATA, join(root, "stories-hf"));
+    const m = await importHfCheckpoint({ dir: join(root, "stories-hf"), out: join(root, "stories-q4"), id: "stories-q4", dtype: "q4" });
+    const theirs = await transformersGreedy("stories-q4", [1, 403, 407, 261, 378], 40, "q4");
+    const session = await ort.InferenceSession.create(join(m.dir, m.onnxFile));
+    const [ours] = await greedy(session, { ...m.config, headDim: m.sluice.graph!.kv_head_dim }, [[1, 403, 407, 261, 378]], { steps: 40, stopIds: [1, 2] });
+    expect(ours!.length).toBeGreaterThan(10);
+    expect(theirs.slice(0, ours!.length)).toEqual(ours!);
   });
 });

@@ -3,8 +3,9 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { copyFileSync, existsSync, lstatSync, mkdirSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { checkCudaLibraries, chooseProviders } from "../../src/engine/providers.ts";
-import { cudaSearchDirs, linkCudaLibraries, versionFromFileName, type SearchDir } from "../../src/packaging/cuda.ts";
+import { checkCudaLibraries, chooseProviders, deviceLines } from "../../src/engine/providers.ts";
+import { createLogger } from "../../src/log.ts";
+import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent, versionFromFileName, type SearchDir } from "../../src/packaging/cuda.ts";
 import { BUN, REPO, tempDir } from "../helpers/paths.ts";
 
 const LIBM = ["/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6"].find((p) => existsSync(p));
@@ -110,6 +111,60 @@ describe("CUDA library checks", () => {
     const auto = chooseProviders("auto", s.native, s.search);
     expect(auto.cudaUnavailable).not.toContain("CUDA runtime");
     expect(auto.cudaUnavailable).toContain("cuDNN");
+  });
+});
+
+describe("what a start logs about devices", () => {
+  /** The JSON lines a logger at `level` writes for these device lines. */
+  function logged(lines: ReturnType<typeof deviceLines>, level: "info" | "debug" = "info") {
+    const out: string[] = [];
+    const log = createLogger({ level, write: (l) => out.push(l) });
+    for (const l of lines) log[l.level](l.msg, l.fields);
+    return out.map((l) => ({ text: l, ...(JSON.parse(l) as { level: string; msg: string; reason?: string }) }));
+  }
+
+  test("a CPU machine: one short info line saying the CPU serves and why; the libraries only at debug level", () => {
+    const s = scratch();
+    const choice = chooseProviders("auto", s.native, s.search);
+    const lines = deviceLines("auto", choice, false, "./sluice doctor");
+    const info = logged(lines);
+    expect(info).toHaveLength(1);
+    expect(info[0]!.level).toBe("info");
+    expect(info[0]!.msg).toBe("serving on the CPU: no NVIDIA GPU found (--device auto; what CUDA would need: ./sluice doctor)");
+    expect(info[0]!.text.length).toBeLessThan(200);
+    const debug = logged(lines, "debug");
+    expect(debug).toHaveLength(2);
+    expect(debug[1]!.reason).toContain("cuDNN (libcudnn.so.9");
+    expect(logged(deviceLines("cpu", chooseProviders("cpu"), false, "./sluice doctor"))).toEqual([
+      expect.objectContaining({ level: "info", msg: "serving on the CPU (--device cpu)" }),
+    ]);
+  });
+
+  test("a GPU present but its libraries missing: the whole explanation, as a warning", () => {
+    const s = scratch();
+    const choice = chooseProviders("auto", s.native, s.search);
+    const [line, ...rest] = logged(deviceLines("auto", choice, true, "./sluice doctor"));
+    expect(rest).toEqual([]);
+    expect(line!.level).toBe("warn");
+    expect(line!.msg).toContain("NVIDIA GPU is present");
+    expect(line!.msg).toContain("docs/GPU.md");
+    for (const what of ["NVIDIA driver (libcuda.so.1", "CUDA runtime", "cuBLAS (libcublas.so.12", "cuDNN (libcudnn.so.9", "ONNX Runtime CUDA provider"]) {
+      expect(line!.reason).toContain(what);
+    }
+  });
+
+  test("an NVIDIA GPU is recognised by its driver's /proc entry or its device nodes", () => {
+    const s = scratch();
+    const proc = join(s.root, "proc");
+    const dev = join(s.root, "dev");
+    mkdirSync(proc);
+    mkdirSync(dev);
+    writeFileSync(join(dev, "nvidiactl"), "");
+    expect(nvidiaGpuPresent(proc, dev)).toBe(false);
+    writeFileSync(join(dev, "nvidia0"), "");
+    expect(nvidiaGpuPresent(proc, dev)).toBe(true);
+    mkdirSync(join(proc, "driver", "nvidia"), { recursive: true });
+    expect(nvidiaGpuPresent(proc, join(s.root, "absent"))).toBe(true);
   });
 });
 

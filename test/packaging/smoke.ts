@@ -3,10 +3,14 @@
 // The binary is copied alone into an empty temporary directory and run there with PATH reduced
 // to /usr/bin:/bin and HOME pointing into that directory, so neither Bun, Node nor node_modules
 // can be found. It must start, become ready, take a key, answer curl (whole and streamed),
-// import stories260K and reproduce llama2.c's greedy story, then shut down cleanly.
+// import stories260K and reproduce llama2.c's greedy story, pull it from a local Hub-compatible
+// server and serve it without a restart, then shut down cleanly.
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { buildHubRepos, STORIES_REPO } from "../helpers/hub-repos.ts";
+import { startHubServer } from "../helpers/hub-server.ts";
+import { bannerCommands, hintIn, readBanner, runPrinted } from "../helpers/printed-commands.ts";
 
 const REPO = resolve(import.meta.dir, "../..");
 const STORIES = resolve(REPO, "../shared/models/stories260k");
@@ -84,7 +88,16 @@ async function main(): Promise<void> {
     const version = run(dir, env, [exe, "--version"]);
     record("--version", version.code === 0 && /^sluice \d+\.\d+\.\d+/.test(version.out), version.out.trim() || version.err.trim());
     const help = run(dir, env, [exe, "--help"]);
-    record("--help", help.code === 0 && help.out.includes("sluice serve"), `${help.out.split("\n").length} lines`);
+    record("--help", help.code === 0 && help.out.includes("./sluice serve"), `${help.out.split("\n").length} lines`);
+    // Commands it prints name it as it was called: ./sluice here, the bare name once on PATH.
+    const unknown = await runPrinted("./sluice frobnicate", dir, env);
+    const hint = hintIn(unknown.err);
+    record("an error's hint names ./sluice and runs as printed", hint === "./sluice --help" && (await runPrinted(hint, dir, env)).code === 0, hint ?? unknown.err.trim());
+    Bun.spawnSync(["/bin/mkdir", "-p", join(dir, "bin")]);
+    Bun.spawnSync(["/bin/ln", "-s", join(dir, "sluice"), join(dir, "bin", "sluice")]);
+    const onPath = { ...env, PATH: `${join(dir, "bin")}:${env.PATH}` };
+    const usage = await runPrinted("sluice keys create --help", join(dir, "bin"), onPath);
+    record("on PATH, --help says sluice", usage.code === 0 && usage.out.startsWith("Usage: sluice keys create"), usage.out.split("\n")[0]!);
 
     const ro = run(dir, env, [exe, "serve", "--port", "0", "--cache-dir", "/sys/sluice-cache"]);
     record(
@@ -104,8 +117,16 @@ async function main(): Promise<void> {
     const url = `http://127.0.0.1:${port}`;
     const t0 = performance.now();
     serve = Bun.spawn([exe, "serve", "--port", String(port)], { cwd: dir, env, stdout: "pipe", stderr: "pipe" });
+    const banner = await readBanner(serve.stdout);
     const readyMs = await waitReady(url, serve, 60_000);
     record("serve → /ready (first start: unpacking, demo model)", true, `${Math.round(readyMs)} ms`);
+    // Printed only once the model is loaded and the port listens, each command as this binary is called.
+    const hints = bannerCommands(banner, "./sluice");
+    record("the banner's commands name ./sluice", hints.length === 2 && hints[1] === "./sluice users create EMAIL --account local --operator --password-stdin", hints.join(" | "));
+    const listed = await runPrinted(hints[0]!, dir, env);
+    record("the banner's curl runs as printed", listed.code === 0 && listed.out.includes("sluice/demo"), listed.out.slice(0, 80));
+    const op = await runPrinted(hints[1]!.replace("EMAIL", "op@example.com"), dir, env, "a long enough password\n");
+    record("the banner's users create runs as printed", op.code === 0, (op.out + op.err).trim());
     const cacheNative = join(dir, ".cache", "sluice", "native");
     record("native libraries unpacked into the cache", existsSync(cacheNative), cacheNative);
 
@@ -164,6 +185,29 @@ async function main(): Promise<void> {
       const text = story.choices[0]?.message.content ?? "";
       const reference = referenceStory();
       record("greedy stories260K = llama2.c's reference story", text === reference, text === reference ? `${text.length} chars` : `got ${JSON.stringify(text.slice(0, 120))}…`);
+
+      // 2b. Pull it from a local Hub-compatible server; the running serve finds it by itself.
+      const fixtures = await buildHubRepos();
+      const hub = startHubServer(fixtures.repos);
+      try {
+        // Not run(): the Hub server answers from this process, so the wait must not block it.
+        const proc = Bun.spawn([exe, "models", "pull", STORIES_REPO, "--dtype", "fp32"], { cwd: dir, env: { ...env, HF_ENDPOINT: hub.url }, stdout: "pipe", stderr: "pipe" });
+        const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+        record("models pull from a Hub", code === 0 && out.includes("verified"), (out + err).split("\n").find((l) => l.startsWith("pulled ")) ?? err.trim());
+        let listed: string[] = [];
+        for (let i = 0; i < 150 && !listed.includes(STORIES_REPO); i++) {
+          await Bun.sleep(100);
+          listed = (JSON.parse(curl(dir, env, `${url}/v1/models`, key)) as { data: { id: string }[] }).data.map((m) => m.id);
+        }
+        record("the running serve picks up the pulled model", listed.includes(STORIES_REPO), listed.join(", "));
+        const again = JSON.parse(
+          curl(dir, env, `${url}/v1/chat/completions`, key, { model: STORIES_REPO, messages: [{ role: "user", content: "" }], temperature: 0, max_tokens: 256 }),
+        ) as { choices: { message: { content: string } }[] };
+        record("the pulled stories260K tells the reference story", again.choices[0]?.message.content === reference);
+      } finally {
+        hub.stop();
+        fixtures.remove();
+      }
     }
 
     // 3. Clean shutdown.
@@ -174,6 +218,12 @@ async function main(): Promise<void> {
     record("SIGTERM → clean exit", code === 0 && stderr.includes("shutting down"), `exit ${code}`);
     const errors = stderr.split("\n").filter((l) => l.includes('"level":"error"'));
     record("no error logs", errors.length === 0, errors.slice(0, 2).join(" | "));
+    const devices = stderr.split("\n").filter((l) => /CPU|GPU|CUDA|device/.test(l) && !l.includes('"model loaded on'));
+    record(
+      "a CPU machine: at most two short info lines about devices",
+      devices.length >= 1 && devices.length <= 2 && devices.every((l) => l.length < 200 && l.includes('"level":"info"')),
+      devices.join(" | ").slice(0, 200),
+    );
     console.log(`total ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   } finally {
     serve?.kill("SIGKILL");

@@ -56,7 +56,7 @@ describe("limits", () => {
     for (const schema of [
       { type: "string", pattern: "^(a{1000}){1000}$" },
       { type: "object", properties: Object.fromEntries(Array.from({ length: 3000 }, (_, i) => [`p${i}`, { type: "integer" }])), required: Array.from({ length: 3000 }, (_, i) => `p${i}`) },
-      { type: "array", prefixItems: Array.from({ length: 1000 }, () => ({ type: "integer" })) },
+      { type: "array", prefixItems: Array.from({ length: 2000 }, () => ({ type: "integer" })) },
     ]) {
       const e = refusal(() => compile(schema, { maxStates: 20_000 }));
       expect(e.limit).toBe("states");

@@ -72,7 +72,8 @@ describe("Qwen2-VL image input through the chat endpoint", () => {
     const w = await whole(parts);
     const { text, usage } = await streamed(client, ask(parts));
     expect(text).toBe(w.text);
-    expect(usage).toEqual(w.usage);
+    // The same prompt again, image included, comes from the prefix cache but for its last token.
+    expect(usage).toEqual({ ...w.usage, prompt_tokens_details: { cached_tokens: w.usage.prompt_tokens - 1 } });
     const textOnly = await whole([{ type: "text", text: "What is this?" }]);
     // 90x60 -> smart_resize 84x56 -> 6x4 patches of 14 -> 3x2 merged: 6 image tokens, plus
     // <|vision_start|> and <|vision_end|>.

@@ -26,7 +26,7 @@ beforeAll(async () => {
   const modelsDir = tinyModelsRoot() + "/workspace";
   await syntheticModel(modelsDir, "ws/tiny", { preset: "tiny-bytes", seed: 5, id: MODEL });
   server = await startTestServer({ modelsDir });
-  server.store.catalog.setPrices(MODEL, 0.5, 1.5);
+  await server.store.catalog.setPrices(MODEL, 0.5, 1.5);
   profile = mkdtempSync(join(tmpdir(), "sluice-chromium-"));
   const { chromium } = await import("playwright-core");
   // A persistent context is how Playwright takes a --user-data-dir: a fresh one per run.
@@ -148,7 +148,7 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
   test("another account sees none of it, in the pages and the JSON routes", async () => {
     const a = await makeAccount(server.store, "browser-b1", { plan: "unlimited" });
     const b = await makeAccount(server.store, "browser-b2", { plan: "unlimited" });
-    const { key, info } = server.store.keys.create(a.account.id, "a-secret-label");
+    const { key, info } = await server.store.keys.create(a.account.id, "a-secret-label");
     await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
     const context = await newContext();
     const page = await signIn(context, b.email);
@@ -169,22 +169,12 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     await page.getByRole("button", { name: "Create key" }).click();
     await page.waitForLoadState();
     expect(await page.locator("h1").textContent()).toBe("Refused");
-    expect(server.store.keys.list(a.account.id)).toEqual([]);
+    expect((await server.store.keys.list(a.account.id))).toEqual([]);
     
   }, 60_000);
 
-  test("phone width, keyboard, and the admin pages", async () => {
+  test("the admin page's forms: top up credit with the keyboard and pointer", async () => {
     const op = await makeAccount(server.store, "browser-ops", { plan: "unlimited", role: "operator" });
-    const context = await newContext({ width: 390, height: 844 });
-    const page = await signIn(context, op.email);
-    await shot(page, "07-keys-phone");
-    // No horizontal scrolling of the page itself at phone width.
-    expect(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1)).toBe(true);
-    await page.goto(`${server.url}/workspace/usage`);
-    await shot(page, "08-usage-phone");
-    expect(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1)).toBe(true);
-    
-
     const desk = await newContext();
     const admin = await signIn(desk, op.email);
     // Keyboard: the first Tab reaches the skip link, and the label field takes typing.
@@ -195,8 +185,155 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     await admin.locator("#top-usd").fill("2.5");
     await admin.getByRole("button", { name: "Add credit" }).click();
     await admin.waitForURL(/ok=/);
-    expect(server.store.billing.balanceUsd(server.store.accounts.get("browser-c")!.id)).toBe(2.5);
+    expect((await server.store.billing.balanceUsd((await server.store.accounts.get("browser-c"))!.id))).toBe(2.5);
     await shot(admin, "09-admin");
-    
   }, 60_000);
+
+  describe("every page at 390 and 1280 px, operator and member", () => {
+    const PAGES = ["keys", "usage", "models", "integrations", "billing", "admin"];
+    let people: { who: string; email: string; operator: boolean }[] = [];
+
+    beforeAll(async () => {
+      const op = await makeAccount(server.store, "layout-operators", { plan: "unlimited", role: "operator" });
+      const member = await makeAccount(server.store, "layout-members-with-a-long-name", { usd: 3 });
+      await server.store.keys.create(op.account.id, "operator laptop");
+      const { key } = await server.store.keys.create(member.account.id, "a laptop with a rather long label");
+      for (let i = 0; i < 2; i++) {
+        await fetch(`${server.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hello" }], max_tokens: 2 }),
+        });
+      }
+      people = [
+        { who: "operator", email: op.email, operator: true },
+        { who: "member", email: member.email, operator: false },
+      ];
+    });
+
+    // One sign-in per person (it costs an argon2 check); the viewport changes under the same page.
+    for (const who of ["operator", "member"]) {
+      test(`${who}: at 390 and 1280 px nothing is cut off at the right edge, every tab is reachable by keyboard, no request fails`, async () => {
+        const person = people.find((p) => p.who === who)!;
+        const context = await newContext({ width: 390, height: 844 });
+        const failed: string[] = [];
+        const page = await signIn(context, person.email);
+        page.on("response", (r) => {
+          if (r.status() >= 400) failed.push(`${r.status()} ${r.url()}`);
+        });
+        const tabs = person.operator ? PAGES : PAGES.filter((p) => p !== "admin");
+        for (const width of [390, 1280]) {
+          await page.setViewportSize({ width, height: 844 });
+          for (const name of tabs) {
+            await page.goto(`${server.url}/workspace/${name}`);
+            expect({ width, page: name, cut: await cutOff(page) }).toEqual({ width, page: name, cut: [] });
+            // The tab bar is the same on every page: its keyboard walk is checked on the first.
+            if (name === "keys") expect(await keyboardTabs(page)).toEqual(tabs.map((t) => `/workspace/${t}`));
+            await page.screenshot({ path: join(SHOTS, `layout-${width}-${who}-${name}.png`), fullPage: true });
+          }
+        }
+        if (person.operator) await adminDetails(page);
+        expect(failed).toEqual([]);
+        await page.close();
+
+        const signin = await context.newPage();
+        for (const width of [390, 1280]) {
+          await signin.setViewportSize({ width, height: 844 });
+          await signin.goto(`${server.url}/workspace/signin`);
+          expect(await cutOff(signin)).toEqual([]);
+          await signin.screenshot({ path: join(SHOTS, `layout-${width}-signin.png`), fullPage: true });
+        }
+        await signin.close();
+      }, 120_000);
+    }
+
+    /** At 1280 px: the plan shown is the account's, a one-line checkbox, buttons alike, no empty panel area. */
+    async function adminDetails(page: Page) {
+      await page.setViewportSize({ width: 1280, height: 900 });
+      await page.goto(`${server.url}/workspace/admin?account=layout-operators`);
+      expect(await page.locator("#plan-acct").inputValue()).toBe("layout-operators");
+      expect(await page.locator("#plan-plan").inputValue()).toBe("unlimited");
+      // Choosing another account in the form shows that account's plan.
+      await page.locator("#plan-acct").selectOption("layout-members-with-a-long-name");
+      expect(await page.locator("#plan-plan").inputValue()).toBe("prepaid");
+      await page.locator("#plan-acct").selectOption("layout-operators");
+      expect(await page.locator("#plan-plan").inputValue()).toBe("unlimited");
+
+      const box = async (selector: string) => (await page.locator(selector).first().boundingBox())!;
+      const check = await box("#acc-all");
+      const label = await box("label[for=acc-all]");
+      // The box sits at the start of its label's one line, not on a line of its own above it.
+      expect(label.height).toBeLessThan(32);
+      expect(check.y).toBeGreaterThanOrEqual(label.y - 1);
+      expect(check.y + check.height).toBeLessThanOrEqual(label.y + label.height + 1);
+      expect(check.x).toBeLessThan(label.x + 4);
+
+      const save = await box(`form[action$="/admin/prices"] button`);
+      const saveLimits = await box(`form[action$="/admin/limits"] button`);
+      expect(Math.round(save.height)).toBe(Math.round(saveLimits.height));
+      const fontSizes = await page.evaluate(() => Array.from(document.querySelectorAll("main button")).map((b) => getComputedStyle(b).fontSize));
+      expect(new Set(fontSizes).size).toBe(1);
+
+      const gaps = await page.evaluate(() =>
+        Array.from(document.querySelectorAll("section.panel")).map((p) => {
+          const last = p.lastElementChild!.getBoundingClientRect();
+          const pad = parseFloat(getComputedStyle(p).paddingBottom);
+          return { panel: p.querySelector("h2")?.textContent, empty: Math.round(p.getBoundingClientRect().bottom - pad - last.bottom) };
+        }),
+      );
+      expect(gaps.filter((g) => g.empty > 20)).toEqual([]);
+    }
+  });
 });
+
+/**
+ * Elements that reach past the viewport's right (or left) edge, outside a container that scrolls
+ * or clips them, and whether the document itself scrolls sideways: what a phone user cannot see.
+ */
+function cutOff(page: Page): Promise<string[]> {
+  return page.evaluate(() => {
+    const width = document.documentElement.clientWidth;
+    const out: string[] = [];
+    if (document.documentElement.scrollWidth > width) out.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} > ${width}`);
+    // The tabs wrap: none waits behind the edge of a bar that would have to be scrolled.
+    for (const a of Array.from(document.querySelectorAll("nav.tabs a"))) {
+      const r = a.getBoundingClientRect();
+      if (r.left < 0 || r.right > width) out.push(`tab ${a.textContent} spans ${Math.round(r.left)}..${Math.round(r.right)}`);
+    }
+    const clipped = (el: Element) => {
+      for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+        if (getComputedStyle(p).overflowX !== "visible") return true;
+      }
+      return false;
+    };
+    for (const el of Array.from(document.body.querySelectorAll("*"))) {
+      const r = el.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0 || el.classList.contains("skip")) continue;
+      if (r.right <= width + 0.5 && r.left >= -0.5) continue;
+      if (clipped(el)) continue;
+      out.push(`${el.tagName.toLowerCase()}${el.id ? `#${el.id}` : ""}${el.className ? `.${String(el.className).replace(/ /g, ".")}` : ""} spans ${Math.round(r.left)}..${Math.round(r.right)}`);
+    }
+    return out;
+  });
+}
+
+/** The tab links Tab reaches from the top of the page, in order, each fully in view when focused. */
+async function keyboardTabs(page: Page): Promise<string[]> {
+  await page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur());
+  const reached: string[] = [];
+  for (let i = 0; i < 20; i++) {
+    await page.keyboard.press("Tab");
+    const focus = await page.evaluate(() => {
+      const el = document.activeElement as HTMLAnchorElement | null;
+      if (!el?.closest("nav.tabs")) return null;
+      const r = el.getBoundingClientRect();
+      return { href: new URL(el.href).pathname, visible: r.left >= 0 && r.right <= document.documentElement.clientWidth && r.top >= 0 && r.bottom <= innerHeight };
+    });
+    if (focus === null) {
+      if (reached.length) break;
+      continue;
+    }
+    reached.push(focus.visible ? focus.href : `${focus.href} (out of view)`);
+  }
+  return reached;
+}

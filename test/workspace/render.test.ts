@@ -11,10 +11,10 @@ test("interpolations are escaped unless already Html", () => {
 });
 
 test("CSV quotes fields and defuses spreadsheet formulas", () => {
-  const row = { id: 1, requestId: "r,1", accountId: 1, keyId: null, modelId: "m/a", promptTokens: 3, completionTokens: 4, latencyMs: 5, status: "ok", finishReason: "stop", user: "=HYPERLINK(1)", metadata: null, createdAt: 0 };
+  const row = { id: 1, requestId: "r,1", accountId: 1, keyId: null, modelId: "m/a", promptTokens: 3, completionTokens: 4, cachedTokens: 2, reasoningTokens: 1, latencyMs: 5, status: "ok", finishReason: "stop", user: "=HYPERLINK(1)", metadata: null, createdAt: 0 };
   const [head, line] = usageCsv([row]).trim().split("\r\n");
-  expect(head).toBe("time,request_id,model,prompt_tokens,completion_tokens,total_tokens,latency_ms,status,finish_reason,key_id,user");
-  expect(line).toBe(`1970-01-01T00:00:00.000Z,"r,1",m/a,3,4,7,5,ok,stop,,'=HYPERLINK(1)`);
+  expect(head).toBe("time,request_id,model,prompt_tokens,cached_tokens,completion_tokens,reasoning_tokens,total_tokens,latency_ms,status,finish_reason,key_id,user");
+  expect(line).toBe(`1970-01-01T00:00:00.000Z,"r,1",m/a,3,2,4,1,7,5,ok,stop,,'=HYPERLINK(1)`);
 });
 
 test("date ranges: defaults, swapped ends, inclusive days, zero-filled", () => {
@@ -24,7 +24,7 @@ test("date ranges: defaults, swapped ends, inclusive days, zero-filled", () => {
   const s = usageRange(new URL("http://x/usage?from=2026-03-10&to=2026-03-01"), now);
   expect([s.from, s.to, s.until - s.since]).toEqual(["2026-03-01", "2026-03-10", 10 * 86_400_000]);
   expect(usageRange(new URL("http://x/usage?from=2026-02-30"), now).from).toBe("2026-03-02");
-  const days = fillDays([{ day: "2026-03-02", requests: 2, promptTokens: 1, completionTokens: 1 }], Date.UTC(2026, 2, 1), Date.UTC(2026, 2, 4));
+  const days = fillDays([{ day: "2026-03-02", requests: 2, promptTokens: 1, completionTokens: 1, cachedTokens: 0, reasoningTokens: 0 }], Date.UTC(2026, 2, 1), Date.UTC(2026, 2, 4));
   expect(days.map((x) => [x.day, x.requests])).toEqual([["2026-03-01", 0], ["2026-03-02", 2], ["2026-03-03", 0]]);
 });
 

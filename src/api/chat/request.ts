@@ -1,6 +1,6 @@
 // From a schema-valid request body to the engine's GenerateRequest, with the checks that a
 // schema cannot express. Anything that cannot be honoured is refused here, naming its param.
-import type { ChatMessage, FunctionTool, GenerateRequest, ResponseFormat, ToolChoice } from "../../engine/types.ts";
+import { REASONING_EFFORTS, type ChatMessage, type FunctionTool, type GenerateRequest, type ReasoningEffort, type ResponseFormat, type ToolChoice } from "../../engine/types.ts";
 import type { CatalogModel } from "../../store/index.ts";
 import { badRequest } from "../errors.ts";
 import type { ChatCompletionRequest } from "../schemas.ts";
@@ -17,10 +17,14 @@ export type ChatPlan = Omit<GenerateRequest, "requestId" | "signal"> & {
  * then null, as when sent as null), and its refusal parts are what it said, so they are text.
  */
 function engineMessages(messages: ChatCompletionRequest["messages"]): ChatMessage[] {
-  return messages.map((m) => {
+  return messages.map((m, i) => {
     if (m.role !== "assistant") return m as ChatMessage;
     const content = m.content === undefined ? null : Array.isArray(m.content) ? m.content.map((p) => (p.type === "refusal" ? { type: "text" as const, text: p.refusal } : p)) : m.content;
-    return { ...m, content } as ChatMessage;
+    const { reasoning, ...rest } = m;
+    if (reasoning != null && m.reasoning_content != null && reasoning !== m.reasoning_content) {
+      throw badRequest(`messages[${i}] has both 'reasoning' and 'reasoning_content', and they differ; send one.`, `messages[${i}].reasoning`);
+    }
+    return { ...rest, content, reasoning_content: m.reasoning_content ?? reasoning ?? undefined } as ChatMessage;
   });
 }
 
@@ -82,6 +86,15 @@ export function planChat(body: ChatCompletionRequest, model: CatalogModel): Chat
   if (responseFormat?.type === "json_schema" && responseFormat.json_schema.schema === undefined) {
     throw badRequest("'response_format.json_schema.schema' is required.", "response_format.json_schema.schema");
   }
+  const effort = body.reasoning_effort ?? undefined;
+  if (effort !== undefined && !REASONING_EFFORTS.includes(effort as ReasoningEffort)) {
+    const values = REASONING_EFFORTS.map((e) => `'${e}'`);
+    throw badRequest(
+      `Unsupported value: 'reasoning_effort' does not support '${effort}'. Supported values are: ${values.slice(0, -1).join(", ")} and ${values.at(-1)}.`,
+      "reasoning_effort",
+      "unsupported_value",
+    );
+  }
   const stop = body.stop == null ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
   return {
     modelId: model.id,
@@ -105,6 +118,8 @@ export function planChat(body: ChatCompletionRequest, model: CatalogModel): Chat
     n: body.n ?? 1,
     logprobs: body.logprobs === true,
     topLogprobs: body.top_logprobs ?? 0,
+    reasoningEffort: effort as ReasoningEffort | undefined,
+    chatTemplateKwargs: body.chat_template_kwargs ?? undefined,
     stream,
     includeUsage: body.stream_options?.include_usage === true,
     user: body.user ?? body.safety_identifier ?? null,

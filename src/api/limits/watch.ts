@@ -25,7 +25,7 @@ export function watchGeneration(
   let first = true;
   async function* relabel(): AsyncGenerator<GenerationEvent> {
     for await (const e of events) {
-      if (first && e.type !== "finish") {
+      if (first && e.type !== "finish" && e.type !== "prompt") {
         first = false;
         opts.onFirstToken?.();
       }

@@ -130,6 +130,8 @@ export function toTemplateMessages(messages: readonly ChatMessage[], acceptsCont
       }));
     }
     if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+    // Under the name Qwen3's (and vLLM's) templates read; templates that do not read it drop it.
+    if (typeof m.reasoning_content === "string") out.reasoning_content = m.reasoning_content;
     return out;
   });
 }

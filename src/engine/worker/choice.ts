@@ -9,7 +9,9 @@ import type { FinishReason, GenerationEvent, TokenLogprob } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
 import { createChoiceSampler, tokenLogprob, type ChoiceSampler } from "./sampling-bridge.ts";
+import { answerThinkingBudget, refuseShortBudget } from "./structured-budget.ts";
 import { createMatcher, type RequestStructure } from "./structured-support.ts";
+import { ThinkingStage, type SplitText, type ThinkingPlan } from "./thinking.ts";
 
 const ID_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 const callId = () => {
@@ -28,6 +30,8 @@ export class ChoiceStream {
   private readonly mask: Uint32Array | null;
   /** Splits tool calls out of the text when the request has tools. */
   private readonly tools: ToolCallStreamParser | null;
+  /** Splits a thinking block off the answer, for models that write one. */
+  private readonly thinking: ThinkingStage | null;
   private toolCalls = 0;
   generated = 0;
   finished = false;
@@ -44,13 +48,18 @@ export class ChoiceStream {
     private readonly maxNew: number,
     /** The request's grammar and tool syntax, compiled before admission (see structure-compiler.ts). */
     structure: RequestStructure,
+    thinking: ThinkingPlan | null = null,
   ) {
     this.sampler = createChoiceSampler(request.sampling, model.tokenizer.vocabSize, index);
     this.detok = model.tokenizer.createDetokenizer();
     this.stop = new StopMatcher(request.stop);
     this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
+    const plan = thinking && model.reasoning ? thinking : null;
+    // A constrained answer must fit after any thinking: the block closes in time to leave it room.
+    if (this.matcher) refuseShortBudget(this.matcher, maxNew, request, plan?.startsInside ? model.reasoning!.tokens.end.length : 0);
     this.mask = this.matcher ? allocateTokenBitmask(model.tokenizer.vocabSize) : null;
     this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax) : null;
+    this.thinking = plan ? new ThinkingStage(model.tokenizer, model.reasoning!, answerThinkingBudget(plan, this.matcher, maxNew), this.matcher !== null) : null;
   }
 
   /**
@@ -59,10 +68,12 @@ export class ChoiceStream {
    */
   advance(logits: Float32Array, out: GenerationEvent[]): number | null {
     const { tokenizer } = this.model;
-    if (this.matcher) this.matcher.fillNextTokenBitmask(this.mask!);
-    const token = this.sampler.sample(logits, this.mask);
-    if (this.matcher && !this.matcher.acceptToken(token)) throw new Error(`grammar refused token ${token} it allowed`);
-    if (this.request.logprobs) {
+    // At its budget a thinking block is closed by the engine: its tag is fed, not sampled.
+    const token = this.thinking?.forced() ?? this.sampler.sample(logits, this.nextMask());
+    // The grammar and logprobs cover the answer; thinking is free text, as OpenAI's is hidden.
+    const answer = this.thinking?.isAnswer(token) ?? true;
+    if (this.matcher && answer && !this.matcher.acceptToken(token)) throw new Error(`grammar refused token ${token} it allowed`);
+    if (this.request.logprobs && answer) {
       this.pendingLogprobs.push(tokenLogprob(this.sampler, logits, token, this.request.topLogprobs, tokenizer));
     }
     this.generated++;
@@ -73,7 +84,7 @@ export class ChoiceStream {
       return null;
     }
     this.sampler.accept(token);
-    const piece = this.stop.push(this.detok.push(token));
+    const piece = this.stop.push(this.thinking ? this.split(this.thinking.push(token), out) : this.detok.push(token));
     this.emit(piece.text, out);
     if (piece.stopped) {
       this.finish("stop", out, false);
@@ -90,14 +101,33 @@ export class ChoiceStream {
   finish(reason: FinishReason, out: GenerationEvent[], flush = true): void {
     if (this.finished) return;
     if (flush) {
-      const tail = this.stop.push(this.detok.finish());
+      const tail = this.stop.push(this.thinking ? this.split(this.thinking.finish(), out) : this.detok.finish());
       this.emit(tail.stopped ? tail.text : tail.text + this.stop.flush(), out);
     }
     if (this.tools) this.route(this.tools.finish(), out);
     this.finished = true;
     // A turn that ended in tool calls says so, as OpenAI does.
     const finish = reason === "stop" && this.toolCalls > 0 ? "tool_calls" : reason;
-    out.push({ type: "finish", index: this.index, reason: finish, completionTokens: this.generated });
+    out.push({ type: "finish", index: this.index, reason: finish, completionTokens: this.generated, reasoningTokens: this.thinking?.reasoningTokens ?? 0 });
+  }
+
+  /** The grammar's mask for an answer token, as the thinking stage adjusts it (or null). */
+  private nextMask(): Uint32Array | null {
+    let mask: Uint32Array | null = null;
+    if (this.matcher && !this.thinking?.thinking) {
+      // The budget left counts this token; the mask keeps only tokens that still let the document end in time.
+      this.matcher.fillNextTokenBitmask(this.mask!, this.maxNew - this.generated);
+      mask = this.mask;
+    }
+    return this.thinking ? this.thinking.mask(mask) : mask;
+  }
+
+  /** Emits the thinking's text and returns the answer's. */
+  private split(text: SplitText, out: GenerationEvent[]): string {
+    if (text.reasoning) out.push({ type: "reasoning", index: this.index, text: text.reasoning });
+    // Logprobs stay in step with the content: a token trimmed from it loses its entry.
+    if (text.trimmed) this.pendingLogprobs.pop();
+    return text.content;
   }
 
   private emit(text: string, out: GenerationEvent[]) {

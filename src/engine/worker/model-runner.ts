@@ -11,13 +11,18 @@ import { EngineRequestError, type EngineModel, type ImagePart } from "../types.t
 import { ImageInputError } from "../../vision/errors.ts";
 import { VisionModel, type EncodedImage, type PromptImages, type RequestImage } from "../vision/vision-model.ts";
 import { expandPlaceholders } from "../vision/placeholders.ts";
+import { promptOpensBlock, type ReasoningCard } from "../../structured/reasoning/index.ts";
 import type { WireRequest, WorkerOptions } from "./protocol.ts";
+import { modelReasoning, templateContext, templateSettings, type ModelReasoning, type TemplateContext } from "./reasoning.ts";
+import type { ThinkingPlan } from "./thinking.ts";
 
 interface ModelCard {
   id?: string;
   display_name?: string;
   context_length?: number;
   capabilities?: { tools?: boolean; structured_output?: boolean; images?: boolean };
+  /** The thinking block's tags and budgets, or false: the model does not think. */
+  reasoning?: ReasoningCard;
 }
 
 export class ModelRunner {
@@ -28,6 +33,10 @@ export class ModelRunner {
     readonly providers: ProviderChoice,
     /** The image encoder of a vision-language model; null for text-only models. */
     readonly vision: VisionModel | null,
+    /** What the chat template reads (for chat_template_kwargs). */
+    readonly template: TemplateContext,
+    /** The thinking block the model writes, or null. */
+    readonly reasoning: ModelReasoning | null,
     /** A lower bound on a prompt's tokens without tokenising it (null: none for this tokenizer). */
     readonly promptBound: PromptBound | null,
   ) {}
@@ -59,13 +68,15 @@ export class ModelRunner {
       dir: opts.dir,
       provider: decoder.provider,
     };
+    const template = templateContext(tokenizer);
+    const reasoning = await modelReasoning(tokenizer, card.reasoning, template);
     let promptBound: PromptBound | null = null;
     try {
       promptBound = PromptBound.fromTokenizerJson(JSON.parse(readFileSync(join(opts.dir, "tokenizer.json"), "utf8")));
     } catch {
       // No bound: long prompts are then refused only after tokenising.
     }
-    return new ModelRunner(decoder, tokenizer, info, providers, vision, promptBound);
+    return new ModelRunner(decoder, tokenizer, info, providers, vision, template, reasoning, promptBound);
   }
 
   get vocabSize(): number {
@@ -77,8 +88,11 @@ export class ModelRunner {
     return (await this.prompt(req)).ids;
   }
 
-  /** The prompt's token ids and, when it has images, their features (image tokens count as prompt tokens). */
-  async prompt(req: WireRequest): Promise<{ ids: number[]; images: PromptImages | null }> {
+  /**
+   * The prompt's token ids and, when it has images, their features (image tokens count as prompt
+   * tokens); for a model that thinks, where the prompt leaves its output and the thinking budget.
+   */
+  async prompt(req: WireRequest): Promise<{ ids: number[]; images: PromptImages | null; thinking: ThinkingPlan | null }> {
     let banned = 0;
     for (const [key, bias] of Object.entries(req.sampling.logitBias)) {
       const id = Number(key);
@@ -99,9 +113,10 @@ export class ModelRunner {
         "invalid_value",
       );
     }
+    const settings = templateSettings(req, this.info.id, this.template, this.reasoning);
     let text: string;
     try {
-      text = renderChatPrompt(this.tokenizer, req.messages, { tools: req.tools, addGenerationPrompt: true });
+      text = renderChatPrompt(this.tokenizer, req.messages, { tools: req.tools, addGenerationPrompt: true, kwargs: settings.kwargs });
     } catch (e) {
       if (e instanceof ChatTemplateError) {
         throw new EngineRequestError(`The model's chat template refused the messages: ${e.message}`, "messages", "invalid_value");
@@ -119,6 +134,7 @@ export class ModelRunner {
         "context_length_exceeded",
       );
     }
+    const thinking = this.reasoning ? { startsInside: promptOpensBlock(text, this.reasoning.format.tags), budget: settings.budget } : null;
     const requestImages = imagesOf(req);
     let encoded: EncodedImage[] = [];
     if (requestImages.length > 0) {
@@ -156,7 +172,7 @@ export class ModelRunner {
         "context_length_exceeded",
       );
     }
-    return { ids, images };
+    return { ids, images, thinking };
   }
 }
 

@@ -116,7 +116,7 @@ export class Scheduler {
 
   private async admitNow(rid: number, request: WireRequest, structureKey: string | null, admission: { cancelled: boolean }): Promise<number> {
     const gone = () => new EngineRequestError("The request was cancelled before it started.", null, "cancelled");
-    const { ids: prompt, images } = await this.model.prompt(request);
+    const { ids: prompt, images, thinking } = await this.model.prompt(request);
     if (admission.cancelled) throw gone();
     // Compiled on its own thread: the rounds of the running requests go on meanwhile.
     const structure = await this.structures.resolve(rid, request, structureKey);
@@ -139,7 +139,7 @@ export class Scheduler {
     }
     const choices: ChoiceRun[] = [];
     for (let index = 0; index < request.n; index++) {
-      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, structure), seq: null, next: null });
+      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, structure, thinking), seq: null, next: null });
     }
     const key = prefixKey(prompt, images);
     this.queue.push({ rid, request, prompt, images, key, maxNew, state: "queued", choices, cancelled: false, out: [] });
@@ -248,6 +248,8 @@ export class Scheduler {
       const first = job.choices[0]!.seq!;
       const hit = this.prefix.lookup(job.key, job.prompt.length - 1);
       if (hit) this.backend.restore(first, hit.entry, hit.length);
+      // What the cache served is the request's cached_tokens (usage.prompt_tokens_details).
+      job.out.push({ type: "prompt", cachedTokens: hit?.length ?? 0 });
       job.state = "prefill";
       this.active.push(job);
     }

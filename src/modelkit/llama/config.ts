@@ -1,6 +1,26 @@
 // The architecture description of a Llama-family decoder, and its config.json rendering.
 
-export type ModelType = "llama" | "qwen3";
+export type ModelType = "llama" | "mistral" | "qwen2" | "qwen3";
+
+/** transformers' class for each model type (config.json `architectures`). */
+export const ARCHITECTURES: Record<ModelType, string> = {
+  llama: "LlamaForCausalLM",
+  mistral: "MistralForCausalLM",
+  qwen2: "Qwen2ForCausalLM",
+  qwen3: "Qwen3ForCausalLM",
+};
+
+/**
+ * Llama 3.1's rotary frequency scaling (rope_scaling.rope_type "llama3"): long wavelengths are
+ * slowed by `factor`, short ones kept, and the band between interpolated.
+ */
+export interface Llama3RopeScaling {
+  type: "llama3";
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPositionEmbeddings: number;
+}
 
 /** `standard`: plain ONNX ops for any execution provider; `fused`: ORT contrib ops (CPU + CUDA). */
 export type GraphVariant = "standard" | "fused";
@@ -21,6 +41,11 @@ export interface LlamaConfig {
   tieWordEmbeddings: boolean;
   /** Per-head RMSNorm of q and k before the rotary embedding (Qwen3). */
   qkNorm: boolean;
+  /** Biases on the q, k and v projections (Qwen2; Llama's attention_bias). */
+  qkvBias?: boolean;
+  /** A bias on the output projection (Llama's attention_bias). */
+  oBias?: boolean;
+  ropeScaling?: Llama3RopeScaling | null;
   bosTokenId: number;
   eosTokenId: number | number[];
   padTokenId?: number;
@@ -31,13 +56,16 @@ export function validateConfig(c: LlamaConfig): void {
   for (const k of pos) if (!Number.isInteger(c[k]) || c[k] <= 0) throw new Error(`config.${k} must be a positive integer`);
   if (c.numHeads % c.numKvHeads !== 0) throw new Error("numHeads must be a multiple of numKvHeads");
   if (c.headDim % 2 !== 0) throw new Error("headDim must be even for rotary embeddings");
+  const r = c.ropeScaling;
+  if (r && !(r.factor > 0 && r.highFreqFactor > r.lowFreqFactor && r.originalMaxPositionEmbeddings > 0)) {
+    throw new Error("rope scaling llama3 needs factor > 0, high_freq_factor > low_freq_factor and original_max_position_embeddings > 0");
+  }
 }
 
-/** config.json as transformers writes it for LlamaForCausalLM / Qwen3ForCausalLM. */
-export function hfConfigJson(c: LlamaConfig, dtype: "float32" | "float16"): Record<string, unknown> {
-  const arch = c.modelType === "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+/** config.json as transformers writes it for these architectures. */
+export function hfConfigJson(c: LlamaConfig, dtype: "float32" | "float16" | "bfloat16"): Record<string, unknown> {
   const out: Record<string, unknown> = {
-    architectures: [arch],
+    architectures: [ARCHITECTURES[c.modelType]],
     model_type: c.modelType,
     hidden_size: c.hiddenSize,
     intermediate_size: c.intermediateSize,
@@ -50,8 +78,16 @@ export function hfConfigJson(c: LlamaConfig, dtype: "float32" | "float16"): Reco
     max_position_embeddings: c.maxPositionEmbeddings,
     rms_norm_eps: c.rmsNormEps,
     rope_theta: c.ropeTheta,
-    rope_scaling: null,
-    attention_bias: false,
+    rope_scaling: c.ropeScaling
+      ? {
+          rope_type: "llama3",
+          factor: c.ropeScaling.factor,
+          low_freq_factor: c.ropeScaling.lowFreqFactor,
+          high_freq_factor: c.ropeScaling.highFreqFactor,
+          original_max_position_embeddings: c.ropeScaling.originalMaxPositionEmbeddings,
+        }
+      : null,
+    attention_bias: c.oBias === true,
     attention_dropout: 0.0,
     mlp_bias: false,
     tie_word_embeddings: c.tieWordEmbeddings,

@@ -4,10 +4,23 @@
 //   input_ids, attention_mask, position_ids (int64), past_key_values.{i}.key|value
 //   -> logits, present.{i}.key|value (KV cache [batch, kv_heads, seq, head_dim]).
 
-import { type Dim, ExternalDataPlan, GraphBuilder, MS_DOMAIN, type OpsetImport, type SerializedModel, serializeModel } from "../onnx/builder.ts";
-import { floatTensor } from "../onnx/tensor.ts";
+import { type Dim, type ExternalDataFile, ExternalDataPlan, GraphBuilder, MS_DOMAIN, type OpsetImport, type SerializedModel, serializeModel } from "../onnx/builder.ts";
+import { floatTensor, tensor } from "../onnx/tensor.ts";
+import { Q4_BLOCK, type Q4Matrix, quantizeQ4, quantizeQ4Rows } from "../quant/q4.ts";
 import { type GraphVariant, type LlamaConfig, type WeightDType, validateConfig } from "./config.ts";
-import { type LlamaLayerWeights, type LlamaWeights, checkWeights, inverseFrequencies, rotaryCaches } from "./weights.ts";
+import {
+  type LlamaLayerWeights,
+  type LlamaWeightSource,
+  type LlamaWeights,
+  checkEmbed,
+  checkFinalNorm,
+  checkLayer,
+  checkLmHead,
+  checkWeights,
+  inMemorySource,
+  inverseFrequencies,
+  rotaryCaches,
+} from "./weights.ts";
 
 export interface DecoderGraphOptions {
   variant: GraphVariant;
@@ -34,6 +47,25 @@ export interface DecoderGraphOptions {
    * per-head q/k norms (which need q and k apart).
    */
   packedQkv?: boolean;
+  /**
+   * Fused variant only: every projection (the output head too) as ONNX Runtime's MatMulNBits
+   * with 4-bit weights in blocks of 32 (see quant/q4.ts), and the token embedding as
+   * GatherBlockQuantized of the same kind (sharing the head's bytes when tied). Activations stay
+   * `dtype`, as do the scales.
+   */
+  q4?: {
+    /**
+     * MatMulNBits' accuracy_level: the precision its CPU kernel computes in. 4 quantises each
+     * activation block to int8 and multiplies in integers (onnxruntime-genai's CPU default, the
+     * fastest); 1 dequantises to float32 (0 leaves the attribute out: the same as 1 on the CPU).
+     */
+    accuracyLevel: number;
+  };
+  /**
+   * Writes large initializers to this file while the graph is built, so the weights are never
+   * all in memory (use with a LlamaWeightSource); the caller closes it.
+   */
+  externalData?: ExternalDataFile;
 }
 
 export const OPSET_ONNX = 17;
@@ -62,6 +94,7 @@ interface Ctx {
   dtCode: number;
   inputsEmbeds: boolean;
   mropeSection: [number, number, number] | null;
+  q4: { accuracyLevel: number } | null;
 }
 
 function weight(ctx: Ctx, name: string, dims: number[], values: Float32Array): string {
@@ -69,7 +102,32 @@ function weight(ctx: Ctx, name: string, dims: number[], values: Float32Array): s
 }
 
 function matmul(ctx: Ctx, x: string, name: string, w: Float32Array, rows: number, cols: number): string {
+  if (ctx.q4) return matmulNBits(ctx, x, name, quantizeQ4(w, rows, cols));
   return ctx.g.op("MatMul", [x, weight(ctx, name, [rows, cols], w)]);
+}
+
+/** The initializers of a quantised weight, named as ONNX Runtime's quantiser names them. */
+function q4Initializers(ctx: Ctx, name: string, q: Q4Matrix): { data: string; scales: string; zeroPoints: string } {
+  const { g } = ctx;
+  return {
+    data: g.initializer(`${name}_Q4`, tensor("uint8", [q.n, q.blocks, Q4_BLOCK / 2], q.data)),
+    scales: g.initializer(`${name}_scales`, floatTensor(ctx.dt, [q.n * q.blocks], q.scales)),
+    zeroPoints: g.initializer(`${name}_zero_points`, tensor("uint8", [q.zeroPoints.length], q.zeroPoints)),
+  };
+}
+
+function nbits(ctx: Ctx, x: string, q: Q4Matrix, init: { data: string; scales: string; zeroPoints: string }): string {
+  const level = ctx.q4?.accuracyLevel ?? 0;
+  const attrs = { K: q.k, N: q.n, bits: 4, block_size: Q4_BLOCK, ...(level ? { accuracy_level: level } : {}) };
+  return ctx.g.op("MatMulNBits", [x, init.data, init.scales, init.zeroPoints], attrs, MS_DOMAIN);
+}
+
+function matmulNBits(ctx: Ctx, x: string, name: string, q: Q4Matrix): string {
+  return nbits(ctx, x, q, q4Initializers(ctx, name, q));
+}
+
+function addBias(ctx: Ctx, y: string, name: string, b: Float32Array | undefined): string {
+  return b ? ctx.g.op("Add", [y, weight(ctx, name, [b.length], b)]) : y;
 }
 
 function castTo(ctx: Ctx, x: string, code: number): string {
@@ -95,12 +153,48 @@ function swiglu(ctx: Ctx, x: string, l: LlamaLayerWeights, i: number): string {
   return matmul(ctx, g.op("Mul", [act, up]), `model.layers.${i}.mlp.down_proj.weight`, l.down, c.intermediateSize, c.hiddenSize);
 }
 
-function lmHead(ctx: Ctx, w: LlamaWeights, embedName: string): string {
-  if (ctx.c.tieWordEmbeddings) {
-    // Transposing the shared table in-graph keeps one copy on disk; ORT folds it at load time.
-    return ctx.g.op("Transpose", [embedName], { perm: [1, 0] });
+/**
+ * The token embedding: `{ hidden }` the embedded ids, and `project` the output head applied to
+ * the final hidden states. Quantised, the table is GatherBlockQuantized over 4-bit rows and the
+ * head MatMulNBits; a tied pair shares one set of bytes.
+ */
+function embedding(ctx: Ctx, ids: string, src: LlamaWeightSource): { hidden: string; project: (final: string) => string } {
+  const { g, c } = ctx;
+  // Read where it is used and not kept in a variable: the closures below share this scope, and
+  // a checkpoint's table must not stay alive while the layers are built.
+  const readEmbed = () => {
+    const embed = src.embed();
+    checkEmbed(c, embed);
+    return embed;
+  };
+  if (!ctx.q4) {
+    const table = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], readEmbed());
+    const hidden = ctx.inputsEmbeds ? ids : g.op("Gather", [table, ids], { axis: 0 });
+    const project = (final: string) => {
+      // Transposing the shared table in-graph keeps one copy on disk; ORT folds it at load time.
+      const head = c.tieWordEmbeddings
+        ? g.op("Transpose", [table], { perm: [1, 0] })
+        : weight(ctx, "lm_head.weight", [c.hiddenSize, c.vocabSize], checkLmHead(c, src.lmHead()));
+      return g.op("MatMul", [final, head]);
+    };
+    return { hidden, project };
   }
-  return weight(ctx, "lm_head.weight", [ctx.c.hiddenSize, ctx.c.vocabSize], w.lmHead as Float32Array);
+  // The table's rows are the tied head's columns: one quantisation serves both.
+  const rows = quantizeQ4Rows(readEmbed(), c.vocabSize, c.hiddenSize);
+  const tiedHead = c.tieWordEmbeddings ? q4Initializers(ctx, "lm_head.weight", rows) : null;
+  const init = tiedHead ?? q4Initializers(ctx, "model.embed_tokens.weight", rows);
+  const V = c.vocabSize;
+  const data = g.op("Reshape", [init.data, g.i64([V, rows.blocks * (Q4_BLOCK / 2)])]);
+  const scales = g.op("Reshape", [init.scales, g.i64([V, rows.blocks])]);
+  const zeroPoints = g.op("Reshape", [init.zeroPoints, g.i64([V, Math.ceil(rows.blocks / 2)])]);
+  let hidden = g.op("GatherBlockQuantized", [data, ids, scales, zeroPoints], { bits: 4, block_size: Q4_BLOCK, gather_axis: 0, quantize_axis: 1 }, MS_DOMAIN);
+  // Rows padded to whole blocks come back padded (with exact zeros): cut to the hidden size.
+  if (rows.blocks * Q4_BLOCK !== c.hiddenSize) hidden = g.op("Slice", [hidden, g.i64([0]), g.i64([c.hiddenSize]), g.i64([-1])]);
+  const project = (final: string) => {
+    if (tiedHead) return nbits(ctx, final, rows, tiedHead);
+    return matmul(ctx, final, "lm_head.weight", checkLmHead(c, src.lmHead()), c.hiddenSize, c.vocabSize);
+  };
+  return { hidden, project };
 }
 
 function declareIo(ctx: Ctx, kvHeadDim: number): { ids: string; mask: string; pos: string } {
@@ -163,7 +257,7 @@ function mropeFreqs(ctx: Ctx, pos: string, inv: string, section: [number, number
 /** cos/sin [batch, 1, seq, head_dim] from position_ids, computed in float32. */
 function rotaryTables(ctx: Ctx, pos: string): { cos: string; sin: string } {
   const { g, c } = ctx;
-  const inv = g.initializer("rotary_inv_freq", floatTensor("float32", [c.headDim / 2], inverseFrequencies(c.headDim, c.ropeTheta)));
+  const inv = g.initializer("rotary_inv_freq", floatTensor("float32", [c.headDim / 2], inverseFrequencies(c.headDim, c.ropeTheta, c.ropeScaling)));
   const freqs = ctx.mropeSection
     ? mropeFreqs(ctx, pos, inv, ctx.mropeSection)
     : g.op("Mul", [g.op("Unsqueeze", [g.op("Cast", [pos], { to: 1 }), g.i64([-1])]), inv]); // [B,S,D/2]
@@ -208,9 +302,11 @@ function attentionStandard(
   const pre = `model.layers.${i}.self_attn`;
   const qn = c.qkNorm ? weight(ctx, `${pre}.q_norm.weight`, [c.headDim], l.qNorm as Float32Array) : undefined;
   const kn = c.qkNorm ? weight(ctx, `${pre}.k_norm.weight`, [c.headDim], l.kNorm as Float32Array) : undefined;
-  const q = splitHeads(ctx, matmul(ctx, x, `${pre}.q_proj.weight`, l.q, c.hiddenSize, qDim), c.numHeads, qn);
-  const k = splitHeads(ctx, matmul(ctx, x, `${pre}.k_proj.weight`, l.k, c.hiddenSize, kvDim), c.numKvHeads, kn);
-  const v = g.op("Reshape", [matmul(ctx, x, `${pre}.v_proj.weight`, l.v, c.hiddenSize, kvDim), g.i64([0, 0, c.numKvHeads, c.headDim])]);
+  const proj = (p: "q" | "k" | "v", w: Float32Array, cols: number, b: Float32Array | undefined) =>
+    addBias(ctx, matmul(ctx, x, `${pre}.${p}_proj.weight`, w, c.hiddenSize, cols), `${pre}.${p}_proj.bias`, b);
+  const q = splitHeads(ctx, proj("q", l.q, qDim, l.qBias), c.numHeads, qn);
+  const k = splitHeads(ctx, proj("k", l.k, kvDim, l.kBias), c.numKvHeads, kn);
+  const v = g.op("Reshape", [proj("v", l.v, kvDim, l.vBias), g.i64([0, 0, c.numKvHeads, c.headDim])]);
   const toBhsd = (t: string) => g.op("Transpose", [t], { perm: [0, 2, 1, 3] });
   const qr = applyRotary(ctx, toBhsd(q), rope.cos, rope.sin);
   const kr = applyRotary(ctx, toBhsd(k), rope.cos, rope.sin);
@@ -228,19 +324,21 @@ function attentionStandard(
   if (ctx.dt === "float16") probs = castTo(ctx, probs, ctx.dtCode);
   const ctxv = g.op("MatMul", [probs, g.op("Unsqueeze", [presentV, g.i64([2])])]); // [B,KV,G,S,D]
   const merged = g.op("Reshape", [g.op("Transpose", [g.op("Reshape", [ctxv, g.i64([0, c.numHeads, -1, c.headDim])])], { perm: [0, 2, 1, 3] }), g.i64([0, 0, qDim])]);
-  const out = matmul(ctx, merged, `${pre}.o_proj.weight`, l.o, qDim, c.hiddenSize);
+  const out = addBias(ctx, matmul(ctx, merged, `${pre}.o_proj.weight`, l.o, qDim, c.hiddenSize), `${pre}.o_proj.bias`, l.oBias);
   return { out, presentK, presentV };
 }
 
-function buildStandard(ctx: Ctx, w: LlamaWeights): void {
+function buildStandard(ctx: Ctx, src: LlamaWeightSource): void {
   const { g, c } = ctx;
   const { ids, mask, pos } = declareIo(ctx, c.headDim);
-  const embedName = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], w.embed);
-  let h = ctx.inputsEmbeds ? ids : g.op("Gather", [embedName, ids], { axis: 0 });
+  const emb = embedding(ctx, ids, src);
+  let h = emb.hidden;
   const bias = attentionBias(ctx, ids, mask);
   const rope = rotaryTables(ctx, pos);
   const presents: [string, string][] = [];
-  w.layers.forEach((l, i) => {
+  for (let i = 0; i < c.numLayers; i++) {
+    const l = src.layer(i);
+    if (!src.checked) checkLayer(c, l, i);
     const pre = `model.layers.${i}`;
     const n1 = rmsNormStandard(ctx, h, weight(ctx, `${pre}.input_layernorm.weight`, [c.hiddenSize], l.inputNorm));
     const att = attentionStandard(ctx, n1, l, i, bias, rope);
@@ -248,9 +346,15 @@ function buildStandard(ctx: Ctx, w: LlamaWeights): void {
     h = g.op("Add", [h, att.out]);
     const n2 = rmsNormStandard(ctx, h, weight(ctx, `${pre}.post_attention_layernorm.weight`, [c.hiddenSize], l.postNorm));
     h = g.op("Add", [h, swiglu(ctx, n2, l, i)]);
-  });
-  const final = rmsNormStandard(ctx, h, weight(ctx, "model.norm.weight", [c.hiddenSize], w.finalNorm));
-  declareOutputs(ctx, g.op("MatMul", [final, lmHead(ctx, w, embedName)]), presents, c.headDim);
+  }
+  const final = rmsNormStandard(ctx, h, weight(ctx, "model.norm.weight", [c.hiddenSize], finalNorm(ctx, src)));
+  declareOutputs(ctx, emb.project(final), presents, c.headDim);
+}
+
+function finalNorm(ctx: Ctx, src: LlamaWeightSource): Float32Array {
+  const w = src.finalNorm();
+  checkFinalNorm(ctx.c, w);
+  return w;
 }
 
 // ---------------------------------------------------------------- fused variant
@@ -319,20 +423,20 @@ function concatColumns(rows: number, parts: Float32Array[]): Float32Array {
   return out;
 }
 
-function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number, packedQkv: boolean): void {
+function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packedQkv: boolean): void {
   const { g, c } = ctx;
   const D = c.headDim;
   const Dp = gqaHeadDim(D);
   const { ids, mask } = declareIo(ctx, Dp);
   const qDim = c.numHeads * Dp;
   const kvDim = c.numKvHeads * Dp;
-  const embedName = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], w.embed);
-  const embedded = ctx.inputsEmbeds ? ids : g.op("Gather", [embedName, ids], { axis: 0 });
+  const emb = embedding(ctx, ids, src);
+  const embedded = emb.hidden;
 
   // As onnxruntime-genai's builder does: seqlens_k = sum(mask) - 1, total = mask width.
   const seqlensK = g.op("Cast", [g.op("Sub", [g.op("ReduceSum", [mask, g.i64([1])], { keepdims: 0 }), g.i64(1)])], { to: 6 });
   const totalLen = g.op("Cast", [g.op("Gather", [g.op("Shape", [mask]), g.i64(1)], { axis: 0 })], { to: 6 });
-  const tables = rotaryCaches(D, c.ropeTheta, cacheLen);
+  const tables = rotaryCaches(D, c.ropeTheta, cacheLen, c.ropeScaling);
   const cosP = new Float32Array(cacheLen * (Dp / 2)).fill(1);
   const sinP = new Float32Array(cacheLen * (Dp / 2));
   for (let p = 0; p < cacheLen; p++) {
@@ -359,8 +463,9 @@ function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number, packedQkv: bool
   const presents: [string, string][] = [];
   let residual = embedded;
   let pending = ""; // the previous block's output, added to the residual by the next norm
-  for (let i = 0; i < w.layers.length; i++) {
-    const l = w.layers[i];
+  for (let i = 0; i < c.numLayers; i++) {
+    const l = src.layer(i);
+    if (!src.checked) checkLayer(c, l, i);
     const pre = `model.layers.${i}`;
     const w1 = weight(ctx, `${pre}.input_layernorm.weight`, [c.hiddenSize], l.inputNorm);
     let n1: string;
@@ -371,14 +476,19 @@ function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number, packedQkv: bool
     const qw = padColumns(l.q, c.hiddenSize, c.numHeads, D, Dp);
     const kw = padColumns(l.k, c.hiddenSize, c.numKvHeads, D, Dp);
     const vw = padColumns(l.v, c.hiddenSize, c.numKvHeads, D, Dp);
+    // Biases are padded as one row of the weights.
+    const bias = (b: Float32Array | undefined, heads: number) => (b ? padColumns(b, 1, heads, D, Dp) : undefined);
+    const [qb, kb, vb] = [bias(l.qBias, c.numHeads), bias(l.kBias, c.numKvHeads), bias(l.vBias, c.numKvHeads)];
     let q: string;
     let k = "";
     let v = "";
-    if (packedQkv) q = matmul(ctx, n1, `${att}.qkv_proj.weight`, concatColumns(c.hiddenSize, [qw, kw, vw]), c.hiddenSize, qDim + 2 * kvDim);
-    else {
-      q = matmul(ctx, n1, `${att}.q_proj.weight`, qw, c.hiddenSize, qDim);
-      k = matmul(ctx, n1, `${att}.k_proj.weight`, kw, c.hiddenSize, kvDim);
-      v = matmul(ctx, n1, `${att}.v_proj.weight`, vw, c.hiddenSize, kvDim);
+    if (packedQkv) {
+      const packed = matmul(ctx, n1, `${att}.qkv_proj.weight`, concatColumns(c.hiddenSize, [qw, kw, vw]), c.hiddenSize, qDim + 2 * kvDim);
+      q = addBias(ctx, packed, `${att}.qkv_proj.bias`, qb && kb && vb ? concatColumns(1, [qb, kb, vb]) : undefined);
+    } else {
+      q = addBias(ctx, matmul(ctx, n1, `${att}.q_proj.weight`, qw, c.hiddenSize, qDim), `${att}.q_proj.bias`, qb);
+      k = addBias(ctx, matmul(ctx, n1, `${att}.k_proj.weight`, kw, c.hiddenSize, kvDim), `${att}.k_proj.bias`, kb);
+      v = addBias(ctx, matmul(ctx, n1, `${att}.v_proj.weight`, vw, c.hiddenSize, kvDim), `${att}.v_proj.bias`, vb);
     }
     if (c.qkNorm) {
       q = perHeadNorm(q, c.numHeads, qkNormWeight(`${att}.q_norm.weight`, l.qNorm as Float32Array));
@@ -396,15 +506,15 @@ function buildFused(ctx: Ctx, w: LlamaWeights, cacheLen: number, packedQkv: bool
       MS_DOMAIN,
     );
     presents.push([pk, pv]);
-    const o = matmul(ctx, attnOut, `${att}.o_proj.weight`, padRows(l.o, c.hiddenSize, c.numHeads, D, Dp), qDim, c.hiddenSize);
+    const o = addBias(ctx, matmul(ctx, attnOut, `${att}.o_proj.weight`, padRows(l.o, c.hiddenSize, c.numHeads, D, Dp), qDim, c.hiddenSize), `${att}.o_proj.bias`, l.oBias);
     const w2 = weight(ctx, `${pre}.post_attention_layernorm.weight`, [c.hiddenSize], l.postNorm);
     const [n2, sum] = skipNorm(ctx, o, residual, w2);
     residual = sum;
     pending = swiglu(ctx, n2, l, i);
   }
-  const wf = weight(ctx, "model.norm.weight", [c.hiddenSize], w.finalNorm);
+  const wf = weight(ctx, "model.norm.weight", [c.hiddenSize], finalNorm(ctx, src));
   const [final] = skipNorm(ctx, pending, residual, wf);
-  declareOutputs(ctx, g.op("MatMul", [final, lmHead(ctx, w, embedName)]), presents, Dp);
+  declareOutputs(ctx, emb.project(final), presents, Dp);
 }
 
 export function decoderOpsets(variant: GraphVariant): OpsetImport[] {
@@ -412,17 +522,35 @@ export function decoderOpsets(variant: GraphVariant): OpsetImport[] {
   return variant === "fused" ? [...base, { domain: MS_DOMAIN, version: OPSET_MS }] : base;
 }
 
-/** Builds and serialises the decoder. */
-export function buildDecoderModel(c: LlamaConfig, w: LlamaWeights, opts: DecoderGraphOptions): SerializedModel {
+/**
+ * Builds and serialises the decoder, from weights in memory or from a source read a part at a
+ * time (with `externalData`, nothing but the part being written is held).
+ */
+export function buildDecoderModel(c: LlamaConfig, w: LlamaWeights | LlamaWeightSource, opts: DecoderGraphOptions): SerializedModel {
   validateConfig(c);
-  checkWeights(c, w);
-  const g = new GraphBuilder(`${c.modelType}_decoder_${opts.variant}`);
-  const ctx: Ctx = { g, c, dt: opts.dtype, dtCode: opts.dtype === "float16" ? 10 : 1, inputsEmbeds: opts.inputsEmbeds === true, mropeSection: opts.mropeSection ?? null };
+  let src: LlamaWeightSource;
+  if ("layers" in w) {
+    checkWeights(c, w);
+    src = inMemorySource(w);
+  } else src = w;
+  const g = new GraphBuilder(`${c.modelType}_decoder_${opts.variant}`, opts.externalData);
+  const ctx: Ctx = {
+    g,
+    c,
+    dt: opts.dtype,
+    dtCode: opts.dtype === "float16" ? 10 : 1,
+    inputsEmbeds: opts.inputsEmbeds === true,
+    mropeSection: opts.mropeSection ?? null,
+    q4: opts.q4 ?? null,
+  };
   // GroupQueryAttention rotates by sequence offsets: it cannot take 3-D positions.
   if (ctx.mropeSection && opts.variant !== "standard") throw new Error("multimodal rotary (mrope) needs the standard variant");
   if (opts.packedQkv && (opts.variant !== "fused" || c.qkNorm)) throw new Error("packed q/k/v needs the fused variant and no per-head q/k norms");
-  if (opts.variant === "standard") buildStandard(ctx, w);
-  else buildFused(ctx, w, opts.rotaryCacheLength ?? c.maxPositionEmbeddings, opts.packedQkv === true);
+  if (ctx.q4 && (opts.variant !== "fused" || ctx.inputsEmbeds)) throw new Error("4-bit weights need the fused variant and token ids as input");
+  if (opts.variant === "standard") buildStandard(ctx, src);
+  else buildFused(ctx, src, opts.rotaryCacheLength ?? c.maxPositionEmbeddings, opts.packedQkv === true);
   const plan = opts.externalDataFile ? new ExternalDataPlan(opts.externalDataFile, opts.externalMinBytes ?? 1024) : undefined;
-  return serializeModel(g, { opsets: decoderOpsets(opts.variant), metadata: { "sluice.variant": opts.variant, "sluice.dtype": opts.dtype } }, plan);
+  const metadata: Record<string, string> = { "sluice.variant": opts.variant, "sluice.dtype": opts.dtype };
+  if (ctx.q4) metadata["sluice.weights"] = `q4 (MatMulNBits, block ${Q4_BLOCK}, accuracy_level ${ctx.q4.accuracyLevel})`;
+  return serializeModel(g, { opsets: decoderOpsets(opts.variant), metadata }, plan);
 }

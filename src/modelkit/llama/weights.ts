@@ -1,7 +1,7 @@
 // Decoder weights in MatMul layout: every projection is stored [in, out] (y = x W), i.e. the
 // transpose of torch's nn.Linear.weight. Everything is float32 here; the graph converts.
 
-import type { LlamaConfig } from "./config.ts";
+import type { Llama3RopeScaling, LlamaConfig } from "./config.ts";
 
 export interface LlamaLayerWeights {
   inputNorm: Float32Array; // [hidden]
@@ -15,6 +15,10 @@ export interface LlamaLayerWeights {
   gate: Float32Array; // [hidden, intermediate]
   up: Float32Array; // [hidden, intermediate]
   down: Float32Array; // [intermediate, hidden]
+  qBias?: Float32Array; // [heads*headDim]
+  kBias?: Float32Array; // [kvHeads*headDim]
+  vBias?: Float32Array; // [kvHeads*headDim]
+  oBias?: Float32Array; // [hidden]
 }
 
 export interface LlamaWeights {
@@ -25,33 +29,78 @@ export interface LlamaWeights {
   lmHead?: Float32Array;
 }
 
-export function checkWeights(c: LlamaConfig, w: LlamaWeights): void {
+/**
+ * The same weights handed out a part at a time, so a graph can be built from a checkpoint that
+ * does not fit in memory: each part is read when the graph needs it and may be dropped after.
+ */
+export interface LlamaWeightSource {
+  /**
+   * The parts' sizes were verified already (a checkpoint's header, checked up front): a layer's
+   * fields may then be read only when the graph takes them, one matrix at a time.
+   */
+  readonly checked?: boolean;
+  embed(): Float32Array;
+  layer(i: number): LlamaLayerWeights;
+  finalNorm(): Float32Array;
+  /** [hidden, vocab]; undefined when the embedding is tied. */
+  lmHead(): Float32Array | undefined;
+}
+
+/** A source over weights that are all in memory. */
+export function inMemorySource(w: LlamaWeights): LlamaWeightSource {
+  return { embed: () => w.embed, layer: (i) => w.layers[i]!, finalNorm: () => w.finalNorm, lmHead: () => w.lmHead };
+}
+
+const expect = (name: string, a: Float32Array | undefined, n: number) => {
+  if (!a || a.length !== n) throw new Error(`weight ${name}: expected ${n} values, got ${a?.length ?? "none"}`);
+};
+
+export function checkLayer(c: LlamaConfig, l: LlamaLayerWeights, i: number): void {
   const H = c.hiddenSize;
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
   const I = c.intermediateSize;
-  const expect = (name: string, a: Float32Array | undefined, n: number) => {
-    if (!a || a.length !== n) throw new Error(`weight ${name}: expected ${n} values, got ${a?.length ?? "none"}`);
-  };
-  expect("embed", w.embed, c.vocabSize * H);
-  expect("finalNorm", w.finalNorm, H);
-  if (!c.tieWordEmbeddings) expect("lmHead", w.lmHead, H * c.vocabSize);
+  expect(`layers.${i}.inputNorm`, l.inputNorm, H);
+  expect(`layers.${i}.q`, l.q, H * q);
+  expect(`layers.${i}.k`, l.k, H * kv);
+  expect(`layers.${i}.v`, l.v, H * kv);
+  expect(`layers.${i}.o`, l.o, q * H);
+  expect(`layers.${i}.postNorm`, l.postNorm, H);
+  expect(`layers.${i}.gate`, l.gate, H * I);
+  expect(`layers.${i}.up`, l.up, H * I);
+  expect(`layers.${i}.down`, l.down, I * H);
+  if (c.qkNorm) {
+    expect(`layers.${i}.qNorm`, l.qNorm, c.headDim);
+    expect(`layers.${i}.kNorm`, l.kNorm, c.headDim);
+  }
+  if (c.qkvBias) {
+    expect(`layers.${i}.qBias`, l.qBias, q);
+    expect(`layers.${i}.kBias`, l.kBias, kv);
+    expect(`layers.${i}.vBias`, l.vBias, kv);
+  }
+  if (c.oBias) expect(`layers.${i}.oBias`, l.oBias, H);
+}
+
+export function checkEmbed(c: LlamaConfig, embed: Float32Array): void {
+  expect("embed", embed, c.vocabSize * c.hiddenSize);
+}
+
+export function checkFinalNorm(c: LlamaConfig, finalNorm: Float32Array): void {
+  expect("finalNorm", finalNorm, c.hiddenSize);
+}
+
+/** The untied output head, checked; throws when it is missing or the wrong size. */
+export function checkLmHead(c: LlamaConfig, lmHead: Float32Array | undefined): Float32Array {
+  expect("lmHead", lmHead, c.hiddenSize * c.vocabSize);
+  return lmHead!;
+}
+
+export function checkWeights(c: LlamaConfig, w: LlamaWeights): void {
+  checkEmbed(c, w.embed);
+  checkFinalNorm(c, w.finalNorm);
+  if (!c.tieWordEmbeddings) checkLmHead(c, w.lmHead);
   if (w.layers.length !== c.numLayers) throw new Error(`expected ${c.numLayers} layers, got ${w.layers.length}`);
-  w.layers.forEach((l, i) => {
-    expect(`layers.${i}.inputNorm`, l.inputNorm, H);
-    expect(`layers.${i}.q`, l.q, H * q);
-    expect(`layers.${i}.k`, l.k, H * kv);
-    expect(`layers.${i}.v`, l.v, H * kv);
-    expect(`layers.${i}.o`, l.o, q * H);
-    expect(`layers.${i}.postNorm`, l.postNorm, H);
-    expect(`layers.${i}.gate`, l.gate, H * I);
-    expect(`layers.${i}.up`, l.up, H * I);
-    expect(`layers.${i}.down`, l.down, I * H);
-    if (c.qkNorm) {
-      expect(`layers.${i}.qNorm`, l.qNorm, c.headDim);
-      expect(`layers.${i}.kNorm`, l.kNorm, c.headDim);
-    }
-  });
+  w.layers.forEach((l, i) => checkLayer(c, l, i));
 }
 
 /** Transposes a row-major [rows, cols] matrix. */
@@ -64,17 +113,34 @@ export function transpose(m: Float32Array, rows: number, cols: number): Float32A
   return out;
 }
 
-/** Rotary inverse frequencies theta^(-2i/d), computed in float32 as transformers does. */
-export function inverseFrequencies(headDim: number, theta: number): Float32Array {
+/**
+ * Rotary inverse frequencies theta^(-2i/d), computed in float32 as transformers does, with Llama
+ * 3.1's scaling when given (transformers' _compute_llama3_parameters).
+ */
+export function inverseFrequencies(headDim: number, theta: number, scaling?: Llama3RopeScaling | null): Float32Array {
   const half = headDim / 2;
   const out = new Float32Array(half);
   for (let i = 0; i < half; i++) out[i] = 1 / theta ** ((2 * i) / headDim);
+  if (!scaling) return out;
+  const { factor, lowFreqFactor: low, highFreqFactor: high, originalMaxPositionEmbeddings: oldLen } = scaling;
+  const lowWavelen = oldLen / low;
+  const highWavelen = oldLen / high;
+  for (let i = 0; i < half; i++) {
+    const f = out[i]!;
+    const wavelen = (2 * Math.PI) / f;
+    if (wavelen < highWavelen) continue;
+    if (wavelen > lowWavelen) out[i] = f / factor;
+    else {
+      const smooth = (oldLen / wavelen - low) / (high - low);
+      out[i] = ((1 - smooth) * f) / factor + smooth * f;
+    }
+  }
   return out;
 }
 
 /** cos/sin tables [maxPos, headDim/2] for the fused attention's rotary caches. */
-export function rotaryCaches(headDim: number, theta: number, maxPos: number): { cos: Float32Array; sin: Float32Array } {
-  const inv = inverseFrequencies(headDim, theta);
+export function rotaryCaches(headDim: number, theta: number, maxPos: number, scaling?: Llama3RopeScaling | null): { cos: Float32Array; sin: Float32Array } {
+  const inv = inverseFrequencies(headDim, theta, scaling);
   const half = headDim / 2;
   const cos = new Float32Array(maxPos * half);
   const sin = new Float32Array(maxPos * half);

@@ -1,6 +1,7 @@
 // A small typed builder for ONNX graphs on top of onnx-proto's generated bindings. It keeps
 // names unique, deduplicates small constants, and knows the attribute encodings.
 
+import { closeSync, openSync, writeSync } from "node:fs";
 import { onnx } from "onnx-proto";
 import { type DType, ONNX_DTYPE } from "./dtype.ts";
 import { type TensorData, elementCount, int64Tensor, rawBytes, tensor } from "./tensor.ts";
@@ -67,9 +68,23 @@ function valueInfoProto(v: ValueInfo): onnx.IValueInfoProto {
   };
 }
 
+/** Where an initializer's bytes went in an external data file. */
+export interface ExternalPlacement {
+  location: string;
+  offset: number;
+  length: number;
+}
+
+/** An initializer whose bytes are already in an external data file. */
+interface SpilledTensor {
+  dtype: DType;
+  dims: number[];
+  placed: ExternalPlacement;
+}
+
 export class GraphBuilder {
   private readonly nodes: onnx.INodeProto[] = [];
-  private readonly inits = new Map<string, TensorData>();
+  private readonly inits = new Map<string, TensorData | SpilledTensor>();
   private readonly inputs: ValueInfo[] = [];
   private readonly outputs: ValueInfo[] = [];
   private readonly infos: ValueInfo[] = [];
@@ -77,7 +92,14 @@ export class GraphBuilder {
   private readonly used = new Set<string>();
   private counter = 0;
 
-  constructor(readonly name: string) {}
+  /**
+   * `spill`: large initializers are written to this file as they are added and only their place is
+   * kept, so a graph's weights never need to be in memory all at once (see ExternalDataFile).
+   */
+  constructor(
+    readonly name: string,
+    private readonly spill?: ExternalDataFile,
+  ) {}
 
   /** A fresh value name derived from `hint`. */
   fresh(hint: string): string {
@@ -112,7 +134,8 @@ export class GraphBuilder {
   }
 
   initializer(name: string, t: TensorData): string {
-    this.inits.set(this.claim(name), t);
+    const placed = this.spill?.place(t);
+    this.inits.set(this.claim(name), placed ? { dtype: t.dtype, dims: t.dims, placed } : t);
     return name;
   }
 
@@ -169,14 +192,14 @@ export class GraphBuilder {
 
   initializerBytes(): number {
     let n = 0;
-    for (const t of this.inits.values()) n += t.data.byteLength;
+    for (const t of this.inits.values()) n += "placed" in t ? t.placed.length : t.data.byteLength;
     return n;
   }
 
   toGraph(external?: ExternalDataPlan): onnx.IGraphProto {
     const initializer: onnx.ITensorProto[] = [];
     for (const [name, t] of this.inits) {
-      const placed = external?.place(name, t);
+      const placed = "placed" in t ? t.placed : external?.place(name, t);
       if (placed) {
         initializer.push({
           name,
@@ -190,7 +213,7 @@ export class GraphBuilder {
           ],
         });
       } else {
-        initializer.push(tensorProto(name, t));
+        initializer.push(tensorProto(name, t as TensorData));
       }
     }
     return {
@@ -201,6 +224,47 @@ export class GraphBuilder {
       output: this.outputs.map(valueInfoProto),
       valueInfo: this.infos.map(valueInfoProto),
     };
+  }
+}
+
+/** Each tensor's start in an external data file: 4 KiB aligned, as onnx's saver does. */
+const EXTERNAL_ALIGN = 4096;
+
+/**
+ * An external data file written as initializers are added (GraphBuilder's `spill`): large
+ * tensors go to disk at once, aligned as ExternalDataPlan places them. Close it when the graph is
+ * built.
+ */
+export class ExternalDataFile {
+  private readonly fd: number;
+  private size = 0;
+
+  constructor(
+    path: string,
+    /** The file's name as the graph refers to it (relative to the .onnx file). */
+    readonly location: string,
+    private readonly minBytes = 1024,
+  ) {
+    this.fd = openSync(path, "w");
+  }
+
+  /** Writes the tensor and returns its place; null (nothing written) below the size threshold. */
+  place(t: TensorData): ExternalPlacement | null {
+    const bytes = rawBytes(t);
+    if (bytes.length < this.minBytes) return null;
+    const offset = Math.ceil(this.size / EXTERNAL_ALIGN) * EXTERNAL_ALIGN;
+    let at = 0;
+    while (at < bytes.length) at += writeSync(this.fd, bytes, at, bytes.length - at, offset + at);
+    this.size = offset + bytes.length;
+    return { location: this.location, offset, length: bytes.length };
+  }
+
+  get bytes(): number {
+    return this.size;
+  }
+
+  close(): void {
+    closeSync(this.fd);
   }
 }
 
@@ -217,7 +281,7 @@ export class ExternalDataPlan {
   place(_name: string, t: TensorData): { location: string; offset: number; length: number } | null {
     const bytes = rawBytes(t);
     if (bytes.length < this.minBytes) return null;
-    const pad = (4096 - (this.size % 4096)) % 4096;
+    const pad = (EXTERNAL_ALIGN - (this.size % EXTERNAL_ALIGN)) % EXTERNAL_ALIGN;
     if (pad) this.chunks.push(new Uint8Array(pad));
     const offset = this.size + pad;
     this.chunks.push(bytes);

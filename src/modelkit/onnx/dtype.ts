@@ -1,11 +1,12 @@
 // ONNX element types the model kit writes, and the conversions their raw bytes need.
 
-export type DType = "float32" | "float16" | "int64" | "int32" | "bool";
+export type DType = "float32" | "float16" | "int64" | "int32" | "bool" | "uint8";
 
 /** TensorProto.DataType codes (onnx.proto). */
 export const ONNX_DTYPE: Record<DType, number> = {
   float32: 1,
   bool: 9,
+  uint8: 2,
   int32: 6,
   int64: 7,
   float16: 10,
@@ -17,6 +18,7 @@ export const DTYPE_BYTES: Record<DType, number> = {
   int64: 8,
   int32: 4,
   bool: 1,
+  uint8: 1,
 };
 
 /** The typed array that holds one dtype's elements (float16 as raw IEEE half bit patterns). */
@@ -26,6 +28,7 @@ export type DTypeArray = {
   int64: BigInt64Array;
   int32: Int32Array;
   bool: Uint8Array;
+  uint8: Uint8Array;
 };
 
 const f32 = new Float32Array(1);
@@ -73,8 +76,20 @@ export function float32ToHalf(values: Float32Array): Uint16Array {
   return out;
 }
 
+let halfTable: Float32Array | null = null;
+
+/** IEEE half bits -> float32, through a table of all 65,536 values (checkpoints hold billions). */
 export function halfToFloat32(bits: Uint16Array): Float32Array {
-  const out = new Float32Array(bits.length);
-  for (let i = 0; i < bits.length; i++) out[i] = fromHalfBits(bits[i]);
+  return halfToFloat32Into(bits, new Float32Array(bits.length), 0);
+}
+
+/** Converts into `out` from `offset` on (no allocation), and returns `out`. */
+export function halfToFloat32Into(bits: Uint16Array, out: Float32Array, offset: number): Float32Array {
+  if (!halfTable) {
+    halfTable = new Float32Array(65536);
+    for (let h = 0; h < 65536; h++) halfTable[h] = fromHalfBits(h);
+  }
+  const table = halfTable;
+  for (let i = 0; i < bits.length; i++) out[offset + i] = table[bits[i]!]!;
   return out;
 }

@@ -1,4 +1,5 @@
-// The workspace's only script: copy buttons. Every page works without it.
+// The workspace's only script: copy buttons, the plan selector following the chosen account, and
+// keyboard access to tables that scroll sideways. Every page works without it.
 (function () {
   function status(el, text) {
     var out = document.getElementById(el.getAttribute("data-status") || "");
@@ -31,4 +32,24 @@
     if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done, fail);
     else fail();
   });
+
+  // Admin's "Set plan": choosing an account shows that account's plan.
+  document.addEventListener("change", function (ev) {
+    var sel = ev.target;
+    if (!(sel instanceof HTMLSelectElement) || !sel.hasAttribute("data-plan-select")) return;
+    var target = document.getElementById(sel.getAttribute("data-plan-select"));
+    var option = sel.options[sel.selectedIndex];
+    if (target && option && option.getAttribute("data-plan")) target.value = option.getAttribute("data-plan");
+  });
+
+  // A table wider than its box scrolls there; the box takes focus so arrow keys can scroll it.
+  function markScrollers() {
+    var wraps = document.querySelectorAll(".table-wrap");
+    for (var i = 0; i < wraps.length; i++) {
+      if (wraps[i].scrollWidth > wraps[i].clientWidth + 1) wraps[i].setAttribute("tabindex", "0");
+      else wraps[i].removeAttribute("tabindex");
+    }
+  }
+  markScrollers();
+  window.addEventListener("resize", markScrollers);
 })();

@@ -15,6 +15,14 @@ const keyJson = (k: ApiKeyInfo) => ({
   revoked_at: k.revokedAt,
 });
 
+/** Token counts as the API's usage names them (cached within prompt, reasoning within completion). */
+const tokens = (x: { promptTokens: number; completionTokens: number; cachedTokens: number; reasoningTokens: number }) => ({
+  prompt_tokens: x.promptTokens,
+  cached_tokens: x.cachedTokens,
+  completion_tokens: x.completionTokens,
+  reasoning_tokens: x.reasoningTokens,
+});
+
 export const apiRoutes: Route[] = [
   {
     method: "GET",
@@ -22,15 +30,15 @@ export const apiRoutes: Route[] = [
     access: "user",
     handle: (c) => json({ email: c.user.email, role: c.user.role, account: c.user.accountName, csrf_token: c.session.csrfToken }),
   },
-  { method: "GET", path: "/api/keys", access: "user", handle: (c) => json({ data: c.store.keys.list(c.user.accountId).map(keyJson) }) },
+  { method: "GET", path: "/api/keys", access: "user", handle: async (c) => json({ data: (await c.store.keys.list(c.user.accountId)).map(keyJson) }) },
   {
     method: "POST",
     path: "/api/keys",
     access: "user",
-    handle(c) {
+    async handle(c) {
       const label = c.field("label");
       if (!label || label.length > 80) return json({ error: "label must have 1 to 80 characters" }, 400);
-      const { key, info } = c.store.keys.create(c.user.accountId, label);
+      const { key, info } = await c.store.keys.create(c.user.accountId, label);
       return json({ key, ...keyJson(info) }, 201);
     },
   },
@@ -38,26 +46,25 @@ export const apiRoutes: Route[] = [
     method: "POST",
     path: "/api/keys/:id/revoke",
     access: "user",
-    handle: (c) =>
-      c.store.keys.revoke(c.params.id!, c.user.accountId) ? json({ id: c.params.id, revoked: true }) : json({ error: "no such active key" }, 404),
+    handle: async (c) =>
+      (await c.store.keys.revoke(c.params.id!, c.user.accountId)) ? json({ id: c.params.id, revoked: true }) : json({ error: "no such active key" }, 404),
   },
   {
     method: "GET",
     path: "/api/usage",
     access: "user",
-    handle(c) {
-      const d = usageData(c);
+    async handle(c) {
+      const d = await usageData(c);
       return json({
         from: d.range.from,
         to: d.range.to,
-        daily: d.daily.map((x) => ({ day: x.day, requests: x.requests, prompt_tokens: x.promptTokens, completion_tokens: x.completionTokens })),
-        by_model: d.byModel.map((x) => ({ model: x.modelId, requests: x.requests, prompt_tokens: x.promptTokens, completion_tokens: x.completionTokens })),
+        daily: d.daily.map((x) => ({ day: x.day, requests: x.requests, ...tokens(x) })),
+        by_model: d.byModel.map((x) => ({ model: x.modelId, requests: x.requests, ...tokens(x) })),
         recent: d.recent.map((u) => ({
           time: u.createdAt,
           request_id: u.requestId,
           model: u.modelId,
-          prompt_tokens: u.promptTokens,
-          completion_tokens: u.completionTokens,
+          ...tokens(u),
           latency_ms: u.latencyMs,
           status: u.status,
         })),
@@ -68,12 +75,13 @@ export const apiRoutes: Route[] = [
     method: "GET",
     path: "/api/models",
     access: "user",
-    handle: (c) =>
+    handle: async (c) =>
       json({
-        data: c.store.catalog.listForAccount(c.user.accountId).map((m) => ({
+        data: (await c.store.catalog.listForAccount(c.user.accountId)).map((m) => ({
           id: m.id,
           context_length: m.contextLength,
           input_per_million_tokens: m.inputPricePerMTok,
+          cached_input_per_million_tokens: m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
           output_per_million_tokens: m.outputPricePerMTok,
           capabilities: { tools: m.supportsTools, structured_output: m.supportsStructured, images: m.supportsImages },
         })),
@@ -83,8 +91,8 @@ export const apiRoutes: Route[] = [
     method: "GET",
     path: "/api/billing",
     access: "user",
-    handle(c) {
-      const { summary, history } = billingData(c);
+    async handle(c) {
+      const { summary, history } = await billingData(c);
       return json({
         plan: summary.plan,
         balance_usd: summary.balanceUsd,
@@ -97,6 +105,7 @@ export const apiRoutes: Route[] = [
           request_id: e.requestId,
           model: e.modelId,
           prompt_tokens: e.promptTokens,
+          cached_tokens: e.cachedTokens,
           completion_tokens: e.completionTokens,
           note: e.note,
         })),

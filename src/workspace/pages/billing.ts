@@ -2,7 +2,7 @@
 import type { SignedCtx } from "../router.ts";
 import { dateTime, integer, usd } from "../format.ts";
 import { html } from "../html.ts";
-import { htmlResponse, page } from "../layout.ts";
+import { htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route } from "../router.ts";
 
 /** The current calendar month in UTC. */
@@ -13,10 +13,10 @@ export function billingPeriod(now = Date.now()) {
   return { since, until, label: new Date(since).toLocaleString("en-US", { month: "long", year: "numeric", timeZone: "UTC" }) };
 }
 
-export function billingData(c: SignedCtx) {
+export async function billingData(c: SignedCtx) {
   const period = billingPeriod();
   const id = c.user.accountId;
-  return { period, summary: c.store.billing.summary(id, period.since, period.until), history: c.store.billing.history(id, { limit: 100 }) };
+  return { period, summary: await c.store.billing.summary(id, period.since, period.until), history: await c.store.billing.history(id, { limit: 100 }) };
 }
 
 export const billingRoutes: Route[] = [
@@ -24,8 +24,8 @@ export const billingRoutes: Route[] = [
     method: "GET",
     path: "/billing",
     access: "user",
-    handle(c) {
-      const { period, summary, history } = billingData(c);
+    async handle(c) {
+      const { period, summary, history } = await billingData(c);
       const unlimited = summary.plan === "unlimited";
       const body = html`<h1>Billing</h1>
 <p class="lead">Each request is charged at the model's prices when it finishes. ${unlimited ? "This account's plan is unlimited: requests are never refused for credit." : "Requests are refused with 429 insufficient_quota once the credit is used up."}</p>
@@ -39,12 +39,15 @@ export const billingRoutes: Route[] = [
   <h2>History</h2>
   ${history.length === 0
     ? html`<p class="empty">No charges or top-ups yet.</p>`
-    : html`<div class="table-wrap"><table>
+    : scrollTable(
+        "History",
+        html`
   <thead><tr><th scope="col">Time (UTC)</th><th scope="col">Type</th><th scope="col">Details</th><th scope="col" class="num">Amount</th></tr></thead>
   <tbody>${history.map(
     (e) => html`<tr><td>${dateTime(e.createdAt)}</td><td><span class="badge ${e.kind === "topup" ? "yes" : ""}">${e.kind === "topup" ? "top-up" : "charge"}</span></td>
-    <td>${e.kind === "charge" ? html`<code>${e.modelId}</code> · ${integer(e.promptTokens ?? 0)} in + ${integer(e.completionTokens ?? 0)} out tokens` : (e.note ?? "")}</td><td class="num">${usd(e.amountUsd)}</td></tr>`,
-  )}</tbody></table></div>`}
+    <td>${e.kind === "charge" ? html`<code>${e.modelId}</code> · ${integer(e.promptTokens ?? 0)} in${e.cachedTokens ? html` (${integer(e.cachedTokens)} cached)` : ""} + ${integer(e.completionTokens ?? 0)} out tokens` : (e.note ?? "")}</td><td class="num">${usd(e.amountUsd)}</td></tr>`,
+  )}</tbody>`,
+      )}
 </section>`;
       return htmlResponse(page({ title: "Billing", tab: "billing", user: c.user, csrf: c.session.csrfToken, body }));
     },

@@ -2,7 +2,7 @@
 import type { CatalogModel } from "../../store/index.ts";
 import { integer, price } from "../format.ts";
 import { html } from "../html.ts";
-import { htmlResponse, page } from "../layout.ts";
+import { htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route } from "../router.ts";
 
 const cap = (name: string, on: boolean) => html`<span class="badge ${on ? "yes" : "no"}" title="${name}: ${on ? "supported" : "not supported"}">${name}</span>`;
@@ -15,18 +15,21 @@ export const modelRoutes: Route[] = [
     method: "GET",
     path: "/models",
     access: "user",
-    handle(c) {
-      const models = c.store.catalog.listForAccount(c.user.accountId);
+    async handle(c) {
+      const models = await c.store.catalog.listForAccount(c.user.accountId);
       const body = html`<h1>Models</h1>
 <p class="lead">The models ${c.user.accountName} can call. Prices are in USD per million tokens.</p>
 <section class="panel">
   ${models.length === 0
     ? html`<p class="empty">No model is available to this account. Ask an operator for access.</p>`
-    : html`<div class="table-wrap"><table>
-    <thead><tr><th scope="col">Model id</th><th scope="col" class="num">Context</th><th scope="col" class="num">Input</th><th scope="col" class="num">Output</th><th scope="col">Capabilities</th></tr></thead>
+    : scrollTable(
+        "Models",
+        html`
+    <thead><tr><th scope="col">Model id</th><th scope="col" class="num">Context</th><th scope="col" class="num">Input</th><th scope="col" class="num">Cached input</th><th scope="col" class="num">Output</th><th scope="col">Capabilities</th></tr></thead>
     <tbody>${models.map(
-      (m) => html`<tr><td><code>${m.id}</code>${m.displayName !== m.id ? html`<div class="muted">${m.displayName}</div>` : ""}</td><td class="num">${integer(m.contextLength)}</td><td class="num">${price(m.inputPricePerMTok)}</td><td class="num">${price(m.outputPricePerMTok)}</td><td>${capabilityBadges(m)}</td></tr>`,
-    )}</tbody></table></div>`}
+      (m) => html`<tr><td><code>${m.id}</code>${m.displayName !== m.id ? html`<div class="muted">${m.displayName}</div>` : ""}</td><td class="num">${integer(m.contextLength)}</td><td class="num">${price(m.inputPricePerMTok)}</td><td class="num">${price(m.cachedInputPricePerMTok ?? m.inputPricePerMTok)}</td><td class="num">${price(m.outputPricePerMTok)}</td><td>${capabilityBadges(m)}</td></tr>`,
+    )}</tbody>`,
+      )}
 </section>`;
       return htmlResponse(page({ title: "Models", tab: "models", user: c.user, csrf: c.session.csrfToken, body }));
     },

@@ -3,7 +3,7 @@ import type { DailyUsage, UsageRow } from "../../store/index.ts";
 import { barChart, rowChart } from "../charts.ts";
 import { DAY_MS, dateTime, integer, isoDay, parseDay } from "../format.ts";
 import { html } from "../html.ts";
-import { BASE, htmlResponse, page } from "../layout.ts";
+import { BASE, htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
 
 export const MAX_RANGE_DAYS = 366;
@@ -24,19 +24,19 @@ export function fillDays(rows: DailyUsage[], since: number, until: number): Dail
   const out: DailyUsage[] = [];
   for (let t = since; t < until; t += DAY_MS) {
     const day = isoDay(t);
-    out.push(byDay.get(day) ?? { day, requests: 0, promptTokens: 0, completionTokens: 0 });
+    out.push(byDay.get(day) ?? { day, requests: 0, promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 });
   }
   return out;
 }
 
-export function usageData(c: SignedCtx) {
+export async function usageData(c: SignedCtx) {
   const r = usageRange(c.url);
   const id = c.user.accountId;
   return {
     range: r,
-    daily: fillDays(c.store.usageReports.daily(id, r.since, r.until), r.since, r.until),
-    byModel: c.store.usageReports.byModel(id, r.since, r.until),
-    recent: c.store.usage.list(id, { since: r.since, until: r.until, limit: 100 }),
+    daily: fillDays(await c.store.usageReports.daily(id, r.since, r.until), r.since, r.until),
+    byModel: await c.store.usageReports.byModel(id, r.since, r.until),
+    recent: await c.store.usage.list(id, { since: r.since, until: r.until, limit: 100 }),
   };
 }
 
@@ -48,18 +48,22 @@ const csvCell = (v: string | number | null) => {
 };
 
 export function usageCsv(rows: UsageRow[]): string {
-  const head = ["time", "request_id", "model", "prompt_tokens", "completion_tokens", "total_tokens", "latency_ms", "status", "finish_reason", "key_id", "user"];
+  // cached_tokens are part of prompt_tokens and reasoning_tokens part of completion_tokens, as in the API's usage.
+  const head = ["time", "request_id", "model", "prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "latency_ms", "status", "finish_reason", "key_id", "user"];
   const lines = rows.map((u) =>
-    [new Date(u.createdAt).toISOString(), u.requestId, u.modelId, u.promptTokens, u.completionTokens, u.promptTokens + u.completionTokens, u.latencyMs, u.status, u.finishReason, u.keyId, u.user]
+    [new Date(u.createdAt).toISOString(), u.requestId, u.modelId, u.promptTokens, u.cachedTokens, u.completionTokens, u.reasoningTokens, u.promptTokens + u.completionTokens, u.latencyMs, u.status, u.finishReason, u.keyId, u.user]
       .map(csvCell)
       .join(","),
   );
   return [head.join(","), ...lines].join("\r\n") + "\r\n";
 }
 
-function usagePage(c: SignedCtx) {
-  const { range, daily, byModel, recent } = usageData(c);
-  const total = daily.reduce((a, d) => ({ r: a.r + d.requests, p: a.p + d.promptTokens, c: a.c + d.completionTokens }), { r: 0, p: 0, c: 0 });
+async function usagePage(c: SignedCtx) {
+  const { range, daily, byModel, recent } = await usageData(c);
+  const total = daily.reduce(
+    (a, d) => ({ r: a.r + d.requests, p: a.p + d.promptTokens, c: a.c + d.completionTokens, cached: a.cached + d.cachedTokens, reasoning: a.reasoning + d.reasoningTokens }),
+    { r: 0, p: 0, c: 0, cached: 0, reasoning: 0 },
+  );
   const qs = `from=${range.from}&to=${range.to}`;
   const labels = daily.map((d) => d.day);
   const body = html`<h1>Usage</h1>
@@ -76,6 +80,8 @@ function usagePage(c: SignedCtx) {
   <div class="tile"><div class="label">Requests</div><div class="value" data-testid="total-requests">${integer(total.r)}</div></div>
   <div class="tile"><div class="label">Prompt tokens</div><div class="value">${integer(total.p)}</div></div>
   <div class="tile"><div class="label">Completion tokens</div><div class="value">${integer(total.c)}</div></div>
+  <div class="tile"><div class="label">Cached prompt tokens</div><div class="value" data-testid="total-cached">${integer(total.cached)}</div></div>
+  <div class="tile"><div class="label">Reasoning tokens</div><div class="value" data-testid="total-reasoning">${integer(total.reasoning)}</div></div>
 </div>
 <div class="grid2">
   <section class="panel">${barChart({ title: "Requests per day", labels, unit: "requests", series: [{ name: "requests", cls: "s1", values: daily.map((d) => d.requests) }] })}</section>
@@ -106,11 +112,15 @@ function usagePage(c: SignedCtx) {
   <h2>Recent requests</h2>
   ${recent.length === 0
     ? html`<p class="empty">No requests in this range.</p>`
-    : html`<div class="table-wrap"><table id="recent">
-    <thead><tr><th scope="col">Time (UTC)</th><th scope="col">Model</th><th scope="col" class="num">Prompt</th><th scope="col" class="num">Completion</th><th scope="col" class="num">Latency</th><th scope="col">Status</th></tr></thead>
+    : scrollTable(
+        "Recent requests",
+        html`
+    <thead><tr><th scope="col">Time (UTC)</th><th scope="col">Model</th><th scope="col" class="num">Prompt</th><th scope="col" class="num">Cached</th><th scope="col" class="num">Completion</th><th scope="col" class="num">Reasoning</th><th scope="col" class="num">Latency</th><th scope="col">Status</th></tr></thead>
     <tbody>${recent.map(
-      (u) => html`<tr><td>${dateTime(u.createdAt)}</td><td class="mono">${u.modelId}</td><td class="num">${integer(u.promptTokens)}</td><td class="num">${integer(u.completionTokens)}</td><td class="num">${integer(u.latencyMs)} ms</td><td><span class="badge ${u.status === "ok" ? "yes" : u.status === "error" ? "bad" : ""}">${u.status}</span></td></tr>`,
-    )}</tbody></table></div>`}
+      (u) => html`<tr><td>${dateTime(u.createdAt)}</td><td class="mono">${u.modelId}</td><td class="num">${integer(u.promptTokens)}</td><td class="num">${integer(u.cachedTokens)}</td><td class="num">${integer(u.completionTokens)}</td><td class="num">${integer(u.reasoningTokens)}</td><td class="num">${integer(u.latencyMs)} ms</td><td><span class="badge ${u.status === "ok" ? "yes" : u.status === "error" ? "bad" : ""}">${u.status}</span></td></tr>`,
+    )}</tbody>`,
+        html` id="recent"`,
+      )}
 </section>`;
   return htmlResponse(page({ title: "Usage", tab: "usage", user: c.user, csrf: c.session.csrfToken, body }));
 }
@@ -121,9 +131,9 @@ export const usageRoutes: Route[] = [
     method: "GET",
     path: "/usage.csv",
     access: "user",
-    handle(c) {
+    async handle(c) {
       const r = usageRange(c.url);
-      const rows = c.store.usage.list(c.user.accountId, { since: r.since, until: r.until, limit: 1_000_000 });
+      const rows = await c.store.usage.list(c.user.accountId, { since: r.since, until: r.until, limit: 1_000_000 });
       return new Response(usageCsv(rows), {
         headers: {
           "content-type": "text/csv; charset=utf-8",
