@@ -6,7 +6,16 @@ export { GrammarError, type Grammar } from "./grammar.ts";
 export { compileJsonSchema, jsonObjectGrammar, prepareVocabulary } from "./compile.ts";
 export type { SchemaCompileOptions } from "./schema.ts";
 export { GrammarMatcher, allocateTokenBitmask, applyTokenBitmask, type MatcherOptions, UNREACHABLE_TOKENS } from "./matcher.ts";
-export { tokenVocabulary, vocabularyFromBytes, type TokenVocabulary, type VocabularyOptions } from "./token-bytes.ts";
+export {
+  shareVocabulary,
+  tokenVocabulary,
+  vocabularyFromBytes,
+  vocabularyFromShared,
+  type SharedVocabulary,
+  type TokenVocabulary,
+  type VocabularyOptions,
+} from "./token-bytes.ts";
+export { adoptCompletionTables, completionTablesBytes, prepareCompletionFacts, type CompletionTables } from "./completion-budget.ts";
 export { responseFormatGrammar } from "./response-format.ts";
 export {
   assemble,

@@ -1,8 +1,21 @@
 // The compile thread of one model: schemas and tool definitions to grammars, off the model's
 // decode loop, so a schema that takes a second to compile (or is refused after one) never stalls
-// the other streams of the model. Stateless apart from the automata caches of the structured
-// room; the grammars themselves are transferred to the model worker, which caches them.
-import { CompileCancelledError, configureGrammarCache, SchemaLimitError, withCompileBudget, type Grammar } from "../../structured/index.ts";
+// the other streams of the model. Each grammar's token budget tables (the fewest tokens that
+// finish a document, on the model's vocabulary: up to seconds on a large grammar and a 150k
+// vocabulary) are computed here too, under the same limits. Stateless apart from the caches of
+// the structured room; grammars and tables are transferred to the model worker, which caches them.
+import {
+  CompileCancelledError,
+  configureGrammarCache,
+  GrammarMatcher,
+  prepareCompletionFacts,
+  SchemaLimitError,
+  vocabularyFromShared,
+  withCompileBudget,
+  type CompletionTables,
+  type Grammar,
+  type TokenVocabulary,
+} from "../../structured/index.ts";
 import { heapStats } from "bun:jsc";
 import type { CompileFailure, CompileReply, CompileRequest } from "./compile-protocol.ts";
 import { compileStructureSpec, schemaRefusal, specParam } from "./structured-support.ts";
@@ -18,12 +31,24 @@ lowerThreadPriority();
 // The time limit is this thread's CPU time: at low priority it may wait for a CPU without working.
 const clock = threadCpuClock() ?? (() => performance.now());
 let flags: Int32Array<ArrayBufferLike> = new Int32Array(1);
+let vocab: TokenVocabulary | null = null;
 
 const post = (m: CompileReply, transfer: Transferable[] = []) => self.postMessage(m, transfer);
 
-/** The grammar's own arrays (freshly built, owned by nobody else here). */
-function buffers(g: Grammar): ArrayBuffer[] {
-  return [g.next, g.hasBytes, g.byteCount, g.final, g.callOffset, g.callStart, g.callReturn, g.ruleOf, g.ruleBase].map((a) => a.buffer as ArrayBuffer);
+/** The grammar's and its tables' own arrays (freshly built, owned by nobody else here). */
+function buffers(g: Grammar, t: CompletionTables | null): ArrayBuffer[] {
+  const arrays: ArrayBufferView[] = [g.next, g.hasBytes, g.byteCount, g.final, g.callOffset, g.callStart, g.callReturn, g.ruleOf, g.ruleBase];
+  if (t) arrays.push(t.origins, t.offsets, t.exitNodes, t.exitCosts, t.follow, t.skipByte, t.bytesLeft, ...(t.reach ? [t.reach] : []));
+  return arrays.map((a) => a.buffer as ArrayBuffer);
+}
+
+/** The grammar and, on the model's vocabulary, the budget tables its first request needs. */
+function compile(m: Extract<CompileRequest, { type: "compile" }>): { grammar: Grammar | null; budget: CompletionTables | null } {
+  const grammar = compileStructureSpec(m.spec);
+  if (!grammar || !vocab) return { grammar, budget: null };
+  const matcher = new GrammarMatcher(grammar, vocab);
+  matcher.prepareBudget();
+  return { grammar, budget: matcher.budgetTables() };
 }
 
 function failure(e: unknown, param: string, maxDepth: number): CompileFailure {
@@ -39,12 +64,17 @@ self.onmessage = (e: MessageEvent<CompileRequest>) => {
   const m = e.data;
   if (m.type === "init") {
     flags = new Int32Array(m.cancel);
+    if (m.vocab) {
+      vocab = vocabularyFromShared(m.vocab);
+      // Per vocabulary, once per thread: not counted against any one schema's time.
+      prepareCompletionFacts(vocab);
+    }
     return;
   }
   const started = performance.now();
   try {
-    const grammar = withCompileBudget(m.limits, { flags, job: m.job }, () => compileStructureSpec(m.spec), clock);
-    post({ type: "compiled", job: m.job, grammar, ms: performance.now() - started, heapBytes: heapStats().heapSize }, grammar ? buffers(grammar) : []);
+    const { grammar, budget } = withCompileBudget(m.limits, { flags, job: m.job }, () => compile(m), clock);
+    post({ type: "compiled", job: m.job, grammar, budget, ms: performance.now() - started, heapBytes: heapStats().heapSize }, grammar ? buffers(grammar, budget) : []);
   } catch (err) {
     post({ type: "failed", job: m.job, failure: failure(err, specParam(m.spec), m.limits.maxDepth), ms: performance.now() - started, heapBytes: heapStats().heapSize });
   }

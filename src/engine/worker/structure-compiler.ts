@@ -4,12 +4,20 @@
 // too, so a hostile schema sent again costs nothing. Jobs queue per fairness key (the account)
 // and are taken in turn, so one account's slow schemas delay another's by at most one job; a
 // job whose clients all left is withdrawn, or cancelled mid-compile through a shared flag.
-import { canonicalJsonWithin, type CompileLimits, type Grammar, SchemaLimitError } from "../../structured/index.ts";
+import {
+  adoptCompletionTables,
+  canonicalJsonWithin,
+  completionTablesBytes,
+  type CompileLimits,
+  type CompletionTables,
+  type Grammar,
+  SchemaLimitError,
+} from "../../structured/index.ts";
 import { EngineBusyError, EngineRequestError } from "../types.ts";
 import type { CompileReply } from "./compile-protocol.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
-import { planStructure, requestStructure, type RequestStructure, type StructureSpec } from "./structured-support.ts";
+import { modelStructure, planStructure, requestStructure, type RequestStructure, type StructureSpec } from "./structured-support.ts";
 
 /** How the scheduler obtains a request's structure. */
 export interface StructureSource {
@@ -240,7 +248,8 @@ export class ThreadedStructures implements StructureSource {
       const job = this.running;
       if (job) this.finish(job, null, { message: "The schema could not be compiled: the compiler ran out of resources on it. Simplify the schema.", param: job.param, code: "schema_too_complex" });
     });
-    w.postMessage({ type: "init", cancel: this.cancelFlag });
+    // planStructure built the model's vocabulary before any job could start a thread.
+    w.postMessage({ type: "init", cancel: this.cancelFlag, vocab: modelStructure(this.model).shared });
     this.worker = w;
     return w;
   }
@@ -272,7 +281,9 @@ export class ThreadedStructures implements StructureSource {
     if (!job || job.id !== m.job) return;
     if (m.type === "compiled") {
       this.counts.compiled++;
-      this.finish(job, m.grammar, null);
+      // Matchers of this grammar start from the tables: admitting its requests searches nothing.
+      if (m.grammar && m.budget) adoptCompletionTables(m.grammar, m.budget);
+      this.finish(job, m.grammar, null, undefined, m.budget);
       return;
     }
     const f = m.failure;
@@ -285,7 +296,7 @@ export class ThreadedStructures implements StructureSource {
   }
 
   /** Ends the running job: a grammar, a refusal (remembered) or another error for its waiters. */
-  private finish(job: Job, grammar: Grammar | null, refusal: Refusal | null, error?: Error) {
+  private finish(job: Job, grammar: Grammar | null, refusal: Refusal | null, error?: Error, budget: CompletionTables | null = null) {
     if (this.running === job) {
       this.running = null;
       if (this.runningTimer) clearTimeout(this.runningTimer);
@@ -301,15 +312,15 @@ export class ThreadedStructures implements StructureSource {
     } else if (error) {
       for (const w of job.waiters.values()) w.reject(error);
     } else {
-      this.remember(job.key, grammar);
+      this.remember(job.key, grammar, budget);
       for (const w of job.waiters.values()) w.resolve(grammar);
     }
     job.waiters.clear();
     this.pump();
   }
 
-  private remember(key: string, grammar: Grammar | null) {
-    const bytes = grammar ? grammarBytes(grammar) : 64;
+  private remember(key: string, grammar: Grammar | null, budget: CompletionTables | null) {
+    const bytes = (grammar ? grammarBytes(grammar) : 64) + (budget ? completionTablesBytes(budget) : 0);
     // One grammar larger than the whole cache is used once and not kept.
     if (bytes > this.opts.cacheBytes) return;
     this.grammars.set(key, { grammar, bytes });

@@ -10,9 +10,11 @@ import {
   prepareVocabulary,
   responseFormatGrammar,
   SchemaLimitError,
+  shareVocabulary,
   tokenVocabulary,
   UnsupportedSchemaError,
   type Grammar,
+  type SharedVocabulary,
   type TokenVocabulary,
 } from "../../structured/index.ts";
 import { detectToolCallSyntax, toolCallGrammar, type ToolCallSyntax } from "../../structured/tools/index.ts";
@@ -22,6 +24,8 @@ import type { WireRequest } from "./protocol.ts";
 
 interface ModelStructure {
   vocab: TokenVocabulary;
+  /** The same vocabulary's memory, for the compile thread (it prepares grammars' token budgets). */
+  shared: SharedVocabulary;
   syntax: ToolCallSyntax | null;
 }
 
@@ -36,11 +40,12 @@ export function modelStructure(model: ModelRunner): ModelStructure {
     const template = [templates.toolUse, templates.default, ...Object.values(templates.named)].filter((t): t is string => !!t).join("\n");
     const syntax = detectToolCallSyntax(template);
     // Mistral's [TOOL_CALLS] is a control token the grammar must be able to produce as text.
-    const vocab = tokenVocabulary(tokenizerJson, { textSpecialTokens: syntax === "mistral" ? ["[TOOL_CALLS]"] : [] });
+    // In shared memory: the compile thread reads the same tables without a copy.
+    const { vocab, data: shared } = shareVocabulary(tokenVocabulary(tokenizerJson, { textSpecialTokens: syntax === "mistral" ? ["[TOOL_CALLS]"] : [] }));
     // Masks shared by all schemas (string contents, numbers, formats, json_object): computed here
     // once, so the first steps of each new schema do not walk the whole vocabulary.
     prepareVocabulary(vocab);
-    s = { vocab, syntax };
+    s = { vocab, shared, syntax };
     perModel.set(model, s);
   }
   return s;
