@@ -15,7 +15,7 @@ const METRICS: Metric[] = [
   { name: "sluice_running_sequences", type: "gauge", help: "Sequences (choices) holding a KV cache.", value: (s) => s.runningSequences },
   { name: "sluice_batch_size", type: "gauge", help: "Sequences in the last batched decode step.", value: (s) => s.lastBatchSize },
   { name: "sluice_queued_requests", type: "gauge", help: "Requests waiting for KV memory.", value: (s) => s.queuedRequests },
-  { name: "sluice_queue_limit", type: "gauge", help: "Most requests that may wait before new ones get 429.", value: (s) => s.queueLimit },
+  { name: "sluice_queue_limit", type: "gauge", help: "Most requests that may wait before new ones get 503.", value: (s) => s.queueLimit },
   { name: "sluice_kv_budget_bytes", type: "gauge", help: "KV memory the model may use.", value: (s) => s.kvBudgetBytes },
   { name: "sluice_kv_used_bytes", type: "gauge", help: "KV memory reserved by sequences plus held by the prefix cache.", value: (s) => s.kvUsedBytes },
   { name: "sluice_prefix_cache_bytes", type: "gauge", help: "KV memory held by the prefix cache.", value: (s) => s.prefixCacheBytes },
@@ -25,7 +25,10 @@ const METRICS: Metric[] = [
   { name: "sluice_prompt_tokens_computed_total", type: "counter", help: "Prompt tokens run through the model.", value: (s) => s.promptTokensComputed },
   { name: "sluice_generated_tokens_total", type: "counter", help: "Tokens sampled.", value: (s) => s.generatedTokens },
   { name: "sluice_decode_steps_total", type: "counter", help: "Batched decode forward passes.", value: (s) => s.decodeSteps },
-  { name: "sluice_rejected_busy_total", type: "counter", help: "Requests refused with 429 because the queue was full.", value: (s) => s.rejectedBusy },
+  { name: "sluice_rejected_busy_total", type: "counter", help: "Requests refused with 429: their account had its share of the queue waiting.", value: (s) => s.rejectedBusy },
+  { name: "sluice_rejected_full_total", type: "counter", help: "Requests refused with 503: the model's queue was full.", value: (s) => s.rejectedFull },
+  { name: "sluice_preemptions_total", type: "counter", help: "Running requests preempted for a higher priority or a fairer share (resumed later).", value: (s) => s.preemptions },
+  { name: "sluice_recomputed_tokens_total", type: "counter", help: "Tokens computed again to resume preempted requests.", value: (s) => s.recomputedTokens },
 ];
 
 const label = (v: string) => v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");

@@ -5,6 +5,7 @@ import type { Device } from "./providers.ts";
 import {
   EngineBusyError,
   EngineRequestError,
+  EngineUnavailableError,
   type Engine,
   type EngineModel,
   type GenerateRequest,
@@ -220,6 +221,7 @@ function envNumber(name: string): number {
 function toError(r: RejectInfo): Error {
   if (r.kind === "request") return new EngineRequestError(r.message, r.param, r.code);
   if (r.kind === "busy") return new EngineBusyError(r.message, r.retryAfterSeconds ?? 1);
+  if (r.kind === "unavailable") return new EngineUnavailableError(r.message, r.retryAfterSeconds ?? 1, r.code ?? undefined);
   return new Error(r.message);
 }
 

@@ -93,6 +93,13 @@ export interface GenerateRequest {
   /** Extra chat template variables (vLLM's chat_template_kwargs), checked against what it reads. */
   chatTemplateKwargs?: Record<string, unknown>;
   signal: AbortSignal;
+  /**
+   * Opaque: requests with the same key (the api passes the account) take turns with other keys
+   * where the engine queues work (a model's queue for KV memory: see worker/fair-queue.ts).
+   */
+  fairnessKey?: string;
+  /** Higher is admitted first, and may preempt lower ones when memory runs out (default 0). */
+  priority?: number;
 }
 
 export interface TopLogprob {
@@ -145,7 +152,7 @@ export class EngineRequestError extends Error {
   }
 }
 
-/** The engine cannot take more work right now (maps to a 429 with Retry-After). */
+/** This caller has too much waiting for the engine already (maps to a 429 with Retry-After). */
 export class EngineBusyError extends Error {
   constructor(
     message: string,
@@ -153,6 +160,22 @@ export class EngineBusyError extends Error {
   ) {
     super(message);
     this.name = "EngineBusyError";
+  }
+}
+
+/**
+ * The model cannot take the request now: its queue is full, or no memory could be freed to load
+ * it in time, or it could not be loaded. Maps to a 503 with Retry-After.
+ */
+export class EngineUnavailableError extends Error {
+  constructor(
+    message: string,
+    readonly retryAfterSeconds: number,
+    /** The OpenAI-style error code the api answers with. */
+    readonly code: string = "model_unavailable",
+  ) {
+    super(message);
+    this.name = "EngineUnavailableError";
   }
 }
 
@@ -190,7 +213,14 @@ export interface ModelStats {
   promptTokensComputed: number;
   generatedTokens: number;
   decodeSteps: number;
+  /** Requests refused because their fairness key had its share of the queue waiting (429). */
   rejectedBusy: number;
+  /** Requests refused because the queue was full (503). */
+  rejectedFull: number;
+  /** Running requests preempted (for a higher priority, or a key holding less memory). */
+  preemptions: number;
+  /** Tokens computed again to resume preempted requests. */
+  recomputedTokens: number;
 }
 
 export interface EngineStats {

@@ -5,6 +5,7 @@ interface AccountRow {
   id: number;
   name: string;
   model_access: "all" | "listed";
+  priority: number;
   created_at: number;
 }
 
@@ -12,10 +13,14 @@ const toAccount = (r: AccountRow): Account => ({
   id: r.id,
   name: r.name,
   modelAccess: r.model_access,
+  priority: r.priority,
   createdAt: r.created_at,
 });
 
 export const ACCOUNT_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+
+/** Account priorities: whole numbers in this range (0 is the default). */
+export const PRIORITY_RANGE = { min: -100, max: 100 } as const;
 
 export function accountStore(db: Database): AccountStore {
   const insert = db.query<AccountRow, [string, number]>(
@@ -24,6 +29,7 @@ export function accountStore(db: Database): AccountStore {
   const byName = db.query<AccountRow, [string]>("SELECT * FROM accounts WHERE name = ?");
   const byId = db.query<AccountRow, [number]>("SELECT * FROM accounts WHERE id = ?");
   const all = db.query<AccountRow, []>("SELECT * FROM accounts ORDER BY id");
+  const setPriority = db.query("UPDATE accounts SET priority = ? WHERE id = ?");
   return {
     create(name) {
       if (!ACCOUNT_NAME.test(name)) {
@@ -43,5 +49,11 @@ export function accountStore(db: Database): AccountStore {
       return r ? toAccount(r) : null;
     },
     list: () => all.all().map(toAccount),
+    setPriority(id, priority) {
+      if (!Number.isInteger(priority) || priority < PRIORITY_RANGE.min || priority > PRIORITY_RANGE.max) {
+        throw new Error(`priority must be a whole number from ${PRIORITY_RANGE.min} to ${PRIORITY_RANGE.max}`);
+      }
+      return setPriority.run(priority, id).changes > 0;
+    },
   };
 }

@@ -16,6 +16,7 @@ interface ModelRow {
   supports_tools: number;
   supports_structured: number;
   owned_by: string;
+  keep_alive_seconds: number | null;
   created_at: number;
 }
 
@@ -34,6 +35,7 @@ const toModel = (r: ModelRow): CatalogModel => ({
   supportsTools: r.supports_tools === 1,
   supportsStructured: r.supports_structured === 1,
   ownedBy: r.owned_by,
+  keepAliveSeconds: r.keep_alive_seconds,
   createdAt: r.created_at,
 });
 
@@ -55,6 +57,7 @@ export function catalogStore(db: Database): CatalogStore {
   const setStatus = db.query("UPDATE models SET status = ? WHERE id = ?");
   const setPrices = db.query("UPDATE models SET input_price_per_mtok = ?, output_price_per_mtok = ? WHERE id = ?");
   const setCachedPrice = db.query("UPDATE models SET cached_input_price_per_mtok = ? WHERE id = ?");
+  const setKeepAlive = db.query("UPDATE models SET keep_alive_seconds = ? WHERE id = ?");
   const access = db.query<{ model_access: string }, [number]>("SELECT model_access FROM accounts WHERE id = ?");
   // An account in 'listed' mode sees only its grants; otherwise every served model.
   const forAccount = db.query<ModelRow, [number]>(
@@ -129,6 +132,10 @@ export function catalogStore(db: Database): CatalogStore {
     list: () => all.all().map(toModel),
     listServed: () => served.all().map(toModel),
     setStatus: (id, status) => setStatus.run(status, id).changes > 0,
+    setKeepAlive(id, seconds) {
+      if (seconds !== null && (!Number.isInteger(seconds) || seconds < -1)) throw new Error("keep-alive must be whole seconds ≥ 0, or -1 (always loaded)");
+      return setKeepAlive.run(seconds, id).changes > 0;
+    },
     setPrices: db.transaction((id: string, input: number, output: number, cachedInput?: number | null) => {
       const ok = (p: number) => p >= 0 && Number.isFinite(p);
       if (!ok(input) || !ok(output) || (cachedInput != null && !ok(cachedInput))) {

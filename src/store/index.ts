@@ -22,10 +22,10 @@ export function openSqliteStore(path: string): Store {
   const ping = db.query("SELECT 1");
   let closed = false;
   return {
-    accounts: accountStore(db),
+    accounts: forgettingAfter(db, accountStore(db), ["setPriority"]),
     keys: forgettingAfter(db, cachedKeyStore(keyStore(db), db), ["revoke"]),
     limits: forgettingAfter(db, limitStore(db), ["set"]),
-    catalog: forgettingAfter(db, catalogStore(db), ["sync", "setStatus", "setPrices", "grant", "revoke"]),
+    catalog: forgettingAfter(db, catalogStore(db), ["sync", "setStatus", "setPrices", "setKeepAlive", "grant", "revoke"]),
     usage: usageStore(db),
     billing: forgettingAfter(db, billingStore(db), ["setPlan"]),
     users: userStore(db),

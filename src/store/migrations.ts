@@ -155,6 +155,12 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE usage ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
   ALTER TABLE ledger ADD COLUMN cached_tokens INTEGER;
   `,
+  // 6: an account's priority on a busy model (higher is admitted first), and how long a model stays
+  // loaded once idle (seconds; -1: always; NULL: its sluice.json's keep_alive, else serve --keep-alive).
+  `
+  ALTER TABLE accounts ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE models ADD COLUMN keep_alive_seconds INTEGER CHECK (keep_alive_seconds IS NULL OR keep_alive_seconds >= -1);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -6,6 +6,8 @@ export interface Account {
   name: string;
   /** 'all': every active model; 'listed': only models granted to the account. */
   modelAccess: "all" | "listed";
+  /** On a busy model, higher priorities are admitted first (and may preempt lower ones). */
+  priority: number;
   createdAt: number;
 }
 
@@ -13,6 +15,8 @@ export interface ApiKeyInfo {
   id: string;
   accountId: number;
   accountName: string;
+  /** The account's priority (see Account.priority). */
+  accountPriority: number;
   prefix: string;
   label: string | null;
   createdAt: number;
@@ -37,6 +41,8 @@ export interface CatalogModel {
   supportsTools: boolean;
   supportsStructured: boolean;
   ownedBy: string;
+  /** Seconds the model stays loaded once idle (-1: always); null: its sluice.json's, else the server's. */
+  keepAliveSeconds: number | null;
   createdAt: number;
 }
 
@@ -84,6 +90,8 @@ export interface AccountStore {
   get(name: string): Account | null;
   getById(id: number): Account | null;
   list(): Account[];
+  /** False when there is no such account. */
+  setPriority(id: number, priority: number): boolean;
 }
 
 export interface KeyStore {
@@ -106,6 +114,8 @@ export interface CatalogStore {
   /** Active and present: what the gateway serves. */
   listServed(): CatalogModel[];
   setStatus(id: string, status: "active" | "inactive"): boolean;
+  /** Seconds to stay loaded once idle (-1: always; null: the model's or the server's default). False: no such model. */
+  setKeepAlive(id: string, seconds: number | null): boolean;
   /** `cachedInputPerMTok`: undefined leaves it as it is; null charges cached prompt tokens the input price. */
   setPrices(id: string, inputPerMTok: number, outputPerMTok: number, cachedInputPerMTok?: number | null): boolean;
   /** Served models this account may use. */

@@ -1,6 +1,6 @@
 // POST /v1/chat/completions: authenticate, validate, hand to the engine, answer whole or as SSE,
 // and record usage however the request ends.
-import { EngineBusyError, EngineRequestError, type Engine, type Generation } from "../../engine/types.ts";
+import { EngineBusyError, EngineRequestError, EngineUnavailableError, type Engine, type Generation } from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
 import type { ApiKeyInfo, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
@@ -71,15 +71,21 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   deps.lifecycle.track(abort);
   let generation: Generation;
   try {
-    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal });
+    // The engine takes turns between accounts (and admits higher priorities first) on a busy model.
+    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal, fairnessKey: String(key.accountId), priority: key.accountPriority });
   } catch (e) {
     deps.lifecycle.untrack(abort);
     ticket?.finish(0);
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
+    // The account has its share of the model's queue waiting: its own limit, a 429.
     if (e instanceof EngineBusyError) {
-      throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
+      throw new ApiError(429, e.message, "rate_limit_error", null, "account_queue_full", {
         "retry-after": String(e.retryAfterSeconds),
       });
+    }
+    // The model cannot take anyone now (queue full, no memory to load it, a failed load): a 503.
+    if (e instanceof EngineUnavailableError) {
+      throw new ApiError(503, e.message, "service_unavailable", null, e.code, { "retry-after": String(e.retryAfterSeconds) });
     }
     throw e;
   }

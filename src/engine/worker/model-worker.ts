@@ -1,5 +1,5 @@
 // Worker entry: owns one model. ONNX Runtime's runs happen here, off the HTTP thread.
-import { EngineBusyError, EngineRequestError } from "../types.ts";
+import { EngineBusyError, EngineRequestError, EngineUnavailableError } from "../types.ts";
 import { ModelRunner } from "./model-runner.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
 import { RoundBatcher } from "./round-batcher.ts";
@@ -16,6 +16,9 @@ function rejectInfo(e: unknown): RejectInfo {
   if (e instanceof EngineRequestError) return { kind: "request", message: e.message, param: e.param, code: e.code };
   if (e instanceof EngineBusyError) {
     return { kind: "busy", message: e.message, param: null, code: null, retryAfterSeconds: e.retryAfterSeconds };
+  }
+  if (e instanceof EngineUnavailableError) {
+    return { kind: "unavailable", message: e.message, param: null, code: e.code, retryAfterSeconds: e.retryAfterSeconds };
   }
   post({ type: "log", level: "error", msg: "request failed in the model worker", fields: { error: String((e as Error)?.stack ?? e) } });
   return { kind: "internal", message: "internal error in the model worker", param: null, code: null };
@@ -40,7 +43,12 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           done: (rid, error) => rounds.add({ type: "done", rid, error }),
           endRound: (urgent) => rounds.endRound(urgent),
           stats: (stats) => post({ type: "stats", stats }),
-        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue });
+        }, {
+          kvBudgetBytes: m.options.kvBudgetBytes,
+          maxQueue: m.options.maxQueue,
+          keyQueueShare: m.options.keyQueueShare,
+          order: m.options.queueOrder,
+        });
         void scheduler.run();
         const s = scheduler.stats();
         const notes = [

@@ -1,5 +1,6 @@
 // Messages between the engine host (HTTP thread) and a model's worker. Structured-clone data only.
 import type { Device } from "../providers.ts";
+import type { QueueOrder } from "./fair-queue.ts";
 import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats } from "../types.ts";
 
 export type WireRequest = Omit<GenerateRequest, "signal">;
@@ -11,8 +12,12 @@ export interface WorkerOptions {
   threads: number;
   /** KV memory this model may use (running sequences + prefix cache); 0 = the default. */
   kvBudgetBytes: number;
-  /** Requests that may wait for KV memory before new ones get EngineBusyError; 0 = the default. */
+  /** Requests that may wait for KV memory before new ones get EngineUnavailableError; 0 = the default. */
   maxQueue: number;
+  /** The part of the queue one fairness key may hold (absent: the scheduler's default). */
+  keyQueueShare?: number;
+  /** Admission order (absent: fair). */
+  queueOrder?: QueueOrder;
 }
 
 export type HostMessage =
@@ -22,7 +27,8 @@ export type HostMessage =
   | { type: "close" };
 
 export interface RejectInfo {
-  kind: "request" | "busy" | "internal";
+  /** busy: the caller's share is waiting (429); unavailable: the model is full (503). */
+  kind: "request" | "busy" | "unavailable" | "internal";
   message: string;
   param: string | null;
   code: string | null;
