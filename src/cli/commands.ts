@@ -1,6 +1,7 @@
 // The operator's commands. Each opens the same SQLite file the server uses (WAL mode allows
 // this while the server runs); catalog changes take effect on the server's next request.
 import { join } from "node:path";
+import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
 import { openSqliteStore, type Account, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
@@ -72,10 +73,30 @@ export const storeCommands: Command[] = [
         const rows = s.accounts.list().map((a) => ({
           name: a.name,
           model_access: a.modelAccess,
+          priority: a.priority,
           keys: s.keys.count(a.id),
           created: date(a.createdAt),
         }));
-        print(args, rows, ["name", "model_access", "keys", "created"]);
+        print(args, rows, ["name", "model_access", "priority", "keys", "created"]);
+        return 0;
+      }),
+  },
+  {
+    path: ["accounts", "set"],
+    usage: "NAME --priority N",
+    summary:
+      "Set an account's priority (-100 to 100, default 0): on a busy model its requests are admitted before those of lower priorities, whose running requests are paused for them when memory runs out. Applies to the next request.",
+    options: [DATA_OPTION, { name: "priority", type: "string", help: "Whole number from -100 to 100" }],
+    run: (args) =>
+      withStore(args, (s) => {
+        const a = findAccount(s, args, positional(args, 0, "account NAME"));
+        const priority = Number(requireString(args, "priority"));
+        try {
+          s.accounts.setPriority(a.id, priority);
+        } catch (e) {
+          throw new UsageError(`--priority: ${(e as Error).message}`);
+        }
+        console.log(`${a.name} now has priority ${priority}`);
         return 0;
       }),
   },
@@ -172,6 +193,29 @@ export const storeCommands: Command[] = [
         }),
     }),
   ),
+  {
+    path: ["models", "keep-alive"],
+    usage: "ID DURATION|default",
+    summary:
+      "How long a model stays loaded once idle: -1 (always), 0, seconds, or 30s, 5m, 2h; default: its sluice.json's keep_alive, else serve --keep-alive. A running server applies it from its next idle check.",
+    options: [DATA_OPTION],
+    run: (args) =>
+      withStore(args, (s) => {
+        const id = positional(args, 0, "model ID");
+        const given = positional(args, 1, "DURATION (or default)");
+        let seconds: number | null = null;
+        if (given !== "default") {
+          try {
+            seconds = keepAliveSeconds(parseKeepAlive(given));
+          } catch (e) {
+            throw new UsageError((e as Error).message);
+          }
+        }
+        if (!s.catalog.setKeepAlive(id, seconds)) throw new UsageError(`no model ${id} in the catalog (see: ${seeCommand(args, "models", "list")})`);
+        console.log(seconds === null ? `${id} keeps the default keep-alive` : `${id} stays loaded ${seconds === -1 ? "always" : `for ${describeKeepAlive(seconds * 1000)} once idle`}`);
+        return 0;
+      }),
+  },
   ...(["grant", "revoke"] as const).map(
     (verb): Command => ({
       path: ["models", verb],
