@@ -4,9 +4,12 @@ import { createApi, DEFAULT_MAX_BODY_BYTES } from "./api/app.ts";
 import { Lifecycle } from "./api/lifecycle.ts";
 import type { RequestLimits } from "./api/limits/request-limits.ts";
 import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
+import { watchModelsDir } from "./engine/models-watch.ts";
 import type { Engine } from "./engine/types.ts";
 import { commandLine } from "./invocation.ts";
 import type { Logger } from "./log.ts";
+import { hubEndpoint, hubToken, type HubToken } from "./modelkit/hub/auth.ts";
+import { PullJobs } from "./modelkit/hub/jobs.ts";
 import { createWorkspace } from "./workspace/index.ts";
 import { openSqliteStore, type DiscoveredModel, type Store } from "./store/index.ts";
 import { VERSION } from "./version.ts";
@@ -29,6 +32,13 @@ export interface ServeOptions {
   /** Serve the account workspace on its own port (0: any free port) instead of under the API's. */
   workspacePort?: number;
   workspaceHost?: string;
+  /**
+   * Watch the models directory and synchronise the catalog when models appear, change or go
+   * (debounced); otherwise only at start and on SIGHUP.
+   */
+  watchModels?: boolean;
+  /** The Hub the admin page pulls from (default: HF_ENDPOINT / HF_TOKEN of the environment, CPU). */
+  hub?: { endpoint?: string; token?: () => HubToken | null; device?: "cuda" | "cpu" };
 }
 
 export interface RunningServer {
@@ -72,10 +82,10 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     return found;
   };
 
-  const syncCatalog = async () => {
+  const syncOnce = async () => {
     const found = await scan();
     const loadable = found.filter((m) => m.problem === null);
-    const results = await engine.load(loadable.map((m) => ({ id: m.id, dir: m.dir })));
+    const results = await engine.load(loadable.map((m) => ({ id: m.id, dir: m.dir, stamp: m.stamp })));
     const byId = new Map(results.map((r) => [r.id, r]));
     const entries: DiscoveredModel[] = found.map((m) => {
       const loaded = byId.get(m.id);
@@ -102,7 +112,27 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     });
   };
 
+  // One synchronisation at a time: the watcher, SIGHUP and a finished pull may ask at once.
+  let queue: Promise<unknown> = Promise.resolve();
+  const syncCatalog = (): Promise<void> => {
+    const run = queue.then(syncOnce);
+    queue = run.catch(() => {});
+    return run;
+  };
+
   await syncCatalog();
+  const modelsDir = resolve(opts.modelsDir);
+  const hubPulls = new PullJobs({
+    modelsDir,
+    endpoint: opts.hub?.endpoint ?? hubEndpoint(),
+    token: opts.hub?.token ?? (() => hubToken()),
+    device: opts.hub?.device ?? "cpu",
+    onPlaced: async (id) => {
+      await syncCatalog();
+      const m = store.catalog.get(id);
+      return m ? m.loadError : "the catalog scan did not find it";
+    },
+  });
   const lifecycle = new Lifecycle();
   const api = createApi({
     lifecycle,
@@ -122,6 +152,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     log: log.child({ room: "workspace" }),
     // The same base URL /v1/integrations announces: the public URL, else the API's own address.
     apiBase: (req) => opts.publicUrl?.replace(/\/+$/, "") ?? (ownPort ? apiUrl() : new URL(req.url).origin),
+    hubPulls,
     // The pages' CLI notes act on this server's database, wherever the operator keeps it.
     command: (...words) => commandLine(...words, ...(resolve(opts.dataDir) === resolve("data") ? [] : ["--data", opts.dataDir])),
   });
@@ -160,6 +191,16 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     syncCatalog().catch((e) => log.error("catalog synchronisation failed", { error: (e as Error).message }));
   };
   process.on("SIGHUP", onHup);
+  const unwatch = opts.watchModels
+    ? watchModelsDir(modelsDir, {
+        onChange: () => {
+          log.info("models directory changed: synchronising the catalog");
+          syncCatalog().catch((e) => log.error("catalog synchronisation failed", { error: (e as Error).message }));
+        },
+        onError: (e) => log.warn("watching the models directory failed; use SIGHUP to resynchronise", { error: e.message }),
+        fingerprint: () => discoverModelDirs(modelsDir).map((m) => `${m.id}\t${m.dir}\t${m.stamp}`).join("\n"),
+      })
+    : () => {};
 
   return {
     url,
@@ -171,6 +212,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     async stop(deadlineMs = 10_000) {
       ready = false;
       process.off("SIGHUP", onHup);
+      unwatch();
       const { aborted } = await lifecycle.drain(deadlineMs);
       if (aborted > 0) log.warn("shutdown deadline reached: ended generations still running", { aborted });
       await api.stop(true);

@@ -54,6 +54,7 @@ export const serveCommand: Command = {
     { name: "log-level", type: "string", help: "debug, info, warn or error", default: "info" },
     { name: "log-prompts", type: "boolean", help: "Include prompt text in debug logs (off: never logged)" },
     { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
+    { name: "no-watch", type: "boolean", help: "Do not watch the models directory (models added later are served after SIGHUP)" },
     { name: "threads", type: "string", help: "Intra-op threads per model (0: one for models under 16 MiB of weights, else ONNX Runtime's default)", default: "0" },
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of RAM, 256 MiB to 8 GiB)", default: "0" },
@@ -77,8 +78,9 @@ export const serveCommand: Command = {
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
     // Loaded here, not at the top: every other command starts without the server's modules.
-    const [{ createEngine }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }] = await Promise.all([
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }] = await Promise.all([
       import("../engine/index.ts"),
+      import("../engine/providers.ts"),
       import("../modelkit/index.ts"),
       import("../vision/policy.ts"),
       import("../server.ts"),
@@ -110,6 +112,9 @@ export const serveCommand: Command = {
       buildDemoModel,
       log,
       engine,
+      watchModels: args.values["no-watch"] !== true,
+      // The admin page's pulls choose `auto` dtypes for the device the models run on.
+      hub: { device: device === "cpu" ? "cpu" : chooseProviders(device as "auto" | "cuda").providers[0] === "cuda" ? "cuda" : "cpu" },
     });
     // startServer returns once every model has loaded and both ports listen: only now is the
     // banner true. The log lines before it go out first, so it is the last thing on the screen.

@@ -183,6 +183,8 @@ export class EngineUnavailableError extends Error {
 export interface ModelSource {
   id: string;
   dir: string;
+  /** Changes when the directory's contents were replaced; a loaded model is then loaded again. */
+  stamp?: string;
 }
 
 export interface ModelLoadResult {

@@ -10,6 +10,7 @@ import { adminRoutes } from "./pages/admin.ts";
 import { apiRoutes } from "./pages/api.ts";
 import { billingRoutes } from "./pages/billing.ts";
 import { errorPage, notFoundPage } from "./pages/errors.ts";
+import { hubPullRoutes } from "./pages/hub-pull.ts";
 import { integrationRoutes } from "./pages/integrations.ts";
 import { keyRoutes } from "./pages/keys.ts";
 import { modelRoutes } from "./pages/models.ts";
@@ -25,7 +26,7 @@ export interface Workspace {
   fetch(request: Request, client?: string | null): Promise<Response>;
 }
 
-const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...apiRoutes].map(compile);
+const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
   const { store, log } = opts;

@@ -5,10 +5,11 @@ import { html, type Html } from "../html.ts";
 import { redirect } from "../http.ts";
 import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
 import { operatorCommand, type Route, type SignedCtx } from "../router.ts";
+import { hubPullPanel } from "./hub-pull.ts";
 
 const PLANS: Plan[] = ["prepaid", "unlimited"];
 
-function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Response {
+export function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Response {
   const accounts = c.store.accounts.list();
   const users = c.store.users.list();
   const catalog = c.store.catalog.list();
@@ -74,6 +75,7 @@ ${selected
   <button type="submit">Save access</button></form></section>`
     : ""}
 ${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
+${hubPullPanel(c, csrf)}
 <section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens. Cached input: prompt tokens served from the prefix cache (blank: the input price).</p>${scrollTable(
     "Model prices",
     html`<thead><tr><th scope="col">Model</th><th scope="col">Input / cached input / output</th></tr></thead>
