@@ -225,6 +225,40 @@ export interface ModelStats {
   recomputedTokens: number;
 }
 
+/** A model's place in memory, as the engine's residency sees it. */
+export interface ModelResidency {
+  model: string;
+  state: "unloaded" | "loading" | "resident" | "unloading";
+  /** Estimated from the ONNX files and their external data. */
+  weightsBytes: number;
+  /** Its KV budget: what its KV cache may grow to (the planned one while not loaded). */
+  kvBytes: number;
+  /** weightsBytes + kvBytes: what it holds of the memory budget while loaded. */
+  bytes: number;
+  /** Requests using it now (waiting for it, queued or generating). */
+  activeRequests: number;
+  /** How long it stays loaded once idle, ms; -1: always. */
+  keepAliveMs: number;
+  /** Epoch ms. */
+  lastUsedAt: number | null;
+  /** When it unloads if nothing uses it meanwhile (epoch ms); null: it does not (in use, pinned, not loaded). */
+  unloadAt: number | null;
+  loadedAt: number | null;
+  lastLoadMs: number | null;
+  loads: number;
+  /** Times it was unloaded to make room for another model. */
+  evictions: number;
+  /** Why its last load failed, if it did. */
+  lastError: string | null;
+}
+
+export interface ResidencySummary {
+  /** Memory for the weights and KV caches of every loaded model (serve --memory-budget). */
+  budgetBytes: number;
+  usedBytes: number;
+  models: ModelResidency[];
+}
+
 export interface EngineStats {
   models: ModelStats[];
 }
