@@ -45,6 +45,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           stats: (stats) => post({ type: "stats", stats }),
         }, {
           kvBudgetBytes: m.options.kvBudgetBytes,
+          kvCapSequences: m.options.kvCapSequences,
           maxQueue: m.options.maxQueue,
           keyQueueShare: m.options.keyQueueShare,
           order: m.options.queueOrder,
@@ -56,7 +57,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           `KV cache: ${kvCacheMode(runner)}, ` +
             `budget ${Math.round(s.kvBudgetBytes / 2 ** 20)} MiB, queue of ${s.queueLimit}`,
         ];
-        post({ type: "loaded", model: runner.info, notes: [...notes, ...runner.decoder.notes] });
+        post({ type: "loaded", model: runner.info, notes: [...notes, ...runner.decoder.notes], kvBudgetBytes: s.kvBudgetBytes });
       } catch (err) {
         post({ type: "load-failed", error: (err as Error).message });
       }

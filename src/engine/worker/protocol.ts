@@ -14,6 +14,8 @@ export interface WorkerOptions {
   kvBudgetBytes: number;
   /** Requests that may wait for KV memory before new ones get EngineUnavailableError; 0 = the default. */
   maxQueue: number;
+  /** An automatic KV budget: capped at this many full-context sequences (see SchedulerOptions). */
+  kvCapSequences?: number;
   /** The part of the queue one fairness key may hold (absent: the scheduler's default). */
   keyQueueShare?: number;
   /** Admission order (absent: fair). */
@@ -36,7 +38,8 @@ export interface RejectInfo {
 }
 
 export type WorkerMessage =
-  | { type: "loaded"; model: EngineModel; notes: string[] }
+  /** `kvBudgetBytes`: the KV memory the model took (at most the one it was given). */
+  | { type: "loaded"; model: EngineModel; notes: string[]; kvBudgetBytes: number }
   | { type: "load-failed"; error: string }
   | { type: "started"; rid: number; promptTokens: number }
   | { type: "rejected"; rid: number; error: RejectInfo }

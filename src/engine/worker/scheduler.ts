@@ -44,6 +44,11 @@ export interface SchedulerOptions {
   /** KV memory for running sequences and the prefix cache; 0 or absent = a share of the machine's. */
   kvBudgetBytes?: number;
   /**
+   * At most this many sequences at the model's full context (an automatic budget: a small model
+   * is not given memory it can never fill). Absent: no cap.
+   */
+  kvCapSequences?: number;
+  /**
    * Requests that may wait for memory; past it a new request gets EngineUnavailableError (the
    * model is full). 0 or absent = 64.
    */
@@ -123,8 +128,13 @@ export class Scheduler {
     private readonly sink: JobSink,
     opts: SchedulerOptions = {},
   ) {
-    this.budget = new KvBudget(opts.kvBudgetBytes || defaultKvBudgetBytes());
     const decoder = model.decoder;
+    let budget = opts.kvBudgetBytes || defaultKvBudgetBytes();
+    if (opts.kvCapSequences) {
+      // Sized like the backends size a full-context sequence (the two agree on bytes per position).
+      budget = Math.min(budget, opts.kvCapSequences * decoder.spec.layers.length * 2 * model.info.contextLength * decoder.positionBytes);
+    }
+    this.budget = new KvBudget(budget);
     this.backend = decoder.spec.sharedBuffer ? new FusedKvBackend(decoder, this.budget.totalBytes) : new PaddedKvBackend(decoder);
     this.prefix = new PrefixCache(this.budget, opts.prefixMinTokens ?? 16, Math.floor(this.budget.totalBytes / 2));
     this.maxQueue = opts.maxQueue || 64;

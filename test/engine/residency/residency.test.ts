@@ -62,7 +62,7 @@ test("a model with a request in flight is never evicted, a pinned one never: the
   (await residency.acquire("b"))(); // b is idle but pinned
   const refused = await residency.acquire("c").catch((e: Error) => e);
   expect(refused).toMatchObject({ name: "EngineUnavailableError", code: "insufficient_memory" });
-  expect((refused as { retryAfterSeconds: number }).retryAfterSeconds).toBeGreaterThanOrEqual(1);
+  expect((refused as unknown as { retryAfterSeconds: number }).retryAfterSeconds).toBeGreaterThanOrEqual(1);
   expect((refused as Error).message).toContain("a (1 in flight)");
   expect((refused as Error).message).toContain("b (pinned)");
   expect(calls).toEqual(["load a", "load b"]);
