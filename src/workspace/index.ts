@@ -31,12 +31,12 @@ const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, .
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
   const { store, log } = opts;
 
-  function signedIn(request: Request): { user: User; session: SessionInfo } | null {
+  async function signedIn(request: Request): Promise<{ user: User; session: SessionInfo } | null> {
     const token = cookies(request).get(SESSION_COOKIE);
     if (!token) return null;
-    const session = store.sessions.get(token);
+    const session = await store.sessions.get(token);
     if (!session) return null;
-    const user = store.users.get(session.userId);
+    const user = await store.users.get(session.userId);
     return user ? { user, session } : null;
   }
 
@@ -67,7 +67,7 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
       field: () => "",
       fields: () => [],
     };
-    const who = signedIn(request);
+    const who = await signedIn(request);
 
     if (path === "/") return redirect(who ? `${BASE}/keys` : `${BASE}/signin`);
 

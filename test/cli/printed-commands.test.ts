@@ -150,12 +150,12 @@ async function walkReadme(server: Serving) {
   const commands = [...new Set(markdownCommands(readFileSync(join(REPO, "README.md"), "utf8"), "./sluice"))];
   let users = 0;
   let lastUser = "";
-  const keyId = () => {
+  const keyId = async () => {
     const store = openSqliteStore(join(dir.path, "data", "sluice.db"));
     try {
-      return store.keys.list(store.accounts.get("acme")!.id)[0]!.id;
+      return (await store.keys.list((await store.accounts.get("acme"))!.id))[0]!.id;
     } finally {
-      store.close();
+      await store.close();
     }
   };
   const ran: string[] = [];
@@ -178,7 +178,7 @@ async function walkReadme(server: Serving) {
       .replace(/\bUSD\b/g, "0.5")
       .replace(/\bN\b/g, "60")
       .replace("CHECKPOINT TOKENIZER", "stories260K.bin tok512.bin");
-    if (line.includes("KEY_ID")) line = line.replace("KEY_ID", keyId());
+    if (line.includes("KEY_ID")) line = line.replace("KEY_ID", await keyId());
     expect(line).not.toMatch(/\b(NAME|MODEL|KEY_ID|EMAIL|LABEL|USD|PID|CHECKPOINT|TOKENIZER|DIR|REPO)\b|…/);
     // A pull asks the local Hub (HF_ENDPOINT), as an operator's asks huggingface.co.
     const r = line.includes("models pull")
