@@ -1,7 +1,7 @@
 // GET /metrics: HTTP traffic (requests by route and status, latency, time to first token, tokens,
 // errors, rate-limit refusals) and the engine's scheduler and KV gauges, in Prometheus' text format.
 // Unauthenticated like /health: it carries counts and bytes, never prompts, keys or accounts.
-import type { Engine, ModelStats } from "../engine/types.ts";
+import type { Engine, ModelResidency, ModelStats } from "../engine/types.ts";
 
 interface Metric {
   name: string;
@@ -29,6 +29,23 @@ const METRICS: Metric[] = [
   { name: "sluice_rejected_full_total", type: "counter", help: "Requests refused with 503: the model's queue was full.", value: (s) => s.rejectedFull },
   { name: "sluice_preemptions_total", type: "counter", help: "Running requests preempted for a higher priority or a fairer share (resumed later).", value: (s) => s.preemptions },
   { name: "sluice_recomputed_tokens_total", type: "counter", help: "Tokens computed again to resume preempted requests.", value: (s) => s.recomputedTokens },
+];
+
+interface ResidencyMetric {
+  name: string;
+  type: "gauge" | "counter";
+  help: string;
+  value: (m: ModelResidency) => number;
+}
+
+// Kept by the engine host for every model, loaded or not.
+const RESIDENCY_METRICS: ResidencyMetric[] = [
+  { name: "sluice_model_resident", type: "gauge", help: "1 while the model is loaded.", value: (m) => (m.state === "resident" ? 1 : 0) },
+  { name: "sluice_model_memory_bytes", type: "gauge", help: "Memory the model holds of the budget (weights + KV budget) while loaded or loading.", value: (m) => (m.state === "unloaded" ? 0 : m.bytes) },
+  { name: "sluice_model_weights_bytes", type: "gauge", help: "The model's weights, estimated from its ONNX files.", value: (m) => m.weightsBytes },
+  { name: "sluice_model_loads_total", type: "counter", help: "Times the model was loaded.", value: (m) => m.loads },
+  { name: "sluice_model_evictions_total", type: "counter", help: "Times the model was unloaded to make room for another.", value: (m) => m.evictions },
+  { name: "sluice_model_last_load_seconds", type: "gauge", help: "How long the model's last load took.", value: (m) => (m.lastLoadMs ?? 0) / 1000 },
 ];
 
 const label = (v: string) => v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
@@ -175,6 +192,15 @@ export function metricsText(engine: Engine, http?: HttpMetrics): string {
   for (const m of METRICS) {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
     for (const s of models) lines.push(`${m.name}{model="${label(s.model)}"} ${m.value(s)}`);
+  }
+  const residency = engine.residency?.();
+  if (residency) {
+    lines.push("# HELP sluice_memory_budget_bytes Memory for the weights and KV budgets of loaded models (serve --memory-budget).", "# TYPE sluice_memory_budget_bytes gauge", `sluice_memory_budget_bytes ${residency.budgetBytes}`);
+    lines.push("# HELP sluice_memory_used_bytes Of the memory budget, what loaded (and loading) models hold.", "# TYPE sluice_memory_used_bytes gauge", `sluice_memory_used_bytes ${residency.usedBytes}`);
+    for (const m of RESIDENCY_METRICS) {
+      lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
+      for (const r of residency.models) lines.push(`${m.name}{model="${label(r.model)}"} ${m.value(r)}`);
+    }
   }
   return lines.join("\n") + "\n";
 }

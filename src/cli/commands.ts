@@ -16,7 +16,7 @@ export const DATABASE_OPTION: OptionSpec = {
 };
 /** Where a command finds the store: --database, else --data. */
 export const STORE_OPTIONS: OptionSpec[] = [DATA_OPTION, DATABASE_OPTION];
-const JSON_OPTION: OptionSpec = { name: "json", type: "boolean", help: "Print JSON instead of a table", env: "SLUICE_JSON" };
+export const JSON_OPTION: OptionSpec = { name: "json", type: "boolean", help: "Print JSON instead of a table", env: "SLUICE_JSON" };
 
 export const databaseOf = (args: CommandArgs) =>
   typeof args.values.database === "string" && args.values.database !== "" ? args.values.database : undefined;
@@ -43,7 +43,7 @@ function table(rows: Record<string, unknown>[], columns: string[]): string {
   return [line(columns), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join("\n");
 }
 
-const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: string[]) =>
+export const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: string[]) =>
   console.log(args.values.json ? JSON.stringify(rows, null, 2) : table(rows, columns));
 
 const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));

@@ -185,10 +185,21 @@ export interface ModelSource {
   dir: string;
   /** Changes when the directory's contents were replaced; a loaded model is then loaded again. */
   stamp?: string;
+  /** What the directory declares of the model: served as its description until it is loaded. */
+  declared?: EngineModel;
+  /** How long it stays loaded once idle, ms (-1: always); null or absent: the engine's default. Asked when it matters. */
+  keepAliveMs?: () => number | null;
 }
+
+/** What the engine tells of models loading on demand (so the catalog can follow). */
+export type ModelEvent =
+  /** Loaded: its description as the model itself gives it. */
+  | { type: "loaded"; model: EngineModel }
+  | { type: "load-failed"; id: string; error: string };
 
 export interface ModelLoadResult {
   id: string;
+  /** Its description: as loaded, or as declared when it loads on its first request. */
   model: EngineModel | null;
   /** Why the directory could not be loaded; the model is then left out. */
   error: string | null;
@@ -265,14 +276,24 @@ export interface EngineStats {
 
 export interface Engine {
   /**
-   * Makes exactly these models the served set: loads new ones, keeps loaded ones whose directory
-   * did not change, unloads the rest. Never throws for one bad directory: it is reported.
+   * Makes exactly these models the served set: registers new ones (loading those named to preload;
+   * the others load on their first request), reloads loaded ones whose directory changed, unloads
+   * the rest. Never throws for one bad directory: it is reported.
    */
   load(sources: ModelSource[]): Promise<ModelLoadResult[]>;
+  /** Every model served, loaded or not. */
   models(): EngineModel[];
   /** Validates and tokenises; throws EngineRequestError / EngineBusyError before any output. */
   start(request: GenerateRequest): Promise<Generation>;
   /** The latest scheduler and KV gauges per loaded model (for /metrics). */
   stats?(): EngineStats;
+  /** What is loaded and the memory each model holds, under the memory budget. */
+  residency?(): ResidencySummary;
+  /** Loads a model now (an operator's command), waiting for room as a request would. */
+  loadModel?(id: string): Promise<ModelResidency>;
+  /** Unloads a model now; refuses (throws) while requests use it. */
+  unloadModel?(id: string): Promise<ModelResidency>;
+  /** Calls `listener` when a model loads on demand or fails to. */
+  onModelEvent?(listener: (e: ModelEvent) => void): void;
   close(): Promise<void>;
 }

@@ -21,6 +21,7 @@ import { usageStore } from "./usage.ts";
 import { userStore } from "./users.ts";
 
 export type * from "./types.ts";
+export { PRIORITY_RANGE } from "./accounts.ts";
 export { KEY_PREFIX } from "./keys.ts";
 export { StoreUnavailableError } from "./db.ts";
 export { EMAIL, MIN_PASSWORD_LENGTH } from "./users.ts";

@@ -1,8 +1,8 @@
 // What a model directory will take in memory once loaded, estimated before loading it (a load
 // decision needs it, and loading is the expensive thing being decided).
 //
-// Weights: the sizes of the ONNX files and their external data (the decoder, and a vision encoder
-// or embedding graph beside it). ONNX Runtime holds each initializer once in its own memory, so the
+// Weights: the sizes of the ONNX files the engine loads and their external data (the decoder of the
+// directory's dtype, and a vision encoder or embedding graph beside it). ONNX Runtime holds each initializer once in its own memory, so the
 // file sizes are a good estimate of the weights' resident size; what it adds (prepacked MatMul
 // weights on the CPU, activation arenas, the CUDA context) is not counted, which is why the default
 // memory budget leaves part of the device free. bench/residency.ts prints the measured resident
@@ -11,7 +11,9 @@
 // KV memory: the KV budget the model will get (see kvGrant). Its KV buffers grow as sequences need
 // them, up to that budget, so the budget is what the model may come to hold.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
+import { isExternalDataOf, onnxFileName } from "../../onnx-dtypes.ts";
+import { locateModelFiles } from "../runtime/decoder-spec.ts";
 
 /** Sequences at full context an automatic KV budget is sized for, at most. */
 export const KV_SEQUENCES = 64;
@@ -28,7 +30,39 @@ export interface Footprint {
 
 /** A file of weights: an ONNX graph or external data next to one. */
 function isWeights(name: string): boolean {
-  return name.endsWith(".onnx") || name.includes(".onnx.") || name.includes(".onnx_") || name.endsWith(".data") || name.endsWith(".onnx_data");
+  return name.endsWith(".onnx") || name.includes(".onnx.") || name.includes(".onnx_") || name.endsWith(".data");
+}
+
+const size = (path: string) => {
+  const s = statSync(path, { throwIfNoEntry: false });
+  return s?.isFile() ? s.size : 0;
+};
+
+/**
+ * The bytes of the graphs the engine loads (the decoder of the chosen dtype, and the vision encoder
+ * and embedding graph beside it when present) with their external data; null when the directory
+ * does not say (the caller then counts every ONNX file in it).
+ */
+function loadedGraphBytes(dir: string): number | null {
+  let files;
+  try {
+    files = locateModelFiles(dir);
+  } catch {
+    return null;
+  }
+  const folder = dirname(files.onnxPath);
+  const graphs = [basename(files.onnxPath), onnxFileName("vision_encoder", files.dtype), onnxFileName("embed_tokens", files.dtype)];
+  const names = existsSync(folder) ? readdirSync(folder) : [];
+  let bytes = 0;
+  for (const g of graphs) {
+    if (!names.includes(g)) continue;
+    bytes += size(join(folder, g));
+    for (const n of names) if (isExternalDataOf(g, n)) bytes += size(join(folder, n));
+  }
+  // A vision encoder at the directory's top level (an older layout) is loaded too.
+  const topVision = join(dir, onnxFileName("vision_encoder", files.dtype));
+  if (folder !== dir && existsSync(topVision)) bytes += size(topVision);
+  return bytes;
 }
 
 function readJson(path: string): Record<string, unknown> {
@@ -43,13 +77,10 @@ function readJson(path: string): Record<string, unknown> {
 const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) && v > 0 ? v : null);
 
 export function estimateFootprint(dir: string): Footprint {
-  let weightsBytes = 0;
-  for (const sub of [dir, join(dir, "onnx")]) {
-    if (!existsSync(sub)) continue;
-    for (const name of readdirSync(sub)) {
-      if (!isWeights(name)) continue;
-      const s = statSync(join(sub, name), { throwIfNoEntry: false });
-      if (s?.isFile()) weightsBytes += s.size;
+  let weightsBytes = loadedGraphBytes(dir) ?? 0;
+  if (weightsBytes === 0) {
+    for (const sub of [dir, join(dir, "onnx")]) {
+      if (existsSync(sub)) for (const name of readdirSync(sub)) if (isWeights(name)) weightsBytes += size(join(sub, name));
     }
   }
   const card = readJson(join(dir, "sluice.json"));

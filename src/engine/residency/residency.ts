@@ -8,7 +8,8 @@
 // The policy only: loading and unloading are the loader's (the engine host's worker threads).
 import type { Logger } from "../../log.ts";
 import { EngineUnavailableError, type ModelResidency, type ResidencySummary } from "../types.ts";
-import { describeKeepAlive, formatBytes, PINNED } from "./settings.ts";
+import { formatBytes } from "../../format-bytes.ts";
+import { describeKeepAlive, PINNED } from "./settings.ts";
 
 export interface Loader {
   /** Loads the model with this KV budget; resolves with the KV budget it took (at most that), or rejects. */

@@ -57,10 +57,3 @@ export function parseMemorySize(value: string): { bytes: number } | { fraction: 
   if (m && Number(m[1]) > 0) return { bytes: Math.round(Number(m[1]) * UNITS_BYTES[(m[2] ?? "m").toLowerCase()]!) };
   throw new Error(`memory size ${JSON.stringify(value)}: use MiB (4096), a size with a unit (24G, 512M) or a share of the device (80%)`);
 }
-
-/** Bytes as an operator reads them: "512 MiB", "7.3 GiB". */
-export function formatBytes(bytes: number): string {
-  if (bytes >= 2 ** 30) return `${(bytes / 2 ** 30).toFixed(bytes >= 10 * 2 ** 30 ? 0 : 1)} GiB`;
-  if (bytes >= 2 ** 20) return `${Math.round(bytes / 2 ** 20)} MiB`;
-  return `${Math.max(0, Math.round(bytes / 2 ** 10))} KiB`;
-}
