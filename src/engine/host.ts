@@ -16,6 +16,7 @@ import {
   type ModelSource,
   type ModelStats,
 } from "./types.ts";
+import type { QueueOrder } from "./worker/fair-queue.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./worker/protocol.ts";
 
 export interface EngineOptions {
@@ -31,6 +32,18 @@ export interface EngineOptions {
   maxQueue?: number;
   /** Worker entry; overridable so the compiled binary can point at its embedded copy. */
   workerUrl?: string | URL;
+  /** Memory for the weights and KV budgets of every loaded model (absent: 3/4 of RAM). */
+  memoryBudgetBytes?: number;
+  /** How long an idle model stays loaded unless it says otherwise, ms (-1: always; absent: 5 minutes). */
+  keepAliveMs?: number;
+  /** Models loaded when they are registered (absent: none; they load on their first request). */
+  preload?: string[] | "all";
+  /** How long a request waits for memory to load its model (absent: 60 s). */
+  loadWaitMs?: number;
+  /** Share of a model's queue one fairness key may have waiting (absent: the scheduler's 3/4). */
+  accountQueueShare?: number;
+  /** Admission order of a busy model (absent: fair). */
+  scheduling?: QueueOrder;
 }
 
 /** An async queue of events fed by worker messages and drained by the API. */
@@ -129,6 +142,8 @@ class ModelWorker {
           threads: opts.threads,
           kvBudgetBytes: opts.kvBudgetBytes ?? envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20,
           maxQueue: opts.maxQueue ?? envNumber("SLUICE_MAX_QUEUE"),
+          keyQueueShare: opts.accountQueueShare,
+          queueOrder: opts.scheduling,
         },
       });
     });

@@ -22,6 +22,8 @@ interface ModelCard {
   capabilities?: { tools?: boolean; structured_output?: boolean; images?: boolean };
   /** The thinking block's tags and budgets, or false: the model does not think. */
   reasoning?: ReasoningCard;
+  /** Requests that may wait for this model's KV memory (over serve --max-queue). */
+  max_queue?: number;
 }
 
 export class ModelRunner {
@@ -36,6 +38,8 @@ export class ModelRunner {
     readonly template: TemplateContext,
     /** The thinking block the model writes, or null. */
     readonly reasoning: ModelReasoning | null,
+    /** This model's queue bound from its sluice.json, or null (the server's). */
+    readonly queueLimit: number | null = null,
   ) {}
 
   static async load(opts: WorkerOptions): Promise<ModelRunner> {
@@ -67,7 +71,8 @@ export class ModelRunner {
     };
     const template = templateContext(tokenizer);
     const reasoning = await modelReasoning(tokenizer, card.reasoning, template);
-    return new ModelRunner(decoder, tokenizer, info, providers, vision, template, reasoning);
+    const queueLimit = Number.isInteger(card.max_queue) && card.max_queue! > 0 ? card.max_queue! : null;
+    return new ModelRunner(decoder, tokenizer, info, providers, vision, template, reasoning, queueLimit);
   }
 
   get vocabSize(): number {

@@ -46,7 +46,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
         }, {
           kvBudgetBytes: m.options.kvBudgetBytes,
           kvCapSequences: m.options.kvCapSequences,
-          maxQueue: m.options.maxQueue,
+          maxQueue: runner.queueLimit ?? m.options.maxQueue,
           keyQueueShare: m.options.keyQueueShare,
           order: m.options.queueOrder,
         });
