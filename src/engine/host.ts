@@ -1,5 +1,7 @@
-// The engine as the HTTP thread sees it: one worker per model, requests and events passed as
-// messages, so a model computing never blocks /health or /v1/models.
+// The engine as the HTTP thread sees it: one worker per loaded model, requests and events passed as
+// messages, so a model computing never blocks /health or /v1/models. Which models are loaded is
+// residency's (residency/residency.ts): a model loads on its first request and is unloaded when
+// idle, under one memory budget.
 import type { Logger } from "../log.ts";
 import type { Device } from "./providers.ts";
 import {
@@ -12,10 +14,17 @@ import {
   type Generation,
   type GenerationEvent,
   type EngineStats,
+  type ModelEvent,
   type ModelLoadResult,
+  type ModelResidency,
   type ModelSource,
   type ModelStats,
+  type ResidencySummary,
 } from "./types.ts";
+import { deviceMemory, memoryBudgetBytes } from "./residency/device-memory.ts";
+import { estimateFootprint, kvGrant, KV_SEQUENCES } from "./residency/footprint.ts";
+import { Residency, type ModelPlan } from "./residency/residency.ts";
+import { DEFAULT_KEEP_ALIVE_MS } from "./residency/settings.ts";
 import type { QueueOrder } from "./worker/fair-queue.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./worker/protocol.ts";
 
@@ -95,6 +104,8 @@ interface Pending {
   started: (promptTokens: number) => void;
   rejected: (e: Error) => void;
   channel: EventChannel;
+  /** The request left the worker (ended, refused, or the worker went away). */
+  ended: () => void;
 }
 
 class ModelWorker {
@@ -102,6 +113,8 @@ class ModelWorker {
   private pending = new Map<number, Pending>();
   model: EngineModel | null = null;
   stats: ModelStats | null = null;
+  /** The KV budget the worker took. */
+  kvBytes = 0;
 
   private constructor(
     readonly source: ModelSource,
@@ -114,12 +127,14 @@ class ModelWorker {
       for (const p of this.pending.values()) {
         p.rejected(new Error("model worker crashed"));
         p.channel.end(new Error("model worker crashed"));
+        p.ended();
       }
       this.pending.clear();
     };
   }
 
-  static spawn(source: ModelSource, opts: EngineOptions): Promise<{ worker: ModelWorker | null; error: string | null }> {
+  /** `kvBytes`: its KV budget; `kvCap`: the budget is automatic (capped at KV_SEQUENCES full-context sequences). */
+  static spawn(source: ModelSource, opts: EngineOptions, kvBytes: number, kvCap: boolean): Promise<{ worker: ModelWorker | null; error: string | null }> {
     const url = opts.workerUrl ?? new URL("./worker/model-worker.ts", import.meta.url);
     const w = new Worker(url);
     const mw = new ModelWorker(source, w, opts.log.child({ model: source.id }));
@@ -140,8 +155,9 @@ class ModelWorker {
           dir: source.dir,
           device: opts.device,
           threads: opts.threads,
-          kvBudgetBytes: opts.kvBudgetBytes ?? envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20,
-          maxQueue: opts.maxQueue ?? envNumber("SLUICE_MAX_QUEUE"),
+          kvBudgetBytes: kvBytes,
+          kvCapSequences: kvCap ? KV_SEQUENCES : undefined,
+          maxQueue: opts.maxQueue ?? 0,
           keyQueueShare: opts.accountQueueShare,
           queueOrder: opts.scheduling,
         },
@@ -159,6 +175,7 @@ class ModelWorker {
     switch (m.type) {
       case "loaded":
         for (const note of m.notes) this.log.info(note);
+        this.kvBytes = m.kvBudgetBytes;
         this.onLoaded(m.model, null);
         return;
       case "load-failed":
@@ -174,6 +191,7 @@ class ModelWorker {
         const p = this.pending.get(m.rid);
         this.pending.delete(m.rid);
         p?.rejected(toError(m.error));
+        p?.ended();
         return;
       }
       case "round":
@@ -183,6 +201,7 @@ class ModelWorker {
           else {
             this.pending.delete(r.rid);
             p?.channel.end(r.error ? new Error(r.error) : undefined);
+            p?.ended();
           }
         }
         return;
@@ -194,7 +213,8 @@ class ModelWorker {
     }
   }
 
-  start(request: GenerateRequest): Promise<Generation> {
+  /** `ended`: called once, when the request leaves the worker however it ends. */
+  start(request: GenerateRequest, ended: () => void = () => {}): Promise<Generation> {
     const rid = this.nextRid++;
     const { signal, ...wire } = request;
     const channel = new EventChannel();
@@ -203,6 +223,7 @@ class ModelWorker {
         started: (promptTokens) => resolve({ promptTokens, events: channel }),
         rejected: reject,
         channel,
+        ended,
       });
       const onAbort = () => this.post({ type: "cancel", rid });
       if (signal.aborted) onAbort();
@@ -229,6 +250,7 @@ class ModelWorker {
     for (const p of this.pending.values()) {
       p.rejected(new EngineBusyError(gone, 1));
       p.channel.end(new Error(gone));
+      p.ended();
     }
     this.pending.clear();
   }
@@ -261,51 +283,147 @@ function toError(r: RejectInfo): Error {
 }
 
 export class WorkerEngine implements Engine {
-  private workers = new Map<string, ModelWorker>();
+  /** Every model served, loaded or not. */
+  private readonly sources = new Map<string, ModelSource>();
+  /** The loaded ones' workers. */
+  private readonly workers = new Map<string, ModelWorker>();
+  private readonly memory: Residency;
+  private readonly listeners: ((e: ModelEvent) => void)[] = [];
+  /** serve --kv-budget-mb (or SLUICE_KV_BUDGET_MB); 0: automatic. */
+  private readonly explicitKvBytes: number;
 
-  constructor(private readonly opts: EngineOptions) {}
+  private readonly opts: EngineOptions;
+
+  constructor(options: EngineOptions) {
+    // The environment is read now, not when a model loads (maybe much later, on its first request).
+    const opts = (this.opts = { ...options, maxQueue: options.maxQueue || envNumber("SLUICE_MAX_QUEUE") });
+    this.explicitKvBytes = opts.kvBudgetBytes || envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20;
+    this.memory = new Residency({
+      budgetBytes: opts.memoryBudgetBytes ?? memoryBudgetBytes(deviceMemory(false), null),
+      loader: { load: (id, kv) => this.loadWorker(id, kv), unload: (id) => this.unloadWorker(id) },
+      keepAliveMs: (id) => this.sources.get(id)?.keepAliveMs?.() ?? opts.keepAliveMs ?? DEFAULT_KEEP_ALIVE_MS,
+      waitMs: opts.loadWaitMs ?? 60_000,
+      log: opts.log,
+      onLoadFailed: (id, error) => this.emit({ type: "load-failed", id, error }),
+    });
+  }
+
+  private emit(e: ModelEvent) {
+    for (const l of this.listeners) {
+      try {
+        l(e);
+      } catch (err) {
+        this.opts.log.warn("a model event listener failed", { error: (err as Error).message });
+      }
+    }
+  }
+
+  onModelEvent(listener: (e: ModelEvent) => void): void {
+    this.listeners.push(listener);
+  }
+
+  private plan(source: ModelSource): ModelPlan {
+    const footprint = estimateFootprint(source.dir);
+    return { weightsBytes: footprint.weightsBytes, kvBytes: kvGrant(footprint, this.memory.budgetBytes, this.explicitKvBytes) };
+  }
+
+  private async loadWorker(id: string, kvBytes: number): Promise<{ kvBytes: number }> {
+    const source = this.sources.get(id);
+    if (!source) throw new Error(`model ${id} is no longer served`);
+    const { worker, error } = await ModelWorker.spawn(source, this.opts, kvBytes, this.explicitKvBytes === 0);
+    if (!worker) throw new Error(error ?? "the model worker did not load it");
+    this.workers.set(id, worker);
+    this.emit({ type: "loaded", model: worker.model! });
+    return { kvBytes: worker.kvBytes };
+  }
+
+  private async unloadWorker(id: string): Promise<void> {
+    const w = this.workers.get(id);
+    this.workers.delete(id);
+    await w?.close();
+  }
 
   async load(sources: ModelSource[]): Promise<ModelLoadResult[]> {
     const wanted = new Map(sources.map((s) => [s.id, s]));
-    for (const [id, w] of this.workers) {
-      if (!wanted.has(id)) {
-        this.workers.delete(id);
-        await w.close();
-      }
+    for (const id of [...this.sources.keys()]) {
+      if (wanted.has(id)) continue;
+      this.sources.delete(id);
+      // Unloaded once the requests it runs have ended.
+      await this.memory.unregister(id);
     }
+    const preload = this.opts.preload === "all" ? new Set(wanted.keys()) : new Set(this.opts.preload ?? []);
+    for (const id of preload) if (!wanted.has(id)) this.opts.log.warn("--preload names a model that is not served", { model: id });
     const results: ModelLoadResult[] = [];
     for (const s of sources) {
-      const existing = this.workers.get(s.id);
-      if (existing && s.dir === existing.source.dir && s.stamp === existing.source.stamp) {
-        results.push({ id: s.id, model: existing.model, error: null });
-        continue;
+      const before = this.sources.get(s.id);
+      const changed = before !== undefined && (s.dir !== before.dir || s.stamp !== before.stamp);
+      this.sources.set(s.id, s);
+      this.memory.register(s.id, this.plan(s));
+      let reload = false;
+      if (changed && this.workers.has(s.id)) {
+        // A changed directory: the old worker finishes its running requests and then closes (its
+        // memory is not counted meanwhile); the model loads again now, so it is served throughout.
+        const old = this.workers.get(s.id)!;
+        this.workers.delete(s.id);
+        this.memory.replaced(s.id);
+        void old.retire().catch((e) => this.opts.log.warn("closing a replaced model failed", { model: s.id, error: (e as Error).message }));
+        reload = true;
       }
-      // A changed directory: the new load is made first, so the model is served throughout; the
-      // old worker finishes its running requests and then closes.
-      const { worker, error } = await ModelWorker.spawn(s, this.opts);
-      if (worker) this.workers.set(s.id, worker);
-      else this.workers.delete(s.id);
-      if (existing) void existing.retire().catch((e) => this.opts.log.warn("closing a replaced model failed", { model: s.id, error: (e as Error).message }));
-      results.push({ id: s.id, model: worker?.model ?? null, error });
+      let error: string | null = null;
+      if (reload || preload.has(s.id)) {
+        try {
+          await this.memory.load(s.id);
+        } catch (e) {
+          error = (e as Error).message;
+        }
+      }
+      results.push({ id: s.id, model: this.workers.get(s.id)?.model ?? s.declared ?? null, error });
     }
     return results;
   }
 
   models(): EngineModel[] {
-    return [...this.workers.values()].map((w) => w.model!);
+    return [...this.sources.values()].flatMap((s) => {
+      const m = this.workers.get(s.id)?.model ?? s.declared;
+      return m ? [m] : [];
+    });
   }
 
-  start(request: GenerateRequest): Promise<Generation> {
+  async start(request: GenerateRequest): Promise<Generation> {
+    if (!this.sources.has(request.modelId)) throw new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found");
+    // Held from here until the request leaves the worker: a model in use is never unloaded.
+    const release = await this.memory.acquire(request.modelId, request.signal);
     const w = this.workers.get(request.modelId);
-    if (!w) return Promise.reject(new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found"));
-    return w.start(request);
+    if (!w) {
+      release();
+      throw new EngineUnavailableError(`The model ${request.modelId} was unloaded while the request waited for it. Retry.`, 1);
+    }
+    try {
+      return await w.start(request, release);
+    } catch (e) {
+      release();
+      throw e;
+    }
   }
 
   stats(): EngineStats {
     return { models: [...this.workers.values()].flatMap((w) => (w.stats ? [w.stats] : [])) };
   }
 
+  residency(): ResidencySummary {
+    return this.memory.summary();
+  }
+
+  loadModel(id: string): Promise<ModelResidency> {
+    return this.memory.load(id);
+  }
+
+  unloadModel(id: string): Promise<ModelResidency> {
+    return this.memory.unloadNow(id);
+  }
+
   async close(): Promise<void> {
+    await this.memory.close();
     const all = [...this.workers.values()];
     this.workers.clear();
     await Promise.all(all.map((w) => w.close()));

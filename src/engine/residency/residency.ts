@@ -121,6 +121,18 @@ export class Residency {
     if (e.active === 0) await this.unload(e, "removed");
   }
 
+  /**
+   * The model's loader replaced its loaded copy outside of residency (its directory changed; the
+   * old copy finishes its requests on its own): it counts as not loaded from now on.
+   */
+  replaced(id: string): void {
+    const e = this.entries.get(id);
+    if (!e || e.state !== "resident") return;
+    e.state = "unloaded";
+    e.kvBytes = e.plan.kvBytes;
+    this.wake();
+  }
+
   has(id: string): boolean {
     return this.entries.has(id) && !this.entries.get(id)!.gone;
   }
