@@ -2,11 +2,13 @@
 // decision needs it, and loading is the expensive thing being decided).
 //
 // Weights: the sizes of the ONNX files the engine loads and their external data (the decoder of the
-// directory's dtype, and a vision encoder or embedding graph beside it). ONNX Runtime holds each initializer once in its own memory, so the
-// file sizes are a good estimate of the weights' resident size; what it adds (prepacked MatMul
-// weights on the CPU, activation arenas, the CUDA context) is not counted, which is why the default
-// memory budget leaves part of the device free. bench/residency.ts prints the measured resident
-// growth of a load beside this estimate.
+// directory's dtype, and a vision encoder or embedding graph beside it). ONNX Runtime holds each
+// initializer once in its own memory, so the file sizes are the weights' size where they run (on
+// CUDA, in the GPU's memory). What a load adds beyond them is not counted: on the CPU, prepacked
+// MatMul weights, activation arenas, the worker thread and its tokenizer; bench/cold-load.ts
+// measured the server's resident memory growing by 1.5× to 3× the file size for float32 models
+// of 50M to 150M parameters, and by 16 MiB and more for the smallest. That is why the default
+// budget leaves a quarter of RAM free, and why --memory-budget may need to be lower on the CPU.
 //
 // KV memory: the KV budget the model will get (see kvGrant). Its KV buffers grow as sequences need
 // them, up to that budget, so the budget is what the model may come to hold.
