@@ -1,8 +1,10 @@
+import { healthFilePath, writeHealthFile } from "../engine/health-file.ts";
 import { createLogger, flushLogs, type LogLevel } from "../log.ts";
 import { configureNative } from "../packaging/native.ts";
 import type { RunningServer } from "../server.ts";
 import { DATA_OPTION, DATABASE_OPTION, databaseOf, seeCommand } from "./commands.ts";
 import { UsageError, type Command, type CommandArgs } from "./framework.ts";
+import { ENGINE_OPTIONS, parseEngineOptions } from "./engine-options.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 import { parseResidencyOptions, RESIDENCY_OPTIONS } from "./residency-options.ts";
 
@@ -71,6 +73,7 @@ export const serveCommand: Command = {
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
     ...RESIDENCY_OPTIONS,
     ...LIMIT_OPTIONS,
+    ...ENGINE_OPTIONS,
   ],
   async run(args) {
     const port = Number(args.values.port);
@@ -86,6 +89,7 @@ export const serveCommand: Command = {
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
     const residency = parseResidencyOptions(args);
+    const engineOptions = parseEngineOptions(args);
     const database = databaseOf(args);
     const secret = str(args.values["cluster-secret"]);
     if (database && !secret) throw new UsageError("--cluster-secret (or SLUICE_CLUSTER_SECRET) is required with --database: it authenticates requests forwarded between nodes");
@@ -122,6 +126,15 @@ export const serveCommand: Command = {
       kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
       maxQueue: count("max-queue"),
       ...residency,
+      ...engineOptions,
+      // Where `sluice doctor` finds crash loops (it has no connection to this process).
+      onHealthChange: (health) => {
+        try {
+          writeHealthFile(healthFilePath(String(args.values.data)), health);
+        } catch (e) {
+          log.warn("could not write the model workers' health file", { error: (e as Error).message });
+        }
+      },
     });
     const server = await startServer({
       host: String(args.values.host),

@@ -3,11 +3,12 @@ import type { Logger } from "../log.ts";
 import { commandLine } from "../invocation.ts";
 import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "../packaging/cuda.ts";
 import { nativeDir, packagedWorkerUrl, unpackedThisStart } from "../packaging/native.ts";
-import { WorkerEngine } from "./host.ts";
+import type { CompileLimits } from "../structured/index.ts";
+import { WorkerEngine, type SupervisionOptions } from "./host.ts";
 import { deviceMemory, memoryBudgetBytes as budgetFor } from "./residency/device-memory.ts";
 import type { QueueOrder } from "./worker/fair-queue.ts";
 import { chooseProviders, deviceLines, type Device } from "./providers.ts";
-import type { Engine } from "./types.ts";
+import type { Engine, WorkerHealth } from "./types.ts";
 
 export interface CreateEngineOptions {
   log: Logger;
@@ -28,6 +29,16 @@ export interface CreateEngineOptions {
   /** Share of a model's queue one fairness key (account) may have waiting. */
   accountQueueShare?: number;
   scheduling?: QueueOrder;
+  /** What compiling one request's schemas may cost (serve --max-schema-*). */
+  compileLimits?: Partial<CompileLimits>;
+  /** Memory for each model's cached grammars, bytes. */
+  grammarCacheBytes?: number;
+  /** Crash-loop and stall detection of the model workers. */
+  supervision?: Partial<SupervisionOptions>;
+  /** Called when a model worker's supervision state changes. */
+  onHealthChange?: (health: WorkerHealth[]) => void;
+  /** Lets tests make a worker stop answering. */
+  testHooks?: boolean;
 }
 
 export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
@@ -64,5 +75,10 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     loadWaitMs: opts.loadWaitMs,
     accountQueueShare: opts.accountQueueShare,
     scheduling: opts.scheduling,
+    compileLimits: opts.compileLimits,
+    grammarCacheBytes: opts.grammarCacheBytes,
+    supervision: opts.supervision,
+    onHealthChange: opts.onHealthChange,
+    testHooks: opts.testHooks,
   });
 }

@@ -95,7 +95,8 @@ export interface GenerateRequest {
   signal: AbortSignal;
   /**
    * Opaque: requests with the same key (the api passes the account) take turns with other keys
-   * where the engine queues work (a model's queue for KV memory: see worker/fair-queue.ts).
+   * where the engine queues work (a model's queue for KV memory: see worker/fair-queue.ts; schema
+   * compilation).
    */
   fairnessKey?: string;
   /** Higher is admitted first, and may preempt lower ones when memory runs out (default 0). */
@@ -164,8 +165,9 @@ export class EngineBusyError extends Error {
 }
 
 /**
- * The model cannot take the request now: its queue is full, or no memory could be freed to load
- * it in time, or it could not be loaded. Maps to a 503 with Retry-After.
+ * The model cannot take the request now: its queue is full, no memory could be freed to load it in
+ * time, it could not be loaded, its worker crashed (and is being restarted) or keeps crashing
+ * (unavailable for a while), or the engine is shutting down. Maps to a 503 with Retry-After.
  */
 export class EngineUnavailableError extends Error {
   constructor(
@@ -234,6 +236,14 @@ export interface ModelStats {
   preemptions: number;
   /** Tokens computed again to resume preempted requests. */
   recomputedTokens: number;
+  /** Compiled grammars kept for reuse (their transition tables), bytes. */
+  grammarCacheBytes: number;
+  /** Schemas compiled, and refused (over a limit or unsupported), since load. */
+  schemasCompiled: number;
+  schemasRefused: number;
+  /** JavaScript heap of the model's worker thread, and of its compile thread (as last reported), bytes. */
+  workerHeapBytes: number;
+  compileHeapBytes: number;
 }
 
 /** A model's place in memory, as the engine's residency sees it. */
@@ -270,8 +280,25 @@ export interface ResidencySummary {
   models: ModelResidency[];
 }
 
+/** How a model's worker thread is doing, as the engine's supervisor sees it. */
+export interface WorkerHealth {
+  model: string;
+  /** loading: first start; ready; restarting: after a crash; unavailable: in a crash loop, waiting to retry. */
+  state: "loading" | "ready" | "restarting" | "unavailable";
+  /** Since the engine started. */
+  crashes: number;
+  restarts: number;
+  lastError: string | null;
+  /** Epoch milliseconds. */
+  lastCrashAt: number | null;
+  /** While unavailable: when the next start is tried (epoch milliseconds). */
+  retryAt: number | null;
+}
+
 export interface EngineStats {
   models: ModelStats[];
+  /** Per model, its worker's supervision state. */
+  workers?: WorkerHealth[];
 }
 
 export interface Engine {

@@ -7,6 +7,7 @@ import { chunkInputs, type DecoderSession } from "../runtime/decoder.ts";
 import type { RopePlan } from "../runtime/mrope.ts";
 import { floatTensor, halfBits } from "../runtime/tensors.ts";
 import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence } from "./kv.ts";
+import { nativeCall } from "../../native-calls.ts";
 
 class PaddedSequence implements Sequence {
   tokens: number[] = [];
@@ -65,7 +66,7 @@ export class PaddedKvBackend implements KvBackend {
       feeds[l.pastKey] = floatTensor(spec.kvType, past[2 * i]!, dims);
       feeds[l.pastValue] = floatTensor(spec.kvType, past[2 * i + 1]!, dims);
     });
-    return this.decoder.session.run(feeds);
+    return nativeCall(() => this.decoder.session.run(feeds));
   }
 
   private presents(out: ort.InferenceSession.ReturnType): KvArray[] {

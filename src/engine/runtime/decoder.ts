@@ -10,6 +10,7 @@ import { prepareDecoderGraph } from "./load-graph.ts";
 import type { StepBlocks, StepKvOutputs } from "./step-kv-outputs.ts";
 import { copyHeads, type KvArray } from "../batching/kv.ts";
 import { floatInput, floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
+import { nativeCall } from "../../native-calls.ts";
 
 export interface SessionOptions {
   providers: ("cuda" | "cpu")[];
@@ -170,7 +171,8 @@ export class DecoderSession {
 
   /** One run of `width` tokens per row, on the one-token graph when there is one and it fits. */
   run(feeds: Record<string, ort.Tensor>, fetches: ort.InferenceSession.FetchesType, width: number): Promise<ort.InferenceSession.ReturnType> {
-    return (width === 1 && this.oneTokenSession ? this.oneTokenSession : this.session).run(feeds, fetches);
+    const session = width === 1 && this.oneTokenSession ? this.oneTokenSession : this.session;
+    return nativeCall(() => session.run(feeds, fetches));
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */
@@ -181,7 +183,8 @@ export class DecoderSession {
   /** Token embeddings [ids.length, hidden] from the embed_tokens graph, as float32. */
   async embed(ids: ArrayLike<number>): Promise<Float32Array> {
     if (!this.embedder) throw new Error("this decoder has no embed_tokens graph");
-    const out = await this.embedder.run({ [this.embedder.inputNames[0]!]: int64Tensor(ids, [1, ids.length]) });
+    const embedder = this.embedder;
+    const out = await nativeCall(() => embedder.run({ [embedder.inputNames[0]!]: int64Tensor(ids, [1, ids.length]) }));
     const t = out[this.embedder.outputNames[0]!]!;
     return floatSlice(t, 0, t.size);
   }
@@ -242,7 +245,7 @@ export class DecoderSession {
       feeds[l.pastKey] = kv.tensors[2 * i]!;
       feeds[l.pastValue] = kv.tensors[2 * i + 1]!;
     });
-    const out = await this.session.run(feeds);
+    const out = await nativeCall(() => this.session.run(feeds));
     const step = this.stepKv;
     spec.layers.forEach((l, i) => {
       if (step) {

@@ -19,6 +19,8 @@ import { FusedKvBackend } from "../batching/fused-kv.ts";
 import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
 import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
+import { NoAllowedTokenError } from "../sampling/index.ts";
+import { heapStats } from "bun:jsc";
 import { EngineBusyError, EngineRequestError, EngineUnavailableError, type GenerationEvent, type ModelStats } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import { FairQueue, type QueueOrder, type Waiting } from "./fair-queue.ts";
@@ -26,10 +28,12 @@ import type { ModelRunner } from "./model-runner.ts";
 import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
 import { prefixKey } from "./prefix-key.ts";
+import { inlineStructures, type StructureSource } from "./structure-compiler.ts";
 
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
-  done(rid: number, error?: string): void;
+  /** The request ended; `error` when it failed, with `code` when the request itself caused it. */
+  done(rid: number, error?: string, code?: string): void;
   /**
    * The end of a round (or of the work before going idle): what was reported may be sent on.
    * `urgent` when it must go now: a request's first token or its end is in it, or the scheduler
@@ -64,6 +68,8 @@ export interface SchedulerOptions {
   prefillChunk?: number;
   /** Prompts shorter than this are not kept in the prefix cache. */
   prefixMinTokens?: number;
+  /** Where grammars come from (absent: compiled in this thread, for tests and benchmarks). */
+  structures?: StructureSource;
 }
 
 interface ChoiceRun {
@@ -122,6 +128,9 @@ export class Scheduler {
   };
   private lastStats = "";
   private lastStatsAt = 0;
+  readonly structures: StructureSource;
+  /** Requests being admitted (prompt read, grammar compiled), and whether their client left meanwhile. */
+  private readonly admitting = new Map<number, { cancelled: boolean }>();
 
   constructor(
     private readonly model: ModelRunner,
@@ -141,11 +150,30 @@ export class Scheduler {
     this.keyQueueLimit = Math.max(1, Math.ceil(this.maxQueue * (opts.keyQueueShare ?? 0.75)));
     this.queue = new FairQueue(opts.order ?? "fair");
     this.prefillChunk = opts.prefillChunk ?? 256;
+    this.structures = opts.structures ?? inlineStructures(model);
   }
 
-  /** Validates and queues; resolves with the prompt's token count or throws a request/busy error. */
-  async admit(rid: number, request: WireRequest): Promise<number> {
+  /**
+   * Validates and queues; resolves with the prompt's token count or throws a request/busy error.
+   * `structureKey`: the canonical text of what decides the request's grammar, when known.
+   */
+  async admit(rid: number, request: WireRequest, structureKey: string | null = null): Promise<number> {
+    const admission = { cancelled: false };
+    this.admitting.set(rid, admission);
+    try {
+      return await this.admitNow(rid, request, structureKey, admission);
+    } finally {
+      this.admitting.delete(rid);
+    }
+  }
+
+  private async admitNow(rid: number, request: WireRequest, structureKey: string | null, admission: { cancelled: boolean }): Promise<number> {
+    const gone = () => new EngineRequestError("The request was cancelled before it started.", null, "cancelled");
     const { ids: prompt, images, thinking } = await this.model.prompt(request);
+    if (admission.cancelled) throw gone();
+    // Compiled on its own thread: the rounds of the running requests go on meanwhile.
+    const structure = await this.structures.resolve(rid, request, structureKey);
+    if (admission.cancelled) throw gone();
     const maxNew = Math.min(request.maxTokens ?? Number.MAX_SAFE_INTEGER, this.model.info.contextLength - prompt.length);
     const need = request.n * this.backend.sequenceBytes(this.backend.capacityFor(prompt.length + maxNew));
     if (need > this.budget.totalBytes) {
@@ -172,7 +200,7 @@ export class Scheduler {
     }
     const choices: ChoiceRun[] = [];
     for (let index = 0; index < request.n; index++) {
-      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, thinking), seq: null, next: null });
+      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, structure, thinking), seq: null, next: null });
     }
     this.queue.push({
       rid,
@@ -198,6 +226,11 @@ export class Scheduler {
   }
 
   cancel(rid: number): void {
+    const admission = this.admitting.get(rid);
+    if (admission) {
+      admission.cancelled = true;
+      this.structures.cancel(rid);
+    }
     const job = [...this.queue.items()].find((j) => j.rid === rid) ?? this.active.find((j) => j.rid === rid);
     if (job) job.cancelled = true;
     this.wake?.();
@@ -209,6 +242,7 @@ export class Scheduler {
   }
 
   stats(): ModelStats {
+    const compiles = this.structures.stats?.();
     return {
       model: this.model.info.id,
       runningRequests: this.active.length,
@@ -229,6 +263,11 @@ export class Scheduler {
       rejectedFull: this.counters.rejectedFull,
       preemptions: this.counters.preemptions,
       recomputedTokens: this.counters.recomputedTokens,
+      grammarCacheBytes: compiles?.cachedBytes ?? 0,
+      schemasCompiled: compiles?.compiled ?? 0,
+      schemasRefused: compiles?.refused ?? 0,
+      workerHeapBytes: heapStats().heapSize,
+      compileHeapBytes: compiles?.heapBytes ?? 0,
     };
   }
 
@@ -239,7 +278,11 @@ export class Scheduler {
       if (this.active.length === 0) {
         this.sink.endRound?.(true);
         this.publishStats(true);
+        // Idle a while after work: a full collection gives back what the burst left (prompts of
+        // megabytes, grammars, masks) instead of holding it until the next one.
+        const collect = setTimeout(() => Bun.gc(true), IDLE_GC_MS);
         await new Promise<void>((resolve) => (this.wake = resolve));
+        clearTimeout(collect);
         this.wake = null;
         continue;
       }
@@ -435,7 +478,12 @@ export class Scheduler {
       room -= chunk.length;
       this.counters.promptTokensComputed += chunk.length;
       if (seq.tokens.length < job.prompt.length) continue;
-      this.beginDecoding(job, logits);
+      try {
+        this.beginDecoding(job, logits);
+      } catch (e) {
+        // One choice's token pipeline failed (e.g. nothing left allowed): that request ends, not the loop.
+        this.fail(job, e);
+      }
     }
   }
 
@@ -484,7 +532,7 @@ export class Scheduler {
     if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.key)) this.prefix.insert(promptKv());
     job.choices.forEach((c, i) => {
       if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
-      c.next = c.stream.advance(i === 0 ? logits : logits.slice(), job.out);
+      c.next = advanceChoice(c.stream, i === 0 ? logits : logits.slice(), job.out);
       this.counters.generatedTokens++;
       if (c.next === null) this.endChoice(c, job, true);
     });
@@ -513,14 +561,21 @@ export class Scheduler {
     }
     this.counters.decodeSteps++;
     this.counters.lastBatchSize = batch.length;
+    const failed = new Map<Job, unknown>();
     batch.forEach(({ job, choice }, i) => {
-      if (job.cancelled) return;
-      choice.next = choice.stream.advance(logits[i]!, job.out);
+      if (job.cancelled || failed.has(job)) return;
+      try {
+        choice.next = advanceChoice(choice.stream, logits[i]!, job.out);
+      } catch (e) {
+        failed.set(job, e);
+        return;
+      }
       this.counters.generatedTokens++;
       if (choice.next === null) this.endChoice(choice, job, true);
     });
+    for (const [job, e] of failed) this.fail(job, e);
     for (const job of new Set(batch.map((b) => b.job))) {
-      if (job.choices.every((c) => c.stream.finished)) this.retire(job);
+      if (!failed.has(job) && job.choices.every((c) => c.stream.finished)) this.retire(job);
     }
   }
 
@@ -541,7 +596,7 @@ export class Scheduler {
 
   private fail(job: Job, e: unknown) {
     for (const c of job.choices) this.endChoice(c, job, false);
-    this.retire(job, (e as Error).message ?? String(e));
+    this.retire(job, (e as Error).message ?? String(e), e instanceof EngineRequestError ? (e.code ?? undefined) : undefined);
   }
 
   private flush(job: Job) {
@@ -551,7 +606,7 @@ export class Scheduler {
     }
   }
 
-  private retire(job: Job, error?: string) {
+  private retire(job: Job, error?: string, code?: string) {
     this.urgent = true;
     this.chargeJob(job);
     const before = this.active.length;
@@ -559,7 +614,7 @@ export class Scheduler {
     if (this.active.length < before) this.queue.ended(job.fairKey);
     for (const c of job.choices) this.endChoice(c, job, false);
     this.flush(job);
-    this.sink.done(job.rid, error);
+    this.sink.done(job.rid, error, code);
   }
 
   /** At most every 250 ms while busy, and once on going idle, when something changed. */
@@ -577,6 +632,23 @@ export class Scheduler {
 }
 
 const mib = (b: number) => Math.ceil(b / 2 ** 20);
+const IDLE_GC_MS = 2000;
+
+/** One token of a choice; a state where nothing is allowed becomes the request's error, naming the choice. */
+function advanceChoice(stream: ChoiceStream, logits: Float32Array, out: GenerationEvent[]): number | null {
+  try {
+    return stream.advance(logits, out);
+  } catch (e) {
+    if (e instanceof NoAllowedTokenError) {
+      throw new EngineRequestError(
+        `No token is allowed next in choice ${stream.index}: ${stream.constrained ? "logit_bias bans every token the response format or tool-call grammar allows at this point" : "logit_bias bans every token the model can produce"}.`,
+        "logit_bias",
+        "no_allowed_token",
+      );
+    }
+    throw e;
+  }
+}
 
 /** The prefix-cache key of a resumed sequence's tokens: its prompt by its key, then generated ids. */
 function replayKey(job: Job, tokens: number[]): number[] {

@@ -203,6 +203,26 @@ describe("residency", () => {
     expect((await state("res/broken")).lastError).toBeTruthy();
   }, 60_000);
 
+  test("a model unloaded as soon as its cancelled stream ends, ten times over: its worker ends only once its native calls are done, and the server keeps serving", async () => {
+    // Keep-alive 0: each cancelled stream's end unloads the model at once, while the next request
+    // is already waiting to load it again. A worker terminated inside an ONNX Runtime run would
+    // abort this whole process (the server runs in it).
+    await server.store.catalog.setKeepAlive("res/b", 0);
+    await until("keep-alive 0 to be seen", async () => (await state("res/b")).keepAliveMs === 0);
+    const loadsBefore = (await state("res/b")).loads;
+    for (let i = 0; i < 10; i++) {
+      const s = await holdStream("res/b");
+      s.close();
+      // Every other time the next request comes only once the unload has begun; else at once.
+      if (i % 2 === 0) await until("res/b to start unloading", async () => (await state("res/b")).state !== "resident");
+    }
+    expect((await ask("res/b")).choices[0]!.message.content).toBeString();
+    await until("res/b to unload after its last request", async () => (await state("res/b")).state === "unloaded");
+    expect((await state("res/b")).loads).toBeGreaterThanOrEqual(loadsBefore + 5);
+    await server.store.catalog.setKeepAlive("res/b", null);
+    expect((await ask("res/a")).choices[0]!.message.content).toBeString();
+  }, 120_000);
+
   test("models load and unload through the running server's control listener", async () => {
     const loaded = await sluice("load", "res/c", "--json");
     expect(loaded.code).toBe(0);
