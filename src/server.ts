@@ -387,6 +387,9 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
       if (lifecycle.active > 0) log.warn("shutdown: requests still waiting for their model's worker", { waiting: lifecycle.active });
       await engine.close();
       await lifecycle.settle(2000);
+      // A handler is done once it has thrown its answer (a 503 as the engine closed); the answer is
+      // written a few ticks later. Connections close once those are written (or after a bound).
+      await Promise.race([api.server?.stop(false), Bun.sleep(1000)]);
       await api.stop(true);
       await wsServer?.stop(true);
       removeControlFile(opts.dataDir, controlToken);
