@@ -61,7 +61,8 @@ interface WorkerMetric {
   value: (w: WorkerHealth) => number;
 }
 
-// Supervision state: kept by the engine host, so it is there even while a worker is down.
+// Supervision state: kept by the engine host, so it is there even while a worker is down. Loaded
+// models only (residency's gauges cover the others).
 const WORKER_METRICS: WorkerMetric[] = [
   { name: "sluice_model_available", type: "gauge", help: "1 when the model's worker takes requests; 0 while it restarts or is in a crash loop.", value: (w) => (w.state === "ready" ? 1 : 0) },
   { name: "sluice_model_crash_loop", type: "gauge", help: "1 while the model is unavailable after repeated worker crashes.", value: (w) => (w.state === "unavailable" ? 1 : 0) },
