@@ -42,17 +42,22 @@ export async function nativeCall<T>(call: () => Promise<T>): Promise<T> {
 /**
  * Stops new calls in the thread that shares `buffer` and resolves once none is in flight (then
  * the thread may be terminated). `onSlow` is called once if that takes longer than `slowMs`.
+ * After `giveUpMs` it resolves false: a call is still counted (the thread may be stuck in
+ * JavaScript with a call's completion queued behind it) and the thread must not be terminated.
  */
-export async function quiesceNativeCalls(buffer: SharedArrayBuffer, onSlow?: () => void, slowMs = 10_000): Promise<void> {
+export async function quiesceNativeCalls(buffer: SharedArrayBuffer, onSlow?: () => void, slowMs = 10_000, giveUpMs = Infinity): Promise<boolean> {
   const f = new Int32Array(buffer);
   Atomics.store(f, STOP, 1);
   const t0 = performance.now();
   let warned = false;
   while (Atomics.load(f, IN_FLIGHT) > 0) {
-    if (!warned && performance.now() - t0 > slowMs) {
+    const waited = performance.now() - t0;
+    if (waited > giveUpMs) return false;
+    if (!warned && waited > slowMs) {
       warned = true;
       onSlow?.();
     }
     await Bun.sleep(5);
   }
+  return true;
 }

@@ -335,10 +335,18 @@ class WorkerThread {
    * thread aborts the process); new calls never start meanwhile. `asCrash`: its close is then
    * seen as the crash it is (supervision's own path).
    */
-  private async end(asCrash: boolean): Promise<void> {
+  private async end(asCrash: boolean, patienceMs = Infinity): Promise<void> {
     if (!asCrash) this.closing = true;
-    await quiesceNativeCalls(this.nativeCalls, () => this.log.warn("a model worker being ended is still inside a native call; waiting for it", { model: this.modelId }));
-    this.worker.terminate();
+    const slow = () => this.log.warn("a model worker being ended is still inside a native call; waiting for it", { model: this.modelId });
+    if (await quiesceNativeCalls(this.nativeCalls, slow, Math.min(10_000, patienceMs / 2), patienceMs)) {
+      this.worker.terminate();
+      return;
+    }
+    // A thread stuck in JavaScript never sees its native call complete, so the count never drops;
+    // terminating it could abort the process. A closing engine does not wait for it forever: the
+    // thread is left to end with the process (its requests were answered already).
+    (this.worker as Worker & { unref?: () => void }).unref?.();
+    this.log.warn("a model worker did not leave its native call in time; left to end with the process", { model: this.modelId, waited_s: patienceMs / 1000 });
   }
 
   terminate(): void {
@@ -369,9 +377,12 @@ class WorkerThread {
       }
     });
     this.failAll(error);
-    await this.end(false);
+    await this.end(false, CLOSE_PATIENCE_MS);
   }
 }
+
+/** How long closing a model waits for its worker's native calls before leaving the thread (see end). */
+const CLOSE_PATIENCE_MS = 5_000;
 
 /** How long a replaced model may take to finish its running requests before it is closed. */
 const RETIRE_DEADLINE_MS = 60_000;

@@ -58,8 +58,12 @@ test("stop() while a model's worker is stuck: the waiting request gets a 503 and
     const res = await h.chat({ max_tokens: 100000, stream: true, logit_bias: h.noEos }, { "x-request-id": "stuck-stream" });
     const reader = res.body!.getReader();
     let text = "";
-    while (!/"content":"[^"]/.test(text)) text += new TextDecoder().decode((await reader.read()).value);
-    (h.engine as WorkerEngine).blockWorker(h.model, 60_000);
+    while (!/"content":"[^"]/.test(text)) {
+      const c = await reader.read();
+      if (c.done) throw new Error(`the stream (${res.status}) ended before its first content: ${text}`);
+      text += new TextDecoder().decode(c.value);
+    }
+    (h.engine as WorkerEngine).blockWorker(h.model, 20_000);
     const waiting = h.chat({ max_tokens: 4 }, { "x-request-id": "stuck-waiting" });
     await Bun.sleep(300);
     const t0 = performance.now();
