@@ -4,11 +4,14 @@ import { resolve } from "node:path";
 import { createApi, DEFAULT_MAX_BODY_BYTES } from "./api/app.ts";
 import { RateGuard, storeCounter } from "./api/limits/guard.ts";
 import { createCluster, type Cluster } from "./cluster/index.ts";
+import { startControlListener } from "./api/control.ts";
 import { Lifecycle } from "./api/lifecycle.ts";
+import { removeControlFile, writeControlFile } from "./control-file.ts";
 import type { RequestLimits } from "./api/limits/request-limits.ts";
-import { declaredContextLength, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
+import { declaredModel, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
+import { parseKeepAlive } from "./engine/residency/settings.ts";
 import { watchModelsDir } from "./engine/models-watch.ts";
-import type { Engine } from "./engine/types.ts";
+import type { Engine, EngineModel, ModelEvent } from "./engine/types.ts";
 import { commandLine } from "./invocation.ts";
 import type { Logger } from "./log.ts";
 import { hubEndpoint, hubToken, type HubToken } from "./modelkit/hub/auth.ts";
@@ -73,6 +76,62 @@ export interface RunningServer {
 
 export const DEFAULT_ACCOUNT = "local";
 
+function catalogEntry(m: DiscoveredModelDir, model: EngineModel, loadError: string | null): DiscoveredModel {
+  return {
+    id: m.id,
+    displayName: model.displayName,
+    contextLength: model.contextLength,
+    sourceDir: m.dir,
+    supportsImages: model.supportsImages,
+    supportsTools: model.supportsTools,
+    supportsStructured: model.supportsStructuredOutput,
+    ownedBy: m.card.owned_by ?? (m.id.includes("/") ? m.id.split("/")[0]! : "sluice"),
+    loadError,
+  };
+}
+
+/**
+ * Each model's keep-alive: the catalog's (the admin page, `models keep-alive`) over its
+ * sluice.json's over the engine's default (serve --keep-alive). The catalog's are read again when
+ * the store's change counter moves, in the background: the engine asks synchronously.
+ */
+function keepAliveSettings(store: Store, log: Logger) {
+  let overrides = new Map<string, number | null>();
+  let seen = -1;
+  let reading: Promise<void> | null = null;
+  const refresh = (): Promise<void> => {
+    const generation = store.cacheGeneration();
+    reading ??= store.catalog
+      .list()
+      .then((models) => {
+        overrides = new Map(models.map((m) => [m.id, m.keepAliveSeconds]));
+        seen = generation;
+      })
+      .catch((e) => log.warn("could not read the models' keep-alive", { error: (e as Error).message }))
+      .finally(() => (reading = null));
+    return reading;
+  };
+  return {
+    refresh,
+    /** The function the engine asks for `id`'s keep-alive (ms, -1 always; null: the engine's default). */
+    of(id: string, card: number | string | undefined): () => number | null {
+      let fromCard: number | null = null;
+      if (card !== undefined) {
+        try {
+          fromCard = parseKeepAlive(card);
+        } catch (e) {
+          log.warn("sluice.json's keep_alive is not understood; the default applies", { model: id, error: (e as Error).message });
+        }
+      }
+      return () => {
+        if (store.cacheGeneration() !== seen) void refresh();
+        const s = overrides.get(id);
+        return s === null || s === undefined ? fromCard : s === -1 ? -1 : s * 1000;
+      };
+    },
+  };
+}
+
 async function ensureLocalAccount(store: Store): Promise<string | null> {
   if (await store.accounts.get(DEFAULT_ACCOUNT)) return null;
   let account;
@@ -118,27 +177,24 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     return found;
   };
 
+  // What the last synchronisation wrote, so that a model loading on demand can correct its entry.
+  let entries: DiscoveredModel[] = [];
+  const keepAlive = keepAliveSettings(store, log);
+
   const syncOnce = async () => {
     const found = await scan();
     const loadable = found.filter((m) => m.problem === null);
-    const results = await engine.load(loadable.map((m) => ({ id: m.id, dir: m.dir, stamp: m.stamp })));
+    await keepAlive.refresh();
+    const results = await engine.load(
+      loadable.map((m) => ({ id: m.id, dir: m.dir, stamp: m.stamp, declared: declaredModel(m), keepAliveMs: keepAlive.of(m.id, m.card.keep_alive) })),
+    );
     const byId = new Map(results.map((r) => [r.id, r]));
-    const entries: DiscoveredModel[] = found.map((m) => {
+    entries = found.map((m) => {
       const loaded = byId.get(m.id);
-      const loadError = m.problem ?? loaded?.error ?? (loaded?.model ? null : "not loaded");
+      // Models load on their first request: only a directory's problem or a failed preload leaves one out.
+      const loadError = m.problem ?? loaded?.error ?? (loaded ? null : "not loaded");
       if (loadError) log.warn("model left out of the catalog", { model: m.id, dir: m.dir, reason: loadError });
-      const caps = m.card.capabilities ?? {};
-      return {
-        id: m.id,
-        displayName: loaded?.model?.displayName ?? m.card.display_name ?? m.id,
-        contextLength: loaded?.model?.contextLength ?? declaredContextLength(m),
-        sourceDir: m.dir,
-        supportsImages: loaded?.model?.supportsImages ?? caps.images ?? false,
-        supportsTools: loaded?.model?.supportsTools ?? caps.tools ?? false,
-        supportsStructured: loaded?.model?.supportsStructuredOutput ?? caps.structured_output ?? false,
-        ownedBy: m.card.owned_by ?? (m.id.includes("/") ? m.id.split("/")[0]! : "sluice"),
-        loadError,
-      };
+      return catalogEntry(m, loaded?.model ?? declaredModel(m), loadError);
     });
     const change = await store.catalog.sync(entries);
     log.info("catalog synchronised", {
@@ -147,6 +203,30 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
       missing: change.missing,
     });
     // The other nodes learn of a change of this node's models at once, not at the next heartbeat.
+    await cluster?.membership.beat();
+  };
+
+  /** A model loaded on demand describes itself (or failed to load): its catalog entry follows. */
+  const onModelEvent = async (e: ModelEvent) => {
+    const id = e.type === "loaded" ? e.model.id : e.id;
+    const i = entries.findIndex((x) => x.id === id);
+    if (i < 0) return;
+    const before = entries[i]!;
+    const after: DiscoveredModel =
+      e.type === "loaded"
+        ? {
+            ...before,
+            displayName: e.model.displayName,
+            contextLength: e.model.contextLength,
+            supportsImages: e.model.supportsImages,
+            supportsTools: e.model.supportsTools,
+            supportsStructured: e.model.supportsStructuredOutput,
+          }
+        : { ...before, loadError: `failed to load: ${e.error}` };
+    if (JSON.stringify(after) === JSON.stringify(before)) return;
+    if (e.type === "load-failed") log.warn("model left out of the catalog until the next synchronisation", { model: id, reason: e.error });
+    entries = entries.map((x, j) => (j === i ? after : x));
+    await store.catalog.sync(entries);
     await cluster?.membership.beat();
   };
 
@@ -159,6 +239,11 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
   };
 
   await syncCatalog();
+  engine.onModelEvent?.((e) => {
+    // In the synchronisations' queue, so that a rescan and a correction never interleave.
+    const run = queue.then(() => onModelEvent(e));
+    queue = run.catch((err) => log.error("updating the catalog after a model load failed", { error: (err as Error).message }));
+  });
   const modelsDir = resolve(opts.modelsDir);
   const hubPulls = new PullJobs({
     modelsDir,
@@ -212,6 +297,10 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     // The same base URL /v1/integrations announces: the public URL, else the API's own address.
     apiBase: (req) => opts.publicUrl?.replace(/\/+$/, "") ?? (ownPort ? apiUrl() : new URL(req.url).origin),
     hubPulls,
+    residency:
+      engine.residency && engine.loadModel && engine.unloadModel
+        ? { summary: () => engine.residency!(), load: (id) => engine.loadModel!(id), unload: (id) => engine.unloadModel!(id) }
+        : undefined,
     // The pages' CLI notes act on this server's database, wherever the operator keeps it.
     command: (...words) => commandLine(...words, ...(resolve(opts.dataDir) === resolve("data") ? [] : ["--data", opts.dataDir])),
   });
@@ -236,6 +325,14 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     // Registered before it reports ready: its models are listed on every node from now on.
     await cluster.start();
     log.info("joined the cluster", { node: nodeId, node_url: opts.cluster?.nodeUrl ?? listeningUrl, nodes: cluster.membership.nodes().length });
+  }
+  // The operator's commands (models load, unload, resident) reach this process here.
+  const controlToken = randomBase62(40);
+  const control = startControlListener({ engine, token: controlToken, log: log.child({ room: "control" }) });
+  try {
+    writeControlFile(opts.dataDir, { url: control.url, token: controlToken, pid: process.pid });
+  } catch (e) {
+    log.warn("could not write control.json: models load/unload cannot reach this server", { error: (e as Error).message });
   }
   ready = true;
   log.info("listening", { url, version: VERSION });
@@ -290,8 +387,13 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
       if (lifecycle.active > 0) log.warn("shutdown: requests still waiting for their model's worker", { waiting: lifecycle.active });
       await engine.close();
       await lifecycle.settle(2000);
+      // A handler is done once it has thrown its answer (a 503 as the engine closed); the answer is
+      // written a few ticks later. Connections close once those are written (or after a bound).
+      await Promise.race([api.server?.stop(false), Bun.sleep(1000)]);
       await api.stop(true);
       await wsServer?.stop(true);
+      removeControlFile(opts.dataDir, controlToken);
+      await control.stop();
       await store.close();
     },
   };

@@ -2,7 +2,7 @@
 // errors, rate-limit refusals) and the engine's scheduler and KV gauges, in Prometheus' text format.
 // Unauthenticated like /health: it carries counts and bytes, never prompts, keys or accounts.
 import { heapStats } from "bun:jsc";
-import type { Engine, ModelStats, WorkerHealth } from "../engine/types.ts";
+import type { Engine, ModelResidency, ModelStats, WorkerHealth } from "../engine/types.ts";
 
 interface Metric {
   name: string;
@@ -16,7 +16,7 @@ const METRICS: Metric[] = [
   { name: "sluice_running_sequences", type: "gauge", help: "Sequences (choices) holding a KV cache.", value: (s) => s.runningSequences },
   { name: "sluice_batch_size", type: "gauge", help: "Sequences in the last batched decode step.", value: (s) => s.lastBatchSize },
   { name: "sluice_queued_requests", type: "gauge", help: "Requests waiting for KV memory.", value: (s) => s.queuedRequests },
-  { name: "sluice_queue_limit", type: "gauge", help: "Most requests that may wait before new ones get 429.", value: (s) => s.queueLimit },
+  { name: "sluice_queue_limit", type: "gauge", help: "Most requests that may wait before new ones get 503.", value: (s) => s.queueLimit },
   { name: "sluice_kv_budget_bytes", type: "gauge", help: "KV memory the model may use.", value: (s) => s.kvBudgetBytes },
   { name: "sluice_kv_used_bytes", type: "gauge", help: "KV memory reserved by sequences plus held by the prefix cache.", value: (s) => s.kvUsedBytes },
   { name: "sluice_prefix_cache_bytes", type: "gauge", help: "KV memory held by the prefix cache.", value: (s) => s.prefixCacheBytes },
@@ -26,12 +26,32 @@ const METRICS: Metric[] = [
   { name: "sluice_prompt_tokens_computed_total", type: "counter", help: "Prompt tokens run through the model.", value: (s) => s.promptTokensComputed },
   { name: "sluice_generated_tokens_total", type: "counter", help: "Tokens sampled.", value: (s) => s.generatedTokens },
   { name: "sluice_decode_steps_total", type: "counter", help: "Batched decode forward passes.", value: (s) => s.decodeSteps },
-  { name: "sluice_rejected_busy_total", type: "counter", help: "Requests refused with 429 because the queue was full.", value: (s) => s.rejectedBusy },
+  { name: "sluice_rejected_busy_total", type: "counter", help: "Requests refused with 429: their account had its share of the queue waiting.", value: (s) => s.rejectedBusy },
+  { name: "sluice_rejected_full_total", type: "counter", help: "Requests refused with 503: the model's queue was full.", value: (s) => s.rejectedFull },
+  { name: "sluice_preemptions_total", type: "counter", help: "Running requests preempted for a higher priority or a fairer share (resumed later).", value: (s) => s.preemptions },
+  { name: "sluice_recomputed_tokens_total", type: "counter", help: "Tokens computed again to resume preempted requests.", value: (s) => s.recomputedTokens },
   { name: "sluice_grammar_cache_bytes", type: "gauge", help: "Compiled grammars kept for reuse.", value: (s) => s.grammarCacheBytes },
   { name: "sluice_schemas_compiled_total", type: "counter", help: "Schemas compiled to grammars (on the model's compile thread).", value: (s) => s.schemasCompiled },
   { name: "sluice_schemas_refused_total", type: "counter", help: "Schemas refused: unsupported, or over a compile limit.", value: (s) => s.schemasRefused },
   { name: "sluice_worker_heap_bytes", type: "gauge", help: "JavaScript heap of the model's worker thread.", value: (s) => s.workerHeapBytes },
   { name: "sluice_compile_heap_bytes", type: "gauge", help: "JavaScript heap of the model's schema compile thread.", value: (s) => s.compileHeapBytes },
+];
+
+interface ResidencyMetric {
+  name: string;
+  type: "gauge" | "counter";
+  help: string;
+  value: (m: ModelResidency) => number;
+}
+
+// Kept by the engine host for every model, loaded or not.
+const RESIDENCY_METRICS: ResidencyMetric[] = [
+  { name: "sluice_model_resident", type: "gauge", help: "1 while the model is loaded.", value: (m) => (m.state === "resident" ? 1 : 0) },
+  { name: "sluice_model_memory_bytes", type: "gauge", help: "Memory the model holds of the budget (weights + KV budget) while loaded or loading.", value: (m) => (m.state === "unloaded" ? 0 : m.bytes) },
+  { name: "sluice_model_weights_bytes", type: "gauge", help: "The model's weights, estimated from its ONNX files.", value: (m) => m.weightsBytes },
+  { name: "sluice_model_loads_total", type: "counter", help: "Times the model was loaded.", value: (m) => m.loads },
+  { name: "sluice_model_evictions_total", type: "counter", help: "Times the model was unloaded to make room for another.", value: (m) => m.evictions },
+  { name: "sluice_model_last_load_seconds", type: "gauge", help: "How long the model's last load took.", value: (m) => (m.lastLoadMs ?? 0) / 1000 },
 ];
 
 interface WorkerMetric {
@@ -41,7 +61,8 @@ interface WorkerMetric {
   value: (w: WorkerHealth) => number;
 }
 
-// Supervision state: kept by the engine host, so it is there even while a worker is down.
+// Supervision state: kept by the engine host, so it is there even while a worker is down. Loaded
+// models only (residency's gauges cover the others).
 const WORKER_METRICS: WorkerMetric[] = [
   { name: "sluice_model_available", type: "gauge", help: "1 when the model's worker takes requests; 0 while it restarts or is in a crash loop.", value: (w) => (w.state === "ready" ? 1 : 0) },
   { name: "sluice_model_crash_loop", type: "gauge", help: "1 while the model is unavailable after repeated worker crashes.", value: (w) => (w.state === "unavailable" ? 1 : 0) },
@@ -194,6 +215,15 @@ export function metricsText(engine: Engine, http?: HttpMetrics): string {
   for (const m of METRICS) {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
     for (const s of models) lines.push(`${m.name}{model="${label(s.model)}"} ${m.value(s)}`);
+  }
+  const residency = engine.residency?.();
+  if (residency) {
+    lines.push("# HELP sluice_memory_budget_bytes Memory for the weights and KV budgets of loaded models (serve --memory-budget).", "# TYPE sluice_memory_budget_bytes gauge", `sluice_memory_budget_bytes ${residency.budgetBytes}`);
+    lines.push("# HELP sluice_memory_used_bytes Of the memory budget, what loaded (and loading) models hold.", "# TYPE sluice_memory_used_bytes gauge", `sluice_memory_used_bytes ${residency.usedBytes}`);
+    for (const m of RESIDENCY_METRICS) {
+      lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
+      for (const r of residency.models) lines.push(`${m.name}{model="${label(r.model)}"} ${m.value(r)}`);
+    }
   }
   lines.push("# HELP sluice_process_heap_bytes JavaScript heap of the HTTP thread.", "# TYPE sluice_process_heap_bytes gauge", `sluice_process_heap_bytes ${heapStats().heapSize}`);
   for (const m of WORKER_METRICS) {

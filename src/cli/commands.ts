@@ -2,6 +2,7 @@
 // allows this while the server runs) or, with --database, the PostgreSQL database several nodes
 // share. Catalog, key and limit changes take effect on every server's next request (within a
 // second on a shared database).
+import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
 import { openStore, type Account, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
@@ -15,7 +16,7 @@ export const DATABASE_OPTION: OptionSpec = {
 };
 /** Where a command finds the store: --database, else --data. */
 export const STORE_OPTIONS: OptionSpec[] = [DATA_OPTION, DATABASE_OPTION];
-const JSON_OPTION: OptionSpec = { name: "json", type: "boolean", help: "Print JSON instead of a table", env: "SLUICE_JSON" };
+export const JSON_OPTION: OptionSpec = { name: "json", type: "boolean", help: "Print JSON instead of a table", env: "SLUICE_JSON" };
 
 export const databaseOf = (args: CommandArgs) =>
   typeof args.values.database === "string" && args.values.database !== "" ? args.values.database : undefined;
@@ -42,7 +43,7 @@ function table(rows: Record<string, unknown>[], columns: string[]): string {
   return [line(columns), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join("\n");
 }
 
-const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: string[]) =>
+export const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: string[]) =>
   console.log(args.values.json ? JSON.stringify(rows, null, 2) : table(rows, columns));
 
 const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
@@ -87,9 +88,28 @@ export const storeCommands: Command[] = [
       withStore(args, async (s) => {
         const rows = [];
         for (const a of await s.accounts.list()) {
-          rows.push({ name: a.name, model_access: a.modelAccess, keys: await s.keys.count(a.id), created: date(a.createdAt) });
+          rows.push({ name: a.name, model_access: a.modelAccess, priority: a.priority, keys: await s.keys.count(a.id), created: date(a.createdAt) });
         }
-        print(args, rows, ["name", "model_access", "keys", "created"]);
+        print(args, rows, ["name", "model_access", "priority", "keys", "created"]);
+        return 0;
+      }),
+  },
+  {
+    path: ["accounts", "set"],
+    usage: "NAME --priority N",
+    summary:
+      "Set an account's priority (-100 to 100, default 0): on a busy model its requests are admitted before those of lower priorities, whose running requests are paused for them when memory runs out. Applies to the next request.",
+    options: [...STORE_OPTIONS, { name: "priority", type: "string", help: "Whole number from -100 to 100" }],
+    run: (args) =>
+      withStore(args, async (s) => {
+        const a = await findAccount(s, args, positional(args, 0, "account NAME"));
+        const priority = Number(requireString(args, "priority"));
+        try {
+          await s.accounts.setPriority(a.id, priority);
+        } catch (e) {
+          throw new UsageError(`--priority: ${(e as Error).message}`);
+        }
+        console.log(`${a.name} now has priority ${priority}`);
         return 0;
       }),
   },
@@ -187,6 +207,29 @@ export const storeCommands: Command[] = [
         }),
     }),
   ),
+  {
+    path: ["models", "keep-alive"],
+    usage: "ID DURATION|default",
+    summary:
+      "How long a model stays loaded once idle: -1 (always), 0, seconds, or 30s, 5m, 2h; default: its sluice.json's keep_alive, else serve --keep-alive. A running server applies it from its next idle check.",
+    options: [...STORE_OPTIONS],
+    run: (args) =>
+      withStore(args, async (s) => {
+        const id = positional(args, 0, "model ID");
+        const given = positional(args, 1, "DURATION (or default)");
+        let seconds: number | null = null;
+        if (given !== "default") {
+          try {
+            seconds = keepAliveSeconds(parseKeepAlive(given));
+          } catch (e) {
+            throw new UsageError((e as Error).message);
+          }
+        }
+        if (!(await s.catalog.setKeepAlive(id, seconds))) throw new UsageError(`no model ${id} in the catalog (see: ${seeCommand(args, "models", "list")})`);
+        console.log(seconds === null ? `${id} keeps the default keep-alive` : `${id} stays loaded ${seconds === -1 ? "always" : `for ${describeKeepAlive(seconds * 1000)} once idle`}`);
+        return 0;
+      }),
+  },
   ...(["grant", "revoke"] as const).map(
     (verb): Command => ({
       path: ["models", verb],

@@ -46,12 +46,27 @@ export function commandHelp(c: Command): string {
 export function parseCommand(c: Command, argv: string[], env: Record<string, string | undefined>): CommandArgs {
   const options: Record<string, { type: "string" | "boolean" }> = {};
   for (const o of c.options) options[o.name] = { type: o.type };
+  // Negative numbers are values, not flags (`models keep-alive ID -1`, `--priority -5`): parseArgs
+  // would read them as short options, so they pass through it under a stand-in.
+  const negative = /^-\d+(\.\d+)?$/;
+  const standIn = (i: number) => `\u0000negative${i}`;
+  const numbers: string[] = [];
+  const args = argv.map((a) => {
+    if (!negative.test(a)) return a;
+    numbers.push(a);
+    return standIn(numbers.length - 1);
+  });
+  const restore = (v: string) => (v.startsWith("\u0000negative") ? numbers[Number(v.slice("\u0000negative".length))]! : v);
   let parsed;
   try {
-    parsed = parseArgs({ args: argv, options, allowPositionals: true, strict: true });
+    parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
   } catch (e) {
     throw new UsageError((e as Error).message);
   }
+  parsed = {
+    values: Object.fromEntries(Object.entries(parsed.values).map(([k, v]) => [k, typeof v === "string" ? restore(v) : v])),
+    positionals: parsed.positionals.map(restore),
+  };
   const values: CommandArgs["values"] = {};
   for (const o of c.options) {
     const given = parsed.values[o.name];

@@ -6,6 +6,7 @@ import { DATA_OPTION, DATABASE_OPTION, databaseOf, seeCommand } from "./commands
 import { UsageError, type Command, type CommandArgs } from "./framework.ts";
 import { ENGINE_OPTIONS, parseEngineOptions } from "./engine-options.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
+import { parseResidencyOptions, RESIDENCY_OPTIONS } from "./residency-options.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
@@ -65,11 +66,12 @@ export const serveCommand: Command = {
     { name: "no-watch", type: "boolean", help: "Do not watch the models directory (models added later are served after SIGHUP)" },
     { name: "threads", type: "string", help: "Intra-op threads per model (0: one for models under 16 MiB of weights, else ONNX Runtime's default)", default: "0" },
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
-    { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of RAM, 256 MiB to 8 GiB)", default: "0" },
-    { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 429 (0: 64)", default: "0" },
+    { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of the memory budget, 256 MiB to 8 GiB, at most what 64 sequences at the model's full context use)", default: "0" },
+    { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 503 (0: 64; per model: sluice.json's max_queue)", default: "0" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
+    ...RESIDENCY_OPTIONS,
     ...LIMIT_OPTIONS,
     ...ENGINE_OPTIONS,
   ],
@@ -86,6 +88,7 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
+    const residency = parseResidencyOptions(args);
     const engineOptions = parseEngineOptions(args);
     const database = databaseOf(args);
     const secret = str(args.values["cluster-secret"]);
@@ -122,6 +125,7 @@ export const serveCommand: Command = {
       device: device as "auto" | "cuda" | "cpu",
       kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
       maxQueue: count("max-queue"),
+      ...residency,
       ...engineOptions,
       // Where `sluice doctor` finds crash loops (it has no connection to this process).
       onHealthChange: (health) => {

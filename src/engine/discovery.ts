@@ -3,7 +3,9 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { isCanonicalModelId } from "../model-ids.ts";
-import { isOnnxDType, ONNX_DTYPES } from "../onnx-dtypes.ts";
+import { isOnnxDType, ONNX_DTYPES, onnxFileName } from "../onnx-dtypes.ts";
+import { modelDType } from "./runtime/decoder-spec.ts";
+import type { EngineModel } from "./types.ts";
 
 export { isCanonicalModelId, MODEL_ID } from "../model-ids.ts";
 
@@ -16,6 +18,8 @@ export interface ModelCard {
   capabilities?: { tools?: boolean; structured_output?: boolean; images?: boolean };
   /** Which dtype's ONNX files to load when the directory holds several (transformers.js names). */
   dtype?: string;
+  /** How long the model stays loaded once idle: seconds, -1 (always), or "30s", "5m", "2h". */
+  keep_alive?: number | string;
 }
 
 export interface DiscoveredModelDir {
@@ -111,4 +115,36 @@ export function declaredContextLength(m: DiscoveredModelDir, fallback = 2048): n
   const search = (m.config.search as { max_length?: number } | undefined)?.max_length;
   const v = typeof c === "number" ? c : typeof search === "number" ? search : fallback;
   return Number.isInteger(v) && v > 0 ? v : fallback;
+}
+
+/** Whether the directory holds a vision encoder of its dtype (the engine then accepts images). */
+export function hasVisionEncoder(dir: string): boolean {
+  let dtype;
+  try {
+    dtype = modelDType(dir);
+  } catch {
+    return false;
+  }
+  const file = onnxFileName("vision_encoder", dtype);
+  return existsSync(join(dir, "onnx", file)) || existsSync(join(dir, file));
+}
+
+/**
+ * The model as its directory declares it, for the catalog before it is loaded: the same rules the
+ * loaded model applies where files can tell (images: an encoder is there and the card does not
+ * switch them off); the context as declared (a loaded model may report less, and then the
+ * catalog is corrected).
+ */
+export function declaredModel(m: DiscoveredModelDir): EngineModel {
+  const caps = m.card.capabilities ?? {};
+  return {
+    id: m.id,
+    displayName: m.card.display_name ?? m.id,
+    contextLength: declaredContextLength(m),
+    supportsImages: caps.images !== false && hasVisionEncoder(m.dir),
+    supportsTools: caps.tools ?? false,
+    supportsStructuredOutput: caps.structured_output ?? false,
+    dir: m.dir,
+    provider: "not loaded",
+  };
 }

@@ -1,9 +1,13 @@
-// The engine as the HTTP thread sees it: one worker per model, requests and events passed as
-// messages, so a model computing never blocks /health or /v1/models. Each worker is supervised:
+// The engine as the HTTP thread sees it: one worker per loaded model, requests and events passed as
+// messages, so a model computing never blocks /health or /v1/models. Which models are loaded is
+// residency's (residency/residency.ts): a model loads on its first request and is unloaded when
+// idle, under one memory budget. Each worker is supervised:
 // a worker that dies (an uncaught error, running out of memory, being killed) fails its requests
 // with a 503-class error and is started again; one that keeps dying is marked unavailable for a
 // while (with a growing pause) instead of being restarted in a tight loop; one that stops
 // answering while requests wait for it is treated as dead. No request waits without a bound.
+// However a worker ends (unloaded, replaced, crashed, hung), its thread is terminated only once no
+// native call is in flight in it (see native-calls.ts).
 import type { Logger } from "../log.ts";
 import { nativeCallFlags, quiesceNativeCalls } from "../native-calls.ts";
 import { DEFAULT_COMPILE_LIMITS, type CompileLimits } from "../structured/index.ts";
@@ -20,11 +24,19 @@ import {
   type Generation,
   type GenerationEvent,
   type EngineStats,
+  type ModelEvent,
   type ModelLoadResult,
+  type ModelResidency,
   type ModelSource,
   type ModelStats,
+  type ResidencySummary,
   type WorkerHealth,
 } from "./types.ts";
+import { deviceMemory, memoryBudgetBytes } from "./residency/device-memory.ts";
+import { estimateFootprint, kvGrant, KV_SEQUENCES } from "./residency/footprint.ts";
+import { Residency, type ModelPlan } from "./residency/residency.ts";
+import { DEFAULT_KEEP_ALIVE_MS } from "./residency/settings.ts";
+import type { QueueOrder } from "./worker/fair-queue.ts";
 import type { HostMessage, RejectInfo, WorkerMessage, WorkerOptions } from "./worker/protocol.ts";
 
 export { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION, type SupervisionOptions };
@@ -51,6 +63,18 @@ export interface EngineOptions {
   onHealthChange?: (health: WorkerHealth[]) => void;
   /** Lets tests make a worker stop answering (the "block" message). */
   testHooks?: boolean;
+  /** Memory for the weights and KV budgets of every loaded model (absent: 3/4 of RAM). */
+  memoryBudgetBytes?: number;
+  /** How long an idle model stays loaded unless it says otherwise, ms (-1: always; absent: 5 minutes). */
+  keepAliveMs?: number;
+  /** Models loaded when they are registered (absent: none; they load on their first request). */
+  preload?: string[] | "all";
+  /** How long a request waits for memory to load its model (absent: 60 s). */
+  loadWaitMs?: number;
+  /** Share of a model's queue one fairness key may have waiting (absent: the scheduler's 3/4). */
+  accountQueueShare?: number;
+  /** Admission order of a busy model (absent: fair). */
+  scheduling?: QueueOrder;
 }
 
 /** An async queue of events fed by worker messages and drained by the API. */
@@ -104,6 +128,8 @@ interface Pending {
   started: (promptTokens: number) => void;
   rejected: (e: Error) => void;
   channel: EventChannel;
+  /** The request left the worker (ended, refused, timed out, or the worker went away). */
+  ended: () => void;
 }
 
 interface ThreadSettings {
@@ -123,6 +149,8 @@ class WorkerThread {
   private lastError: string | null = null;
   private closing = false;
   private onLoaded: (model: EngineModel | null, error: string | null) => void = () => {};
+  /** The KV budget the worker took (its "loaded" message). */
+  kvBytes = 0;
 
   private constructor(
     readonly modelId: string,
@@ -183,6 +211,7 @@ class WorkerThread {
     switch (m.type) {
       case "loaded":
         for (const note of m.notes) this.log.info(note);
+        this.kvBytes = m.kvBudgetBytes;
         this.onLoaded(m.model, null);
         return;
       case "load-failed":
@@ -198,6 +227,7 @@ class WorkerThread {
         const p = this.pending.get(m.rid);
         this.pending.delete(m.rid);
         p?.rejected(toError(m.error));
+        p?.ended();
         return;
       }
       case "round":
@@ -207,6 +237,7 @@ class WorkerThread {
           else {
             this.pending.delete(r.rid);
             p?.channel.end(r.error === undefined ? undefined : r.code ? new EngineRequestError(r.error, null, r.code) : new Error(r.error));
+            p?.ended();
           }
         }
         return;
@@ -226,7 +257,8 @@ class WorkerThread {
     }
   }
 
-  start(request: GenerateRequest, key: string | null): Promise<Generation> {
+  /** `ended`: called once, when the request leaves the worker however it ends. */
+  start(request: GenerateRequest, key: string | null, ended: () => void): Promise<Generation> {
     const rid = this.nextRid++;
     const { signal, ...wire } = request;
     const channel = new EventChannel();
@@ -236,6 +268,7 @@ class WorkerThread {
       const timer = setTimeout(() => {
         if (!this.pending.delete(rid)) return;
         this.post({ type: "cancel", rid });
+        ended();
         reject(new EngineUnavailableError(`The model ${this.modelId} did not take the request within ${Math.round(this.admissionMs / 1000)} s. Retry later.`, 5));
       }, this.admissionMs);
       this.pending.set(rid, {
@@ -248,6 +281,7 @@ class WorkerThread {
           reject(e);
         },
         channel,
+        ended,
       });
       const onAbort = () => this.post({ type: "cancel", rid });
       if (signal.aborted) onAbort();
@@ -258,6 +292,7 @@ class WorkerThread {
         // Structured cloning recurses: a structure too deep for it is the request's fault.
         this.pending.delete(rid);
         clearTimeout(timer);
+        ended();
         reject(new EngineRequestError(`The request could not be passed to the model: ${(e as Error).message}`, null, "invalid_value"));
       }
     });
@@ -270,6 +305,7 @@ class WorkerThread {
     for (const p of all) {
       p.rejected(error);
       p.channel.end(error);
+      p.ended();
     }
   }
 
@@ -353,6 +389,7 @@ const RETIRE_DEADLINE_MS = 60_000;
 
 /** Whatever was still running has no worker to finish it: end it in words, never leave it hanging. */
 const unloaded = (id: string) => new EngineBusyError(`model ${id} was unloaded while the request ran (its directory changed or was removed)`, 1);
+const evicted = (id: string) => new EngineUnavailableError(`The model ${id} was unloaded while the request ran. Retry.`, 1);
 
 /** A positive number from the environment, or 0 (the worker's default). */
 function envNumber(name: string): number {
@@ -363,6 +400,7 @@ function envNumber(name: string): number {
 function toError(r: RejectInfo): Error {
   if (r.kind === "request") return new EngineRequestError(r.message, r.param, r.code);
   if (r.kind === "busy") return new EngineBusyError(r.message, r.retryAfterSeconds ?? 1);
+  if (r.kind === "unavailable") return new EngineUnavailableError(r.message, r.retryAfterSeconds ?? 1, r.code ?? undefined);
   return new Error(r.message);
 }
 
@@ -400,6 +438,7 @@ class ModelSlot {
   async load(): Promise<string | null> {
     const { thread, model, error } = await WorkerThread.spawn(this.source, this.settings, this.log, (t, r) => this.onExit(t, r));
     if (!thread) return error;
+    this.kvBytes = thread.kvBytes;
     this.adopt(thread, model!);
     return null;
   }
@@ -413,8 +452,12 @@ class ModelSlot {
     this.changed();
   }
 
-  start(request: GenerateRequest, key: string | null): Promise<Generation> {
-    if (this.thread && this.state === "ready") return this.thread.start(request, key);
+  /** The KV budget its worker took. */
+  kvBytes = 0;
+
+  /** `ended`: called once when the request leaves the worker; not when this refuses it. */
+  start(request: GenerateRequest, key: string | null, ended: () => void): Promise<Generation> {
+    if (this.thread && this.state === "ready") return this.thread.start(request, key, ended);
     const id = this.source.id;
     if (this.state === "unavailable") {
       const wait = Math.max(1, Math.ceil(((this.retryAt ?? Date.now()) - Date.now()) / 1000));
@@ -539,13 +582,24 @@ class ModelSlot {
 }
 
 export class WorkerEngine implements Engine {
+  /** Every model served, loaded or not. */
+  private readonly sources = new Map<string, ModelSource>();
+  /** The loaded ones, each supervising its worker thread. */
   private readonly slots = new Map<string, ModelSlot>();
   private readonly settings: ThreadSettings;
   private readonly supervision: SupervisionOptions;
   private readonly compileLimits: CompileLimits;
   private readonly watchdog: ReturnType<typeof setInterval>;
+  private readonly memory: Residency;
+  private readonly listeners: ((e: ModelEvent) => void)[] = [];
+  /** serve --kv-budget-mb (or SLUICE_KV_BUDGET_MB); 0: automatic. */
+  private readonly explicitKvBytes: number;
+  private readonly opts: EngineOptions;
 
-  constructor(private readonly opts: EngineOptions) {
+  constructor(options: EngineOptions) {
+    // The environment is read now, not when a model loads (maybe much later, on its first request).
+    const opts = (this.opts = { ...options, maxQueue: options.maxQueue || envNumber("SLUICE_MAX_QUEUE") });
+    this.explicitKvBytes = opts.kvBudgetBytes || envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20;
     this.supervision = { ...DEFAULT_SUPERVISION, ...opts.supervision };
     this.compileLimits = { ...DEFAULT_COMPILE_LIMITS, ...opts.compileLimits };
     const packaged = opts.workerUrl !== undefined;
@@ -555,8 +609,11 @@ export class WorkerEngine implements Engine {
       options: {
         device: opts.device,
         threads: opts.threads,
-        kvBudgetBytes: opts.kvBudgetBytes ?? envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20,
-        maxQueue: opts.maxQueue ?? envNumber("SLUICE_MAX_QUEUE"),
+        // Each model's, when it loads (see loadWorker).
+        kvBudgetBytes: 0,
+        maxQueue: opts.maxQueue ?? 0,
+        keyQueueShare: opts.accountQueueShare,
+        queueOrder: opts.scheduling,
         compileLimits: this.compileLimits,
         grammarCacheBytes: opts.grammarCacheBytes ?? DEFAULT_GRAMMAR_CACHE_BYTES,
         // The binary starts every thread from its one embedded entry, told apart by an argument.
@@ -566,6 +623,14 @@ export class WorkerEngine implements Engine {
         testHooks: opts.testHooks,
       },
     };
+    this.memory = new Residency({
+      budgetBytes: opts.memoryBudgetBytes ?? memoryBudgetBytes(deviceMemory(false), null),
+      loader: { load: (id, kv) => this.loadWorker(id, kv), unload: (id) => this.unloadWorker(id) },
+      keepAliveMs: (id) => this.sources.get(id)?.keepAliveMs?.() ?? opts.keepAliveMs ?? DEFAULT_KEEP_ALIVE_MS,
+      waitMs: opts.loadWaitMs ?? 60_000,
+      log: opts.log,
+      onLoadFailed: (id, error) => this.emit({ type: "load-failed", id, error }),
+    });
     const tick = Math.max(50, Math.min(1000, this.supervision.stallMs / 4));
     this.watchdog = setInterval(() => {
       const now = performance.now();
@@ -582,48 +647,118 @@ export class WorkerEngine implements Engine {
     }
   };
 
-  async load(sources: ModelSource[]): Promise<ModelLoadResult[]> {
-    const wanted = new Map(sources.map((s) => [s.id, s]));
-    for (const [id, slot] of this.slots) {
-      if (!wanted.has(id)) {
-        this.slots.delete(id);
-        await slot.close(unloaded(id));
+  private emit(e: ModelEvent) {
+    for (const l of this.listeners) {
+      try {
+        l(e);
+      } catch (err) {
+        this.opts.log.warn("a model event listener failed", { error: (err as Error).message });
       }
     }
+  }
+
+  onModelEvent(listener: (e: ModelEvent) => void): void {
+    this.listeners.push(listener);
+  }
+
+  private plan(source: ModelSource): ModelPlan {
+    const footprint = estimateFootprint(source.dir);
+    return { weightsBytes: footprint.weightsBytes, kvBytes: kvGrant(footprint, this.memory.budgetBytes, this.explicitKvBytes) };
+  }
+
+  /** Residency's load: a supervised worker with this KV budget (its restarts keep it). */
+  private async loadWorker(id: string, kvBytes: number): Promise<{ kvBytes: number }> {
+    const source = this.sources.get(id);
+    if (!source) throw new Error(`model ${id} is no longer served`);
+    const settings: ThreadSettings = {
+      ...this.settings,
+      options: { ...this.settings.options, kvBudgetBytes: kvBytes, kvCapSequences: this.explicitKvBytes === 0 ? KV_SEQUENCES : undefined },
+    };
+    const slot = new ModelSlot(source, settings, this.supervision, this.opts.log.child({ model: id }), this.changed);
+    const error = await slot.load();
+    if (error !== null) throw new Error(error);
+    this.slots.set(id, slot);
+    this.changed();
+    this.emit({ type: "loaded", model: slot.model! });
+    return { kvBytes: slot.kvBytes };
+  }
+
+  /**
+   * Residency's unload (idle past its keep-alive, evicted, asked, removed): only ever of a model no
+   * request holds. Through the slot's close, so the thread ends once no native call is in flight.
+   */
+  private async unloadWorker(id: string): Promise<void> {
+    const slot = this.slots.get(id);
+    this.slots.delete(id);
+    await slot?.close(evicted(id));
+    this.changed();
+  }
+
+  async load(sources: ModelSource[]): Promise<ModelLoadResult[]> {
+    const wanted = new Map(sources.map((s) => [s.id, s]));
+    for (const id of [...this.sources.keys()]) {
+      if (wanted.has(id)) continue;
+      this.sources.delete(id);
+      // Unloaded once the requests it runs have ended.
+      await this.memory.unregister(id);
+    }
+    const preload = this.opts.preload === "all" ? new Set(wanted.keys()) : new Set(this.opts.preload ?? []);
+    for (const id of preload) if (!wanted.has(id)) this.opts.log.warn("--preload names a model that is not served", { model: id });
     const results: ModelLoadResult[] = [];
     for (const s of sources) {
-      const existing = this.slots.get(s.id);
-      if (existing && s.dir === existing.source.dir && s.stamp === existing.source.stamp) {
-        results.push({ id: s.id, model: existing.model, error: null });
-        continue;
+      const before = this.sources.get(s.id);
+      const changed = before !== undefined && (s.dir !== before.dir || s.stamp !== before.stamp);
+      this.sources.set(s.id, s);
+      this.memory.register(s.id, this.plan(s));
+      let reload = false;
+      if (changed && this.slots.has(s.id)) {
+        // A changed directory: the old worker finishes its running requests and then closes (its
+        // memory is not counted meanwhile); the model loads again now, so it is served throughout.
+        const old = this.slots.get(s.id)!;
+        this.slots.delete(s.id);
+        this.memory.replaced(s.id);
+        void old.retire().catch((e) => this.opts.log.warn("closing a replaced model failed", { model: s.id, error: (e as Error).message }));
+        reload = true;
       }
-      // A changed directory: the new load is made first, so the model is served throughout; the
-      // old worker finishes its running requests and then closes.
-      const slot = new ModelSlot(s, this.settings, this.supervision, this.opts.log.child({ model: s.id }), this.changed);
-      const error = await slot.load();
-      if (error === null) this.slots.set(s.id, slot);
-      else this.slots.delete(s.id);
-      if (existing) void existing.retire().catch((e) => this.opts.log.warn("closing a replaced model failed", { model: s.id, error: (e as Error).message }));
-      results.push({ id: s.id, model: slot.model, error });
+      let error: string | null = null;
+      if (reload || preload.has(s.id)) {
+        try {
+          await this.memory.load(s.id);
+        } catch (e) {
+          error = (e as Error).message;
+        }
+      }
+      results.push({ id: s.id, model: this.slots.get(s.id)?.model ?? s.declared ?? null, error });
     }
     this.changed();
     return results;
   }
 
   models(): EngineModel[] {
-    return [...this.slots.values()].flatMap((s) => (s.model ? [s.model] : []));
+    return [...this.sources.values()].flatMap((s) => {
+      const m = this.slots.get(s.id)?.model ?? s.declared;
+      return m ? [m] : [];
+    });
   }
 
-  start(request: GenerateRequest): Promise<Generation> {
+  async start(request: GenerateRequest): Promise<Generation> {
+    if (!this.sources.has(request.modelId)) throw new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found");
+    // Before any load: a request refused for its own content never loads a model.
+    const key = structureKey(request, this.compileLimits.maxSchemaBytes);
+    // Held from here until the request leaves the worker: a model in use is never unloaded.
+    const release = await this.memory.acquire(request.modelId, request.signal);
     const slot = this.slots.get(request.modelId);
-    if (!slot) return Promise.reject(new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found"));
-    let key: string | null;
-    try {
-      key = structureKey(request, this.compileLimits.maxSchemaBytes);
-    } catch (e) {
-      return Promise.reject(e);
+    if (!slot) {
+      release();
+      throw new EngineUnavailableError(`The model ${request.modelId} was unloaded while the request waited for it. Retry.`, 1);
     }
-    return slot.start(request, key);
+    try {
+      return await slot.start(request, key, release);
+    } catch (e) {
+      // Refused before the worker took it (restarting, crash loop); release is idempotent.
+      release();
+      throw e;
+    }
   }
 
   stats(): EngineStats {
@@ -633,6 +768,18 @@ export class WorkerEngine implements Engine {
 
   health(): WorkerHealth[] {
     return [...this.slots.values()].map((s) => s.health());
+  }
+
+  residency(): ResidencySummary {
+    return this.memory.summary();
+  }
+
+  loadModel(id: string): Promise<ModelResidency> {
+    return this.memory.load(id);
+  }
+
+  unloadModel(id: string): Promise<ModelResidency> {
+    return this.memory.unloadNow(id);
   }
 
   /** Ends a model's worker thread abruptly, as a crash would: supervision's path, for tests and drills. */
@@ -647,6 +794,7 @@ export class WorkerEngine implements Engine {
 
   async close(): Promise<void> {
     clearInterval(this.watchdog);
+    await this.memory.close();
     const all = [...this.slots.values()];
     this.slots.clear();
     await Promise.all(all.map((s) => s.close(new EngineUnavailableError("The server is shutting down; retry on another instance.", 1))));

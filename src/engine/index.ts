@@ -5,6 +5,8 @@ import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "../packagin
 import { nativeDir, packagedWorkerUrl, unpackedThisStart } from "../packaging/native.ts";
 import type { CompileLimits } from "../structured/index.ts";
 import { WorkerEngine, type SupervisionOptions } from "./host.ts";
+import { deviceMemory, memoryBudgetBytes as budgetFor } from "./residency/device-memory.ts";
+import type { QueueOrder } from "./worker/fair-queue.ts";
 import { chooseProviders, deviceLines, type Device } from "./providers.ts";
 import type { Engine, WorkerHealth } from "./types.ts";
 
@@ -14,8 +16,19 @@ export interface CreateEngineOptions {
   threads: number;
   /** KV cache memory per model, bytes (0: a quarter of the machine's memory, 256 MiB–8 GiB). */
   kvBudgetBytes?: number;
-  /** Requests that may wait for KV memory per model before new ones get 429. */
+  /** Requests that may wait for KV memory per model before new ones get 503. */
   maxQueue?: number;
+  /** Memory for the weights and KV budgets of loaded models; null or absent: a share of the device's. */
+  memoryBudget?: { bytes: number } | { fraction: number } | null;
+  /** How long an idle model stays loaded by default, ms (PINNED: always). */
+  keepAliveMs?: number;
+  /** Models loaded at start (the others on their first request). */
+  preload?: string[] | "all";
+  /** How long a request waits for memory to load its model. */
+  loadWaitMs?: number;
+  /** Share of a model's queue one fairness key (account) may have waiting. */
+  accountQueueShare?: number;
+  scheduling?: QueueOrder;
   /** What compiling one request's schemas may cost (serve --max-schema-*). */
   compileLimits?: Partial<CompileLimits>;
   /** Memory for each model's cached grammars, bytes. */
@@ -43,6 +56,12 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
   // Decided once here so the reason is logged once, and `--device cuda` refuses to start early.
   const choice = chooseProviders(opts.device);
   for (const line of deviceLines(opts.device, choice, nvidiaGpuPresent(), commandLine("doctor"))) opts.log[line.level](line.msg, line.fields);
+  const device = deviceMemory(choice.providers[0] === "cuda");
+  const memoryBudgetBytes = budgetFor(device, opts.memoryBudget ?? null);
+  opts.log.info("memory budget for loaded models", {
+    mib: Math.round(memoryBudgetBytes / 2 ** 20),
+    of: `${Math.round((100 * memoryBudgetBytes) / device.totalBytes)}% of ${device.device === "gpu" ? "the GPU's memory" : "RAM"} (${Math.round(device.totalBytes / 2 ** 20)} MiB)`,
+  });
   return new WorkerEngine({
     log: opts.log,
     device: opts.device,
@@ -50,6 +69,12 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     kvBudgetBytes: opts.kvBudgetBytes,
     maxQueue: opts.maxQueue,
     workerUrl: packagedWorkerUrl(),
+    memoryBudgetBytes,
+    keepAliveMs: opts.keepAliveMs,
+    preload: opts.preload,
+    loadWaitMs: opts.loadWaitMs,
+    accountQueueShare: opts.accountQueueShare,
+    scheduling: opts.scheduling,
     compileLimits: opts.compileLimits,
     grammarCacheBytes: opts.grammarCacheBytes,
     supervision: opts.supervision,

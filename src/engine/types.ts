@@ -95,9 +95,12 @@ export interface GenerateRequest {
   signal: AbortSignal;
   /**
    * Opaque: requests with the same key (the api passes the account) take turns with other keys
-   * where the engine queues work, such as schema compilation.
+   * where the engine queues work (a model's queue for KV memory: see worker/fair-queue.ts; schema
+   * compilation).
    */
   fairnessKey?: string;
+  /** Higher is admitted first, and may preempt lower ones when memory runs out (default 0). */
+  priority?: number;
 }
 
 export interface TopLogprob {
@@ -150,7 +153,7 @@ export class EngineRequestError extends Error {
   }
 }
 
-/** The engine cannot take more work right now (maps to a 429 with Retry-After). */
+/** This caller has too much waiting for the engine already (maps to a 429 with Retry-After). */
 export class EngineBusyError extends Error {
   constructor(
     message: string,
@@ -162,13 +165,16 @@ export class EngineBusyError extends Error {
 }
 
 /**
- * The model cannot take the request now: its worker crashed (and is being restarted) or keeps
- * crashing (unavailable for a while), or the engine is shutting down. Maps to a 503 with Retry-After.
+ * The model cannot take the request now: its queue is full, no memory could be freed to load it in
+ * time, it could not be loaded, its worker crashed (and is being restarted) or keeps crashing
+ * (unavailable for a while), or the engine is shutting down. Maps to a 503 with Retry-After.
  */
 export class EngineUnavailableError extends Error {
   constructor(
     message: string,
     readonly retryAfterSeconds: number,
+    /** The OpenAI-style error code the api answers with. */
+    readonly code: string = "model_unavailable",
   ) {
     super(message);
     this.name = "EngineUnavailableError";
@@ -181,10 +187,21 @@ export interface ModelSource {
   dir: string;
   /** Changes when the directory's contents were replaced; a loaded model is then loaded again. */
   stamp?: string;
+  /** What the directory declares of the model: served as its description until it is loaded. */
+  declared?: EngineModel;
+  /** How long it stays loaded once idle, ms (-1: always); null or absent: the engine's default. Asked when it matters. */
+  keepAliveMs?: () => number | null;
 }
+
+/** What the engine tells of models loading on demand (so the catalog can follow). */
+export type ModelEvent =
+  /** Loaded: its description as the model itself gives it. */
+  | { type: "loaded"; model: EngineModel }
+  | { type: "load-failed"; id: string; error: string };
 
 export interface ModelLoadResult {
   id: string;
+  /** Its description: as loaded, or as declared when it loads on its first request. */
   model: EngineModel | null;
   /** Why the directory could not be loaded; the model is then left out. */
   error: string | null;
@@ -211,7 +228,14 @@ export interface ModelStats {
   promptTokensComputed: number;
   generatedTokens: number;
   decodeSteps: number;
+  /** Requests refused because their fairness key had its share of the queue waiting (429). */
   rejectedBusy: number;
+  /** Requests refused because the queue was full (503). */
+  rejectedFull: number;
+  /** Running requests preempted (for a higher priority, or a key holding less memory). */
+  preemptions: number;
+  /** Tokens computed again to resume preempted requests. */
+  recomputedTokens: number;
   /** Compiled grammars kept for reuse (their transition tables), bytes. */
   grammarCacheBytes: number;
   /** Schemas compiled, and refused (over a limit or unsupported), since load. */
@@ -220,6 +244,40 @@ export interface ModelStats {
   /** JavaScript heap of the model's worker thread, and of its compile thread (as last reported), bytes. */
   workerHeapBytes: number;
   compileHeapBytes: number;
+}
+
+/** A model's place in memory, as the engine's residency sees it. */
+export interface ModelResidency {
+  model: string;
+  state: "unloaded" | "loading" | "resident" | "unloading";
+  /** Estimated from the ONNX files and their external data. */
+  weightsBytes: number;
+  /** Its KV budget: what its KV cache may grow to (the planned one while not loaded). */
+  kvBytes: number;
+  /** weightsBytes + kvBytes: what it holds of the memory budget while loaded. */
+  bytes: number;
+  /** Requests using it now (waiting for it, queued or generating). */
+  activeRequests: number;
+  /** How long it stays loaded once idle, ms; -1: always. */
+  keepAliveMs: number;
+  /** Epoch ms. */
+  lastUsedAt: number | null;
+  /** When it unloads if nothing uses it meanwhile (epoch ms); null: it does not (in use, pinned, not loaded). */
+  unloadAt: number | null;
+  loadedAt: number | null;
+  lastLoadMs: number | null;
+  loads: number;
+  /** Times it was unloaded to make room for another model. */
+  evictions: number;
+  /** Why its last load failed, if it did. */
+  lastError: string | null;
+}
+
+export interface ResidencySummary {
+  /** Memory for the weights and KV caches of every loaded model (serve --memory-budget). */
+  budgetBytes: number;
+  usedBytes: number;
+  models: ModelResidency[];
 }
 
 /** How a model's worker thread is doing, as the engine's supervisor sees it. */
@@ -245,14 +303,24 @@ export interface EngineStats {
 
 export interface Engine {
   /**
-   * Makes exactly these models the served set: loads new ones, keeps loaded ones whose directory
-   * did not change, unloads the rest. Never throws for one bad directory: it is reported.
+   * Makes exactly these models the served set: registers new ones (loading those named to preload;
+   * the others load on their first request), reloads loaded ones whose directory changed, unloads
+   * the rest. Never throws for one bad directory: it is reported.
    */
   load(sources: ModelSource[]): Promise<ModelLoadResult[]>;
+  /** Every model served, loaded or not. */
   models(): EngineModel[];
   /** Validates and tokenises; throws EngineRequestError / EngineBusyError before any output. */
   start(request: GenerateRequest): Promise<Generation>;
   /** The latest scheduler and KV gauges per loaded model (for /metrics). */
   stats?(): EngineStats;
+  /** What is loaded and the memory each model holds, under the memory budget. */
+  residency?(): ResidencySummary;
+  /** Loads a model now (an operator's command), waiting for room as a request would. */
+  loadModel?(id: string): Promise<ModelResidency>;
+  /** Unloads a model now; refuses (throws) while requests use it. */
+  unloadModel?(id: string): Promise<ModelResidency>;
+  /** Calls `listener` when a model loads on demand or fails to. */
+  onModelEvent?(listener: (e: ModelEvent) => void): void;
   close(): Promise<void>;
 }

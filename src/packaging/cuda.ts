@@ -115,6 +115,35 @@ function intOut(path: string, symbol: string): number | null {
   }
 }
 
+/**
+ * Total memory of CUDA device 0 in bytes, through the driver API (cuInit, cuDeviceGet,
+ * cuDeviceTotalMem_v2: no context is created, so nothing is allocated on the device); null when
+ * the driver is absent or answers with an error.
+ */
+export function cudaDeviceMemoryBytes(driver = "libcuda.so.1"): number | null {
+  if (tryDlopen(driver) !== null) return null;
+  let lib;
+  try {
+    lib = dlopen(driver, {
+      cuInit: { args: [FFIType.u32], returns: FFIType.i32 },
+      cuDeviceGet: { args: [FFIType.ptr, FFIType.i32], returns: FFIType.i32 },
+      cuDeviceTotalMem_v2: { args: [FFIType.ptr, FFIType.i32], returns: FFIType.i32 },
+    });
+  } catch {
+    return null;
+  }
+  try {
+    if (lib.symbols.cuInit(0) !== 0) return null;
+    const dev = new Int32Array(1);
+    if (lib.symbols.cuDeviceGet(ptr(dev), 0) !== 0) return null;
+    const bytes = new BigUint64Array(1);
+    if (lib.symbols.cuDeviceTotalMem_v2(ptr(bytes), dev[0]!) !== 0) return null;
+    return Number(bytes[0]);
+  } finally {
+    lib.close();
+  }
+}
+
 // The C library's own dlopen, because bun:ffi's refuses a library without naming a symbol, and a
 // check must load exactly as ONNX Runtime will: every dependency resolved now (RTLD_NOW).
 const RTLD_NOW = 2;

@@ -5,6 +5,7 @@ interface AccountRow {
   id: number;
   name: string;
   model_access: "all" | "listed";
+  priority: number;
   created_at: number;
 }
 
@@ -12,10 +13,14 @@ const toAccount = (r: AccountRow): Account => ({
   id: r.id,
   name: r.name,
   modelAccess: r.model_access,
+  priority: Number(r.priority),
   createdAt: r.created_at,
 });
 
 export const ACCOUNT_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+
+/** Account priorities: whole numbers in this range (0 is the default). */
+export const PRIORITY_RANGE = { min: -100, max: 100 } as const;
 
 export function accountStore(db: Db): AccountStore {
   const byName = (name: string) => db.get<AccountRow>("SELECT * FROM accounts WHERE name = $1", [name]);
@@ -39,5 +44,11 @@ export function accountStore(db: Db): AccountStore {
       return r ? toAccount(r) : null;
     },
     list: async () => (await db.all<AccountRow>("SELECT * FROM accounts ORDER BY id")).map(toAccount),
+    async setPriority(id, priority) {
+      if (!Number.isInteger(priority) || priority < PRIORITY_RANGE.min || priority > PRIORITY_RANGE.max) {
+        throw new Error(`priority must be a whole number from ${PRIORITY_RANGE.min} to ${PRIORITY_RANGE.max}`);
+      }
+      return (await db.run("UPDATE accounts SET priority = $1 WHERE id = $2", [priority, id])) > 0;
+    },
   };
 }

@@ -16,6 +16,7 @@ interface ModelRow {
   supports_tools: number;
   supports_structured: number;
   owned_by: string;
+  keep_alive_seconds: number | null;
   created_at: number;
 }
 
@@ -34,6 +35,7 @@ const toModel = (r: ModelRow): CatalogModel => ({
   supportsTools: r.supports_tools === 1,
   supportsStructured: r.supports_structured === 1,
   ownedBy: r.owned_by,
+  keepAliveSeconds: r.keep_alive_seconds === null ? null : Number(r.keep_alive_seconds),
   createdAt: r.created_at,
 });
 
@@ -116,6 +118,10 @@ export function catalogStore(db: Db, opts: { shared: boolean }): CatalogStore {
     list: async () => (await db.all<ModelRow>(`SELECT * FROM models ORDER BY id${db.dialect.binary}`)).map(toModel),
     listServed: async () => (await served(db)).map(toModel),
     setStatus: async (id, status) => (await db.run("UPDATE models SET status = $1 WHERE id = $2", [status, id])) > 0,
+    async setKeepAlive(id, seconds) {
+      if (seconds !== null && (!Number.isInteger(seconds) || seconds < -1)) throw new Error("keep-alive must be whole seconds ≥ 0, or -1 (always loaded)");
+      return (await db.run("UPDATE models SET keep_alive_seconds = $1 WHERE id = $2", [seconds, id])) > 0;
+    },
     async setPrices(id, input, output, cachedInput) {
       const ok = (p: number) => p >= 0 && Number.isFinite(p);
       if (!ok(input) || !ok(output) || (cachedInput != null && !ok(cachedInput))) {

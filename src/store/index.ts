@@ -21,6 +21,7 @@ import { usageStore } from "./usage.ts";
 import { userStore } from "./users.ts";
 
 export type * from "./types.ts";
+export { PRIORITY_RANGE } from "./accounts.ts";
 export { KEY_PREFIX } from "./keys.ts";
 export { StoreUnavailableError } from "./db.ts";
 export { EMAIL, MIN_PASSWORD_LENGTH } from "./users.ts";
@@ -57,8 +58,10 @@ function assemble(
     kind: opts.kind,
     location: opts.location,
     keys: forgettingAfter(signal, cachedKeyStore(t.keys, signal), ["revoke"]),
+    // A key's cached record carries its account's priority.
+    accounts: forgettingAfter(signal, t.accounts, ["setPriority"]),
     limits: forgettingAfter(signal, cachedLimitStore(t.limits, signal), ["set"]),
-    catalog: forgettingAfter(signal, t.catalog, ["sync", "setStatus", "setPrices", "grant", "revoke", "allowAll"]),
+    catalog: forgettingAfter(signal, t.catalog, ["sync", "setStatus", "setPrices", "setKeepAlive", "grant", "revoke", "allowAll"]),
     billing: forgettingAfter(signal, t.billing, ["setPlan"]),
     nodes: forgettingAfter(signal, t.nodes, ["heartbeat", "remove", "sweep"]),
     cacheGeneration: () => signal.generation(),

@@ -32,6 +32,7 @@ interface KeyRow {
   id: string;
   account_id: number;
   account_name: string;
+  account_priority: number;
   prefix: string;
   label: string | null;
   created_at: number;
@@ -43,6 +44,7 @@ const toInfo = (r: KeyRow): ApiKeyInfo => ({
   id: r.id,
   accountId: r.account_id,
   accountName: r.account_name,
+  accountPriority: Number(r.account_priority),
   prefix: r.prefix,
   label: r.label,
   createdAt: r.created_at,
@@ -50,7 +52,7 @@ const toInfo = (r: KeyRow): ApiKeyInfo => ({
   revokedAt: r.revoked_at,
 });
 
-const SELECT = `SELECT k.id, k.account_id, a.name AS account_name, k.prefix, k.label, k.created_at,
+const SELECT = `SELECT k.id, k.account_id, a.name AS account_name, a.priority AS account_priority, k.prefix, k.label, k.created_at,
   k.last_used_at, k.revoked_at FROM api_keys k JOIN accounts a ON a.id = k.account_id`;
 
 // last_used_at is advisory; writing it on every request would turn each read into a write.

@@ -246,6 +246,12 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
       primaryKey: ["scope", "node_id"],
     },
   ],
+  // 7: an account's priority on a busy model (higher is admitted first), and how long a model stays
+  // loaded once idle (seconds; -1: always; NULL: its sluice.json's keep_alive, else serve --keep-alive).
+  [
+    { addColumn: "accounts", column: { name: "priority", type: "int", notNull: true, default: "0" } },
+    { addColumn: "models", column: { name: "keep_alive_seconds", type: "int", check: "keep_alive_seconds IS NULL OR keep_alive_seconds >= -1" } },
+  ],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

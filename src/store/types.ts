@@ -9,6 +9,8 @@ export interface Account {
   name: string;
   /** 'all': every active model; 'listed': only models granted to the account. */
   modelAccess: "all" | "listed";
+  /** On a busy model, higher priorities are admitted first (and may preempt lower ones). */
+  priority: number;
   createdAt: number;
 }
 
@@ -16,6 +18,8 @@ export interface ApiKeyInfo {
   id: string;
   accountId: number;
   accountName: string;
+  /** The account's priority (see Account.priority). */
+  accountPriority: number;
   prefix: string;
   label: string | null;
   createdAt: number;
@@ -40,6 +44,8 @@ export interface CatalogModel {
   supportsTools: boolean;
   supportsStructured: boolean;
   ownedBy: string;
+  /** Seconds the model stays loaded once idle (-1: always); null: its sluice.json's, else the server's. */
+  keepAliveSeconds: number | null;
   createdAt: number;
 }
 
@@ -87,6 +93,8 @@ export interface AccountStore {
   get(name: string): Promise<Account | null>;
   getById(id: number): Promise<Account | null>;
   list(): Promise<Account[]>;
+  /** False when there is no such account. */
+  setPriority(id: number, priority: number): Promise<boolean>;
 }
 
 export interface KeyStore {
@@ -119,6 +127,8 @@ export interface CatalogStore {
   /** What the gateway serves: active, loaded, and (shared store) registered by a live node. */
   listServed(): Promise<CatalogModel[]>;
   setStatus(id: string, status: "active" | "inactive"): Promise<boolean>;
+  /** Seconds to stay loaded once idle (-1: always; null: the model's or the server's default). False: no such model. */
+  setKeepAlive(id: string, seconds: number | null): Promise<boolean>;
   /** `cachedInputPerMTok`: undefined leaves it as it is; null charges cached prompt tokens the input price. */
   setPrices(id: string, inputPerMTok: number, outputPerMTok: number, cachedInputPerMTok?: number | null): Promise<boolean>;
   /** Served models this account may use. */

@@ -14,6 +14,7 @@ import { hubPullRoutes } from "./pages/hub-pull.ts";
 import { integrationRoutes } from "./pages/integrations.ts";
 import { keyRoutes } from "./pages/keys.ts";
 import { modelRoutes } from "./pages/models.ts";
+import { residencyRoutes } from "./pages/residency.ts";
 import { signInRoutes } from "./pages/signin.ts";
 import { usageRoutes } from "./pages/usage.ts";
 import { compile, match, type BaseCtx, type SignedCtx, type WorkspaceOptions } from "./router.ts";
@@ -26,7 +27,7 @@ export interface Workspace {
   fetch(request: Request, client?: string | null): Promise<Response>;
 }
 
-const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
+const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
   const { store, log } = opts;

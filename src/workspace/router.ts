@@ -1,5 +1,6 @@
 // Route and context types shared by the pages, and the small path matcher they use.
 import { commandLine } from "../invocation.ts";
+import type { ModelResidency, ResidencySummary } from "../engine/types.ts";
 import type { Logger } from "../log.ts";
 import type { SessionInfo, Store, User } from "../store/index.ts";
 
@@ -14,8 +15,18 @@ export interface WorkspaceOptions {
   throttle?: { windowMs: number; perEmail: number; perClient: number };
   /** Pulls from the Hugging Face Hub for the admin page; absent: the page does not offer them. */
   hubPulls?: HubPullService;
+  /** The engine's residency, for the admin page's "Loaded models"; absent: not shown. */
+  residency?: ResidencyControl;
   /** A CLI command line that acts on this server's data, as its operator would type it (default: without --data). */
   command?: (...words: string[]) => string;
+}
+
+/** What the admin page may see and do of the models in memory. */
+export interface ResidencyControl {
+  summary(): ResidencySummary;
+  load(id: string): Promise<ModelResidency>;
+  /** Throws while requests use it. */
+  unload(id: string): Promise<ModelResidency>;
 }
 
 /** A pull the server runs for the admin page, as the page shows it. */

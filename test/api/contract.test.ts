@@ -268,13 +268,20 @@ describe("catalog synchronisation", () => {
     expect((await server.store.catalog.get("late/arrival-0.1"))?.present).toBe(false);
   });
 
-  test("a directory that cannot be loaded is reported and left out; the server keeps serving", async () => {
+  test("a directory that cannot be loaded: its first request is a 503 naming why, then it is reported and left out; the server keeps serving", async () => {
     const broken = join(models.path, "broken/model");
     await syntheticModel(models.path, "broken/model", { preset: "tiny-bytes", seed: 4, id: "broken/model" });
     await Bun.write(join(broken, "onnx", "model.onnx"), "not an onnx file");
     await server.syncCatalog();
-    const entry = await server.store.catalog.get("broken/model");
-    expect(entry?.loadError).toBeTruthy();
+    // Models load on their first request: until then the catalog has only what the directory declares.
+    expect((await client.models.list()).data.map((m) => m.id)).toContain("broken/model");
+    const res = await post("/v1/chat/completions", { model: "broken/model", messages: [{ role: "user", content: "hello" }], max_tokens: 2 });
+    expect(res.status).toBe(503);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("model_load_failed");
+    expect(body.error.message).toContain("could not be loaded");
+    for (let i = 0; i < 100 && !(await server.store.catalog.get("broken/model"))?.loadError; i++) await Bun.sleep(20);
+    expect((await server.store.catalog.get("broken/model"))?.loadError).toContain("failed to load");
     expect((await client.models.list()).data.map((m) => m.id)).not.toContain("broken/model");
     expect((await fetch(`${server.url}/health`)).status).toBe(200);
     rmSync(broken, { recursive: true, force: true });

@@ -172,6 +172,8 @@ async function walkReadme(server: Serving) {
       .replace(/\bDIR --id MODEL --out models\/MODEL/, `./${HF_DIR} --id ${STORIES_ID}-hf --out models/${STORIES_ID}-hf`)
       .replace(/--id MODEL --out models\/MODEL/, `--id ${STORIES_ID} --out models/${STORIES_ID}`)
       .replace(/\bREPO\b/g, PULL_EXAMPLE_REPO)
+      // Loading acts on a model the running server serves: once a model is imported, the demo is not.
+      .replace(/models (load|unload) MODEL/, `models $1 ${hasStories ? STORIES_ID : "sluice/demo"}`)
       .replace(/\bMODEL\b/g, "sluice/demo")
       .replace(/\bNAME\b/g, "acme")
       .replace(/\bLABEL\b/g, "laptop")

@@ -42,7 +42,8 @@ export async function startHarness(
   const log = createLogger({ level: "info", write: (line) => logs.push(JSON.parse(line)) });
   // As serve does: supervision state where `doctor` reads it.
   const onHealthChange = (health: WorkerHealth[]) => writeHealthFile(healthFilePath(data.path), health);
-  const engine = await createEngine({ log, device: "cpu", threads: 1, onHealthChange, ...engineOpts });
+  // Loaded at start: these tests are about workers that run, not about loading on demand.
+  const engine = await createEngine({ log, device: "cpu", threads: 1, onHealthChange, preload: "all", ...engineOpts });
   const server = await startServer({ host: "127.0.0.1", port: 0, dataDir: data.path, modelsDir: models.path, demoModel: false, log, engine, limits });
   const key = server.firstKey!;
   const headers = { authorization: `Bearer ${key}`, "content-type": "application/json" };

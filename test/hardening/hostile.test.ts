@@ -42,7 +42,8 @@ beforeAll(async () => {
   }
   // A real serve process: the client's work (building 15 MB bodies) is not the server's thread's.
   // Compile limits tighter than the defaults, so a queue of them stays short (see the README's limits).
-  server = await spawnServe(["--data", dataDir.path, "--models", modelsDir.path, "--no-demo", "--device", "cpu", "--max-schema-seconds", "0.5", "--max-schema-states", "20000"]);
+  // Every model loaded at start and kept (--preload all, --keep-alive -1): the probes time answers, not loads.
+  server = await spawnServe(["--data", dataDir.path, "--models", modelsDir.path, "--no-demo", "--device", "cpu", "--max-schema-seconds", "0.5", "--max-schema-states", "20000", "--preload", "all", "--keep-alive", "-1"]);
   headers = { authorization: `Bearer ${server.key}`, "content-type": "application/json" };
   const tinyTok = TextTokenizer.load(tiny);
   models = {

@@ -1,7 +1,7 @@
 // Starts the real server (store, engine workers, Elysia on an ephemeral port) for end-to-end tests.
 import { afterAll, beforeAll } from "bun:test";
 import OpenAI from "openai";
-import { createEngine } from "../../src/engine/index.ts";
+import { createEngine, type CreateEngineOptions } from "../../src/engine/index.ts";
 import { createLogger, silentLogger, type Logger } from "../../src/log.ts";
 import { startServer, type RunningServer, type ServeOptions } from "../../src/server.ts";
 import { tempDir } from "./paths.ts";
@@ -19,10 +19,12 @@ export async function startTestServer(opts: {
   log?: Logger;
   watchModels?: boolean;
   hub?: ServeOptions["hub"];
+  /** Engine settings beyond the defaults (memory budget, keep-alive, queue, scheduling, …). */
+  engine?: Partial<Omit<CreateEngineOptions, "log">>;
 }): Promise<TestServer> {
   const data = tempDir("sluice-data-");
   const log = opts.log ?? (process.env.SLUICE_TEST_LOGS ? createLogger({ level: "debug" }) : silentLogger());
-  const engine = await createEngine({ log, device: "cpu", threads: 1 });
+  const engine = await createEngine({ log, device: "cpu", threads: 1, ...opts.engine });
   const server = await startServer({
     host: "127.0.0.1",
     port: 0,

@@ -138,7 +138,7 @@ test("a Qwen2-VL decoder declared with a shared KV buffer is refused at load, wi
     const card = JSON.parse(readFileSync(join(tmp.path, "sluice.json"), "utf8"));
     card.graph.past_present_share_buffer = true;
     writeFileSync(join(tmp.path, "sluice.json"), JSON.stringify(card));
-    const engine = await createEngine({ log: silentLogger(), device: "cpu", threads: 1 });
+    const engine = await createEngine({ log: silentLogger(), device: "cpu", threads: 1, preload: "all" });
     try {
       const [loaded] = await engine.load([{ id: "shared", dir: tmp.path }]);
       expect(loaded?.model).toBeFalsy();

@@ -19,7 +19,7 @@ let engine: Engine;
 beforeAll(async () => {
   // Up to 400 image tokens: a large image spans two of the scheduler's 256-token prefill chunks.
   buildSyntheticQwen2VL(join(models.path, "qwen2vl"), { id: "qwen2vl", maxPixels: 28 * 28 * 400 });
-  engine = await createEngine({ log: silentLogger(), device: "cpu", threads: 1 });
+  engine = await createEngine({ log: silentLogger(), device: "cpu", threads: 1, preload: "all" });
   const [loaded] = await engine.load([{ id: "qwen2vl", dir: join(models.path, "qwen2vl") }]);
   if (!loaded?.model) throw new Error(`load failed: ${loaded?.error}`);
 }, 60_000);

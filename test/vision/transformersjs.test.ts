@@ -17,7 +17,7 @@ let engine: Engine;
 
 beforeAll(async () => {
   buildSyntheticVlm(join(models.path, "vlm"), { id: "vlm" });
-  engine = await createEngine({ log: silentLogger(), device: "cpu", threads: 1 });
+  engine = await createEngine({ log: silentLogger(), device: "cpu", threads: 1, preload: "all" });
   const [loaded] = await engine.load([{ id: "vlm", dir: join(models.path, "vlm") }]);
   if (!loaded?.model) throw new Error(`load failed: ${loaded?.error}`);
 }, 60_000);

@@ -181,7 +181,8 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     await admin.keyboard.press("Tab");
     expect(await admin.evaluate(() => document.activeElement?.textContent)).toBe("Skip to content");
     await nav(admin).getByRole("link", { name: "Admin" }).click();
-    await admin.getByLabel("Account", { exact: true }).first().selectOption("browser-c");
+    // The top-up form's account (the accounts panel above has a selector of its own, for priorities).
+    await admin.locator("#top-acct").selectOption("browser-c");
     await admin.locator("#top-usd").fill("2.5");
     await admin.getByRole("button", { name: "Add credit" }).click();
     await admin.waitForURL(/ok=/);

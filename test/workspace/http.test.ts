@@ -191,6 +191,37 @@ test("an operator sets a cached-input price on the admin page; usage views show 
   expect(csv[1]).toContain(`,${MODEL},1200,1100,40,30,1240,`);
 });
 
+test("an operator sets an account's priority, a model's keep-alive, and loads and unloads it on the admin page", async () => {
+  const op = await makeAccount(server.store, "ops-residency", { role: "operator", plan: "unlimited" });
+  const { key } = await server.store.keys.create(op.account.id, null);
+  expect((await server.store.keys.authenticate(key))!.accountPriority).toBe(0);
+  const c = new WorkspaceClient(server.url);
+  await c.signIn(op.email, PASSWORD);
+  expect((await c.form("/workspace/admin/priority", { account: "ops-residency", priority: "7" })).status).toBe(303);
+  expect((await server.store.accounts.get("ops-residency"))!.priority).toBe(7);
+  // The key's cached record follows: the next request carries the new priority.
+  expect((await server.store.keys.authenticate(key))!.accountPriority).toBe(7);
+  expect((await c.form("/workspace/admin/priority", { account: "ops-residency", priority: "1000" })).status).toBe(400);
+
+  expect((await c.form("/workspace/admin/keep-alive", { model: MODEL, keep_alive: "-1" })).status).toBe(303);
+  expect((await server.store.catalog.get(MODEL))!.keepAliveSeconds).toBe(-1);
+  expect((await c.form("/workspace/admin/keep-alive", { model: MODEL, keep_alive: "soon" })).status).toBe(400);
+  try {
+    expect((await c.form("/workspace/admin/residency", { model: MODEL, action: "load" })).status).toBe(303);
+    let page = await (await c.get("/workspace/admin")).text();
+    const row = (html: string) => /<tr data-model="ws\/tiny">([\s\S]*?)<\/tr>/.exec(html)![1]!;
+    expect(row(page)).toContain("<td>resident");
+    expect(row(page)).toContain("Keep-alive (always)");
+    expect(row(page)).toContain('aria-label="Unload ws/tiny"');
+    expect((await c.form("/workspace/admin/residency", { model: MODEL, action: "unload" })).status).toBe(303);
+    page = await (await c.get("/workspace/admin")).text();
+    expect(row(page)).toContain("<td>unloaded");
+    expect((await c.form("/workspace/admin/residency", { model: "no/such", action: "load" })).status).toBe(400);
+  } finally {
+    await server.store.catalog.setKeepAlive(MODEL, null);
+  }
+});
+
 describe("billing", () => {
   test("charges match the token counts and prices; no credit left → 429 insufficient_quota", async () => {
     await server.store.catalog.setPrices(MODEL, 1000, 3000);

@@ -44,9 +44,12 @@ export interface ChatDeps {
 const encoder = new TextEncoder();
 const sse = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n`);
 
-/** The model cannot take or finish the request now (worker restarting, crash loop, shutdown). */
+/**
+ * The model cannot take or finish the request now (queue full, no memory to load it, a failed load,
+ * worker restarting, crash loop, shutdown); the code says which.
+ */
 const unavailable = (e: EngineUnavailableError) =>
-  new ApiError(503, e.message, "service_unavailable", null, "model_unavailable", { "retry-after": String(e.retryAfterSeconds) });
+  new ApiError(503, e.message, "service_unavailable", null, e.code, { "retry-after": String(e.retryAfterSeconds) });
 
 /** A generation that failed after it started, as the error its client gets; null: an internal error. */
 function generationFailure(e: unknown): ApiError | null {
@@ -63,6 +66,8 @@ const hopKey = (hop: HopIdentity): ApiKeyInfo => ({
   id: hop.keyId ?? "",
   accountId: hop.accountId,
   accountName: hop.accountName,
+  // Read from the shared database where it counts (see admitAndRun): the hop does not carry it.
+  accountPriority: 0,
   prefix: "",
   label: null,
   createdAt: 0,
@@ -150,6 +155,7 @@ async function admitAndRun(
   if (hop) {
     // Admitted and counted by the forwarding node; what its estimate did not use is given back here.
     inflight = { id: hop.inflightId };
+    key = { ...key, accountPriority: (await deps.store.accounts.getById(key.accountId))?.priority ?? 0 };
     ticket = settlingTicket(deps, hop);
   } else {
     inflight = await admitRequest(deps, key, requestId, model, plan, deps.nodeId);
@@ -166,18 +172,22 @@ async function admitAndRun(
   deps.lifecycle.track(abort);
   let generation: Generation;
   try {
-    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal, fairnessKey: String(key.accountId) });
+    // The engine takes turns between accounts (and admits higher priorities first) on a busy model.
+    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal, fairnessKey: String(key.accountId), priority: key.accountPriority });
   } catch (e) {
     deps.lifecycle.untrack(abort);
     ticket?.finish(0);
     await endUnrecorded(deps, inflight.id, requestId);
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
-    if (e instanceof EngineUnavailableError) throw unavailable(e);
+    // The account has its share of the model's queue waiting: its own limit, a 429.
     if (e instanceof EngineBusyError) {
-      throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
+      throw new ApiError(429, e.message, "rate_limit_error", null, "account_queue_full", {
         "retry-after": String(e.retryAfterSeconds),
       });
     }
+    // The model cannot take anyone now (queue full, no memory to load it, a failed load, its
+    // worker restarting): a 503.
+    if (e instanceof EngineUnavailableError) throw unavailable(e);
     throw e;
   }
   const meta: CompletionMeta = {

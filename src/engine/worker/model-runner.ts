@@ -23,6 +23,8 @@ interface ModelCard {
   capabilities?: { tools?: boolean; structured_output?: boolean; images?: boolean };
   /** The thinking block's tags and budgets, or false: the model does not think. */
   reasoning?: ReasoningCard;
+  /** Requests that may wait for this model's KV memory (over serve --max-queue). */
+  max_queue?: number;
 }
 
 export class ModelRunner {
@@ -39,6 +41,8 @@ export class ModelRunner {
     readonly reasoning: ModelReasoning | null,
     /** A lower bound on a prompt's tokens without tokenising it (null: none for this tokenizer). */
     readonly promptBound: PromptBound | null,
+    /** This model's queue bound from its sluice.json, or null (the server's). */
+    readonly queueLimit: number | null = null,
   ) {}
 
   static async load(opts: Pick<WorkerOptions, "id" | "dir" | "device" | "threads"> & Partial<WorkerOptions>): Promise<ModelRunner> {
@@ -70,13 +74,14 @@ export class ModelRunner {
     };
     const template = templateContext(tokenizer);
     const reasoning = await modelReasoning(tokenizer, card.reasoning, template);
+    const queueLimit = Number.isInteger(card.max_queue) && card.max_queue! > 0 ? card.max_queue! : null;
     let promptBound: PromptBound | null = null;
     try {
       promptBound = PromptBound.fromTokenizerJson(JSON.parse(readFileSync(join(opts.dir, "tokenizer.json"), "utf8")));
     } catch {
       // No bound: long prompts are then refused only after tokenising.
     }
-    return new ModelRunner(decoder, tokenizer, info, providers, vision, template, reasoning, promptBound);
+    return new ModelRunner(decoder, tokenizer, info, providers, vision, template, reasoning, promptBound, queueLimit);
   }
 
   get vocabSize(): number {

@@ -1,6 +1,6 @@
 // Worker entry: owns one model. ONNX Runtime's runs happen here, off the HTTP thread.
 import { quiesceNativeCalls, shareNativeCallFlags } from "../../native-calls.ts";
-import { EngineBusyError, EngineRequestError } from "../types.ts";
+import { EngineBusyError, EngineRequestError, EngineUnavailableError } from "../types.ts";
 import { ModelRunner } from "./model-runner.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
 import { RoundBatcher } from "./round-batcher.ts";
@@ -15,12 +15,17 @@ const rounds = new RoundBatcher((messages) => post({ type: "round", messages }))
 let runner: ModelRunner | null = null;
 let scheduler: Scheduler | null = null;
 let structures: ThreadedStructures | null = null;
+/** The scheduler's loop: a close waits for its round to end before the sessions are released. */
+let loop: Promise<void> | null = null;
 let testHooks = false;
 
 function rejectInfo(e: unknown): RejectInfo {
   if (e instanceof EngineRequestError) return { kind: "request", message: e.message, param: e.param, code: e.code };
   if (e instanceof EngineBusyError) {
     return { kind: "busy", message: e.message, param: null, code: null, retryAfterSeconds: e.retryAfterSeconds };
+  }
+  if (e instanceof EngineUnavailableError) {
+    return { kind: "unavailable", message: e.message, param: null, code: e.code, retryAfterSeconds: e.retryAfterSeconds };
   }
   post({ type: "log", level: "error", msg: "request failed in the model worker", fields: { error: String((e as Error)?.stack ?? e) } });
   return { kind: "internal", message: "internal error in the model worker", param: null, code: null };
@@ -80,16 +85,23 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           done: (rid, error, code) => rounds.add({ type: "done", rid, error, code }),
           endRound: (urgent) => rounds.endRound(urgent),
           stats: (stats) => post({ type: "stats", stats }),
-        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue, structures });
+        }, {
+          kvBudgetBytes: m.options.kvBudgetBytes,
+          kvCapSequences: m.options.kvCapSequences,
+          maxQueue: runner.queueLimit ?? m.options.maxQueue,
+          keyQueueShare: m.options.keyQueueShare,
+          order: m.options.queueOrder,
+          structures,
+        });
         // A failed loop ends the thread (see fatal): its requests get an error, not a hang.
-        scheduler.run().catch(fatal);
+        loop = scheduler.run().catch(fatal);
         const s = scheduler.stats();
         const notes = [
           `model loaded on ${runner.info.provider}`,
           `KV cache: ${kvCacheMode(runner)}, ` +
             `budget ${Math.round(s.kvBudgetBytes / 2 ** 20)} MiB, queue of ${s.queueLimit}`,
         ];
-        post({ type: "loaded", model: runner.info, notes: [...notes, ...runner.decoder.notes] });
+        post({ type: "loaded", model: runner.info, notes: [...notes, ...runner.decoder.notes], kvBudgetBytes: s.kvBudgetBytes });
       } catch (err) {
         post({ type: "load-failed", error: (err as Error).message });
       }
@@ -123,6 +135,8 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
     case "close":
       structures?.close();
       scheduler?.stop();
+      // A session released while a run of it is in flight is freed under the run.
+      await loop;
       await runner?.decoder.release();
       await runner?.vision?.release();
       post({ type: "closed" });

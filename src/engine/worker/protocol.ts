@@ -1,6 +1,7 @@
 // Messages between the engine host (HTTP thread) and a model's worker. Structured-clone data only.
 import type { CompileLimits } from "../../structured/index.ts";
 import type { Device } from "../providers.ts";
+import type { QueueOrder } from "./fair-queue.ts";
 import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats } from "../types.ts";
 
 export type WireRequest = Omit<GenerateRequest, "signal">;
@@ -12,8 +13,14 @@ export interface WorkerOptions {
   threads: number;
   /** KV memory this model may use (running sequences + prefix cache); 0 = the default. */
   kvBudgetBytes: number;
-  /** Requests that may wait for KV memory before new ones get EngineBusyError; 0 = the default. */
+  /** Requests that may wait for KV memory before new ones get EngineUnavailableError; 0 = the default. */
   maxQueue: number;
+  /** An automatic KV budget: capped at this many full-context sequences (see SchedulerOptions). */
+  kvCapSequences?: number;
+  /** The part of the queue one fairness key may hold (absent: the scheduler's default). */
+  keyQueueShare?: number;
+  /** Admission order (absent: fair). */
+  queueOrder?: QueueOrder;
   /** What compiling one request's schemas may cost (see structured/compile-budget.ts). */
   compileLimits: CompileLimits;
   /** Memory for this model's cached grammars, bytes. */
@@ -38,7 +45,8 @@ export type HostMessage =
   | { type: "close" };
 
 export interface RejectInfo {
-  kind: "request" | "busy" | "internal";
+  /** busy: the caller's share is waiting (429); unavailable: the model is full (503). */
+  kind: "request" | "busy" | "unavailable" | "internal";
   message: string;
   param: string | null;
   code: string | null;
@@ -46,7 +54,8 @@ export interface RejectInfo {
 }
 
 export type WorkerMessage =
-  | { type: "loaded"; model: EngineModel; notes: string[] }
+  /** `kvBudgetBytes`: the KV memory the model took (at most the one it was given). */
+  | { type: "loaded"; model: EngineModel; notes: string[]; kvBudgetBytes: number }
   | { type: "load-failed"; error: string }
   | { type: "started"; rid: number; promptTokens: number }
   | { type: "rejected"; rid: number; error: RejectInfo }

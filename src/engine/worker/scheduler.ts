@@ -1,8 +1,19 @@
 // The model's continuous-batching loop. Each round: drop cancelled requests, admit queued ones as
-// KV memory allows (FIFO, so none is overtaken forever), prefill a bounded number of prompt
-// tokens (chunked, so running streams keep flowing while a long prompt is read), then advance
-// every decoding choice by one token in one batched forward pass. A finished or cancelled choice
-// frees its cache at once; the batch never has to drain.
+// KV memory allows (in the queue's order, see fair-queue.ts: by priority, then account by account
+// by tokens served; or first come first served), prefill a bounded number of prompt tokens
+// (chunked, so running streams keep flowing while a long prompt is read), then advance every
+// decoding choice by one token in one batched forward pass. A finished or cancelled choice frees
+// its cache at once; the batch never has to drain.
+//
+// When the request to admit next finds no memory, running requests may be preempted for it (fair
+// order only): those of a lower priority, and those of an account holding more KV memory than the
+// waiting request's account would after admission (so two accounts never preempt each other back
+// and forth). A preempted request waits again in front of its account's later requests; when it
+// is admitted again its sequences are recomputed from their tokens (prompt and tokens generated so
+// far) and decoding goes on from the token it had sampled: its client sees a pause, nothing else.
+// So an account's flood delays another account's request by about one round: the round running
+// when it arrives, then its admission (preempting if need be) at the start of the next, whose
+// prefill gives its first token when its prompt fits one prefill chunk.
 import { KvBudget, defaultKvBudgetBytes } from "../batching/budget.ts";
 import { FusedKvBackend } from "../batching/fused-kv.ts";
 import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
@@ -10,8 +21,9 @@ import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
 import { NoAllowedTokenError } from "../sampling/index.ts";
 import { heapStats } from "bun:jsc";
-import { EngineBusyError, EngineRequestError, type GenerationEvent, type ModelStats } from "../types.ts";
+import { EngineBusyError, EngineRequestError, EngineUnavailableError, type GenerationEvent, type ModelStats } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
+import { FairQueue, type QueueOrder, type Waiting } from "./fair-queue.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
@@ -35,8 +47,23 @@ export interface JobSink {
 export interface SchedulerOptions {
   /** KV memory for running sequences and the prefix cache; 0 or absent = a share of the machine's. */
   kvBudgetBytes?: number;
-  /** Requests that may wait for memory; more get EngineBusyError. 0 or absent = 64. */
+  /**
+   * At most this many sequences at the model's full context (an automatic budget: a small model
+   * is not given memory it can never fill). Absent: no cap.
+   */
+  kvCapSequences?: number;
+  /**
+   * Requests that may wait for memory; past it a new request gets EngineUnavailableError (the
+   * model is full). 0 or absent = 64.
+   */
   maxQueue?: number;
+  /**
+   * The part of the queue one fairness key may hold; its requests past it get EngineBusyError
+   * (over its share), leaving the rest to other keys. Absent: 3/4.
+   */
+  keyQueueShare?: number;
+  /** Admission order (see fair-queue.ts); absent: fair. */
+  order?: QueueOrder;
   /** Prompt tokens prefilled per round (the rest waits for the next round). */
   prefillChunk?: number;
   /** Prompts shorter than this are not kept in the prefix cache. */
@@ -52,7 +79,7 @@ interface ChoiceRun {
   next: number | null;
 }
 
-interface Job {
+interface Job extends Waiting {
   rid: number;
   request: WireRequest;
   prompt: number[];
@@ -65,6 +92,14 @@ interface Job {
   choices: ChoiceRun[];
   cancelled: boolean;
   out: GenerationEvent[];
+  /** Admitted at least once (its prompt event went out). */
+  startedOnce: boolean;
+  /** Preempted while decoding: per choice, the tokens its cache held, to recompute on resuming. */
+  replay: (number[] | null)[] | null;
+  /** Tokens charged to its key so far (see chargeService). */
+  charged: number;
+  /** When it was last admitted (a counter): the latest admitted is preempted first. */
+  admittedAt: number;
 }
 
 export class Scheduler {
@@ -73,13 +108,24 @@ export class Scheduler {
   readonly prefix: PrefixCache;
   private readonly maxQueue: number;
   private readonly prefillChunk: number;
-  private queue: Job[] = [];
+  private readonly queue: FairQueue<Job>;
+  private readonly keyQueueLimit: number;
   private active: Job[] = [];
+  private admissions = 0;
   private wake: (() => void) | null = null;
   private running = true;
   /** This round started or ended a request (see JobSink.endRound). */
   private urgent = false;
-  private counters = { promptTokensComputed: 0, generatedTokens: 0, decodeSteps: 0, lastBatchSize: 0, rejectedBusy: 0 };
+  private counters = {
+    promptTokensComputed: 0,
+    generatedTokens: 0,
+    decodeSteps: 0,
+    lastBatchSize: 0,
+    rejectedBusy: 0,
+    rejectedFull: 0,
+    preemptions: 0,
+    recomputedTokens: 0,
+  };
   private lastStats = "";
   private lastStatsAt = 0;
   readonly structures: StructureSource;
@@ -91,11 +137,18 @@ export class Scheduler {
     private readonly sink: JobSink,
     opts: SchedulerOptions = {},
   ) {
-    this.budget = new KvBudget(opts.kvBudgetBytes || defaultKvBudgetBytes());
     const decoder = model.decoder;
+    let budget = opts.kvBudgetBytes || defaultKvBudgetBytes();
+    if (opts.kvCapSequences) {
+      // Sized like the backends size a full-context sequence (the two agree on bytes per position).
+      budget = Math.min(budget, opts.kvCapSequences * decoder.spec.layers.length * 2 * model.info.contextLength * decoder.positionBytes);
+    }
+    this.budget = new KvBudget(budget);
     this.backend = decoder.spec.sharedBuffer ? new FusedKvBackend(decoder, this.budget.totalBytes) : new PaddedKvBackend(decoder);
     this.prefix = new PrefixCache(this.budget, opts.prefixMinTokens ?? 16, Math.floor(this.budget.totalBytes / 2));
     this.maxQueue = opts.maxQueue || 64;
+    this.keyQueueLimit = Math.max(1, Math.ceil(this.maxQueue * (opts.keyQueueShare ?? 0.75)));
+    this.queue = new FairQueue(opts.order ?? "fair");
     this.prefillChunk = opts.prefillChunk ?? 256;
     this.structures = opts.structures ?? inlineStructures(model);
   }
@@ -131,18 +184,43 @@ export class Scheduler {
         "kv_cache_exceeded",
       );
     }
-    if (this.queue.length >= this.maxQueue) {
+    const key = request.fairnessKey ?? "";
+    // Roughly one round of the running requests per queued one ahead; at least a second.
+    const retryAfter = Math.max(1, Math.ceil(this.queue.length / Math.max(1, this.active.length)));
+    if (this.queue.waitingFor(key) >= this.keyQueueLimit) {
       this.counters.rejectedBusy++;
-      // Roughly one round of the running requests per queued one ahead; at least a second.
-      const retryAfter = Math.max(1, Math.ceil(this.queue.length / Math.max(1, this.active.length)));
-      throw new EngineBusyError(`The model ${this.model.info.id} is at capacity (${this.queue.length} requests waiting). Retry later.`, retryAfter);
+      throw new EngineBusyError(
+        `Too many of your requests are waiting for the model ${this.model.info.id} (${this.queue.waitingFor(key)}, the most one account may have waiting). Retry after some of them have started.`,
+        retryAfter,
+      );
+    }
+    if (this.queue.length >= this.maxQueue) {
+      this.counters.rejectedFull++;
+      throw new EngineUnavailableError(`The model ${this.model.info.id} is at capacity (${this.queue.length} requests waiting). Retry later.`, retryAfter, "server_busy");
     }
     const choices: ChoiceRun[] = [];
     for (let index = 0; index < request.n; index++) {
       choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, structure, thinking), seq: null, next: null });
     }
-    const key = prefixKey(prompt, images);
-    this.queue.push({ rid, request, prompt, images, key, maxNew, state: "queued", choices, cancelled: false, out: [] });
+    this.queue.push({
+      rid,
+      request,
+      prompt,
+      images,
+      key: prefixKey(prompt, images),
+      maxNew,
+      state: "queued",
+      choices,
+      cancelled: false,
+      out: [],
+      fairKey: key,
+      priority: request.priority ?? 0,
+      arrival: this.queue.stamp(),
+      startedOnce: false,
+      replay: null,
+      charged: 0,
+      admittedAt: 0,
+    });
     this.wake?.();
     return prompt.length;
   }
@@ -153,7 +231,7 @@ export class Scheduler {
       admission.cancelled = true;
       this.structures.cancel(rid);
     }
-    const job = this.queue.find((j) => j.rid === rid) ?? this.active.find((j) => j.rid === rid);
+    const job = [...this.queue.items()].find((j) => j.rid === rid) ?? this.active.find((j) => j.rid === rid);
     if (job) job.cancelled = true;
     this.wake?.();
   }
@@ -182,6 +260,9 @@ export class Scheduler {
       generatedTokens: this.counters.generatedTokens,
       decodeSteps: this.counters.decodeSteps,
       rejectedBusy: this.counters.rejectedBusy,
+      rejectedFull: this.counters.rejectedFull,
+      preemptions: this.counters.preemptions,
+      recomputedTokens: this.counters.recomputedTokens,
       grammarCacheBytes: compiles?.cachedBytes ?? 0,
       schemasCompiled: compiles?.compiled ?? 0,
       schemasRefused: compiles?.refused ?? 0,
@@ -219,8 +300,13 @@ export class Scheduler {
   }
 
   private dropCancelled() {
-    for (const job of this.queue.filter((j) => j.cancelled)) {
-      this.queue = this.queue.filter((j) => j !== job);
+    for (const job of [...this.queue.items()].filter((j) => j.cancelled)) {
+      this.queue.take(job);
+      // A preempted request has sent events: its choices end as a running request's would.
+      if (job.startedOnce) {
+        for (const c of job.choices) c.stream.finish("stop", job.out);
+        this.flush(job);
+      }
       this.sink.done(job.rid);
     }
     for (const job of this.active.filter((j) => j.cancelled)) {
@@ -230,16 +316,43 @@ export class Scheduler {
     }
   }
 
-  /** Moves queued requests to running while their KV reservation fits, in arrival order. */
+  /** The cache capacity of each of a job's sequences, and the bytes it reserves when admitted. */
+  private reservation(job: Job): { capacity: number; need: number } {
+    const capacity = this.backend.capacityFor(job.prompt.length + job.maxNew);
+    // A resumed request needs sequences for its choices still going only.
+    const sequences = job.replay ? job.choices.filter((c) => !c.stream.finished).length : job.choices.length;
+    return { capacity, need: this.backend.sequenceBytes(capacity) * sequences };
+  }
+
+  /** Frees prefix-cache entries until `need` bytes are free; false when even that is not enough. */
+  private makeRoom(need: number): boolean {
+    return this.budget.freeBytes + this.prefix.usedBytes >= need && this.prefix.makeRoom(need);
+  }
+
+  /** Moves queued requests to running while their KV reservation fits, in the queue's order. */
   private startQueued() {
-    while (this.queue.length > 0) {
-      const job = this.queue[0]!;
-      const capacity = this.backend.capacityFor(job.prompt.length + job.maxNew);
-      const bytes = this.backend.sequenceBytes(capacity);
-      const need = bytes * job.choices.length;
-      if (this.budget.freeBytes + this.prefix.usedBytes < need || !this.prefix.makeRoom(need)) return;
+    this.chargeService();
+    for (let job = this.queue.peek(); job; job = this.queue.peek()) {
+      const { capacity, need } = this.reservation(job);
+      if (!this.makeRoom(need) && !this.preemptFor(job, need)) return;
       this.budget.tryReserve(need);
-      this.queue.shift();
+      this.queue.take(job);
+      this.queue.started(job.fairKey);
+      job.admittedAt = ++this.admissions;
+      job.state = "prefill";
+      this.active.push(job);
+      if (job.replay) {
+        for (const c of job.choices) {
+          if (c.stream.finished) continue;
+          c.seq = this.backend.open(capacity);
+          if (job.images?.rope) c.seq.rope = job.images.rope;
+          // The prompt (and maybe more) may still be in the prefix cache: only the rest is recomputed.
+          const tokens = job.replay[c.stream.index]!;
+          const hit = this.prefix.lookup(replayKey(job, tokens), tokens.length - 1);
+          if (hit) this.backend.restore(c.seq, hit.entry, hit.length);
+        }
+        continue;
+      }
       for (const c of job.choices) {
         c.seq = this.backend.open(capacity);
         // Every choice decodes past the prompt at its length + the prompt's rope delta.
@@ -248,26 +361,116 @@ export class Scheduler {
       const first = job.choices[0]!.seq!;
       const hit = this.prefix.lookup(job.key, job.prompt.length - 1);
       if (hit) this.backend.restore(first, hit.entry, hit.length);
-      // What the cache served is the request's cached_tokens (usage.prompt_tokens_details).
-      job.out.push({ type: "prompt", cachedTokens: hit?.length ?? 0 });
-      job.state = "prefill";
-      this.active.push(job);
+      // What the cache served is the request's cached_tokens (usage.prompt_tokens_details), once.
+      if (!job.startedOnce) job.out.push({ type: "prompt", cachedTokens: hit?.length ?? 0 });
+      job.startedOnce = true;
     }
   }
 
-  /** Up to `prefillChunk` prompt tokens this round, oldest request first. */
+  /**
+   * Preempts running requests so that `job` fits, when the rules allow (see the header): lower
+   * priorities first, then the fairness key holding the most memory, its latest admitted request
+   * first. Nothing is preempted unless it makes enough room.
+   */
+  private preemptFor(job: Job, need: number): boolean {
+    if (this.queue.order !== "fair") return false;
+    const held = new Map<string, number>();
+    const bytes = new Map<Job, number>();
+    for (const j of this.active) {
+      const b = j.choices.reduce((n, c) => n + (c.seq ? this.backend.sequenceBytes(c.seq.capacity) : 0), 0);
+      bytes.set(j, b);
+      held.set(j.fairKey, (held.get(j.fairKey) ?? 0) + b);
+    }
+    const mine = held.get(job.fairKey) ?? 0;
+    let room = this.budget.freeBytes + this.prefix.usedBytes;
+    const victims: Job[] = [];
+    while (room < need) {
+      let pick: Job | null = null;
+      for (const j of this.active) {
+        if (j.fairKey === job.fairKey || victims.includes(j) || j.priority > job.priority) continue;
+        const h = held.get(j.fairKey)!;
+        // Same priority: only from a key that still holds at least what this one would.
+        if (j.priority === job.priority && h - bytes.get(j)! < mine + need) continue;
+        if (
+          !pick ||
+          j.priority < pick.priority ||
+          (j.priority === pick.priority && (h > held.get(pick.fairKey)! || (h === held.get(pick.fairKey)! && j.admittedAt > pick.admittedAt)))
+        ) {
+          pick = j;
+        }
+      }
+      if (!pick) return false;
+      victims.push(pick);
+      room += bytes.get(pick)!;
+      held.set(pick.fairKey, held.get(pick.fairKey)! - bytes.get(pick)!);
+    }
+    for (const v of victims) this.preempt(v);
+    return this.makeRoom(need);
+  }
+
+  /** Frees a running request's memory and queues it again, to be recomputed when it resumes. */
+  private preempt(job: Job) {
+    this.chargeJob(job);
+    if (job.state === "decode") {
+      job.replay = job.choices.map((c) => (c.seq ? c.seq.tokens.slice() : null));
+    }
+    for (const c of job.choices) {
+      const seq = c.seq;
+      if (!seq) continue;
+      c.seq = null;
+      this.budget.release(this.backend.sequenceBytes(seq.capacity));
+      this.backend.close(seq);
+    }
+    this.flush(job);
+    this.active = this.active.filter((j) => j !== job);
+    this.queue.ended(job.fairKey);
+    job.state = "queued";
+    this.queue.requeue(job);
+    this.counters.preemptions++;
+  }
+
+  /** Tokens served to a request so far: its prompt as far as it was read, and every token generated. */
+  private served(job: Job): number {
+    const seq = job.choices[0]!.seq;
+    const prompt = job.state === "prefill" && !job.replay && seq ? Math.min(seq.tokens.length, job.prompt.length) : job.startedOnce ? job.prompt.length : 0;
+    return prompt + job.choices.reduce((n, c) => n + c.stream.generated, 0);
+  }
+
+  /** Charges a request's key with what it was served since the last charge (recomputing is free). */
+  private chargeJob(job: Job) {
+    const served = this.served(job);
+    if (served > job.charged) {
+      this.queue.charge(job.fairKey, served - job.charged);
+      job.charged = served;
+    }
+  }
+
+  private chargeService() {
+    for (const job of this.active) this.chargeJob(job);
+  }
+
+  /**
+   * Up to `prefillChunk` tokens this round: prompts, and the tokens of resumed requests. Higher
+   * priorities first, then the keys served the fewest tokens, then the earliest admitted.
+   */
   private async prefillRound() {
     let room = this.prefillChunk;
-    for (const job of this.active) {
+    const order = this.active
+      .filter((j) => j.state === "prefill")
+      .sort((a, b) => b.priority - a.priority || this.queue.servedTo(a.fairKey) - this.queue.servedTo(b.fairKey) || a.admittedAt - b.admittedAt);
+    for (const job of order) {
       if (room <= 0) break;
       if (job.state !== "prefill") continue;
+      if (job.replay) {
+        room -= await this.recompute(job, room);
+        continue;
+      }
       const seq = job.choices[0]!.seq!;
       const start = seq.tokens.length;
       const chunk = job.prompt.slice(start, start + room);
       let logits: Float32Array;
       try {
-        const embeds = job.images ? mergeImageFeatures(await this.model.decoder.embed(chunk), chunk.length, job.images, start) : undefined;
-        logits = await this.backend.prefill(seq, chunk, embeds);
+        logits = await this.backend.prefill(seq, chunk, await this.embeds(job, chunk, start));
       } catch (e) {
         this.fail(job, e);
         continue;
@@ -282,6 +485,44 @@ export class Scheduler {
         this.fail(job, e);
       }
     }
+  }
+
+  /** A chunk's image features, for a prompt with images (its positions past the prompt have none). */
+  private async embeds(job: Job, chunk: number[], start: number): Promise<Float32Array | undefined> {
+    return job.images ? mergeImageFeatures(await this.model.decoder.embed(chunk), chunk.length, job.images, start) : undefined;
+  }
+
+  /**
+   * Refills a resumed request's caches, up to `room` tokens; once every choice holds its tokens
+   * again it decodes on from the token each had sampled. The tokens used.
+   */
+  private async recompute(job: Job, room: number): Promise<number> {
+    let used = 0;
+    let complete = true;
+    for (const c of job.choices) {
+      const seq = c.seq;
+      if (!seq) continue;
+      const tokens = job.replay![c.stream.index]!;
+      const start = seq.tokens.length;
+      const chunk = tokens.slice(start, start + room - used);
+      if (chunk.length > 0) {
+        try {
+          await this.backend.prefill(seq, chunk, await this.embeds(job, chunk, start));
+        } catch (e) {
+          this.fail(job, e);
+          return used;
+        }
+        used += chunk.length;
+        this.counters.promptTokensComputed += chunk.length;
+        this.counters.recomputedTokens += chunk.length;
+      }
+      if (seq.tokens.length < tokens.length) complete = false;
+    }
+    if (complete) {
+      job.replay = null;
+      job.state = "decode";
+    }
+    return used;
   }
 
   private beginDecoding(job: Job, logits: Float32Array) {
@@ -367,7 +608,10 @@ export class Scheduler {
 
   private retire(job: Job, error?: string, code?: string) {
     this.urgent = true;
+    this.chargeJob(job);
+    const before = this.active.length;
     this.active = this.active.filter((j) => j !== job);
+    if (this.active.length < before) this.queue.ended(job.fairKey);
     for (const c of job.choices) this.endChoice(c, job, false);
     this.flush(job);
     this.sink.done(job.rid, error, code);
@@ -404,6 +648,11 @@ function advanceChoice(stream: ChoiceStream, logits: Float32Array, out: Generati
     }
     throw e;
   }
+}
+
+/** The prefix-cache key of a resumed sequence's tokens: its prompt by its key, then generated ids. */
+function replayKey(job: Job, tokens: number[]): number[] {
+  return [...job.key, ...tokens.slice(job.key.length)];
 }
 
 /** A snapshot filed under the prefix key of its positions rather than their token ids. */

@@ -1,11 +1,12 @@
 // Admin (operators only): accounts, users, model access per account, prices, plans and top-ups.
-import type { Account, NodeInfo, Plan, UserRole } from "../../store/index.ts";
+import { PRIORITY_RANGE, type Account, type NodeInfo, type Plan, type UserRole } from "../../store/index.ts";
 import { dateTime, usd } from "../format.ts";
 import { html, type Html } from "../html.ts";
 import { redirect } from "../http.ts";
 import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
 import { operatorCommand, type Route, type SignedCtx } from "../router.ts";
 import { hubPullPanel } from "./hub-pull.ts";
+import { residencyPanel } from "./residency.ts";
 
 const PLANS: Plan[] = ["prepaid", "unlimited"];
 
@@ -40,17 +41,24 @@ ${notice.ok ? html`<div class="notice ok" role="status">${notice.ok}</div>` : ""
 ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</div>` : ""}
 <section class="panel"><h2>Accounts</h2>${scrollTable(
     "Accounts",
-    html`<thead><tr><th scope="col">Account</th><th scope="col">Plan</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Keys</th><th scope="col" class="num">Users</th><th scope="col">Model access</th><th scope="col" class="hide-sm">Created</th></tr></thead>
+    html`<thead><tr><th scope="col">Account</th><th scope="col">Plan</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Keys</th><th scope="col" class="num">Users</th><th scope="col">Model access</th><th scope="col" class="num">Priority</th><th scope="col" class="hide-sm">Created</th></tr></thead>
   <tbody>${rows.map(({ account: a, plan, balance, keys }) => {
-    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${balance === null ? "∞" : usd(balance)}</td><td class="num">${keys}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td class="hide-sm">${dateTime(a.createdAt)}</td></tr>`;
+    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${balance === null ? "∞" : usd(balance)}</td><td class="num">${keys}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td class="num">${a.priority}</td><td class="hide-sm">${dateTime(a.createdAt)}</td></tr>`;
   })}</tbody>`,
   )}
   <h3>Create an account</h3>
   <form class="inline" method="post" action="${BASE}/admin/accounts">${csrf}
     <div class="field grow"><label for="acct-name">Name</label><input id="acct-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" placeholder="lowercase, e.g. acme"></div>
     <div class="field"><label for="acct-plan">Plan</label><select id="acct-plan" name="plan">${planOptions("prepaid")}</select></div>
-    <button type="submit">Create account</button></form></section>
+    <button type="submit">Create account</button></form>
+  <h3>Priority</h3>
+  <form class="inline" method="post" action="${BASE}/admin/priority" aria-label="Set a priority">${csrf}
+    <div class="field"><label for="prio-acct">Account</label><select id="prio-acct" name="account">${accountOptions(selected?.name)}</select></div>
+    <div class="field"><label for="prio-value">Priority</label><input id="prio-value" name="priority" type="number" min="${PRIORITY_RANGE.min}" max="${PRIORITY_RANGE.max}" step="1" value="${selected?.priority ?? 0}" required></div>
+    <button type="submit" class="secondary">Set priority</button>
+    <p class="muted form-note">On a busy model, higher priorities are admitted first, and their requests pause lower-priority ones when memory runs out. Accounts of one priority take turns by tokens.</p></form></section>
 ${nodes}
+${residencyPanel(c, catalog, csrf)}
 <section class="panel"><h2>Credit and plans</h2>
   <form class="inline" method="post" action="${BASE}/admin/topup" aria-label="Top up credit">${csrf}
     <div class="field"><label for="top-acct">Account</label><select id="top-acct" name="account">${accountOptions(selected?.name)}</select></div>
@@ -148,7 +156,7 @@ function limitField(c: SignedCtx, name: string, what: string): number | null {
 }
 
 /** Runs an admin change and redirects on success (so a reload does not repeat it) or re-renders the error. */
-async function change(c: SignedCtx, fn: () => string | Promise<string>, back = `${BASE}/admin`): Promise<Response> {
+export async function change(c: SignedCtx, fn: () => string | Promise<string>, back = `${BASE}/admin`): Promise<Response> {
   try {
     const ok = await fn();
     c.opts.log.info("workspace admin change", { by: c.user.email, change: ok });
@@ -242,6 +250,17 @@ export const adminRoutes: Route[] = [
           if (!want.has(m.id) && have.has(m.id)) await c.store.catalog.revoke(a.id, m.id);
         }
         return `saved model access for ${a.name}`;
+      }),
+  },
+  {
+    method: "POST",
+    path: "/admin/priority",
+    access: "operator",
+    handle: (c) =>
+      accountChange(c, async (a) => {
+        const priority = Number(c.field("priority"));
+        await c.store.accounts.setPriority(a.id, priority);
+        return `${a.name} now has priority ${priority}`;
       }),
   },
   {
