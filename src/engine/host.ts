@@ -309,6 +309,12 @@ class WorkerThread {
     }
   }
 
+  /** Counts the thread as heard from now (after a time in which nothing in this process ran). */
+  heardNow(now: number): void {
+    this.lastHeard = now;
+    this.pingSent = 0;
+  }
+
   /** Sends a ping when requests wait and the thread has been quiet; true when it is hung. */
   checkAlive(now: number, stallMs: number): boolean {
     if (this.pending.size === 0) {
@@ -538,6 +544,10 @@ class ModelSlot {
     this.thread?.kill();
   }
 
+  heardNow(now: number): void {
+    this.thread?.heardNow(now);
+  }
+
   checkAlive(now: number): void {
     const t = this.thread;
     if (!t || this.state !== "ready") return;
@@ -632,9 +642,19 @@ export class WorkerEngine implements Engine {
       onLoadFailed: (id, error) => this.emit({ type: "load-failed", id, error }),
     });
     const tick = Math.max(50, Math.min(1000, this.supervision.stallMs / 4));
+    let lastTick = performance.now();
     this.watchdog = setInterval(() => {
       const now = performance.now();
-      for (const s of this.slots.values()) s.checkAlive(now);
+      // A tick far later than due: this whole process did not run (SIGSTOP, a suspended VM or
+      // machine), its workers no more than the watchdog, and their messages are still queued.
+      // Their silence meanwhile says nothing; without this a resumed server restarted every
+      // model that had a request waiting.
+      const suspended = now - lastTick > 2 * tick + 1000;
+      lastTick = now;
+      for (const s of this.slots.values()) {
+        if (suspended) s.heardNow(now);
+        else s.checkAlive(now);
+      }
     }, tick);
     this.watchdog.unref?.();
   }

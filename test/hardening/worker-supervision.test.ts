@@ -4,10 +4,13 @@
 // model unavailable (503, /metrics, the log, `sluice doctor`) instead of hanging. And what used to
 // kill a worker (a state where nothing may be sampled) now ends only its own request.
 import { afterEach, expect, test } from "bun:test";
+import { join } from "node:path";
 import type { WorkerEngine } from "../../src/engine/host.ts";
 import { TextTokenizer } from "../../src/engine/text/tokenizer.ts";
 import { doctorReport } from "../../src/packaging/doctor.ts";
 import { syntheticModel, tinyModelsRoot } from "../helpers/models.ts";
+import { tempDir } from "../helpers/paths.ts";
+import { spawnServe } from "../helpers/serve-process.ts";
 import { readSse, startHarness, type Harness } from "./harness.ts";
 
 const supervision = { crashLoopCrashes: 3, crashLoopWindowMs: 60_000, unavailableMs: 1500, stallMs: 1500 };
@@ -151,4 +154,35 @@ test("logit_bias that bans every token is a 400 up front; a grammar and logit_bi
   // The worker is the same one, and fine.
   expect((await h.chat({ max_tokens: 2 })).status).toBe(200);
   expect(engineOf(h).health()[0]!.crashes).toBe(0);
+}, 60_000);
+
+test("a server suspended (SIGSTOP) longer than the stall limit resumes its streams: no worker is restarted for the pause", async () => {
+  const models = tempDir("sluice-suspend-models-");
+  const data = tempDir("sluice-suspend-data-");
+  await syntheticModel(models.path, "suspend", { preset: "tiny-bytes", seed: 4, id: "suspend/tiny" });
+  const server = await spawnServe(["--data", data.path, "--models", models.path, "--no-demo", "--device", "cpu", "--worker-stall-seconds", "1"]);
+  try {
+    const headers = { authorization: `Bearer ${server.key}`, "content-type": "application/json" };
+    const noEos = Object.fromEntries(TextTokenizer.load(join(models.path, "suspend")).eosTokenIds.map((id) => [id, -100]));
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ model: "suspend/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3000, logit_bias: noEos, stream: true }),
+    });
+    const reader = res.body!.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    // Mid-stream, the whole process stops for three times the stall limit, then goes on.
+    process.kill(server.proc.pid, "SIGSTOP");
+    await Bun.sleep(3000);
+    process.kill(server.proc.pid, "SIGCONT");
+    for (let c = await reader.read(); !c.done; c = await reader.read()) text += new TextDecoder().decode(c.value);
+    expect(text.trim().endsWith("data: [DONE]")).toBe(true);
+    expect(text).toContain('"finish_reason":"length"');
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(metrics).toMatch(/sluice_model_worker_restarts_total\{model="suspend\/tiny"\} 0/);
+  } finally {
+    await server.stop();
+    models.remove();
+    data.remove();
+  }
 }, 60_000);
