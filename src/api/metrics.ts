@@ -24,7 +24,9 @@ const METRICS: Metric[] = [
   { name: "sluice_prefix_cache_reused_tokens_total", type: "counter", help: "Prompt tokens taken from the prefix cache.", value: (s) => s.prefixCacheReusedTokens },
   { name: "sluice_prompt_tokens_computed_total", type: "counter", help: "Prompt tokens run through the model.", value: (s) => s.promptTokensComputed },
   { name: "sluice_generated_tokens_total", type: "counter", help: "Tokens sampled.", value: (s) => s.generatedTokens },
-  { name: "sluice_decode_steps_total", type: "counter", help: "Batched decode forward passes.", value: (s) => s.decodeSteps },
+  { name: "sluice_decode_steps_total", type: "counter", help: "Batched decode forward passes (verification runs included).", value: (s) => s.decodeSteps },
+  { name: "sluice_draft_tokens_total", type: "counter", help: "Speculated (prompt-lookup) tokens the model checked.", value: (s) => s.draftTokens },
+  { name: "sluice_draft_accepted_tokens_total", type: "counter", help: "Speculated tokens the model accepted.", value: (s) => s.acceptedDraftTokens },
   { name: "sluice_rejected_busy_total", type: "counter", help: "Requests refused with 429 because the queue was full.", value: (s) => s.rejectedBusy },
 ];
 

@@ -58,6 +58,7 @@ export const serveCommand: Command = {
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of RAM, 256 MiB to 8 GiB)", default: "0" },
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 429 (0: 64)", default: "0" },
+    { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, verified by the model; the output is unchanged) or off", default: "ngram" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
@@ -70,6 +71,8 @@ export const serveCommand: Command = {
     if (!LEVELS.includes(level)) throw new UsageError(`--log-level must be one of ${LEVELS.join(", ")}`);
     const threads = Number(args.values.threads);
     if (!Number.isInteger(threads) || threads < 0) throw new UsageError("--threads must be an integer ≥ 0");
+    const speculate = String(args.values.speculate);
+    if (speculate !== "ngram" && speculate !== "off") throw new UsageError("--speculate must be ngram or off");
     const device = String(args.values.device);
     if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
     configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
@@ -96,6 +99,7 @@ export const serveCommand: Command = {
       device: device as "auto" | "cuda" | "cpu",
       kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
       maxQueue: count("max-queue"),
+      speculate,
     });
     const server = await startServer({
       host: String(args.values.host),

@@ -14,6 +14,7 @@ import {
   type ModelLoadResult,
   type ModelSource,
   type ModelStats,
+  type SpeculateMode,
 } from "./types.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./worker/protocol.ts";
 
@@ -28,6 +29,8 @@ export interface EngineOptions {
   kvBudgetBytes?: number;
   /** Requests per model that may wait for KV memory (absent: SLUICE_MAX_QUEUE, else 64). */
   maxQueue?: number;
+  /** Speculative decoding (absent: "ngram"). */
+  speculate?: SpeculateMode;
   /** Worker entry; overridable so the compiled binary can point at its embedded copy. */
   workerUrl?: string | URL;
 }
@@ -128,6 +131,7 @@ class ModelWorker {
           threads: opts.threads,
           kvBudgetBytes: opts.kvBudgetBytes ?? envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20,
           maxQueue: opts.maxQueue ?? envNumber("SLUICE_MAX_QUEUE"),
+          speculate: opts.speculate,
         },
       });
     });

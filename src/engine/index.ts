@@ -5,7 +5,7 @@ import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "../packagin
 import { nativeDir, packagedWorkerUrl, unpackedThisStart } from "../packaging/native.ts";
 import { WorkerEngine } from "./host.ts";
 import { chooseProviders, deviceLines, type Device } from "./providers.ts";
-import type { Engine } from "./types.ts";
+import type { Engine, SpeculateMode } from "./types.ts";
 
 export interface CreateEngineOptions {
   log: Logger;
@@ -15,6 +15,8 @@ export interface CreateEngineOptions {
   kvBudgetBytes?: number;
   /** Requests that may wait for KV memory per model before new ones get 429. */
   maxQueue?: number;
+  /** Speculative decoding (absent: "ngram"). */
+  speculate?: SpeculateMode;
 }
 
 export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
@@ -38,6 +40,7 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     threads: opts.threads,
     kvBudgetBytes: opts.kvBudgetBytes,
     maxQueue: opts.maxQueue,
+    speculate: opts.speculate,
     workerUrl: packagedWorkerUrl(),
   });
 }

@@ -40,7 +40,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           done: (rid, error) => rounds.add({ type: "done", rid, error }),
           endRound: (urgent) => rounds.endRound(urgent),
           stats: (stats) => post({ type: "stats", stats }),
-        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue });
+        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue, speculate: m.options.speculate });
         void scheduler.run();
         const s = scheduler.stats();
         const notes = [

@@ -1,6 +1,6 @@
 // Messages between the engine host (HTTP thread) and a model's worker. Structured-clone data only.
 import type { Device } from "../providers.ts";
-import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats } from "../types.ts";
+import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats, SpeculateMode } from "../types.ts";
 
 export type WireRequest = Omit<GenerateRequest, "signal">;
 
@@ -13,6 +13,8 @@ export interface WorkerOptions {
   kvBudgetBytes: number;
   /** Requests that may wait for KV memory before new ones get EngineBusyError; 0 = the default. */
   maxQueue: number;
+  /** Speculative decoding (absent: "ngram"). */
+  speculate?: SpeculateMode;
 }
 
 export type HostMessage =

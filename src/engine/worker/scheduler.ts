@@ -8,12 +8,14 @@ import { FusedKvBackend } from "../batching/fused-kv.ts";
 import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
 import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
-import { EngineBusyError, EngineRequestError, type GenerationEvent, type ModelStats } from "../types.ts";
+import { EngineBusyError, EngineRequestError, type GenerationEvent, type ModelStats, type SpeculateMode } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
 import { prefixKey } from "./prefix-key.ts";
+import { NgramDrafter } from "../speculation/ngram.ts";
+import { ChoiceSpeculation, MAX_DRAFT, SpeculationPlanner, type Plan, type PlanRow } from "../speculation/planner.ts";
 
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
@@ -37,6 +39,10 @@ export interface SchedulerOptions {
   prefillChunk?: number;
   /** Prompts shorter than this are not kept in the prefix cache. */
   prefixMinTokens?: number;
+  /** Speculative decoding: "ngram" (prompt lookup, the default) or "off". */
+  speculate?: SpeculateMode;
+  /** When to speculate: as measured to pay (the default), or at every round (tests; see SpeculationPlanner). */
+  speculatePolicy?: "measured" | "always";
 }
 
 interface ChoiceRun {
@@ -44,6 +50,8 @@ interface ChoiceRun {
   seq: Sequence | null;
   /** The token to feed next, once sampled. */
   next: number | null;
+  /** Its text for draft lookups and how its drafts fared; made at its first decode round. */
+  spec?: ChoiceSpeculation;
 }
 
 interface Job {
@@ -73,7 +81,11 @@ export class Scheduler {
   private running = true;
   /** This round started or ended a request (see JobSink.endRound). */
   private urgent = false;
-  private counters = { promptTokensComputed: 0, generatedTokens: 0, decodeSteps: 0, lastBatchSize: 0, rejectedBusy: 0 };
+  private counters = { promptTokensComputed: 0, generatedTokens: 0, decodeSteps: 0, lastBatchSize: 0, rejectedBusy: 0, draftTokens: 0, acceptedTokens: 0 };
+  /** Null when speculation is off or the KV cache cannot verify. */
+  readonly speculation: SpeculationPlanner | null;
+  /** When the last decode round ended, and the prompt tokens computed by then (see decodeRound). */
+  private lastRound = { end: 0, promptTokens: -1 };
   private lastStats = "";
   private lastStatsAt = 0;
 
@@ -88,6 +100,7 @@ export class Scheduler {
     this.prefix = new PrefixCache(this.budget, opts.prefixMinTokens ?? 16, Math.floor(this.budget.totalBytes / 2));
     this.maxQueue = opts.maxQueue || 64;
     this.prefillChunk = opts.prefillChunk ?? 256;
+    this.speculation = (opts.speculate ?? "ngram") === "ngram" && this.backend.canVerify ? new SpeculationPlanner(opts.speculatePolicy) : null;
   }
 
   /** Validates and queues; resolves with the prompt's token count or throws a request/busy error. */
@@ -147,6 +160,8 @@ export class Scheduler {
       promptTokensComputed: this.counters.promptTokensComputed,
       generatedTokens: this.counters.generatedTokens,
       decodeSteps: this.counters.decodeSteps,
+      draftTokens: this.counters.draftTokens,
+      acceptedDraftTokens: this.counters.acceptedTokens,
       rejectedBusy: this.counters.rejectedBusy,
     };
   }
@@ -241,6 +256,8 @@ export class Scheduler {
     let snapshot: PrefixKv | null = null;
     const promptKv = () => (snapshot ??= keyed(this.backend.snapshot(first, job.prompt.length), job.key));
     if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.key)) this.prefix.insert(promptKv());
+    // Taken before the first choice samples: it may finish at once (max_tokens 1) and free its cache.
+    if (job.choices.length > 1) promptKv();
     job.choices.forEach((c, i) => {
       if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
       c.next = c.stream.advance(i === 0 ? logits : logits.slice(), job.out);
@@ -252,7 +269,10 @@ export class Scheduler {
     if (job.choices.every((c) => c.stream.finished)) this.retire(job);
   }
 
-  /** One batched forward pass: every decoding choice of every request advances one token. */
+  /**
+   * One batched forward pass: every decoding choice of every request advances one token, or, with
+   * speculation, verifies its draft and advances by the accepted part and one token more.
+   */
   private async decodeRound() {
     const batch: { job: Job; choice: ChoiceRun }[] = [];
     for (const job of this.active) {
@@ -260,27 +280,106 @@ export class Scheduler {
       for (const choice of job.choices) if (choice.next !== null && choice.seq) batch.push({ job, choice });
     }
     if (batch.length === 0) return;
-    let logits: Float32Array[];
+    const planner = this.speculation;
+    const begin = performance.now();
+    // The work between two decode rounds with nothing else in between (no prompt read, no wait).
+    if (planner && this.counters.promptTokensComputed === this.lastRound.promptTokens && begin - this.lastRound.end < 5) {
+      planner.observeOverhead(begin - this.lastRound.end);
+    }
+    const plan = planner ? planner.plan(batch.map(({ job, choice }) => this.planRow(job, choice))) : null;
+    // A round's cost counts from here: the lookups of drafts are part of it.
+    if (plan) await this.verifyRound(batch, plan, begin);
+    else {
+      let logits: Float32Array[];
+      try {
+        logits = await this.backend.decode(
+          batch.map((b) => b.choice.seq!),
+          batch.map((b) => b.choice.next!),
+        );
+      } catch (e) {
+        for (const job of new Set(batch.map((b) => b.job))) this.fail(job, e);
+        return;
+      }
+      const ran = performance.now();
+      this.counters.decodeSteps++;
+      this.counters.lastBatchSize = batch.length;
+      let advanced = 0;
+      batch.forEach(({ job, choice }, i) => {
+        if (job.cancelled) return;
+        choice.next = choice.stream.advance(logits[i]!, job.out);
+        advanced++;
+        this.counters.generatedTokens++;
+        if (choice.next === null) this.endChoice(choice, job, true);
+        else choice.spec?.drafter.push(choice.next);
+      });
+      planner?.observeRound(batch.length, 0, ran - begin, performance.now() - ran, advanced);
+    }
+    for (const job of new Set(batch.map((b) => b.job))) {
+      if (job.choices.every((c) => c.stream.finished)) this.retire(job);
+    }
+    this.lastRound = { end: performance.now(), promptTokens: this.counters.promptTokensComputed };
+  }
+
+  /** What the planner needs of a decoding choice; its speculation state is made on first use. */
+  private planRow(job: Job, choice: ChoiceRun): PlanRow {
+    const seq = choice.seq!;
+    if (!choice.spec) {
+      // The prompt, what the cache holds past it, and the sampled token about to be fed.
+      choice.spec = new ChoiceSpeculation(new NgramDrafter(job.prompt, [...seq.tokens.slice(job.prompt.length), choice.next!]));
+    }
+    const space = seq.capacity - seq.tokens.length;
+    return { spec: choice.spec, room: Math.min(MAX_DRAFT, job.maxNew - choice.stream.generated - 1, space - 1), space };
+  }
+
+  /**
+   * Feeds each choice's token and its draft in one run, then walks the positions in order,
+   * sampling each from its logits exactly as a plain step would and accepting the draft token
+   * only when the sample is that token. The first sample that differs is the choice's next token;
+   * the cache forgets the positions after it. Nothing but the cache needs undoing: the choice's
+   * sampler, grammar, penalties and stop matching only ever saw the tokens it kept.
+   */
+  private async verifyRound(batch: { job: Job; choice: ChoiceRun }[], plan: Plan, start: number) {
+    const planner = this.speculation!;
+    const lists = batch.map(({ choice }, i) => [choice.next!, ...plan.drafts[i]!]);
+    let logits: Float32Array[][];
     try {
-      logits = await this.backend.decode(
+      logits = await this.backend.verify(
         batch.map((b) => b.choice.seq!),
-        batch.map((b) => b.choice.next!),
+        lists,
       );
     } catch (e) {
       for (const job of new Set(batch.map((b) => b.job))) this.fail(job, e);
       return;
     }
+    const ran = performance.now();
     this.counters.decodeSteps++;
     this.counters.lastBatchSize = batch.length;
+    let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
       if (job.cancelled) return;
-      choice.next = choice.stream.advance(logits[i]!, job.out);
-      this.counters.generatedTokens++;
-      if (choice.next === null) this.endChoice(choice, job, true);
+      const list = lists[i]!;
+      const seq = choice.seq!;
+      const base = seq.tokens.length - list.length;
+      let used = 0;
+      let next: number | null = null;
+      while (used < list.length) {
+        next = choice.stream.advance(logits[i]![used]!, job.out);
+        used++;
+        if (next === null) break;
+        choice.spec!.drafter.push(next);
+        if (used === list.length || next !== list[used]) break;
+      }
+      advanced += used;
+      this.counters.generatedTokens += used;
+      this.counters.draftTokens += list.length - 1;
+      this.counters.acceptedTokens += used - 1;
+      planner.observeDraft(choice.spec!, plan.matches[i]!, list.length - 1, used - 1, next !== null && used < list.length);
+      // The cache keeps the fed token and the accepted drafts.
+      this.backend.truncate(seq, base + used);
+      choice.next = next;
+      if (next === null) this.endChoice(choice, job, true);
     });
-    for (const job of new Set(batch.map((b) => b.job))) {
-      if (job.choices.every((c) => c.stream.finished)) this.retire(job);
-    }
+    planner.observeRound(batch.length, plan.width, ran - start, performance.now() - ran, advanced);
   }
 
   /** Frees a choice's cache; a completed one first leaves its conversation in the prefix cache. */
