@@ -1,13 +1,18 @@
 // Load: (1) /v1/models throughput of the gateway against a bare Bun.serve answering the same
 // bytes, in the same run, with wrk on loopback; (2) 60 s of mixed load (wrk on /v1/models plus
 // streaming chats from this process): throughput, median and p99 latency, errors.
+// (3) The two-node figure (bench/two-nodes.ts): /v1/models and chat throughput of two nodes on one
+// PostgreSQL against one, side by side, written to its own section.
 // Usage: bun bench/load.ts [--seconds 60] [--no-write] [--ratio-only] [--ratio-seconds 10]
-//   (needs `wrk`: apt-get install -y wrk; --ratio-only runs (1) alone and writes nothing)
+//   [--two-nodes-only] [--two-node-seconds 10]
+//   (needs `wrk`: apt-get install -y wrk; --ratio-only runs (1) alone and writes nothing; the
+//   two-node figure needs PostgreSQL: apt-get install -y postgresql)
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildSyntheticModel } from "../src/modelkit/index.ts";
 import { machine, median, percentile, table, writeSection } from "./report.ts";
+import { twoNodeFigure } from "./two-nodes.ts";
 
 const REPO = join(import.meta.dir, "..");
 const args = process.argv.slice(2);
@@ -15,6 +20,8 @@ const SECONDS = Number(args[args.indexOf("--seconds") + 1] ?? 60) || 60;
 const RATIO_ONLY = args.includes("--ratio-only");
 const WRITE = !args.includes("--no-write") && !RATIO_ONLY;
 const RATIO_SECONDS = args.includes("--ratio-seconds") ? Number(args[args.indexOf("--ratio-seconds") + 1]) || 10 : 10;
+const TWO_NODES_ONLY = args.includes("--two-nodes-only");
+const TWO_NODE_SECONDS = args.includes("--two-node-seconds") ? Number(args[args.indexOf("--two-node-seconds") + 1]) || 10 : 10;
 /** Interleaved slices per side: the machine's speed drifts between seconds, alike for both sides. */
 const RATIO_SLICES = 5;
 const CONNECTIONS = 32;
@@ -108,8 +115,17 @@ async function waitForLine(stream: ReadableStream<Uint8Array>, match: (text: str
   throw new Error(`child did not print what was expected:\n${text}`);
 }
 
+async function twoNodes() {
+  const body = await twoNodeFigure({ seconds: TWO_NODE_SECONDS, wrk });
+  if (!body) return;
+  const text = `Written by \`bench/load.ts\` on ${machine()}.\n\n${body}`;
+  console.log("\n" + text);
+  if (!args.includes("--no-write")) writeSection("Two nodes", text);
+}
+
 async function main() {
   const modelsRoot = join(REPO, ".cache", "bench-models", "load");
+  if (TWO_NODES_ONLY) return twoNodes();
   const modelDir = join(modelsRoot, "tiny");
   if (!existsSync(join(modelDir, "sluice.json"))) await buildSyntheticModel(modelDir, { preset: "tiny-bytes", seed: 3, id: "bench/tiny" });
   const data = mkdtempSync(join(tmpdir(), "sluice-load-"));
@@ -274,6 +290,7 @@ async function main() {
     for (const b of bares) await b.exited;
     rmSync(data, { recursive: true, force: true });
   }
+  if (WRITE) await twoNodes();
 }
 
 await main();

@@ -3,10 +3,10 @@
 import { Elysia } from "elysia";
 import type { Engine } from "../engine/types.ts";
 import type { Logger } from "../log.ts";
-import type { CatalogModel, Store } from "../store/index.ts";
+import { StoreUnavailableError, type ApiKeyInfo, type CatalogModel, type Store } from "../store/index.ts";
 import { authenticate } from "./auth.ts";
 import { handleChat } from "./chat/handler.ts";
-import { ApiError, internalError, modelNotFound } from "./errors.ts";
+import { ApiError, internalError, modelNotFound, storeUnavailable } from "./errors.ts";
 import { DEFAULT_REQUEST_LIMITS, type RequestLimits } from "./limits/request-limits.ts";
 import { RateGuard } from "./limits/guard.ts";
 import type { RequestScope } from "./limits/scope.ts";
@@ -14,6 +14,8 @@ import { HttpMetrics, metricsResponse, routeLabel, type RequestCounter } from ".
 import { Lifecycle } from "./lifecycle.ts";
 import { allowedMethods, isUnsupportedRoute, SUPPORTED_SUMMARY } from "./routes.ts";
 import type { ModelObject } from "./schemas.ts";
+import type { Maybe } from "./maybe.ts";
+import type { ChatForwarding } from "./chat/forwarding.ts";
 
 export interface ApiOptions {
   store: Store;
@@ -31,6 +33,10 @@ export interface ApiOptions {
   metrics?: HttpMetrics;
   /** Per-account and per-key rate limits; one is made from the store when absent. */
   guard?: RateGuard;
+  /** This process's node id: the requests it runs are registered in flight under it. */
+  nodeId?: string;
+  /** Several nodes on one database: forwarding of requests for models served elsewhere. */
+  forwarding?: ChatForwarding;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024;
@@ -74,6 +80,7 @@ export function createApi(opts: ApiOptions) {
   const lifecycle = opts.lifecycle ?? new Lifecycle();
   const metrics = opts.metrics ?? new HttpMetrics();
   const guard = opts.guard ?? new RateGuard(store);
+  const nodeId = opts.forwarding?.nodeId ?? opts.nodeId ?? "local";
 
   /** One access log line and the request metrics per answer: never keys, prompts or query strings. */
   const observe = (request: Request, scope: RequestScope | undefined, status: number, errorCode?: string | null) => {
@@ -101,28 +108,35 @@ export function createApi(opts: ApiOptions) {
   // building a Response and its headers from JavaScript for every request.
   const modelLists = new Map<number, Response>();
   let modelListsAt = -1;
-  const modelListTemplate = (accountId: number): Response => {
+  const modelList = (accountId: number): Maybe<Response> => {
     const generation = store.cacheGeneration();
     if (generation !== modelListsAt) {
       modelLists.clear();
       modelListsAt = generation;
     }
-    let template = modelLists.get(accountId);
-    if (template === undefined) {
-      const body = JSON.stringify({ object: "list", data: store.catalog.listForAccount(accountId).map(modelObject) });
-      template = new Response(body, { headers: { "content-type": "application/json" } });
-      if (modelLists.size >= 1024) modelLists.clear();
-      modelLists.set(accountId, template);
-    }
-    return template;
+    const template = modelLists.get(accountId);
+    if (template !== undefined) return template.clone();
+    return store.catalog.listForAccount(accountId).then((models) => {
+      const body = JSON.stringify({ object: "list", data: models.map(modelObject) });
+      const made = new Response(body, { headers: { "content-type": "application/json" } });
+      // Kept only if nothing changed while the list was read.
+      if (store.cacheGeneration() === modelListsAt && modelListsAt === generation) {
+        if (modelLists.size >= 1024) modelLists.clear();
+        modelLists.set(accountId, made);
+      }
+      return made.clone();
+    });
   };
-  const modelList = (accountId: number): Response => modelListTemplate(accountId).clone();
   /** Authenticates, notes the account for the access log, and counts the request against its rate limits. */
-  const admitted = (request: Request, scope: RequestScope) => {
+  // Written out rather than through then(): the cached case makes no closure and no promise.
+  const admitted = (request: Request, scope: RequestScope): Maybe<ApiKeyInfo> => {
     const key = authenticate(store, request);
+    return key instanceof Promise ? key.then((k) => admitKey(k, scope)) : admitKey(key, scope);
+  };
+  const admitKey = (key: ApiKeyInfo, scope: RequestScope): Maybe<ApiKeyInfo> => {
     scope.accountId = key.accountId;
-    guard.admit(key, 0, false, scope);
-    return key;
+    const ticket = guard.admit(key, 0, false, scope);
+    return ticket instanceof Promise ? ticket.then(() => key) : key;
   };
 
   const newScope = (request: Request): RequestScope => {
@@ -133,24 +147,44 @@ export function createApi(opts: ApiOptions) {
   const shuttingDown = () =>
     new ApiError(503, "The server is shutting down; retry on another instance.", "service_unavailable", null, "shutting_down", { "retry-after": "1" });
 
+  /** An ApiError for any failure: the store being down is a 503, anything unknown a logged 500. */
+  const asKnownError = (e: unknown, requestId: string, path: string): ApiError => {
+    if (e instanceof ApiError) return e;
+    if (e instanceof StoreUnavailableError) {
+      log.warn("database unavailable", { request_id: requestId, path, error: e.message });
+      return storeUnavailable();
+    }
+    log.error("unhandled error", { request_id: requestId, path, error: String((e as Error)?.stack ?? e) });
+    return internalError();
+  };
+
   let modelsOk: RequestCounter | null = null;
   /**
    * GET /v1/models straight from Bun's router, without Elysia's per-request hooks: the route
    * clients poll most. The same steps as the hooks: request id, draining, authentication, rate
    * limits, headers, one access line and the metrics.
    */
-  const fastModelList = (request: Request): Response => {
+  const fastModelList = (request: Request): Maybe<Response> => {
     const scope = newScope(request);
-    let res: Response;
     try {
       if (lifecycle.draining) throw shuttingDown();
-      res = modelList(admitted(request, scope).accountId);
+      const key = admitted(request, scope);
+      const res = key instanceof Promise ? key.then((k) => modelList(k.accountId)) : modelList(key.accountId);
+      if (!(res instanceof Promise)) return modelsAnswered(request, scope, res);
+      return res.then(
+        (r) => modelsAnswered(request, scope, r),
+        (e) => modelsFailed(request, scope, e),
+      );
     } catch (e) {
-      const failure = e instanceof ApiError ? e : internalError();
-      if (!(e instanceof ApiError)) log.error("unhandled error", { request_id: scope.requestId, path: "/v1/models", error: String((e as Error)?.stack ?? e) });
-      observe(request, scope, failure.status, failure.code);
-      return failure.toResponse({ ...scope.headers, "x-request-id": scope.requestId });
+      return modelsFailed(request, scope, e);
     }
+  };
+  const modelsFailed = (request: Request, scope: RequestScope, e: unknown): Response => {
+    const failure = asKnownError(e, scope.requestId, "/v1/models");
+    observe(request, scope, failure.status, failure.code);
+    return failure.toResponse({ ...scope.headers, "x-request-id": scope.requestId });
+  };
+  const modelsAnswered = (request: Request, scope: RequestScope, res: Response): Response => {
     const headers = res.headers;
     headers.set("x-request-id", scope.requestId);
     for (const k in scope.headers) headers.set(k, scope.headers[k]!);
@@ -240,46 +274,45 @@ export function createApi(opts: ApiOptions) {
         if (code === "PARSE") {
           return new ApiError(400, "The request body could not be parsed.", "invalid_request_error", null, "invalid_body");
         }
-        log.error("unhandled error", { request_id: rid, path, error: String((error as Error)?.stack ?? error) });
-        return internalError();
+        return asKnownError(error, rid, path);
       }
     })
     .get("/health", () => ({ status: "ok" }))
     .get("/metrics", () => metricsResponse(opts.engine, metrics))
-    .get("/ready", ({ set }) => {
-      const storeOk = store.healthy();
+    .get("/ready", async ({ set }) => {
+      const storeOk = await store.healthy();
       const ready = storeOk && opts.ready() && !lifecycle.draining;
       if (!ready) set.status = 503;
-      return { ready, store: storeOk, models: store.catalog.listServed().length };
+      return { ready, store: storeOk, models: storeOk ? (await store.catalog.listServed()).length : null };
     })
-    .get("/v1/integrations", ({ request }) => {
+    .get("/v1/integrations", async ({ request }) => {
       const base = baseUrl(opts, request);
       return {
         object: "integrations",
         base_url: `${base}/v1`,
-        models: store.catalog.listServed().map((m) => m.id),
+        models: (await store.catalog.listServed()).map((m) => m.id),
         api_key_env: "OPENAI_API_KEY",
         docs: `${base}/workspace/integrations`,
       };
     })
-    .get("/v1/models", ({ request, scope }) => {
-      const key = admitted(request, scope);
+    .get("/v1/models", async ({ request, scope }) => {
+      const key = await admitted(request, scope);
       return modelList(key.accountId);
     })
-    .get("/v1/models/*", ({ request, params, scope }) => {
-      const key = admitted(request, scope);
+    .get("/v1/models/*", async ({ request, params, scope }) => {
+      const key = await admitted(request, scope);
       let id: string;
       try {
         id = decodeURIComponent(params["*"]);
       } catch {
         throw modelNotFound(params["*"].slice(0, 256));
       }
-      const m = store.catalog.getForAccount(key.accountId, id);
+      const m = await store.catalog.getForAccount(key.accountId, id);
       if (!m) throw modelNotFound(id);
       return modelObject(m);
     })
     .post("/v1/chat/completions", ({ request, requestId, scope }) =>
-      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle, guard, limits, metrics }, request, requestId, scope),
+      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle, guard, limits, metrics, nodeId, forwarding: opts.forwarding }, request, requestId, scope),
       { parse: "none" },
     );
 }

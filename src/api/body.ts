@@ -1,7 +1,10 @@
 import { ApiError, badRequest } from "./errors.ts";
 
-/** Reads a JSON body under a byte limit, with the errors OpenAI clients expect. */
-export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
+/**
+ * Reads a JSON body under a byte limit, with the errors OpenAI clients expect; also its text as
+ * received (what a forwarded request passes on unchanged).
+ */
+export async function readJsonText(request: Request, maxBytes: number): Promise<{ text: string; value: unknown }> {
   const type = request.headers.get("content-type") ?? "";
   if (!/^application\/json\s*(;|$)/i.test(type)) {
     throw new ApiError(
@@ -36,7 +39,7 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     throw badRequest("The request body is not valid UTF-8.", null, "invalid_body");
   }
   try {
-    return JSON.parse(text);
+    return { text, value: JSON.parse(text) };
   } catch (e) {
     throw badRequest(
       `We could not parse the JSON body of your request: ${(e as Error).message}`,

@@ -52,3 +52,9 @@ export const modelNotFound = (id: string) =>
 
 export const internalError = () =>
   new ApiError(500, "The server had an error while processing your request.", "server_error", null, null);
+
+/** The store's database cannot be reached: the client may retry shortly (the database may be restarting). */
+export const storeUnavailable = () =>
+  new ApiError(503, "The server cannot reach its database right now; retry shortly.", "service_unavailable", null, "database_unavailable", {
+    "retry-after": "1",
+  });

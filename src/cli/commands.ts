@@ -1,24 +1,36 @@
-// The operator's commands. Each opens the same SQLite file the server uses (WAL mode allows
-// this while the server runs); catalog changes take effect on the server's next request.
-import { join } from "node:path";
+// The operator's commands. Each opens the store the server uses: the same SQLite file (WAL mode
+// allows this while the server runs) or, with --database, the PostgreSQL database several nodes
+// share. Catalog, key and limit changes take effect on every server's next request (within a
+// second on a shared database).
 import { commandLine } from "../invocation.ts";
-import { openSqliteStore, type Account, type Store } from "../store/index.ts";
+import { openStore, type Account, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
+export const DATABASE_OPTION: OptionSpec = {
+  name: "database",
+  type: "string",
+  help: "PostgreSQL URL (postgres://user:pass@host:5432/db) of a store shared by several nodes; without it, the SQLite file under --data",
+  env: "SLUICE_DATABASE_URL",
+};
+/** Where a command finds the store: --database, else --data. */
+export const STORE_OPTIONS: OptionSpec[] = [DATA_OPTION, DATABASE_OPTION];
 const JSON_OPTION: OptionSpec = { name: "json", type: "boolean", help: "Print JSON instead of a table", env: "SLUICE_JSON" };
 
-export function openStoreFor(args: CommandArgs): Store {
-  return openSqliteStore(join(String(args.values.data), "sluice.db"));
+export const databaseOf = (args: CommandArgs) =>
+  typeof args.values.database === "string" && args.values.database !== "" ? args.values.database : undefined;
+
+export function openStoreFor(args: CommandArgs): Promise<Store> {
+  return openStore({ database: databaseOf(args), dataDir: String(args.values.data) });
 }
 
 /** Opens the store for one command and closes it however the command ends. */
 export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T): Promise<T> {
-  const store = openStoreFor(args);
+  const store = await openStoreFor(args);
   try {
     return await fn(store);
   } finally {
-    store.close();
+    await store.close();
   }
 }
 
@@ -35,29 +47,33 @@ const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: stri
 
 const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
 
-/** A command to run next, for messages: with this command's --data when that is not the default. */
+/**
+ * A command to run next, for messages: with this command's --data when that is not the default,
+ * or its shared database by the variable that names it (a URL may hold a password: never printed).
+ */
 export function seeCommand(args: CommandArgs, ...words: string[]): string {
+  if (databaseOf(args)) return `${commandLine(...words)} --database "$SLUICE_DATABASE_URL"`;
   const data = args.values.data;
   return commandLine(...words, ...(typeof data === "string" && data !== DATA_OPTION.default ? ["--data", data] : []));
 }
 
-export function findAccount(store: Store, args: CommandArgs, name: string): Account {
-  const a = store.accounts.get(name);
+export async function findAccount(store: Store, args: CommandArgs, name: string): Promise<Account> {
+  const a = await store.accounts.get(name);
   if (!a) throw new UsageError(`no account named ${name} (see: ${seeCommand(args, "accounts", "list")})`);
   return a;
 }
 
-const accountId = (store: Store, args: CommandArgs, name: string) => findAccount(store, args, name).id;
+const accountId = async (store: Store, args: CommandArgs, name: string) => (await findAccount(store, args, name)).id;
 
 export const storeCommands: Command[] = [
   {
     path: ["accounts", "create"],
     usage: "NAME",
     summary: "Create an account.",
-    options: [DATA_OPTION],
+    options: [...STORE_OPTIONS],
     run: (args) =>
-      withStore(args, (s) => {
-        const a = s.accounts.create(positional(args, 0, "account NAME"));
+      withStore(args, async (s) => {
+        const a = await s.accounts.create(positional(args, 0, "account NAME"));
         console.log(`created account ${a.name}`);
         return 0;
       }),
@@ -66,15 +82,13 @@ export const storeCommands: Command[] = [
     path: ["accounts", "list"],
     usage: "",
     summary: "List accounts.",
-    options: [DATA_OPTION, JSON_OPTION],
+    options: [...STORE_OPTIONS, JSON_OPTION],
     run: (args) =>
-      withStore(args, (s) => {
-        const rows = s.accounts.list().map((a) => ({
-          name: a.name,
-          model_access: a.modelAccess,
-          keys: s.keys.count(a.id),
-          created: date(a.createdAt),
-        }));
+      withStore(args, async (s) => {
+        const rows = [];
+        for (const a of await s.accounts.list()) {
+          rows.push({ name: a.name, model_access: a.modelAccess, keys: await s.keys.count(a.id), created: date(a.createdAt) });
+        }
         print(args, rows, ["name", "model_access", "keys", "created"]);
         return 0;
       }),
@@ -84,15 +98,15 @@ export const storeCommands: Command[] = [
     usage: "--account NAME [--label L]",
     summary: "Create an API key. The key is printed once; only its hash is stored.",
     options: [
-      DATA_OPTION,
+      ...STORE_OPTIONS,
       { name: "account", type: "string", help: "Account that owns the key" },
       { name: "label", type: "string", help: "A label to recognise the key by" },
     ],
     run: (args) =>
-      withStore(args, (s) => {
-        const id = accountId(s, args, requireString(args, "account"));
+      withStore(args, async (s) => {
+        const id = await accountId(s, args, requireString(args, "account"));
         const label = typeof args.values.label === "string" ? args.values.label : null;
-        const { key, info } = s.keys.create(id, label);
+        const { key, info } = await s.keys.create(id, label);
         console.error(`created key ${info.id} for account ${info.accountName}; it is shown only this once:`);
         console.log(key);
         return 0;
@@ -102,11 +116,11 @@ export const storeCommands: Command[] = [
     path: ["keys", "list"],
     usage: "[--account NAME]",
     summary: "List API keys (never the keys themselves: their id and display prefix).",
-    options: [DATA_OPTION, JSON_OPTION, { name: "account", type: "string", help: "Only this account's keys" }],
+    options: [...STORE_OPTIONS, JSON_OPTION, { name: "account", type: "string", help: "Only this account's keys" }],
     run: (args) =>
-      withStore(args, (s) => {
-        const acct = typeof args.values.account === "string" ? accountId(s, args, args.values.account) : undefined;
-        const rows = s.keys.list(acct).map((k) => ({
+      withStore(args, async (s) => {
+        const acct = typeof args.values.account === "string" ? await accountId(s, args, args.values.account) : undefined;
+        const rows = (await s.keys.list(acct)).map((k) => ({
           id: k.id,
           account: k.accountName,
           prefix: k.prefix + "…",
@@ -123,11 +137,11 @@ export const storeCommands: Command[] = [
     path: ["keys", "revoke"],
     usage: "ID",
     summary: "Revoke an API key; it stops working on the next request.",
-    options: [DATA_OPTION],
+    options: [...STORE_OPTIONS],
     run: (args) =>
-      withStore(args, (s) => {
+      withStore(args, async (s) => {
         const id = positional(args, 0, "key ID");
-        if (!s.keys.revoke(id)) throw new UsageError(`no active key ${id} (see: ${seeCommand(args, "keys", "list")})`);
+        if (!(await s.keys.revoke(id))) throw new UsageError(`no active key ${id} (see: ${seeCommand(args, "keys", "list")})`);
         console.log(`revoked ${id}`);
         return 0;
       }),
@@ -136,13 +150,14 @@ export const storeCommands: Command[] = [
     path: ["models", "list"],
     usage: "",
     summary: "List the model catalog, including models that are disabled or failed to load.",
-    options: [DATA_OPTION, JSON_OPTION],
+    options: [...STORE_OPTIONS, JSON_OPTION],
     run: (args) =>
-      withStore(args, (s) => {
-        const rows = s.catalog.list().map((m) => ({
+      withStore(args, async (s) => {
+        const served = new Set((await s.catalog.listServed()).map((m) => m.id));
+        const rows = (await s.catalog.list()).map((m) => ({
           id: m.id,
           status: m.status,
-          served: m.status === "active" && m.present && !m.loadError ? "yes" : "no",
+          served: served.has(m.id) ? "yes" : "no",
           context: m.contextLength,
           "in$/M": m.inputPricePerMTok,
           "cached$/M": m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
@@ -160,11 +175,11 @@ export const storeCommands: Command[] = [
       path: ["models", verb],
       usage: "ID",
       summary: verb === "enable" ? "Serve a model again." : "Stop serving a model (it stays in the catalog).",
-      options: [DATA_OPTION],
+      options: [...STORE_OPTIONS],
       run: (args) =>
-        withStore(args, (s) => {
+        withStore(args, async (s) => {
           const id = positional(args, 0, "model ID");
-          if (!s.catalog.setStatus(id, verb === "enable" ? "active" : "inactive")) {
+          if (!(await s.catalog.setStatus(id, verb === "enable" ? "active" : "inactive"))) {
             throw new UsageError(`no model ${id} in the catalog (see: ${seeCommand(args, "models", "list")})`);
           }
           console.log(`${verb}d ${id}`);
@@ -180,17 +195,17 @@ export const storeCommands: Command[] = [
         verb === "grant"
           ? "Allow an account to use a model. An account sees every model until its access is restricted; the first grant or revoke restricts it to an explicit list (starting from what it could use)."
           : "Take a model away from an account (restricting the account to an explicit list).",
-      options: [DATA_OPTION, { name: "account", type: "string", help: "The account" }],
+      options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account" }],
       run: (args) =>
-        withStore(args, (s) => {
+        withStore(args, async (s) => {
           const id = positional(args, 0, "model ID");
-          const acct = accountId(s, args, requireString(args, "account"));
+          const acct = await accountId(s, args, requireString(args, "account"));
           try {
-            s.catalog[verb](acct, id);
+            await s.catalog[verb](acct, id);
           } catch (e) {
             throw new UsageError((e as Error).message);
           }
-          console.log(`${verb === "grant" ? "granted" : "revoked"} ${id} ${verb === "grant" ? "to" : "from"} ${args.values.account}; it now has: ${s.catalog.grants(acct).join(", ") || "(nothing)"}`);
+          console.log(`${verb === "grant" ? "granted" : "revoked"} ${id} ${verb === "grant" ? "to" : "from"} ${args.values.account}; it now has: ${(await s.catalog.grants(acct)).join(", ") || "(nothing)"}`);
           return 0;
         }),
     }),
@@ -199,10 +214,10 @@ export const storeCommands: Command[] = [
     path: ["models", "allow-all"],
     usage: "--account NAME",
     summary: "Lift an account's model restriction: it sees every served model again, including new ones.",
-    options: [DATA_OPTION, { name: "account", type: "string", help: "The account" }],
+    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account" }],
     run: (args) =>
-      withStore(args, (s) => {
-        s.catalog.allowAll(accountId(s, args, requireString(args, "account")));
+      withStore(args, async (s) => {
+        await s.catalog.allowAll(await accountId(s, args, requireString(args, "account")));
         console.log(`${args.values.account} may use every served model`);
         return 0;
       }),
@@ -213,13 +228,13 @@ export const storeCommands: Command[] = [
     summary:
       "Set a model's prices in USD per million input and output tokens, and optionally for prompt tokens served from the prefix cache (left as it was when not given; none: they cost the input price).",
     options: [
-      DATA_OPTION,
+      ...STORE_OPTIONS,
       { name: "input", type: "string", help: "USD per million prompt tokens" },
       { name: "output", type: "string", help: "USD per million completion tokens" },
       { name: "cached-input", type: "string", help: "USD per million prompt tokens served from the prefix cache, or none" },
     ],
     run: (args) =>
-      withStore(args, (s) => {
+      withStore(args, async (s) => {
         const id = positional(args, 0, "model ID");
         const num = (n: string) => {
           const v = Number(requireString(args, n));
@@ -228,7 +243,7 @@ export const storeCommands: Command[] = [
         };
         const cached = args.values["cached-input"];
         const cachedPrice = cached === undefined ? undefined : cached === "none" ? null : num("cached-input");
-        if (!s.catalog.setPrices(id, num("input"), num("output"), cachedPrice)) throw new UsageError(`no model ${id} in the catalog`);
+        if (!(await s.catalog.setPrices(id, num("input"), num("output"), cachedPrice))) throw new UsageError(`no model ${id} in the catalog`);
         console.log(`priced ${id}`);
         return 0;
       }),

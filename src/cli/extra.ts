@@ -7,7 +7,9 @@ import { SUPPORTED_ARCHITECTURES } from "../modelkit/hf/config.ts";
 import type { HfImportDType } from "../modelkit/index.ts";
 import { doctorReport } from "../packaging/doctor.ts";
 import { configureNative } from "../packaging/native.ts";
-import { DATA_OPTION } from "./commands.ts";
+import { inspectPostgres, openPostgresStore } from "../store/index.ts";
+import { redactUrl } from "../store/postgres-db.ts";
+import { DATA_OPTION, DATABASE_OPTION, databaseOf } from "./commands.ts";
 import { positional, requireString, UsageError, type Command } from "./framework.ts";
 
 export const extraCommands: Command[] = [
@@ -76,22 +78,52 @@ export const extraCommands: Command[] = [
     path: ["doctor"],
     usage: "",
     summary:
-      "Report the version, platform, native libraries, execution providers (and why not), CUDA libraries, directories and models.",
+      "Report the version, platform, native libraries, execution providers (and why not), CUDA libraries, directories, models, and with --database the shared database and its live nodes.",
     options: [
       DATA_OPTION,
+      DATABASE_OPTION,
       { name: "models", type: "string", help: "Models directory", default: "./models" },
       { name: "device", type: "string", help: "The device serve would be given: auto, cuda or cpu", default: "auto" },
       { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
       { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     ],
-    run(args) {
+    async run(args) {
       const device = String(args.values.device);
       if (device !== "auto" && device !== "cuda" && device !== "cpu") throw new UsageError("--device must be auto, cuda or cpu");
       const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
       configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
       const report = doctorReport({ dataDir: String(args.values.data), modelsDir: String(args.values.models), device });
+      const database = databaseOf(args);
+      if (database) {
+        const db = await databaseReport(database);
+        report.lines.push(...db.lines);
+        report.ok &&= db.ok;
+      }
       console.log(report.lines.join("\n"));
       return report.ok ? 0 : 1;
     },
   },
 ];
+
+/** The shared database (reachable, server, schema) and the nodes whose heartbeat is live, with their models. */
+async function databaseReport(url: string): Promise<{ lines: string[]; ok: boolean }> {
+  const where = redactUrl(url);
+  const db = await inspectPostgres(url);
+  if (!db.reachable) return { lines: [`database: ${where}: NOT reachable: ${db.error}`], ok: false };
+  const lines = [`database: ${where} (${db.server}; schema version ${db.schemaVersion} of ${db.current})`];
+  if (db.schemaVersion > db.current) return { lines: [...lines, "  newer than this build understands: use a newer sluice"], ok: false };
+  if (db.schemaVersion < db.current) return { lines: [...lines, "  not migrated yet: the first `sluice serve --database` brings it up to date"], ok: true };
+  const store = await openPostgresStore(url);
+  try {
+    const nodes = await store.nodes.live();
+    lines.push(`live nodes: ${nodes.length}${nodes.length ? "" : " (none: start one with sluice serve --database)"}`);
+    const now = Date.now();
+    for (const n of nodes) {
+      const models = n.models.map((m) => `${m.id} (queue ${m.queueDepth})`).join(", ") || "no models";
+      lines.push(`  ${n.id} at ${n.url}, sluice ${n.version}, heartbeat ${Math.max(0, (now - n.heartbeatAt) / 1000).toFixed(1)} s ago: ${models}`);
+    }
+    return { lines, ok: true };
+  } finally {
+    await store.close();
+  }
+}

@@ -1,6 +1,6 @@
 // Operator commands for rate limits: per account, or per key on top of its account's.
 import type { RateLimits, Store } from "../store/index.ts";
-import { DATA_OPTION, findAccount, seeCommand, withStore } from "./commands.ts";
+import { findAccount, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
 import { requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
 
 const DIMENSIONS = [
@@ -10,11 +10,11 @@ const DIMENSIONS = [
 ] as const;
 
 
-function scopeOf(store: Store, args: CommandArgs): { accountId: number; keyId: string | null; label: string } {
+async function scopeOf(store: Store, args: CommandArgs): Promise<{ accountId: number; keyId: string | null; label: string }> {
   const name = requireString(args, "account");
-  const a = findAccount(store, args, name);
+  const a = await findAccount(store, args, name);
   const keyId = typeof args.values.key === "string" && args.values.key !== "" ? args.values.key : null;
-  if (keyId && !store.keys.list(a.id).some((k) => k.id === keyId)) throw new UsageError(`account ${name} has no key ${keyId} (see: ${seeCommand(args, "keys", "list", "--account", name)})`);
+  if (keyId && !(await store.keys.list(a.id)).some((k) => k.id === keyId)) throw new UsageError(`account ${name} has no key ${keyId} (see: ${seeCommand(args, "keys", "list", "--account", name)})`);
   return { accountId: a.id, keyId, label: keyId ? `key ${keyId} of ${name}` : `account ${name}` };
 }
 
@@ -31,7 +31,7 @@ const show = (l: RateLimits) =>
   DIMENSIONS.map((d) => `${d.flag}=${l[d.field] ?? "unlimited"}`).join(" ");
 
 const SCOPE_OPTIONS = [
-  DATA_OPTION,
+  ...STORE_OPTIONS,
   { name: "account", type: "string" as const, help: "The account" },
   { name: "key", type: "string" as const, help: "A key id of the account (key_…): limits for that key only, on top of the account's" },
 ];
@@ -43,12 +43,12 @@ export const limitsCommands: Command[] = [
     summary: "Set rate limits of an account (or one of its keys). Omitted limits stay as they are; 'none' removes one. Accounts without limits are unlimited. Applies on the next request.",
     options: [...SCOPE_OPTIONS, ...DIMENSIONS.map((d) => ({ name: d.flag, type: "string" as const, help: `${d.help}, or none`, env: `SLUICE_LIMIT_${d.flag.toUpperCase()}` }))],
     run: (args) =>
-      withStore(args, (s) => {
-        const scope = scopeOf(s, args);
-        const current = s.limits.get(scope.accountId, scope.keyId) ?? { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null };
+      withStore(args, async (s) => {
+        const scope = await scopeOf(s, args);
+        const current = (await s.limits.get(scope.accountId, scope.keyId)) ?? { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null };
         const next: RateLimits = { ...current };
         for (const d of DIMENSIONS) next[d.field] = parseLimit(args.values[d.flag], d.flag, current[d.field]);
-        s.limits.set(scope.accountId, scope.keyId, next);
+        await s.limits.set(scope.accountId, scope.keyId, next);
         console.log(`${scope.label}: ${show(next)}`);
         return 0;
       }),
@@ -59,9 +59,9 @@ export const limitsCommands: Command[] = [
     summary: "Remove every rate limit of an account (or of one of its keys).",
     options: SCOPE_OPTIONS,
     run: (args) =>
-      withStore(args, (s) => {
-        const scope = scopeOf(s, args);
-        s.limits.set(scope.accountId, scope.keyId, { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null });
+      withStore(args, async (s) => {
+        const scope = await scopeOf(s, args);
+        await s.limits.set(scope.accountId, scope.keyId, { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null });
         console.log(`${scope.label}: unlimited`);
         return 0;
       }),
@@ -70,14 +70,14 @@ export const limitsCommands: Command[] = [
     path: ["limits", "list"],
     usage: "[--account NAME]",
     summary: "List the rate limits that are set (accounts and keys not listed are unlimited).",
-    options: [DATA_OPTION, { name: "account", type: "string", help: "Only this account" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "Only this account" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
     run: (args) =>
-      withStore(args, (s) => {
+      withStore(args, async (s) => {
         let accountId: number | undefined;
         if (typeof args.values.account === "string") {
-          accountId = findAccount(s, args, args.values.account).id;
+          accountId = (await findAccount(s, args, args.values.account)).id;
         }
-        const rows = s.limits.list(accountId);
+        const rows = await s.limits.list(accountId);
         if (args.values.json) console.log(JSON.stringify(rows, null, 2));
         else if (rows.length === 0) console.log("(no limits set: every account is unlimited)");
         else for (const r of rows) console.log(`${r.accountName.padEnd(16)} ${(r.keyId ?? "(account)").padEnd(22)} ${show(r)}`);

@@ -8,8 +8,9 @@ import { serveCommand } from "./serve.ts";
 import { extraCommands } from "./extra.ts";
 import { workspaceCommands } from "./workspace-commands.ts";
 import { limitsCommands } from "./limits-commands.ts";
+import { pullCommand } from "./pull-command.ts";
 
-const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, ...workspaceCommands, ...limitsCommands];
+const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, pullCommand, ...workspaceCommands, ...limitsCommands];
 
 function overview(): string {
   const lines = [`sluice ${VERSION}: an OpenAI-compatible gateway that serves ONNX language models`, "", "Commands:"];

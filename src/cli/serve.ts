@@ -1,7 +1,7 @@
 import { createLogger, flushLogs, type LogLevel } from "../log.ts";
 import { configureNative } from "../packaging/native.ts";
 import type { RunningServer } from "../server.ts";
-import { DATA_OPTION, seeCommand } from "./commands.ts";
+import { DATA_OPTION, DATABASE_OPTION, databaseOf, seeCommand } from "./commands.ts";
 import { UsageError, type Command, type CommandArgs } from "./framework.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 
@@ -13,8 +13,8 @@ const str = (v: string | boolean | undefined) => (typeof v === "string" && v !==
  * next. Each command stands alone on an indented line, written the way this installation is
  * invoked here, so it can be copied as it is.
  */
-function banner(server: RunningServer, args: CommandArgs, account: string): string {
-  const served = server.store.catalog.listServed().map((m) => m.id);
+async function banner(server: RunningServer, args: CommandArgs, account: string): Promise<string> {
+  const served = (await server.store.catalog.listServed()).map((m) => m.id);
   const lines = ["", `Sluice is serving ${served.length ? served.join(", ") : "no models"} at ${server.url}/v1`];
   if (served.length === 0) lines.push("No model could be served; what was found and why it is left out:", `  ${seeCommand(args, "models", "list")}`);
   if (server.firstKey) {
@@ -30,7 +30,8 @@ function banner(server: RunningServer, args: CommandArgs, account: string): stri
     lines.push("Create an API key (printed once):", `  ${seeCommand(args, "keys", "create", "--account", account)}`);
   }
   lines.push(`Account workspace: ${server.workspaceUrl}`);
-  if (server.store.users.list().length === 0) {
+  if (server.cluster) lines.push(`Node ${server.nodeId}, one of ${server.cluster.membership.nodes().length} live on ${server.store.location}`);
+  if ((await server.store.users.list()).length === 0) {
     lines.push(
       "No one can sign in yet. Create an operator (EMAIL is yours; it asks for a password):",
       `  ${seeCommand(args, "users", "create", "EMAIL", "--account", account, "--operator", "--password-stdin")}`,
@@ -47,6 +48,11 @@ export const serveCommand: Command = {
     { name: "host", type: "string", help: "Interface to listen on", default: "127.0.0.1" },
     { name: "port", type: "string", help: "TCP port (0: any free port)", default: "8080" },
     DATA_OPTION,
+    DATABASE_OPTION,
+    { name: "node-url", type: "string", help: "With --database: the URL other nodes reach this one at, e.g. http://10.0.0.5:8080 (default: the address it listens on)", env: "SLUICE_NODE_URL" },
+    { name: "cluster-secret", type: "string", help: "With --database (required): a secret shared by every node (16 characters or more) that authenticates requests forwarded between them", env: "SLUICE_CLUSTER_SECRET" },
+    { name: "heartbeat-seconds", type: "string", help: "With --database: how often this node renews its registration and reads the others'", default: "1" },
+    { name: "node-timeout-seconds", type: "string", help: "With --database: a node whose heartbeat is older than this is dead; its models leave the lists", default: "5" },
     { name: "models", type: "string", help: "Models directory", default: "./models" },
     { name: "public-url", type: "string", help: "Public base URL announced by /v1/integrations (without /v1)" },
     { name: "workspace-port", type: "string", help: "Serve the account workspace on this port instead of under /workspace/ of --port (0: any free port)" },
@@ -54,6 +60,7 @@ export const serveCommand: Command = {
     { name: "log-level", type: "string", help: "debug, info, warn or error", default: "info" },
     { name: "log-prompts", type: "boolean", help: "Include prompt text in debug logs (off: never logged)" },
     { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
+    { name: "no-watch", type: "boolean", help: "Do not watch the models directory (models added later are served after SIGHUP)" },
     { name: "threads", type: "string", help: "Intra-op threads per model (0: one for models under 16 MiB of weights, else ONNX Runtime's default)", default: "0" },
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of RAM, 256 MiB to 8 GiB)", default: "0" },
@@ -79,9 +86,24 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
+    const database = databaseOf(args);
+    const secret = str(args.values["cluster-secret"]);
+    if (database && !secret) throw new UsageError("--cluster-secret (or SLUICE_CLUSTER_SECRET) is required with --database: it authenticates requests forwarded between nodes");
+    if (secret && secret.length < 16) throw new UsageError("--cluster-secret must have at least 16 characters");
+    const nodeUrl = str(args.values["node-url"]);
+    if (nodeUrl && !/^https?:\/\/[^/\s]+\/?$/.test(nodeUrl)) throw new UsageError("--node-url must be http(s)://host:port, without a path");
+    const seconds = (name: string, min: number) => {
+      const v = Number(args.values[name]);
+      if (!Number.isFinite(v) || v < min) throw new UsageError(`--${name} must be a number ≥ ${min}`);
+      return Math.round(v * 1000);
+    };
+    const heartbeatMs = seconds("heartbeat-seconds", 0.1);
+    const timeoutMs = seconds("node-timeout-seconds", 0.5);
+    if (timeoutMs <= heartbeatMs) throw new UsageError("--node-timeout-seconds must be longer than --heartbeat-seconds");
     // Loaded here, not at the top: every other command starts without the server's modules.
-    const [{ createEngine }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }] = await Promise.all([
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }] = await Promise.all([
       import("../engine/index.ts"),
+      import("../engine/providers.ts"),
       import("../modelkit/index.ts"),
       import("../vision/policy.ts"),
       import("../server.ts"),
@@ -105,6 +127,8 @@ export const serveCommand: Command = {
       host: String(args.values.host),
       port,
       dataDir: String(args.values.data),
+      database,
+      cluster: database ? { secret: secret!, nodeUrl: nodeUrl?.replace(/\/+$/, ""), heartbeatMs, timeoutMs } : undefined,
       modelsDir: String(args.values.models),
       publicUrl: typeof args.values["public-url"] === "string" ? args.values["public-url"] : undefined,
       demoModel: args.values["no-demo"] !== true,
@@ -114,11 +138,14 @@ export const serveCommand: Command = {
       buildDemoModel,
       log,
       engine,
+      watchModels: args.values["no-watch"] !== true,
+      // The admin page's pulls choose `auto` dtypes for the device the models run on.
+      hub: { device: device === "cpu" ? "cpu" : chooseProviders(device as "auto" | "cuda").providers[0] === "cuda" ? "cuda" : "cpu" },
     });
     // startServer returns once every model has loaded and both ports listen: only now is the
     // banner true. The log lines before it go out first, so it is the last thing on the screen.
     flushLogs();
-    console.log(banner(server, args, DEFAULT_ACCOUNT));
+    console.log(await banner(server, args, DEFAULT_ACCOUNT));
     let stopping = false;
     const stop = async (signal: string) => {
       if (stopping) return;

@@ -1,6 +1,6 @@
 // Operator commands for the account workspace: users (who signs in) and billing (plans, credit).
 import { EMAIL, MIN_PASSWORD_LENGTH, type Plan, type Store, type UserRole } from "../store/index.ts";
-import { DATA_OPTION, findAccount, seeCommand, withStore } from "./commands.ts";
+import { findAccount, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 import { readHiddenLine, stdinIsTerminal } from "./prompt.ts";
 
@@ -27,8 +27,8 @@ async function readPassword(args: CommandArgs, email: string): Promise<string> {
   throw new UsageError("give the password on standard input with --password-stdin, or in SLUICE_PASSWORD");
 }
 
-function user(store: Store, args: CommandArgs, email: string) {
-  const u = store.users.getByEmail(email);
+async function user(store: Store, args: CommandArgs, email: string) {
+  const u = await store.users.getByEmail(email);
   if (!u) throw new UsageError(`no user with email ${email} (see: ${seeCommand(args, "users", "list")})`);
   return u;
 }
@@ -40,14 +40,14 @@ export const workspaceCommands: Command[] = [
     path: ["users", "create"],
     usage: "EMAIL --account NAME [--operator] [--password-stdin]",
     summary: "Create a workspace user (email and password, argon2id-hashed) in an account. Operators also see the admin pages.",
-    options: [DATA_OPTION, { name: "account", type: "string", help: "The account the user belongs to" }, { name: "operator", type: "boolean", help: "Make the user an operator" }, PASSWORD_STDIN],
+    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account the user belongs to" }, { name: "operator", type: "boolean", help: "Make the user an operator" }, PASSWORD_STDIN],
     run: (args) =>
       withStore(args, async (s) => {
         const email = positional(args, 0, "EMAIL");
-        const a = findAccount(s, args, requireString(args, "account"));
+        const a = await findAccount(s, args, requireString(args, "account"));
         // Refused before a password is asked for, not after it was typed twice.
         if (!EMAIL.test(email)) throw new UsageError(`give the user's email address, not ${JSON.stringify(email)}`);
-        if (s.users.getByEmail(email)) throw new UsageError(`a user with email ${email} already exists (see: ${seeCommand(args, "users", "list")})`);
+        if (await s.users.getByEmail(email)) throw new UsageError(`a user with email ${email} already exists (see: ${seeCommand(args, "users", "list")})`);
         const role: UserRole = args.values.operator === true ? "operator" : "member";
         try {
           const u = await s.users.create({ accountId: a.id, email, password: await readPassword(args, email), role });
@@ -63,11 +63,11 @@ export const workspaceCommands: Command[] = [
     path: ["users", "list"],
     usage: "[--account NAME]",
     summary: "List workspace users.",
-    options: [DATA_OPTION, { name: "account", type: "string", help: "Only this account's users" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "Only this account's users" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
     run: (args) =>
-      withStore(args, (s) => {
-        const id = typeof args.values.account === "string" ? findAccount(s, args, args.values.account).id : undefined;
-        const rows = s.users.list(id).map((u) => ({ email: u.email, account: u.accountName, role: u.role, created: date(u.createdAt) }));
+      withStore(args, async (s) => {
+        const id = typeof args.values.account === "string" ? (await findAccount(s, args, args.values.account)).id : undefined;
+        const rows = (await s.users.list(id)).map((u) => ({ email: u.email, account: u.accountName, role: u.role, created: date(u.createdAt) }));
         if (args.values.json) console.log(JSON.stringify(rows, null, 2));
         else if (rows.length === 0) console.log("(none)");
         else for (const r of rows) console.log(`${r.email.padEnd(32)} ${r.account.padEnd(16)} ${r.role.padEnd(9)} ${r.created}`);
@@ -78,10 +78,10 @@ export const workspaceCommands: Command[] = [
     path: ["users", "password"],
     usage: "EMAIL [--password-stdin]",
     summary: "Set a user's password; the user's sessions end.",
-    options: [DATA_OPTION, PASSWORD_STDIN],
+    options: [...STORE_OPTIONS, PASSWORD_STDIN],
     run: (args) =>
       withStore(args, async (s) => {
-        const u = user(s, args, positional(args, 0, "EMAIL"));
+        const u = await user(s, args, positional(args, 0, "EMAIL"));
         try {
           await s.users.setPassword(u.id, await readPassword(args, u.email));
         } catch (e) {
@@ -96,11 +96,11 @@ export const workspaceCommands: Command[] = [
     path: ["users", "remove"],
     usage: "EMAIL",
     summary: "Remove a workspace user and end its sessions (the account and its keys stay).",
-    options: [DATA_OPTION],
+    options: [...STORE_OPTIONS],
     run: (args) =>
-      withStore(args, (s) => {
-        const u = user(s, args, positional(args, 0, "EMAIL"));
-        s.users.remove(u.id);
+      withStore(args, async (s) => {
+        const u = await user(s, args, positional(args, 0, "EMAIL"));
+        await s.users.remove(u.id);
         console.log(`removed ${u.email}`);
         return 0;
       }),
@@ -109,14 +109,14 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "topup"],
     usage: "ACCOUNT --usd AMOUNT [--note TEXT]",
     summary: "Add credit to an account.",
-    options: [DATA_OPTION, { name: "usd", type: "string", help: "Amount in USD" }, { name: "note", type: "string", help: "Shown in the account's billing history" }],
+    options: [...STORE_OPTIONS, { name: "usd", type: "string", help: "Amount in USD" }, { name: "note", type: "string", help: "Shown in the account's billing history" }],
     run: (args) =>
-      withStore(args, (s) => {
-        const a = findAccount(s, args, positional(args, 0, "ACCOUNT"));
+      withStore(args, async (s) => {
+        const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
         const usd = Number(requireString(args, "usd"));
         if (!Number.isFinite(usd) || usd <= 0) throw new UsageError("--usd must be a positive number");
-        s.billing.topUp(a.id, usd, typeof args.values.note === "string" ? args.values.note : "top-up by the operator");
-        console.log(`added $${usd} to ${a.name}; balance $${s.billing.balanceUsd(a.id)}`);
+        await s.billing.topUp(a.id, usd, typeof args.values.note === "string" ? args.values.note : "top-up by the operator");
+        console.log(`added $${usd} to ${a.name}; balance $${await s.billing.balanceUsd(a.id)}`);
         return 0;
       }),
   },
@@ -124,13 +124,13 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "plan"],
     usage: "ACCOUNT prepaid|unlimited",
     summary: "Set an account's plan: prepaid accounts are refused (429 insufficient_quota) once their credit is used up; unlimited ones never.",
-    options: [DATA_OPTION],
+    options: [...STORE_OPTIONS],
     run: (args) =>
-      withStore(args, (s) => {
-        const a = findAccount(s, args, positional(args, 0, "ACCOUNT"));
+      withStore(args, async (s) => {
+        const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
         const plan = positional(args, 1, "PLAN") as Plan;
         if (plan !== "prepaid" && plan !== "unlimited") throw new UsageError("the plan is prepaid or unlimited");
-        s.billing.setPlan(a.id, plan);
+        await s.billing.setPlan(a.id, plan);
         console.log(`${a.name} is on the ${plan} plan`);
         return 0;
       }),
@@ -139,11 +139,11 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "show"],
     usage: "ACCOUNT",
     summary: "Show an account's plan, balance and recent charges and top-ups.",
-    options: [DATA_OPTION, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
     run: (args) =>
-      withStore(args, (s) => {
-        const a = findAccount(s, args, positional(args, 0, "ACCOUNT"));
-        const out = { account: a.name, plan: s.billing.plan(a.id), balance_usd: s.billing.balanceUsd(a.id), history: s.billing.history(a.id, { limit: 20 }) };
+      withStore(args, async (s) => {
+        const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
+        const out = { account: a.name, plan: await s.billing.plan(a.id), balance_usd: await s.billing.balanceUsd(a.id), history: await s.billing.history(a.id, { limit: 20 }) };
         if (args.values.json) console.log(JSON.stringify(out, null, 2));
         else {
           console.log(`${out.account}: ${out.plan} plan, balance $${out.balance_usd}`);

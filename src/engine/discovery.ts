@@ -2,13 +2,10 @@
 // Loading the ONNX sessions is the runtime's job; this only reads small JSON files.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative, sep } from "node:path";
+import { isCanonicalModelId } from "../model-ids.ts";
+import { isOnnxDType, ONNX_DTYPES } from "../onnx-dtypes.ts";
 
-/** Canonical model ids: path-like segments of letters, digits, '.', '_' and '-'. */
-export const MODEL_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;
-
-export function isCanonicalModelId(id: string): boolean {
-  return id.length <= 256 && MODEL_ID.test(id) && !id.split("/").some((s) => s === "." || s === "..");
-}
+export { isCanonicalModelId, MODEL_ID } from "../model-ids.ts";
 
 export interface ModelCard {
   id?: string;
@@ -17,6 +14,8 @@ export interface ModelCard {
   description?: string;
   owned_by?: string;
   capabilities?: { tools?: boolean; structured_output?: boolean; images?: boolean };
+  /** Which dtype's ONNX files to load when the directory holds several (transformers.js names). */
+  dtype?: string;
 }
 
 export interface DiscoveredModelDir {
@@ -26,6 +25,11 @@ export interface DiscoveredModelDir {
   config: Record<string, unknown>;
   /** Why the directory cannot be served, when it cannot. */
   problem: string | null;
+  /**
+   * Changes when the directory is replaced (a pull places a new one under the same name) or its
+   * card is edited: a loaded model whose stamp changed is loaded again.
+   */
+  stamp: string;
 }
 
 const MARKERS = ["config.json", "genai_config.json", "sluice.json"];
@@ -46,22 +50,29 @@ function hasOnnx(dir: string): boolean {
   return false;
 }
 
+function stampOf(dir: string): string {
+  const card = join(dir, "sluice.json");
+  return `${statSync(dir).ino}:${existsSync(card) ? statSync(card).mtimeMs : 0}`;
+}
+
 function inspect(root: string, dir: string): DiscoveredModelDir {
   const fallbackId = relative(root, dir).split(sep).join("/");
+  const stamp = stampOf(dir);
   let card: ModelCard = {};
   let config: Record<string, unknown> = {};
   try {
     card = (readJson(join(dir, "sluice.json")) ?? {}) as ModelCard;
     config = readJson(join(dir, "config.json")) ?? readJson(join(dir, "genai_config.json")) ?? {};
   } catch (e) {
-    return { id: fallbackId, dir, card, config, problem: `unreadable metadata: ${(e as Error).message}` };
+    return { id: fallbackId, dir, card, config, stamp, problem: `unreadable metadata: ${(e as Error).message}` };
   }
   const id = typeof card.id === "string" ? card.id : fallbackId;
   let problem: string | null = null;
   if (!isCanonicalModelId(id)) problem = `model id ${JSON.stringify(id)} is not canonical`;
   else if (!hasOnnx(dir)) problem = "no .onnx file in the directory or its onnx/ folder";
   else if (!existsSync(join(dir, "tokenizer.json"))) problem = "no tokenizer.json";
-  return { id, dir, card, config, problem };
+  else if (card.dtype !== undefined && !isOnnxDType(card.dtype)) problem = `sluice.json's dtype ${JSON.stringify(card.dtype)} is not one of ${ONNX_DTYPES.join(", ")}`;
+  return { id, dir, card, config, stamp, problem };
 }
 
 /**

@@ -212,8 +212,28 @@ class ModelWorker {
       this.post({ type: "close" });
     });
     this.worker.terminate();
+    // Whatever was still running has no worker to finish it: end it in words, never leave it hanging.
+    const gone = `model ${this.source.id} was unloaded while the request ran (its directory changed or was removed)`;
+    for (const p of this.pending.values()) {
+      p.rejected(new EngineBusyError(gone, 1));
+      p.channel.end(new Error(gone));
+    }
+    this.pending.clear();
+  }
+
+  /**
+   * Closes once the requests it is running have ended (at most `deadlineMs`): a model replaced
+   * by a new load finishes what it started while the new one takes the new requests.
+   */
+  async retire(deadlineMs = RETIRE_DEADLINE_MS): Promise<void> {
+    const until = Date.now() + deadlineMs;
+    while (this.pending.size > 0 && Date.now() < until) await Bun.sleep(50);
+    await this.close();
   }
 }
+
+/** How long a replaced model may take to finish its running requests before it is closed. */
+const RETIRE_DEADLINE_MS = 60_000;
 
 /** A positive number from the environment, or 0 (the worker's default). */
 function envNumber(name: string): number {
@@ -235,8 +255,7 @@ export class WorkerEngine implements Engine {
   async load(sources: ModelSource[]): Promise<ModelLoadResult[]> {
     const wanted = new Map(sources.map((s) => [s.id, s]));
     for (const [id, w] of this.workers) {
-      const s = wanted.get(id);
-      if (!s || s.dir !== w.source.dir) {
+      if (!wanted.has(id)) {
         this.workers.delete(id);
         await w.close();
       }
@@ -244,12 +263,16 @@ export class WorkerEngine implements Engine {
     const results: ModelLoadResult[] = [];
     for (const s of sources) {
       const existing = this.workers.get(s.id);
-      if (existing) {
+      if (existing && s.dir === existing.source.dir && s.stamp === existing.source.stamp) {
         results.push({ id: s.id, model: existing.model, error: null });
         continue;
       }
+      // A changed directory: the new load is made first, so the model is served throughout; the
+      // old worker finishes its running requests and then closes.
       const { worker, error } = await ModelWorker.spawn(s, this.opts);
       if (worker) this.workers.set(s.id, worker);
+      else this.workers.delete(s.id);
+      if (existing) void existing.retire().catch((e) => this.opts.log.warn("closing a replaced model failed", { model: s.id, error: (e as Error).message }));
       results.push({ id: s.id, model: worker?.model ?? null, error });
     }
     return results;

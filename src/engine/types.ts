@@ -160,6 +160,8 @@ export class EngineBusyError extends Error {
 export interface ModelSource {
   id: string;
   dir: string;
+  /** Changes when the directory's contents were replaced; a loaded model is then loaded again. */
+  stamp?: string;
 }
 
 export interface ModelLoadResult {

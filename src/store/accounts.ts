@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "./db.ts";
 import type { Account, AccountStore } from "./types.ts";
 
 interface AccountRow {
@@ -17,31 +17,27 @@ const toAccount = (r: AccountRow): Account => ({
 
 export const ACCOUNT_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 
-export function accountStore(db: Database): AccountStore {
-  const insert = db.query<AccountRow, [string, number]>(
-    "INSERT INTO accounts (name, created_at) VALUES (?, ?) RETURNING *",
-  );
-  const byName = db.query<AccountRow, [string]>("SELECT * FROM accounts WHERE name = ?");
-  const byId = db.query<AccountRow, [number]>("SELECT * FROM accounts WHERE id = ?");
-  const all = db.query<AccountRow, []>("SELECT * FROM accounts ORDER BY id");
+export function accountStore(db: Db): AccountStore {
+  const byName = (name: string) => db.get<AccountRow>("SELECT * FROM accounts WHERE name = $1", [name]);
   return {
-    create(name) {
+    async create(name) {
       if (!ACCOUNT_NAME.test(name)) {
         throw new Error(
           `invalid account name ${JSON.stringify(name)}: use 1-64 lowercase letters, digits, '.', '_' or '-'`,
         );
       }
-      if (byName.get(name)) throw new Error(`account ${name} already exists`);
-      return toAccount(insert.get(name, Date.now())!);
+      if (await byName(name)) throw new Error(`account ${name} already exists`);
+      const row = await db.get<AccountRow>("INSERT INTO accounts (name, created_at) VALUES ($1, $2) RETURNING *", [name, Date.now()]);
+      return toAccount(row!);
     },
-    get: (name) => {
-      const r = byName.get(name);
+    async get(name) {
+      const r = await byName(name);
       return r ? toAccount(r) : null;
     },
-    getById: (id) => {
-      const r = byId.get(id);
+    async getById(id) {
+      const r = await db.get<AccountRow>("SELECT * FROM accounts WHERE id = $1", [id]);
       return r ? toAccount(r) : null;
     },
-    list: () => all.all().map(toAccount),
+    list: async () => (await db.all<AccountRow>("SELECT * FROM accounts ORDER BY id")).map(toAccount),
   };
 }

@@ -1,7 +1,7 @@
-import type { Database } from "bun:sqlite";
-import type { BillingStore, LedgerEntry, Plan } from "./types.ts";
+import type { Db } from "./db.ts";
+import type { BillingStore, ChargeInput, LedgerEntry, Plan } from "./types.ts";
 
-interface LedgerRow {
+export interface LedgerRow {
   id: number;
   account_id: number;
   kind: "charge" | "topup";
@@ -15,7 +15,7 @@ interface LedgerRow {
   created_at: number;
 }
 
-const NANO = 1e9;
+export const NANO = 1e9;
 
 const toEntry = (r: LedgerRow): LedgerEntry => ({
   id: r.id,
@@ -51,63 +51,70 @@ export function chargeNano(
   );
 }
 
-export function billingStore(db: Database): BillingStore {
-  const planOf = db.query<{ plan: Plan }, [number]>("SELECT plan FROM accounts WHERE id = ?");
-  const setPlan = db.query("UPDATE accounts SET plan = ? WHERE id = ?");
-  const balance = db.query<{ n: number }, [number]>(
-    "SELECT coalesce(sum(amount_nano), 0) AS n FROM ledger WHERE account_id = ?",
-  );
-  const prices = db.query<{ i: number; c: number | null; o: number }, [string]>(
-    "SELECT input_price_per_mtok AS i, cached_input_price_per_mtok AS c, output_price_per_mtok AS o FROM models WHERE id = ?",
-  );
-  const insert = db.query<LedgerRow, [number, string, number, string | null, string | null, number | null, number | null, number | null, string | null, number]>(
-    `INSERT INTO ledger (account_id, kind, amount_nano, request_id, model_id, prompt_tokens, cached_tokens, completion_tokens, note, created_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`,
-  );
-  const history = db.query<LedgerRow, [number, number, number, number]>(
-    `SELECT * FROM ledger WHERE account_id = ? AND created_at >= ? AND created_at < ?
-     ORDER BY created_at DESC, id DESC LIMIT ?`,
-  );
-  const totals = db.query<{ spend: number; topups: number }, [number, number, number]>(
-    `SELECT coalesce(sum(CASE WHEN kind = 'charge' THEN -amount_nano END), 0) AS spend,
-            coalesce(sum(CASE WHEN kind = 'topup' THEN amount_nano END), 0) AS topups
-     FROM ledger WHERE account_id = ? AND created_at >= ? AND created_at < ?`,
-  );
+const INSERT = `INSERT INTO ledger (account_id, kind, amount_nano, request_id, model_id, prompt_tokens, cached_tokens, completion_tokens, note, created_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *`;
 
-  const plan = (accountId: number): Plan => {
-    const r = planOf.get(accountId);
-    if (!r) throw new Error(`no account with id ${accountId}`);
-    return r.plan;
-  };
-  const balanceUsd = (accountId: number) => balance.get(accountId)!.n / NANO;
+export const balanceNano = async (db: Db, accountId: number): Promise<number> =>
+  (await db.get<{ n: number }>("SELECT coalesce(sum(amount_nano), 0) AS n FROM ledger WHERE account_id = $1", [accountId]))!.n;
 
+/** Credit the requests in flight hold for the account. */
+export const reservedNano = async (db: Db, accountId: number): Promise<number> =>
+  (await db.get<{ n: number }>("SELECT coalesce(sum(reserved_nano), 0) AS n FROM inflight WHERE account_id = $1", [accountId]))!.n;
+
+export async function planOf(db: Db, accountId: number): Promise<Plan> {
+  const r = await db.get<{ plan: Plan }>("SELECT plan FROM accounts WHERE id = $1", [accountId]);
+  if (!r) throw new Error(`no account with id ${accountId}`);
+  return r.plan;
+}
+
+/** Charges a finished request at the model's current prices (one statement: no price read apart). */
+export async function insertCharge(db: Db, c: ChargeInput): Promise<LedgerEntry | null> {
+  const p = await db.get<{ i: number; c: number | null; o: number }>(
+    "SELECT input_price_per_mtok AS i, cached_input_price_per_mtok AS c, output_price_per_mtok AS o FROM models WHERE id = $1",
+    [c.modelId],
+  );
+  if (!p) return null;
+  const cached = c.cachedTokens ?? 0;
+  const nano = chargeNano(c.promptTokens, c.completionTokens, p.i, p.o, cached, p.c);
+  const row = await db.get<LedgerRow>(INSERT, [c.accountId, "charge", -nano, c.requestId, c.modelId, c.promptTokens, cached, c.completionTokens, null, c.at ?? Date.now()]);
+  return toEntry(row!);
+}
+
+export function billingStore(db: Db): BillingStore {
+  const balanceUsd = async (accountId: number) => (await balanceNano(db, accountId)) / NANO;
   return {
-    plan,
-    setPlan(accountId, p) {
+    plan: (accountId) => planOf(db, accountId),
+    async setPlan(accountId, p) {
       if (p !== "prepaid" && p !== "unlimited") throw new Error(`unknown plan ${JSON.stringify(p)}: use prepaid or unlimited`);
-      if (setPlan.run(p, accountId).changes === 0) throw new Error(`no account with id ${accountId}`);
+      if ((await db.run("UPDATE accounts SET plan = $1 WHERE id = $2", [p, accountId])) === 0) throw new Error(`no account with id ${accountId}`);
     },
     balanceUsd,
-    hasCredit: (accountId) => plan(accountId) === "unlimited" || balance.get(accountId)!.n > 0,
-    charge(c) {
-      const p = prices.get(c.modelId);
-      if (!p) return null;
-      const cached = c.cachedTokens ?? 0;
-      const nano = chargeNano(c.promptTokens, c.completionTokens, p.i, p.o, cached, p.c);
-      return toEntry(
-        insert.get(c.accountId, "charge", -nano, c.requestId, c.modelId, c.promptTokens, cached, c.completionTokens, null, c.at ?? Date.now())!,
-      );
+    async hasCredit(accountId) {
+      if ((await planOf(db, accountId)) === "unlimited") return true;
+      return (await balanceNano(db, accountId)) - (await reservedNano(db, accountId)) > 0;
     },
-    topUp(accountId, usd, note) {
+    charge: (c) => insertCharge(db, c),
+    async topUp(accountId, usd, note) {
       if (!Number.isFinite(usd) || usd <= 0) throw new Error("a top-up must be a positive amount of USD");
-      plan(accountId);
-      return toEntry(insert.get(accountId, "topup", Math.round(usd * NANO), null, null, null, null, null, note, Date.now())!);
+      await planOf(db, accountId);
+      return toEntry((await db.get<LedgerRow>(INSERT, [accountId, "topup", Math.round(usd * NANO), null, null, null, null, null, note, Date.now()]))!);
     },
-    history: (accountId, opts = {}) =>
-      history.all(accountId, opts.since ?? 0, opts.until ?? Number.MAX_SAFE_INTEGER, opts.limit ?? 100).map(toEntry),
-    summary(accountId, since, until = Number.MAX_SAFE_INTEGER) {
-      const t = totals.get(accountId, since, until)!;
-      return { plan: plan(accountId), balanceUsd: balanceUsd(accountId), spendUsd: t.spend / NANO, topUpsUsd: t.topups / NANO };
+    history: async (accountId, opts = {}) =>
+      (
+        await db.all<LedgerRow>(
+          `SELECT * FROM ledger WHERE account_id = $1 AND created_at >= $2 AND created_at < $3
+           ORDER BY created_at DESC, id DESC LIMIT $4`,
+          [accountId, opts.since ?? 0, opts.until ?? Number.MAX_SAFE_INTEGER, opts.limit ?? 100],
+        )
+      ).map(toEntry),
+    async summary(accountId, since, until = Number.MAX_SAFE_INTEGER) {
+      const t = (await db.get<{ spend: number; topups: number }>(
+        `SELECT coalesce(sum(CASE WHEN kind = 'charge' THEN -amount_nano END), 0) AS spend,
+                coalesce(sum(CASE WHEN kind = 'topup' THEN amount_nano END), 0) AS topups
+         FROM ledger WHERE account_id = $1 AND created_at >= $2 AND created_at < $3`,
+        [accountId, since, until],
+      ))!;
+      return { plan: await planOf(db, accountId), balanceUsd: await balanceUsd(accountId), spendUsd: t.spend / NANO, topUpsUsd: t.topups / NANO };
     },
   };
 }

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "./db.ts";
 import type { CatalogModel, CatalogStore, DiscoveredModel } from "./types.ts";
 
 interface ModelRow {
@@ -37,50 +37,24 @@ const toModel = (r: ModelRow): CatalogModel => ({
   createdAt: r.created_at,
 });
 
-const SERVED = "m.status = 'active' AND m.present = 1 AND m.load_error IS NULL";
-
-export function catalogStore(db: Database): CatalogStore {
-  const get = db.query<ModelRow, [string]>("SELECT * FROM models WHERE id = ?");
-  const all = db.query<ModelRow, []>("SELECT * FROM models ORDER BY id");
-  const served = db.query<ModelRow, []>(`SELECT m.* FROM models m WHERE ${SERVED} ORDER BY m.id`);
-  const insert = db.query(
-    `INSERT INTO models (id, display_name, present, load_error, context_length, source_dir, supports_images,
-       supports_tools, supports_structured, owned_by, created_at) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  );
-  const update = db.query(
-    `UPDATE models SET display_name = ?, present = 1, load_error = ?, context_length = ?, source_dir = ?,
-       supports_images = ?, supports_tools = ?, supports_structured = ?, owned_by = ? WHERE id = ?`,
-  );
-  const markMissing = db.query("UPDATE models SET present = 0 WHERE id = ?");
-  const setStatus = db.query("UPDATE models SET status = ? WHERE id = ?");
-  const setPrices = db.query("UPDATE models SET input_price_per_mtok = ?, output_price_per_mtok = ? WHERE id = ?");
-  const setCachedPrice = db.query("UPDATE models SET cached_input_price_per_mtok = ? WHERE id = ?");
-  const access = db.query<{ model_access: string }, [number]>("SELECT model_access FROM accounts WHERE id = ?");
+/**
+ * The catalog of one node (SQLite: `present` is what its last synchronisation found) or of several
+ * (`shared`: a model is served while a live node has registered it; see nodes.ts).
+ */
+export function catalogStore(db: Db, opts: { shared: boolean }): CatalogStore {
+  const SERVED = opts.shared
+    ? `m.status = 'active' AND m.load_error IS NULL AND EXISTS (SELECT 1 FROM node_models nm JOIN nodes n ON n.id = nm.node_id
+         WHERE nm.model_id = m.id AND n.expires_at > ${db.dialect.nowMs})`
+    : "m.status = 'active' AND m.present = 1 AND m.load_error IS NULL";
   // An account in 'listed' mode sees only its grants; otherwise every served model.
-  const forAccount = db.query<ModelRow, [number]>(
-    `SELECT m.* FROM models m JOIN accounts a ON a.id = ?1
-     WHERE ${SERVED} AND (a.model_access = 'all'
-       OR EXISTS (SELECT 1 FROM model_grants g WHERE g.account_id = a.id AND g.model_id = m.id))
-     ORDER BY m.id`,
-  );
-  const oneForAccount = db.query<ModelRow, [number, string]>(
-    `SELECT m.* FROM models m JOIN accounts a ON a.id = ?1
-     WHERE m.id = ?2 AND ${SERVED} AND (a.model_access = 'all'
-       OR EXISTS (SELECT 1 FROM model_grants g WHERE g.account_id = a.id AND g.model_id = m.id))`,
-  );
-  const addGrant = db.query("INSERT OR IGNORE INTO model_grants (account_id, model_id) VALUES (?, ?)");
-  const delGrant = db.query("DELETE FROM model_grants WHERE account_id = ? AND model_id = ?");
-  const grants = db.query<{ model_id: string }, [number]>(
-    "SELECT model_id FROM model_grants WHERE account_id = ? ORDER BY model_id",
-  );
-  const setAccess = db.query("UPDATE accounts SET model_access = ? WHERE id = ?");
-  const clearGrants = db.query("DELETE FROM model_grants WHERE account_id = ?");
+  const ACCESS = `(a.model_access = 'all' OR EXISTS (SELECT 1 FROM model_grants g WHERE g.account_id = a.id AND g.model_id = m.id))`;
+  const get = (d: Db, id: string) => d.get<ModelRow>("SELECT * FROM models WHERE id = $1", [id]);
+  const served = (d: Db) => d.all<ModelRow>(`SELECT m.* FROM models m WHERE ${SERVED} ORDER BY m.id${db.dialect.binary}`);
+  const addGrant = (d: Db, accountId: number, modelId: string) =>
+    d.run("INSERT INTO model_grants (account_id, model_id) VALUES ($1, $2) ON CONFLICT DO NOTHING", [accountId, modelId]);
 
-  const requireModel = (id: string) => {
-    if (!get.get(id)) throw new Error(`no model ${id} in the catalog`);
-  };
-  const accessOf = (accountId: number) => {
-    const row = access.get(accountId);
+  const accessOf = async (d: Db, accountId: number) => {
+    const row = await d.get<{ model_access: string }>("SELECT model_access FROM accounts WHERE id = $1", [accountId]);
     if (!row) throw new Error(`no account with id ${accountId}`);
     return row.model_access;
   };
@@ -89,73 +63,100 @@ export function catalogStore(db: Database): CatalogStore {
    * The first grant or revoke switches an account to an explicit list, starting from everything
    * it could already use, so that a grant never takes anything away.
    */
-  const restrict = (accountId: number, modelId: string) => {
-    requireModel(modelId);
-    if (accessOf(accountId) === "all") {
-      for (const m of served.all()) addGrant.run(accountId, m.id);
-      setAccess.run("listed", accountId);
+  const restrict = async (d: Db, accountId: number, modelId: string) => {
+    if (!(await get(d, modelId))) throw new Error(`no model ${modelId} in the catalog`);
+    if ((await accessOf(d, accountId)) === "all") {
+      for (const m of await served(d)) await addGrant(d, accountId, m.id);
+      await d.run("UPDATE accounts SET model_access = 'listed' WHERE id = $1", [accountId]);
     }
   };
 
   return {
-    sync: db.transaction((models: DiscoveredModel[]) => {
-      const added: string[] = [];
-      const updated: string[] = [];
-      const seen = new Set<string>();
-      for (const m of models) {
-        seen.add(m.id);
-        const flags = [m.supportsImages ? 1 : 0, m.supportsTools ? 1 : 0, m.supportsStructured ? 1 : 0] as const;
-        if (get.get(m.id)) {
-          update.run(m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, m.id);
-          updated.push(m.id);
-        } else {
-          insert.run(m.id, m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, Date.now());
-          added.push(m.id);
+    sync: (models) =>
+      db.transaction(async (tx) => {
+        const added: string[] = [];
+        const updated: string[] = [];
+        const seen = new Set<string>();
+        for (const m of models) {
+          seen.add(m.id);
+          const flags = [m.supportsImages ? 1 : 0, m.supportsTools ? 1 : 0, m.supportsStructured ? 1 : 0];
+          if (await get(tx, m.id)) {
+            // Another node may load what this one could not: its error stays off the shared row.
+            if (opts.shared && m.loadError) continue;
+            await tx.run(
+              `UPDATE models SET display_name = $1, present = 1, load_error = $2, context_length = $3, source_dir = $4,
+                 supports_images = $5, supports_tools = $6, supports_structured = $7, owned_by = $8 WHERE id = $9`,
+              [m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, m.id],
+            );
+            updated.push(m.id);
+          } else {
+            await tx.run(
+              `INSERT INTO models (id, display_name, present, load_error, context_length, source_dir, supports_images,
+                 supports_tools, supports_structured, owned_by, created_at) VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10)`,
+              [m.id, m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, Date.now()],
+            );
+            added.push(m.id);
+          }
         }
-      }
-      const missing: string[] = [];
-      for (const r of all.all()) {
-        if (!seen.has(r.id) && r.present === 1) {
-          markMissing.run(r.id);
-          missing.push(r.id);
+        const missing: string[] = [];
+        if (!opts.shared) {
+          for (const r of await tx.all<ModelRow>("SELECT * FROM models WHERE present = 1")) {
+            if (!seen.has(r.id)) {
+              await tx.run("UPDATE models SET present = 0 WHERE id = $1", [r.id]);
+              missing.push(r.id);
+            }
+          }
         }
-      }
-      return { added, updated, missing };
-    }),
-    get: (id) => {
-      const r = get.get(id);
+        return { added, updated, missing };
+      }),
+    async get(id) {
+      const r = await get(db, id);
       return r ? toModel(r) : null;
     },
-    list: () => all.all().map(toModel),
-    listServed: () => served.all().map(toModel),
-    setStatus: (id, status) => setStatus.run(status, id).changes > 0,
-    setPrices: db.transaction((id: string, input: number, output: number, cachedInput?: number | null) => {
+    list: async () => (await db.all<ModelRow>(`SELECT * FROM models ORDER BY id${db.dialect.binary}`)).map(toModel),
+    listServed: async () => (await served(db)).map(toModel),
+    setStatus: async (id, status) => (await db.run("UPDATE models SET status = $1 WHERE id = $2", [status, id])) > 0,
+    async setPrices(id, input, output, cachedInput) {
       const ok = (p: number) => p >= 0 && Number.isFinite(p);
       if (!ok(input) || !ok(output) || (cachedInput != null && !ok(cachedInput))) {
         throw new Error("prices must be finite and not negative");
       }
-      if (setPrices.run(input, output, id).changes === 0) return false;
-      if (cachedInput !== undefined) setCachedPrice.run(cachedInput, id);
-      return true;
-    }),
-    listForAccount: (accountId) => forAccount.all(accountId).map(toModel),
-    getForAccount: (accountId, id) => {
-      const r = oneForAccount.get(accountId, id);
+      // undefined leaves the cached-input price as it is (the column keeps its value).
+      if (cachedInput === undefined) {
+        return (await db.run("UPDATE models SET input_price_per_mtok = $1, output_price_per_mtok = $2 WHERE id = $3", [input, output, id])) > 0;
+      }
+      return (
+        (await db.run("UPDATE models SET input_price_per_mtok = $1, output_price_per_mtok = $2, cached_input_price_per_mtok = $3 WHERE id = $4", [
+          input,
+          output,
+          cachedInput,
+          id,
+        ])) > 0
+      );
+    },
+    listForAccount: async (accountId) =>
+      (await db.all<ModelRow>(`SELECT m.* FROM models m JOIN accounts a ON a.id = $1 WHERE ${SERVED} AND ${ACCESS} ORDER BY m.id${db.dialect.binary}`, [accountId])).map(toModel),
+    async getForAccount(accountId, id) {
+      const r = await db.get<ModelRow>(`SELECT m.* FROM models m JOIN accounts a ON a.id = $1 WHERE m.id = $2 AND ${SERVED} AND ${ACCESS}`, [accountId, id]);
       return r ? toModel(r) : null;
     },
-    grant: db.transaction((accountId: number, modelId: string) => {
-      restrict(accountId, modelId);
-      addGrant.run(accountId, modelId);
-    }),
-    revoke: db.transaction((accountId: number, modelId: string) => {
-      restrict(accountId, modelId);
-      delGrant.run(accountId, modelId);
-    }),
-    grants: (accountId) => grants.all(accountId).map((g) => g.model_id),
-    allowAll: db.transaction((accountId: number) => {
-      accessOf(accountId);
-      clearGrants.run(accountId);
-      setAccess.run("all", accountId);
-    }),
+    grant: (accountId, modelId) =>
+      db.transaction(async (tx) => {
+        await restrict(tx, accountId, modelId);
+        await addGrant(tx, accountId, modelId);
+      }),
+    revoke: (accountId, modelId) =>
+      db.transaction(async (tx) => {
+        await restrict(tx, accountId, modelId);
+        await tx.run("DELETE FROM model_grants WHERE account_id = $1 AND model_id = $2", [accountId, modelId]);
+      }),
+    grants: async (accountId) =>
+      (await db.all<{ model_id: string }>(`SELECT model_id FROM model_grants WHERE account_id = $1 ORDER BY model_id${db.dialect.binary}`, [accountId])).map((g) => g.model_id),
+    allowAll: (accountId) =>
+      db.transaction(async (tx) => {
+        await accessOf(tx, accountId);
+        await tx.run("DELETE FROM model_grants WHERE account_id = $1", [accountId]);
+        await tx.run("UPDATE accounts SET model_access = 'all' WHERE id = $1", [accountId]);
+      }),
   };
 }

@@ -2,25 +2,33 @@ import type { Database } from "bun:sqlite";
 import { watchWalIndex, type WalIndexWatch } from "./wal-index.ts";
 
 /**
- * The number that migration 3's triggers bump whenever a key is revoked or a rate limit changes,
- * from any connection. A cache that remembers the number it was filled at is valid while the
- * number stays the same.
- *
- * The number is read again only when the wal-index header says some connection committed since
- * the last read (see wal-index.ts): a memory compare per request instead of a SQLite read
- * transaction, and still exact, so a key revoked by another process fails on its next request.
- * Without a wal-index to watch (in-memory database), it is read once per synchronous turn: the
- * key, limit and model-list caches of one request share that read.
+ * What a cache of keys, limits or model lists checks to stay exact: a number that moves whenever
+ * the change counter of migration 3 moves (a key revoked, a limit set, the catalog or access
+ * changed), from any connection, process or node.
  */
-export function authGeneration(db: Database): () => number {
-  let read = readers.get(db);
-  if (!read) {
-    const q = db.query<{ n: number }, []>("SELECT n FROM auth_generation WHERE id = 1");
-    let memo = -1;
-    let watch: WalIndexWatch | null = null;
-    let tried = false;
-    const forget = () => (memo = -1);
-    read = () => {
+export interface ChangeSignal {
+  /** The current number; cheap enough to read on every request. */
+  generation(): number;
+  /** After a write of this process that moved the counter: the next generation() reads again. */
+  forget(): void;
+  close(): void;
+}
+
+/**
+ * SQLite: the change counter is read again only when the wal-index header says some connection
+ * committed since the last read (see wal-index.ts): a memory compare per request instead of a
+ * SQLite read transaction, and still exact, so a key revoked by another process fails on its next
+ * request. Without a wal-index to watch (in-memory database), it is read once per synchronous
+ * turn: the key, limit and model-list caches of one request share that read.
+ */
+export function sqliteChangeSignal(db: Database): ChangeSignal {
+  const q = db.query<{ n: number }, []>("SELECT n FROM auth_generation WHERE id = 1");
+  let memo = -1;
+  let watch: WalIndexWatch | null = null;
+  let tried = false;
+  const forget = () => (memo = -1);
+  return {
+    generation() {
       if (memo >= 0 && (watch ? !watch.moved() : true)) return memo;
       // Marked before the read: a commit landing in between makes the next call read again.
       watch?.mark();
@@ -35,40 +43,33 @@ export function authGeneration(db: Database): () => number {
       }
       if (!watch) queueMicrotask(forget);
       return memo;
-    };
-    readers.set(db, read);
-    forgetters.set(db, forget);
-    watches.set(db, () => watch?.close());
-  }
-  return read;
+    },
+    forget,
+    close() {
+      watch?.close();
+      watch = null;
+      forget();
+      q.finalize();
+    },
+  };
 }
 
-const readers = new WeakMap<Database, () => number>();
-const forgetters = new WeakMap<Database, () => void>();
-const watches = new WeakMap<Database, () => void>();
-
-/** After a write that moves the generation: the next read goes to the database. */
-export function forgetGeneration(db: Database): void {
-  forgetters.get(db)?.();
-}
-
-/** Before the connection closes: the wal-index mapping is never read after. */
-export function closeGeneration(db: Database): void {
-  watches.get(db)?.();
-  forgetGeneration(db);
-}
-
-/** Wraps the named methods of a store part so that each call forgets the memo afterwards. */
-export function forgettingAfter<T extends object>(db: Database, part: T, methods: (keyof T)[]): T {
+/** Wraps the named methods of a store part so that each call forgets the signal's memo once it settles. */
+export function forgettingAfter<T extends object>(signal: ChangeSignal, part: T, methods: (keyof T)[]): T {
   const out = { ...part };
   for (const m of methods) {
     const f = part[m] as unknown as (...a: unknown[]) => unknown;
     (out as Record<keyof T, unknown>)[m] = (...a: unknown[]) => {
+      let r: unknown;
       try {
-        return f.apply(part, a);
-      } finally {
-        forgetGeneration(db);
+        r = f.apply(part, a);
+      } catch (e) {
+        signal.forget();
+        throw e;
       }
+      if (r instanceof Promise) return r.finally(() => signal.forget());
+      signal.forget();
+      return r;
     };
   }
   return out;
@@ -121,5 +122,44 @@ export class Lru<K, V> {
     this.lastKey = k;
     this.lastValue = v;
     this.hasLast = true;
+  }
+}
+
+/** An LRU emptied whenever the change signal moves: the caches of the hot path (keys, limits). */
+export class SignalledLru<K, V> {
+  private readonly lru: Lru<K, V>;
+  private seen = -1;
+
+  constructor(
+    private readonly signal: ChangeSignal,
+    capacity: number,
+  ) {
+    this.lru = new Lru(capacity);
+  }
+
+  private sync(): void {
+    const now = this.signal.generation();
+    if (now !== this.seen) {
+      this.lru.clear();
+      this.seen = now;
+    }
+  }
+
+  /** The entry, as of the current generation. */
+  get(k: K): V | undefined {
+    this.sync();
+    return this.lru.get(k);
+  }
+
+  /** Call before reading what will be cached; hand the answer to `setFrom`. */
+  mark(): number {
+    this.sync();
+    return this.seen;
+  }
+
+  /** Keeps v unless a change was signalled since `mark`: a read that raced a change is not kept. */
+  setFrom(at: number, k: K, v: V): void {
+    this.sync();
+    if (this.seen === at) this.lru.set(k, v);
   }
 }

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "./db.ts";
 import type { ApiKeyInfo, KeyStore } from "./types.ts";
 
 export const KEY_PREFIX = "sk-sluice-";
@@ -54,51 +54,49 @@ const SELECT = `SELECT k.id, k.account_id, a.name AS account_name, k.prefix, k.l
   k.last_used_at, k.revoked_at FROM api_keys k JOIN accounts a ON a.id = k.account_id`;
 
 // last_used_at is advisory; writing it on every request would turn each read into a write.
-const TOUCH_INTERVAL_MS = 30_000;
+export const TOUCH_INTERVAL_MS = 30_000;
 
-export function keyStore(db: Database): KeyStore {
-  const insert = db.query(
-    "INSERT INTO api_keys (id, account_id, hash, prefix, label, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-  );
-  const byId = db.query<KeyRow, [string]>(`${SELECT} WHERE k.id = ?`);
-  const byHash = db.query<KeyRow, [string]>(`${SELECT} WHERE k.hash = ? AND k.revoked_at IS NULL`);
-  const touch = db.query(
-    "UPDATE api_keys SET last_used_at = ?1 WHERE id = ?2 AND (last_used_at IS NULL OR last_used_at < ?1 - ?3)",
-  );
-  const all = db.query<KeyRow, []>(`${SELECT} ORDER BY k.created_at, k.id`);
-  const forAccount = db.query<KeyRow, [number]>(`${SELECT} WHERE k.account_id = ? ORDER BY k.created_at, k.id`);
-  const revoke = db.query("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL");
-  const revokeOwn = db.query(
-    "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND account_id = ? AND revoked_at IS NULL",
-  );
-  const count = db.query<{ n: number }, [number]>(
-    "SELECT count(*) AS n FROM api_keys WHERE account_id = ? AND revoked_at IS NULL",
-  );
+export function keyStore(db: Db): KeyStore {
+  const byId = (id: string) => db.get<KeyRow>(`${SELECT} WHERE k.id = $1`, [id]);
   return {
-    create(accountId, label) {
+    async create(accountId, label) {
       const key = generateKey();
       const id = "key_" + randomBase62(16);
       const prefix = key.slice(0, KEY_PREFIX.length + 4);
-      insert.run(id, accountId, hashKey(key), prefix, label, Date.now());
-      return { key, info: toInfo(byId.get(id)!) };
+      await db.run("INSERT INTO api_keys (id, account_id, hash, prefix, label, created_at) VALUES ($1, $2, $3, $4, $5, $6)", [
+        id,
+        accountId,
+        hashKey(key),
+        prefix,
+        label,
+        Date.now(),
+      ]);
+      return { key, info: toInfo((await byId(id))!) };
     },
-    authenticate(plainKey) {
+    async authenticate(plainKey) {
       if (!plainKey.startsWith(KEY_PREFIX)) return null;
       // Looked up by hash: the plain key is never compared or stored.
-      const r = byHash.get(hashKey(plainKey));
+      const r = await db.get<KeyRow>(`${SELECT} WHERE k.hash = $1 AND k.revoked_at IS NULL`, [hashKey(plainKey)]);
       return r ? toInfo(r) : null;
     },
-    touch(keyId, at = Date.now()) {
-      touch.run(at, keyId, TOUCH_INTERVAL_MS);
+    peek: (plainKey) => (plainKey.startsWith(KEY_PREFIX) ? undefined : null),
+    async touch(keyId, at = Date.now()) {
+      await db.run("UPDATE api_keys SET last_used_at = $1 WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $3)", [at, keyId, at - TOUCH_INTERVAL_MS]);
     },
-    list(accountId) {
-      return (accountId === undefined ? all.all() : forAccount.all(accountId)).map(toInfo);
+    async list(accountId) {
+      const rows =
+        accountId === undefined
+          ? await db.all<KeyRow>(`${SELECT} ORDER BY k.created_at, k.id`)
+          : await db.all<KeyRow>(`${SELECT} WHERE k.account_id = $1 ORDER BY k.created_at, k.id`, [accountId]);
+      return rows.map(toInfo);
     },
-    revoke(keyId, accountId) {
-      const res =
-        accountId === undefined ? revoke.run(Date.now(), keyId) : revokeOwn.run(Date.now(), keyId, accountId);
-      return res.changes > 0;
+    async revoke(keyId, accountId) {
+      const changes =
+        accountId === undefined
+          ? await db.run("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL", [Date.now(), keyId])
+          : await db.run("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND account_id = $3 AND revoked_at IS NULL", [Date.now(), keyId, accountId]);
+      return changes > 0;
     },
-    count: (accountId) => count.get(accountId)!.n,
+    count: async (accountId) => (await db.get<{ n: number }>("SELECT count(*) AS n FROM api_keys WHERE account_id = $1 AND revoked_at IS NULL", [accountId]))!.n,
   };
 }

@@ -1,8 +1,8 @@
 // Rate limits per account and per key (SQL only here). `effective` is read on every API request,
-// so it is cached and re-read only when the auth generation moves.
-import type { Database } from "bun:sqlite";
-import { authGeneration, Lru } from "./generation.ts";
-import type { LimitStore, RateLimitEntry, RateLimits } from "./types.ts";
+// so it is cached and read again only when the change signal moves.
+import type { Db } from "./db.ts";
+import { SignalledLru, type ChangeSignal } from "./generation.ts";
+import type { EffectiveLimits, LimitStore, RateLimitEntry, RateLimits } from "./types.ts";
 
 interface Row {
   account_id: number;
@@ -31,55 +31,61 @@ function check(limits: RateLimits): void {
   }
 }
 
-export function limitStore(db: Database): LimitStore {
-  const exact = db.query<Row, [number, string]>(`${SELECT} WHERE l.account_id = ? AND ifnull(l.key_id, '') = ?`);
-  const remove = db.query("DELETE FROM rate_limits WHERE account_id = ? AND ifnull(key_id, '') = ?");
-  const insert = db.query(
-    "INSERT INTO rate_limits (account_id, key_id, requests_per_minute, tokens_per_minute, max_concurrent, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-  );
-  const all = db.query<Row, []>(`${SELECT} ORDER BY a.name, l.key_id`);
-  const forAccount = db.query<Row, [number]>(`${SELECT} WHERE l.account_id = ? ORDER BY l.key_id`);
-  const generation = authGeneration(db);
-  // Per key (a key id belongs to one account): both scopes' limits in one entry, so a request
-  // makes one lookup by a string it already holds and gets the same frozen answer each time.
-  const cache = new Lru<string, EffectiveLimits>(4096);
-  let seen = -1;
+const freeze = (l: RateLimits | null) => (l ? Object.freeze(l) : null);
 
-  const get = (accountId: number, keyId?: string | null): RateLimits | null => {
-    const r = exact.get(accountId, keyId ?? "");
+/** The table alone; `cachedLimitStore` adds the cache of `effective`. */
+export function limitStore(db: Db): LimitStore {
+  const get = async (d: Db, accountId: number, keyId?: string | null): Promise<RateLimits | null> => {
+    const r = await d.get<Row>(`${SELECT} WHERE l.account_id = $1 AND coalesce(l.key_id, '') = $2`, [accountId, keyId ?? ""]);
     return r ? toLimits(r) : null;
   };
   return {
-    get,
-    set(accountId, keyId, limits) {
+    get: (accountId, keyId) => get(db, accountId, keyId),
+    async set(accountId, keyId, limits) {
       check(limits);
-      db.transaction(() => {
-        remove.run(accountId, keyId ?? "");
+      await db.transaction(async (tx) => {
+        await tx.run("DELETE FROM rate_limits WHERE account_id = $1 AND coalesce(key_id, '') = $2", [accountId, keyId ?? ""]);
         if (limits.requestsPerMinute !== null || limits.tokensPerMinute !== null || limits.maxConcurrent !== null) {
-          insert.run(accountId, keyId, limits.requestsPerMinute, limits.tokensPerMinute, limits.maxConcurrent, Date.now());
+          await tx.run(
+            "INSERT INTO rate_limits (account_id, key_id, requests_per_minute, tokens_per_minute, max_concurrent, updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
+            [accountId, keyId, limits.requestsPerMinute, limits.tokensPerMinute, limits.maxConcurrent, Date.now()],
+          );
         }
-      })();
+      });
     },
-    list(accountId) {
-      return (accountId === undefined ? all.all() : forAccount.all(accountId)).map(
-        (r): RateLimitEntry => ({ ...toLimits(r), accountId: r.account_id, accountName: r.account_name, keyId: r.key_id, updatedAt: r.updated_at }),
-      );
+    async list(accountId) {
+      const rows =
+        accountId === undefined
+          ? await db.all<Row>(`${SELECT} ORDER BY a.name${db.dialect.binary}, l.key_id${db.dialect.binary}`)
+          : await db.all<Row>(`${SELECT} WHERE l.account_id = $1 ORDER BY l.key_id${db.dialect.binary}`, [accountId]);
+      return rows.map((r): RateLimitEntry => ({ ...toLimits(r), accountId: r.account_id, accountName: r.account_name, keyId: r.key_id, updatedAt: r.updated_at }));
     },
-    effective(accountId, keyId) {
-      const now = generation();
-      if (now !== seen) {
-        cache.clear();
-        seen = now;
-      }
-      let hit = cache.get(keyId);
-      if (hit === undefined || hit.accountId !== accountId) {
-        hit = Object.freeze({ accountId, account: freeze(get(accountId, null)), key: freeze(get(accountId, keyId)) });
-        cache.set(keyId, hit);
-      }
-      return hit;
-    },
+    effective: async (accountId, keyId) =>
+      Object.freeze({ accountId, account: freeze(await get(db, accountId, null)), key: freeze(await get(db, accountId, keyId)) }),
+    peekEffective: () => undefined,
   };
 }
 
-type EffectiveLimits = Readonly<{ accountId: number; account: RateLimits | null; key: RateLimits | null }>;
-const freeze = (l: RateLimits | null) => (l ? Object.freeze(l) : null);
+/**
+ * `effective` per key (a key id belongs to one account): both scopes' limits in one entry, so a
+ * request makes one lookup by a string it already holds and gets the same frozen answer each time.
+ */
+export function cachedLimitStore(inner: LimitStore, signal: ChangeSignal): LimitStore {
+  const cache = new SignalledLru<string, EffectiveLimits>(signal, 4096);
+  const peekEffective = (accountId: number, keyId: string) => {
+    const hit = cache.get(keyId);
+    return hit !== undefined && hit.accountId === accountId ? hit : undefined;
+  };
+  return {
+    ...inner,
+    peekEffective,
+    async effective(accountId, keyId) {
+      const hit = peekEffective(accountId, keyId);
+      if (hit) return hit;
+      const at = cache.mark();
+      const fresh = await inner.effective(accountId, keyId);
+      cache.setFrom(at, keyId, fresh);
+      return fresh;
+    },
+  };
+}

@@ -1,175 +1,268 @@
+// Schema history for both databases, from one description (schema.ts renders each step for SQLite
+// and for PostgreSQL). Each entry moves the schema from version i to i+1; entries are never edited
+// once released, only appended, so every earlier database can be brought forward.
 import type { Database } from "bun:sqlite";
+import type { SQL } from "bun";
+import { renderStep, type Column, type Step } from "./schema.ts";
 
-/**
- * Schema history. Each entry moves the schema from version i to i+1; entries are never edited
- * once released, only appended, so every earlier file can be brought forward.
- */
-export const MIGRATIONS: readonly string[] = [
+const id: Column = { name: "id", type: "id" };
+const createdAt: Column = { name: "created_at", type: "int", notNull: true };
+const accountRef: Column = { name: "account_id", type: "int", notNull: true, references: "accounts(id)" };
+
+export const MIGRATIONS: readonly (readonly Step[])[] = [
   // 1: accounts, keys, catalog, access, usage.
-  `
-  CREATE TABLE accounts (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    model_access TEXT NOT NULL DEFAULT 'all' CHECK (model_access IN ('all', 'listed')),
-    created_at INTEGER NOT NULL
-  );
-  CREATE TABLE api_keys (
-    id TEXT PRIMARY KEY,
-    account_id INTEGER NOT NULL REFERENCES accounts(id),
-    hash TEXT NOT NULL UNIQUE,
-    prefix TEXT NOT NULL,
-    label TEXT,
-    created_at INTEGER NOT NULL,
-    last_used_at INTEGER,
-    revoked_at INTEGER
-  );
-  CREATE INDEX api_keys_account ON api_keys(account_id);
-  CREATE TABLE models (
-    id TEXT PRIMARY KEY,
-    display_name TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'inactive')),
-    present INTEGER NOT NULL DEFAULT 1,
-    load_error TEXT,
-    context_length INTEGER NOT NULL,
-    source_dir TEXT NOT NULL,
-    input_price_per_mtok REAL NOT NULL DEFAULT 0,
-    output_price_per_mtok REAL NOT NULL DEFAULT 0,
-    supports_images INTEGER NOT NULL DEFAULT 0,
-    supports_tools INTEGER NOT NULL DEFAULT 0,
-    supports_structured INTEGER NOT NULL DEFAULT 0,
-    owned_by TEXT NOT NULL,
-    created_at INTEGER NOT NULL
-  );
-  CREATE TABLE model_grants (
-    account_id INTEGER NOT NULL REFERENCES accounts(id),
-    model_id TEXT NOT NULL REFERENCES models(id) ON DELETE CASCADE,
-    PRIMARY KEY (account_id, model_id)
-  );
-  CREATE TABLE usage (
-    id INTEGER PRIMARY KEY,
-    request_id TEXT NOT NULL,
-    account_id INTEGER NOT NULL REFERENCES accounts(id),
-    key_id TEXT REFERENCES api_keys(id),
-    model_id TEXT NOT NULL,
-    prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL,
-    latency_ms INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    finish_reason TEXT,
-    user TEXT,
-    metadata TEXT,
-    created_at INTEGER NOT NULL
-  );
-  CREATE INDEX usage_account_time ON usage(account_id, created_at);
-  `,
+  [
+    {
+      table: "accounts",
+      columns: [
+        id,
+        { name: "name", type: "text", notNull: true, unique: true },
+        { name: "model_access", type: "text", notNull: true, default: "'all'", check: "model_access IN ('all', 'listed')" },
+        createdAt,
+      ],
+    },
+    {
+      table: "api_keys",
+      columns: [
+        { name: "id", type: "text", primaryKey: true },
+        accountRef,
+        { name: "hash", type: "text", notNull: true, unique: true },
+        { name: "prefix", type: "text", notNull: true },
+        { name: "label", type: "text" },
+        createdAt,
+        { name: "last_used_at", type: "int" },
+        { name: "revoked_at", type: "int" },
+      ],
+    },
+    { index: "api_keys_account", on: "api_keys", columns: ["account_id"] },
+    {
+      table: "models",
+      columns: [
+        { name: "id", type: "text", primaryKey: true },
+        { name: "display_name", type: "text", notNull: true },
+        { name: "status", type: "text", notNull: true, default: "'active'", check: "status IN ('active', 'inactive')" },
+        { name: "present", type: "int", notNull: true, default: "1" },
+        { name: "load_error", type: "text" },
+        { name: "context_length", type: "int", notNull: true },
+        { name: "source_dir", type: "text", notNull: true },
+        { name: "input_price_per_mtok", type: "real", notNull: true, default: "0" },
+        { name: "output_price_per_mtok", type: "real", notNull: true, default: "0" },
+        { name: "supports_images", type: "int", notNull: true, default: "0" },
+        { name: "supports_tools", type: "int", notNull: true, default: "0" },
+        { name: "supports_structured", type: "int", notNull: true, default: "0" },
+        { name: "owned_by", type: "text", notNull: true },
+        createdAt,
+      ],
+    },
+    {
+      table: "model_grants",
+      columns: [
+        { name: "account_id", type: "int", notNull: true, references: "accounts(id)" },
+        { name: "model_id", type: "text", notNull: true, references: "models(id)", onDeleteCascade: true },
+      ],
+      primaryKey: ["account_id", "model_id"],
+    },
+    {
+      table: "usage",
+      columns: [
+        id,
+        { name: "request_id", type: "text", notNull: true },
+        accountRef,
+        { name: "key_id", type: "text", references: "api_keys(id)" },
+        { name: "model_id", type: "text", notNull: true },
+        { name: "prompt_tokens", type: "int", notNull: true },
+        { name: "completion_tokens", type: "int", notNull: true },
+        { name: "latency_ms", type: "int", notNull: true },
+        { name: "status", type: "text", notNull: true },
+        { name: "finish_reason", type: "text" },
+        { name: "user", type: "text" },
+        { name: "metadata", type: "text" },
+        createdAt,
+      ],
+    },
+    { index: "usage_account_time", on: "usage", columns: ["account_id", "created_at"] },
+  ],
   // 2: the account workspace: plans and a credit ledger, users, sessions, sign-in failures.
   // Amounts are integer nano-USD so that a balance is an exact sum, never a drifting float.
-  `
-  ALTER TABLE accounts ADD COLUMN plan TEXT NOT NULL DEFAULT 'prepaid' CHECK (plan IN ('prepaid', 'unlimited'));
-  UPDATE accounts SET plan = 'unlimited' WHERE name = 'local';
-  CREATE TABLE ledger (
-    id INTEGER PRIMARY KEY,
-    account_id INTEGER NOT NULL REFERENCES accounts(id),
-    kind TEXT NOT NULL CHECK (kind IN ('charge', 'topup')),
-    amount_nano INTEGER NOT NULL,
-    request_id TEXT,
-    model_id TEXT,
-    prompt_tokens INTEGER,
-    completion_tokens INTEGER,
-    note TEXT,
-    created_at INTEGER NOT NULL
-  );
-  CREATE INDEX ledger_account_time ON ledger(account_id, created_at);
-  CREATE TABLE users (
-    id INTEGER PRIMARY KEY,
-    account_id INTEGER NOT NULL REFERENCES accounts(id),
-    email TEXT NOT NULL UNIQUE COLLATE NOCASE,
-    password_hash TEXT NOT NULL,
-    role TEXT NOT NULL DEFAULT 'member' CHECK (role IN ('member', 'operator')),
-    created_at INTEGER NOT NULL
-  );
-  CREATE TABLE sessions (
-    token_hash TEXT PRIMARY KEY,
-    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
-    csrf_token TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL
-  );
-  CREATE INDEX sessions_user ON sessions(user_id);
-  CREATE TABLE sign_in_failures (
-    id INTEGER PRIMARY KEY,
-    email TEXT NOT NULL COLLATE NOCASE,
-    client TEXT NOT NULL,
-    at INTEGER NOT NULL
-  );
-  CREATE INDEX sign_in_failures_email ON sign_in_failures(email, at);
-  CREATE INDEX sign_in_failures_client ON sign_in_failures(client, at);
-  `,
-  // 3: rate limits per account (key_id NULL) or per key, and a generation number that triggers bump
-  // whenever a key is revoked or a limit changes, in this process or another (the CLI): a server
-  // may cache keys and limits and still see such a change on the next request.
-  `
-  CREATE TABLE rate_limits (
-    account_id INTEGER NOT NULL REFERENCES accounts(id),
-    key_id TEXT REFERENCES api_keys(id),
-    requests_per_minute INTEGER CHECK (requests_per_minute IS NULL OR requests_per_minute > 0),
-    tokens_per_minute INTEGER CHECK (tokens_per_minute IS NULL OR tokens_per_minute > 0),
-    max_concurrent INTEGER CHECK (max_concurrent IS NULL OR max_concurrent > 0),
-    updated_at INTEGER NOT NULL
-  );
-  CREATE UNIQUE INDEX rate_limits_scope ON rate_limits(account_id, ifnull(key_id, ''));
-  CREATE TABLE auth_generation (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL);
-  INSERT INTO auth_generation (id, n) VALUES (1, 0);
-  CREATE TRIGGER api_keys_changed AFTER UPDATE OF revoked_at, account_id, hash ON api_keys
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER api_keys_deleted AFTER DELETE ON api_keys
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER rate_limits_inserted AFTER INSERT ON rate_limits
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER rate_limits_updated AFTER UPDATE ON rate_limits
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER rate_limits_deleted AFTER DELETE ON rate_limits
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  `,
-  // 4: the same generation number moves when the catalog, model access or an account changes, so
-  // the answer of GET /v1/models can be cached per account too.
-  `
-  CREATE TRIGGER models_inserted AFTER INSERT ON models
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER models_updated AFTER UPDATE ON models
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER models_deleted AFTER DELETE ON models
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER model_grants_inserted AFTER INSERT ON model_grants
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER model_grants_deleted AFTER DELETE ON model_grants
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  CREATE TRIGGER accounts_updated AFTER UPDATE ON accounts
-    BEGIN UPDATE auth_generation SET n = n + 1 WHERE id = 1; END;
-  `,
+  [
+    { addColumn: "accounts", column: { name: "plan", type: "text", notNull: true, default: "'prepaid'", check: "plan IN ('prepaid', 'unlimited')" } },
+    { sql: "UPDATE accounts SET plan = 'unlimited' WHERE name = 'local'" },
+    {
+      table: "ledger",
+      columns: [
+        id,
+        accountRef,
+        { name: "kind", type: "text", notNull: true, check: "kind IN ('charge', 'topup')" },
+        { name: "amount_nano", type: "int", notNull: true },
+        { name: "request_id", type: "text" },
+        { name: "model_id", type: "text" },
+        { name: "prompt_tokens", type: "int" },
+        { name: "completion_tokens", type: "int" },
+        { name: "note", type: "text" },
+        createdAt,
+      ],
+    },
+    { index: "ledger_account_time", on: "ledger", columns: ["account_id", "created_at"] },
+    {
+      table: "users",
+      columns: [
+        id,
+        accountRef,
+        { name: "email", type: "text", notNull: true, unique: true, nocase: true },
+        { name: "password_hash", type: "text", notNull: true },
+        { name: "role", type: "text", notNull: true, default: "'member'", check: "role IN ('member', 'operator')" },
+        createdAt,
+      ],
+    },
+    {
+      table: "sessions",
+      columns: [
+        { name: "token_hash", type: "text", primaryKey: true },
+        { name: "user_id", type: "int", notNull: true, references: "users(id)", onDeleteCascade: true },
+        { name: "csrf_token", type: "text", notNull: true },
+        createdAt,
+        { name: "expires_at", type: "int", notNull: true },
+      ],
+    },
+    { index: "sessions_user", on: "sessions", columns: ["user_id"] },
+    {
+      table: "sign_in_failures",
+      columns: [
+        id,
+        { name: "email", type: "text", notNull: true, nocase: true },
+        { name: "client", type: "text", notNull: true },
+        { name: "at", type: "int", notNull: true },
+      ],
+    },
+    { index: "sign_in_failures_email", on: "sign_in_failures", columns: ["email", "at"] },
+    { index: "sign_in_failures_client", on: "sign_in_failures", columns: ["client", "at"] },
+  ],
+  // 3: rate limits per account (key_id NULL) or per key, and the change counter that moves whenever
+  // a key is revoked or a limit changes, in this process or another (the CLI, another node): a
+  // server may cache keys and limits and still see such a change on the next request.
+  [
+    {
+      table: "rate_limits",
+      columns: [
+        accountRef,
+        { name: "key_id", type: "text", references: "api_keys(id)" },
+        { name: "requests_per_minute", type: "int", check: "requests_per_minute IS NULL OR requests_per_minute > 0" },
+        { name: "tokens_per_minute", type: "int", check: "tokens_per_minute IS NULL OR tokens_per_minute > 0" },
+        { name: "max_concurrent", type: "int", check: "max_concurrent IS NULL OR max_concurrent > 0" },
+        { name: "updated_at", type: "int", notNull: true },
+      ],
+    },
+    { index: "rate_limits_scope", on: "rate_limits", columns: ["account_id", "coalesce(key_id, '')"], unique: true },
+    { changeCounter: true },
+    { signal: "api_keys_changed", on: "api_keys", event: "update", columns: ["revoked_at", "account_id", "hash"] },
+    { signal: "api_keys_deleted", on: "api_keys", event: "delete" },
+    { signal: "rate_limits_inserted", on: "rate_limits", event: "insert" },
+    { signal: "rate_limits_updated", on: "rate_limits", event: "update" },
+    { signal: "rate_limits_deleted", on: "rate_limits", event: "delete" },
+  ],
+  // 4: the same counter moves when the catalog, model access or an account changes, so the answer
+  // of GET /v1/models can be cached per account too.
+  [
+    { signal: "models_inserted", on: "models", event: "insert" },
+    { signal: "models_updated", on: "models", event: "update" },
+    { signal: "models_deleted", on: "models", event: "delete" },
+    { signal: "model_grants_inserted", on: "model_grants", event: "insert" },
+    { signal: "model_grants_deleted", on: "model_grants", event: "delete" },
+    { signal: "accounts_updated", on: "accounts", event: "update" },
+  ],
   // 5: prompt tokens served from the prefix cache and thinking tokens, per request and per charge,
   // and a price for cached prompt tokens (NULL: they cost the input price).
-  `
-  ALTER TABLE models ADD COLUMN cached_input_price_per_mtok REAL CHECK (cached_input_price_per_mtok IS NULL OR cached_input_price_per_mtok >= 0);
-  ALTER TABLE usage ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
-  ALTER TABLE usage ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
-  ALTER TABLE ledger ADD COLUMN cached_tokens INTEGER;
-  `,
+  [
+    {
+      addColumn: "models",
+      column: { name: "cached_input_price_per_mtok", type: "real", check: "cached_input_price_per_mtok IS NULL OR cached_input_price_per_mtok >= 0" },
+    },
+    { addColumn: "usage", column: { name: "cached_tokens", type: "int", notNull: true, default: "0" } },
+    { addColumn: "usage", column: { name: "reasoning_tokens", type: "int", notNull: true, default: "0" } },
+    { addColumn: "ledger", column: { name: "cached_tokens", type: "int" } },
+  ],
+  // 6: several nodes on one database. Nodes and the models each serves (with its queue, for
+  // routing), refreshed by a heartbeat; a model appearing on or leaving a node moves the counter.
+  // Requests in flight, each with the credit reserved for it, so prepaid credit holds across nodes
+  // and the requests of a node that died are recorded as interrupted. Rate-limit buckets and the
+  // requests each node runs per scope, for limits that hold across nodes.
+  [
+    {
+      table: "nodes",
+      columns: [
+        { name: "id", type: "text", primaryKey: true },
+        { name: "url", type: "text", notNull: true },
+        { name: "version", type: "text", notNull: true },
+        { name: "started_at", type: "int", notNull: true },
+        { name: "heartbeat_at", type: "int", notNull: true },
+        { name: "expires_at", type: "int", notNull: true },
+      ],
+    },
+    {
+      table: "node_models",
+      columns: [
+        { name: "node_id", type: "text", notNull: true, references: "nodes(id)", onDeleteCascade: true },
+        { name: "model_id", type: "text", notNull: true },
+        { name: "queue_depth", type: "int", notNull: true, default: "0" },
+      ],
+      primaryKey: ["node_id", "model_id"],
+    },
+    { index: "node_models_model", on: "node_models", columns: ["model_id"] },
+    { signal: "node_models_inserted", on: "node_models", event: "insert" },
+    { signal: "node_models_deleted", on: "node_models", event: "delete" },
+    {
+      table: "inflight",
+      columns: [
+        { name: "id", type: "text", primaryKey: true },
+        { name: "request_id", type: "text", notNull: true },
+        accountRef,
+        { name: "key_id", type: "text" },
+        { name: "model_id", type: "text", notNull: true },
+        { name: "node_id", type: "text", notNull: true },
+        { name: "reserved_nano", type: "int", notNull: true },
+        { name: "started_at", type: "int", notNull: true },
+      ],
+    },
+    { index: "inflight_account", on: "inflight", columns: ["account_id"] },
+    { index: "inflight_node", on: "inflight", columns: ["node_id"] },
+    {
+      table: "rate_buckets",
+      columns: [
+        { name: "scope", type: "text", primaryKey: true },
+        { name: "requests_limit", type: "int" },
+        { name: "requests_level", type: "real" },
+        { name: "tokens_limit", type: "int" },
+        { name: "tokens_level", type: "real" },
+        { name: "at", type: "int", notNull: true },
+      ],
+    },
+    {
+      table: "rate_running",
+      columns: [
+        { name: "scope", type: "text", notNull: true },
+        { name: "node_id", type: "text", notNull: true },
+        { name: "n", type: "int", notNull: true },
+      ],
+      primaryKey: ["scope", "node_id"],
+    },
+  ],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
-/** Applies the migrations after the file's `user_version`, each in its own transaction. */
+function tooNew(current: number): Error {
+  return new Error(
+    `database schema version ${current} is newer than this build understands (${SCHEMA_VERSION}); use a newer sluice`,
+  );
+}
+
+/** SQLite: applies the migrations after the file's `user_version`, each in its own transaction. */
 export function migrate(db: Database, target: number = SCHEMA_VERSION): void {
-  const current = (db.query("PRAGMA user_version").get() as { user_version: number }).user_version;
-  if (current > SCHEMA_VERSION) {
-    throw new Error(
-      `database schema version ${current} is newer than this build understands (${SCHEMA_VERSION}); use a newer sluice`,
-    );
-  }
+  const current = schemaVersion(db);
+  if (current > SCHEMA_VERSION) throw tooNew(current);
   for (let v = current; v < target; v++) {
     db.transaction(() => {
-      db.exec(MIGRATIONS[v]!);
+      for (const step of MIGRATIONS[v]!) for (const statement of renderStep(step, "sqlite")) db.exec(statement);
       db.exec(`PRAGMA user_version = ${v + 1}`);
     })();
   }
@@ -177,4 +270,31 @@ export function migrate(db: Database, target: number = SCHEMA_VERSION): void {
 
 export function schemaVersion(db: Database): number {
   return (db.query("PRAGMA user_version").get() as { user_version: number }).user_version;
+}
+
+// Any fixed number: nodes starting together take this lock, so one of them migrates and the
+// others find the work done.
+const MIGRATION_LOCK = 0x51_1c_e0_01;
+
+/** PostgreSQL: the same history, the version in a table of its own, each migration in a transaction. */
+export async function migratePostgres(sql: SQL, target: number = SCHEMA_VERSION): Promise<void> {
+  for (;;) {
+    const done = await sql.begin(async (tx) => {
+      await tx.unsafe(`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`);
+      await tx.unsafe("CREATE TABLE IF NOT EXISTS sluice_schema (version INTEGER NOT NULL)");
+      const current = await postgresSchemaVersion(tx);
+      if (current > SCHEMA_VERSION) throw tooNew(current);
+      if (current >= target) return true;
+      for (const step of MIGRATIONS[current]!) for (const statement of renderStep(step, "postgres")) await tx.unsafe(statement);
+      await tx.unsafe("DELETE FROM sluice_schema");
+      await tx.unsafe(`INSERT INTO sluice_schema (version) VALUES (${current + 1})`);
+      return false;
+    });
+    if (done) return;
+  }
+}
+
+export async function postgresSchemaVersion(sql: SQL): Promise<number> {
+  const rows = (await sql.unsafe("SELECT max(version) AS v FROM sluice_schema")) as { v: number | null }[];
+  return rows[0]?.v ?? 0;
 }

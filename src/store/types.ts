@@ -1,5 +1,8 @@
 // The store's interface: the rest of the program sees these records and operations, never SQL.
-// A second implementation (PostgreSQL, for several nodes) will implement the same interface.
+// Two implementations share it: SQLite (one file, one node) and PostgreSQL (several nodes). Every
+// operation that reaches the database is asynchronous; the few that a request needs on every call
+// (`keys.peek`, `limits.peekEffective`, `cacheGeneration`) answer from memory.
+import type { DialectName } from "./db.ts";
 
 export interface Account {
   id: number;
@@ -80,49 +83,59 @@ export interface UsageRow extends Required<Omit<UsageRecord, "metadata">> {
 }
 
 export interface AccountStore {
-  create(name: string): Account;
-  get(name: string): Account | null;
-  getById(id: number): Account | null;
-  list(): Account[];
+  create(name: string): Promise<Account>;
+  get(name: string): Promise<Account | null>;
+  getById(id: number): Promise<Account | null>;
+  list(): Promise<Account[]>;
 }
 
 export interface KeyStore {
   /** Returns the plain key once; only its hash is kept. */
-  create(accountId: number, label: string | null): { key: string; info: ApiKeyInfo };
+  create(accountId: number, label: string | null): Promise<{ key: string; info: ApiKeyInfo }>;
   /** The active (not revoked) key with this plain text, or null. */
-  authenticate(plainKey: string): ApiKeyInfo | null;
-  touch(keyId: string, at?: number): void;
-  list(accountId?: number): ApiKeyInfo[];
+  authenticate(plainKey: string): Promise<ApiKeyInfo | null>;
+  /**
+   * What `authenticate` would answer, from memory: the key, null for a text that cannot be a key,
+   * undefined when the answer is not cached (then call `authenticate`).
+   */
+  peek(plainKey: string): ApiKeyInfo | null | undefined;
+  /** Notes the key's last use (advisory: at most every 30 s per key; never rejects through the store's cache). */
+  touch(keyId: string, at?: number): Promise<void>;
+  list(accountId?: number): Promise<ApiKeyInfo[]>;
   /** False when there is no such key or it was already revoked. */
-  revoke(keyId: string, accountId?: number): boolean;
-  count(accountId: number): number;
+  revoke(keyId: string, accountId?: number): Promise<boolean>;
+  count(accountId: number): Promise<number>;
 }
 
 export interface CatalogStore {
-  /** Upserts the discovered models and marks the others as no longer present. */
-  sync(models: DiscoveredModel[]): { added: string[]; updated: string[]; missing: string[] };
-  get(id: string): CatalogModel | null;
-  list(): CatalogModel[];
-  /** Active and present: what the gateway serves. */
-  listServed(): CatalogModel[];
-  setStatus(id: string, status: "active" | "inactive"): boolean;
+  /**
+   * Upserts the discovered models. A store of one node marks the others as no longer present; a
+   * store shared by several nodes leaves them (another node may serve them) and keeps a load
+   * error of this node off a model that loads elsewhere.
+   */
+  sync(models: DiscoveredModel[]): Promise<{ added: string[]; updated: string[]; missing: string[] }>;
+  get(id: string): Promise<CatalogModel | null>;
+  list(): Promise<CatalogModel[]>;
+  /** What the gateway serves: active, loaded, and (shared store) registered by a live node. */
+  listServed(): Promise<CatalogModel[]>;
+  setStatus(id: string, status: "active" | "inactive"): Promise<boolean>;
   /** `cachedInputPerMTok`: undefined leaves it as it is; null charges cached prompt tokens the input price. */
-  setPrices(id: string, inputPerMTok: number, outputPerMTok: number, cachedInputPerMTok?: number | null): boolean;
+  setPrices(id: string, inputPerMTok: number, outputPerMTok: number, cachedInputPerMTok?: number | null): Promise<boolean>;
   /** Served models this account may use. */
-  listForAccount(accountId: number): CatalogModel[];
+  listForAccount(accountId: number): Promise<CatalogModel[]>;
   /** A served model this account may use, by exact id, or null. */
-  getForAccount(accountId: number, id: string): CatalogModel | null;
-  grant(accountId: number, modelId: string): void;
-  revoke(accountId: number, modelId: string): void;
-  grants(accountId: number): string[];
+  getForAccount(accountId: number, id: string): Promise<CatalogModel | null>;
+  grant(accountId: number, modelId: string): Promise<void>;
+  revoke(accountId: number, modelId: string): Promise<void>;
+  grants(accountId: number): Promise<string[]>;
   /** Lifts a restriction: the account sees every served model again, present and future. */
-  allowAll(accountId: number): void;
+  allowAll(accountId: number): Promise<void>;
 }
 
 export interface UsageStore {
-  record(row: UsageRecord): void;
-  list(accountId: number, opts?: { since?: number; until?: number; limit?: number }): UsageRow[];
-  countAll(): number;
+  record(row: UsageRecord): Promise<void>;
+  list(accountId: number, opts?: { since?: number; until?: number; limit?: number }): Promise<UsageRow[]>;
+  countAll(): Promise<number>;
 }
 
 export type Plan = "prepaid" | "unlimited";
@@ -163,16 +176,62 @@ export interface BillingSummary {
 }
 
 export interface BillingStore {
-  plan(accountId: number): Plan;
-  setPlan(accountId: number, plan: Plan): void;
-  balanceUsd(accountId: number): number;
-  /** Whether a request may start: unlimited plans always, prepaid ones while the balance is positive. */
-  hasCredit(accountId: number): boolean;
+  plan(accountId: number): Promise<Plan>;
+  setPlan(accountId: number, plan: Plan): Promise<void>;
+  balanceUsd(accountId: number): Promise<number>;
+  /** Unlimited plans always; prepaid ones while the balance, less the credit reserved by requests in flight, is positive. */
+  hasCredit(accountId: number): Promise<boolean>;
   /** Charges a finished request at the model's current prices; the entry, or null for an unknown model. */
-  charge(c: ChargeInput): LedgerEntry | null;
-  topUp(accountId: number, usd: number, note: string | null): LedgerEntry;
-  history(accountId: number, opts?: { since?: number; until?: number; limit?: number }): LedgerEntry[];
-  summary(accountId: number, since: number, until?: number): BillingSummary;
+  charge(c: ChargeInput): Promise<LedgerEntry | null>;
+  topUp(accountId: number, usd: number, note: string | null): Promise<LedgerEntry>;
+  history(accountId: number, opts?: { since?: number; until?: number; limit?: number }): Promise<LedgerEntry[]>;
+  summary(accountId: number, since: number, until?: number): Promise<BillingSummary>;
+}
+
+/** A chat request admitted and not yet recorded, with the credit reserved for it. */
+export interface InflightRequest {
+  id: string;
+  requestId: string;
+  accountId: number;
+  keyId: string | null;
+  modelId: string;
+  /** The node that generates it. */
+  nodeId: string;
+  reservedUsd: number;
+  startedAt: number;
+}
+
+export interface AdmitInput {
+  requestId: string;
+  accountId: number;
+  keyId: string | null;
+  modelId: string;
+  nodeId: string;
+  /** Worst case of the request, priced at the model's prices for the reservation. */
+  promptTokens: number;
+  completionTokens: number;
+}
+
+export interface InflightStore {
+  /**
+   * Admits a request: on a prepaid plan it reserves the request's worst-case price, and refuses
+   * (null) when the balance less the reservations already in flight is not positive. Serialised
+   * per account across nodes, so credit is never overspent by more than the reservations in flight.
+   */
+  admit(r: AdmitInput): Promise<InflightRequest | null>;
+  /**
+   * Records the request's usage row (and its charge unless `charge` is false) and ends its
+   * reservation, in one transaction. False, with nothing written, when the request was already
+   * ended (recorded as interrupted by a sweep): a request is recorded once.
+   */
+  finish(id: string, usage: UsageRecord, charge: boolean): Promise<boolean>;
+  /** Ends a request that never started generating (refused by the engine): no usage row. */
+  discard(id: string): Promise<void>;
+  /** Ends a request that cannot finish: a usage row with this status and no tokens, nothing charged. */
+  interrupt(id: string, status?: string): Promise<boolean>;
+  /** Interrupts every request in flight on a node not in `liveNodes` (its process is gone). */
+  sweep(liveNodes: string[]): Promise<number>;
+  list(accountId?: number): Promise<InflightRequest[]>;
 }
 
 export type UserRole = "member" | "operator";
@@ -192,11 +251,11 @@ export interface UserStore {
   /** The user whose email and password match, or null (same work either way: no user enumeration by timing). */
   verify(email: string, password: string): Promise<User | null>;
   setPassword(userId: number, password: string): Promise<void>;
-  get(id: number): User | null;
-  getByEmail(email: string): User | null;
-  list(accountId?: number): User[];
+  get(id: number): Promise<User | null>;
+  getByEmail(email: string): Promise<User | null>;
+  list(accountId?: number): Promise<User[]>;
   /** Deletes the user and its sessions. */
-  remove(userId: number): boolean;
+  remove(userId: number): Promise<boolean>;
 }
 
 export interface SessionInfo {
@@ -208,20 +267,20 @@ export interface SessionInfo {
 
 export interface SessionStore {
   /** A new session; the plain token goes into the cookie, only its hash is stored. */
-  create(userId: number, ttlMs: number): { token: string; session: SessionInfo };
+  create(userId: number, ttlMs: number): Promise<{ token: string; session: SessionInfo }>;
   /** The live session behind a cookie token, or null when unknown or expired. */
-  get(token: string): SessionInfo | null;
-  destroy(token: string): void;
-  destroyForUser(userId: number): void;
-  purgeExpired(now?: number): number;
+  get(token: string): Promise<SessionInfo | null>;
+  destroy(token: string): Promise<void>;
+  destroyForUser(userId: number): Promise<void>;
+  purgeExpired(now?: number): Promise<number>;
 }
 
 export interface SignInThrottleStore {
-  recordFailure(email: string, client: string, at?: number): void;
+  recordFailure(email: string, client: string, at?: number): Promise<void>;
   /** Failures since `since` for this email and for this client. */
-  failures(email: string, client: string, since: number): { email: number; client: number };
+  failures(email: string, client: string, since: number): Promise<{ email: number; client: number }>;
   /** Forgets an email's failures after a successful sign-in. */
-  clear(email: string): void;
+  clear(email: string): Promise<void>;
 }
 
 export interface DailyUsage {
@@ -244,8 +303,8 @@ export interface ModelUsage {
 }
 
 export interface UsageReportStore {
-  daily(accountId: number, since: number, until: number): DailyUsage[];
-  byModel(accountId: number, since: number, until: number): ModelUsage[];
+  daily(accountId: number, since: number, until: number): Promise<DailyUsage[]>;
+  byModel(accountId: number, since: number, until: number): Promise<ModelUsage[]>;
 }
 
 /** Per-minute and concurrency limits; null means no limit on that dimension. */
@@ -263,35 +322,124 @@ export interface RateLimitEntry extends RateLimits {
   updatedAt: number;
 }
 
+export type EffectiveLimits = Readonly<{ accountId: number; account: RateLimits | null; key: RateLimits | null }>;
+
 export interface LimitStore {
   /** The limits set for exactly this scope (the account when keyId is null), or null. */
-  get(accountId: number, keyId?: string | null): RateLimits | null;
+  get(accountId: number, keyId?: string | null): Promise<RateLimits | null>;
   /** Sets the scope's limits; all three null removes them. */
-  set(accountId: number, keyId: string | null, limits: RateLimits): void;
-  list(accountId?: number): RateLimitEntry[];
+  set(accountId: number, keyId: string | null, limits: RateLimits): Promise<void>;
+  list(accountId?: number): Promise<RateLimitEntry[]>;
   /** The account's and the key's limits for a request; cached, yet a change is seen on the next request. */
-  effective(accountId: number, keyId: string): { account: RateLimits | null; key: RateLimits | null };
+  effective(accountId: number, keyId: string): Promise<EffectiveLimits>;
+  /** `effective` from memory, or undefined when not cached. */
+  peekEffective(accountId: number, keyId: string): EffectiveLimits | undefined;
 }
 
-export interface Store {
+/** One rate-limited scope of a request: an account or a key, with its limits. */
+export interface LimitScope {
+  /** "account:1" or "key:key_…": counters are kept per scope. */
+  id: string;
+  limits: RateLimits;
+}
+
+export interface DimensionState {
+  limit: number;
+  remaining: number;
+  /** Until the bucket is full again. */
+  resetMs: number;
+}
+
+export interface RateState {
+  requests: DimensionState | null;
+  tokens: DimensionState | null;
+}
+
+export type RateRefusal = {
+  ok: false;
+  dimension: "requests" | "tokens" | "concurrency";
+  scope: string;
+  limit: number;
+  retryAfterMs: number;
+  state: RateState;
+};
+
+export type RateAdmission = { ok: true; state: RateState } | RateRefusal;
+
+/**
+ * Rate-limit counters kept in the database, for limits that hold across nodes: token buckets per
+ * scope, and the requests each node runs per scope (a dead node's count stops counting).
+ */
+export interface RateStore {
+  admit(nodeId: string, scopes: readonly LimitScope[], estimatedTokens: number, hold: boolean): Promise<RateAdmission>;
+  /** Gives back what a request estimated and did not use. */
+  settle(scopeIds: readonly string[], estimatedTokens: number, actualTokens: number): Promise<void>;
+  /** Frees the concurrency slot a held admission took on this node. */
+  release(nodeId: string, scopeIds: readonly string[]): Promise<void>;
+  /** Forgets the running counts of nodes not in `liveNodes`. */
+  sweep(liveNodes: string[]): Promise<number>;
+}
+
+export interface NodeModel {
+  id: string;
+  /** Requests queued or running for the model on that node, as last reported. */
+  queueDepth: number;
+}
+
+export interface NodeInfo {
+  id: string;
+  /** How other nodes reach it (its --node-url). */
+  url: string;
+  version: string;
+  startedAt: number;
+  heartbeatAt: number;
+  /** The node counts as dead from then on unless its heartbeat moves it. */
+  expiresAt: number;
+  models: NodeModel[];
+}
+
+export interface NodeStore {
+  /** Registers or refreshes this node and the models it serves; the registration is good for ttlMs. */
+  heartbeat(node: { id: string; url: string; version: string; startedAt: number }, models: NodeModel[], ttlMs: number): Promise<void>;
+  /** Nodes whose heartbeat has not expired, with their models, by id. */
+  live(): Promise<NodeInfo[]>;
+  /** Removes a node and its models (clean shutdown). */
+  remove(nodeId: string): Promise<void>;
+  /** Removes the nodes whose heartbeat expired; their ids. */
+  sweep(): Promise<string[]>;
+}
+
+/** The table families, as a transaction sees them too. */
+export interface StoreTables {
   accounts: AccountStore;
   limits: LimitStore;
   keys: KeyStore;
   catalog: CatalogStore;
   usage: UsageStore;
   billing: BillingStore;
+  inflight: InflightStore;
   users: UserStore;
   sessions: SessionStore;
   signIns: SignInThrottleStore;
   usageReports: UsageReportStore;
+  rates: RateStore;
+  nodes: NodeStore;
+}
+
+export interface Store extends StoreTables {
+  /** sqlite: one node's file; postgres: shared by several nodes. */
+  readonly kind: DialectName;
+  /** The SQLite file, or the PostgreSQL URL without its password. */
+  readonly location: string;
   /**
-   * A number that changes whenever keys, rate limits, the catalog, model access or accounts change
-   * (in any process using the file): what a cache of those checks to stay exact.
+   * A number that changes whenever keys, rate limits, the catalog, model access, accounts or the
+   * models of live nodes change (in any process or node using the database): what a cache of those
+   * checks to stay exact. Synchronous and cheap: it is read on every request.
    */
   cacheGeneration(): number;
-  /** True while the underlying database answers. */
-  healthy(): boolean;
+  /** True while the database answers. */
+  healthy(): Promise<boolean>;
   /** Runs fn in one transaction: all of its writes land, or none. */
-  atomically<T>(fn: () => T): T;
-  close(): void;
+  atomically<T>(fn: (tx: StoreTables) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
 }

@@ -1,5 +1,5 @@
-import type { Database } from "bun:sqlite";
-import type { UsageRow, UsageStore } from "./types.ts";
+import type { Db } from "./db.ts";
+import type { UsageRecord, UsageRow, UsageStore } from "./types.ts";
 
 interface Row {
   id: number;
@@ -37,41 +37,42 @@ const toRow = (r: Row): UsageRow => ({
   createdAt: r.created_at,
 });
 
-export function usageStore(db: Database): UsageStore {
-  const insert = db.query(
+/** Writes one usage row (also inside a transaction of inflight.ts). */
+export async function insertUsage(db: Db, u: UsageRecord): Promise<void> {
+  await db.run(
     `INSERT INTO usage (request_id, account_id, key_id, model_id, prompt_tokens, completion_tokens, cached_tokens,
-       reasoning_tokens, latency_ms, status, finish_reason, user, metadata, created_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       reasoning_tokens, latency_ms, status, finish_reason, "user", metadata, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+    [
+      u.requestId,
+      u.accountId,
+      u.keyId,
+      u.modelId,
+      u.promptTokens,
+      u.completionTokens,
+      u.cachedTokens ?? 0,
+      u.reasoningTokens ?? 0,
+      Math.round(u.latencyMs),
+      u.status,
+      u.finishReason,
+      u.user,
+      u.metadata ? JSON.stringify(u.metadata) : null,
+      u.createdAt ?? Date.now(),
+    ],
   );
-  const list = db.query<Row, [number, number, number, number]>(
-    `SELECT * FROM usage WHERE account_id = ? AND created_at >= ? AND created_at < ?
-     ORDER BY created_at DESC, id DESC LIMIT ?`,
-  );
-  const count = db.query<{ n: number }, []>("SELECT count(*) AS n FROM usage");
+}
+
+export function usageStore(db: Db): UsageStore {
   return {
-    record(u) {
-      insert.run(
-        u.requestId,
-        u.accountId,
-        u.keyId,
-        u.modelId,
-        u.promptTokens,
-        u.completionTokens,
-        u.cachedTokens ?? 0,
-        u.reasoningTokens ?? 0,
-        Math.round(u.latencyMs),
-        u.status,
-        u.finishReason,
-        u.user,
-        u.metadata ? JSON.stringify(u.metadata) : null,
-        u.createdAt ?? Date.now(),
-      );
-    },
-    list(accountId, opts = {}) {
-      return list
-        .all(accountId, opts.since ?? 0, opts.until ?? Number.MAX_SAFE_INTEGER, opts.limit ?? 1000)
-        .map(toRow);
-    },
-    countAll: () => count.get()!.n,
+    record: (u) => insertUsage(db, u),
+    list: async (accountId, opts = {}) =>
+      (
+        await db.all<Row>(
+          `SELECT * FROM usage WHERE account_id = $1 AND created_at >= $2 AND created_at < $3
+           ORDER BY created_at DESC, id DESC LIMIT $4`,
+          [accountId, opts.since ?? 0, opts.until ?? Number.MAX_SAFE_INTEGER, opts.limit ?? 1000],
+        )
+      ).map(toRow),
+    countAll: async () => (await db.get<{ n: number }>("SELECT count(*) AS n FROM usage"))!.n,
   };
 }

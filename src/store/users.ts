@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "./db.ts";
 import type { User, UserRole, UserStore } from "./types.ts";
 
 interface UserRow {
@@ -32,18 +32,10 @@ function checkPassword(password: string) {
 
 const hashPassword = (password: string) => Bun.password.hash(password, { algorithm: "argon2id" });
 
-export function userStore(db: Database): UserStore {
-  const insert = db.query<{ id: number }, [number, string, string, UserRole, number]>(
-    "INSERT INTO users (account_id, email, password_hash, role, created_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
-  );
-  const byId = db.query<UserRow, [number]>(`${SELECT} WHERE u.id = ?`);
-  const byEmail = db.query<UserRow, [string]>(`${SELECT} WHERE u.email = ?`);
-  const all = db.query<UserRow, []>(`${SELECT} ORDER BY u.id`);
-  const forAccount = db.query<UserRow, [number]>(`${SELECT} WHERE u.account_id = ? ORDER BY u.id`);
-  const setHash = db.query("UPDATE users SET password_hash = ? WHERE id = ?");
-  const remove = db.query("DELETE FROM users WHERE id = ?");
-  const removeSessions = db.query("DELETE FROM sessions WHERE user_id = ?");
-  const accountExists = db.query<{ id: number }, [number]>("SELECT id FROM accounts WHERE id = ?");
+export function userStore(db: Db): UserStore {
+  const byId = (id: number) => db.get<UserRow>(`${SELECT} WHERE u.id = $1`, [id]);
+  // Compared lower-cased: the column is NOCASE in SQLite and has a unique index on lower(email) in PostgreSQL.
+  const byEmail = (email: string) => db.get<UserRow>(`${SELECT} WHERE lower(u.email) = $1`, [email.trim().toLowerCase()]);
   // Verifying against this when the email is unknown costs the same as a real check.
   let dummyHash: Promise<string> | null = null;
 
@@ -53,14 +45,17 @@ export function userStore(db: Database): UserStore {
       if (!EMAIL.test(e)) throw new Error(`invalid email address ${JSON.stringify(email)}`);
       if (role !== "member" && role !== "operator") throw new Error(`unknown role ${JSON.stringify(role)}`);
       checkPassword(password);
-      if (!accountExists.get(accountId)) throw new Error(`no account with id ${accountId}`);
-      if (byEmail.get(e)) throw new Error(`a user with email ${e} already exists`);
+      if (!(await db.get("SELECT id FROM accounts WHERE id = $1", [accountId]))) throw new Error(`no account with id ${accountId}`);
+      if (await byEmail(e)) throw new Error(`a user with email ${e} already exists`);
       const hash = await hashPassword(password);
-      const { id } = insert.get(accountId, e, hash, role, Date.now())!;
-      return toUser(byId.get(id)!);
+      const { id } = (await db.get<{ id: number }>(
+        "INSERT INTO users (account_id, email, password_hash, role, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        [accountId, e, hash, role, Date.now()],
+      ))!;
+      return toUser((await byId(id))!);
     },
     async verify(email, password) {
-      const r = byEmail.get(email.trim());
+      const r = await byEmail(email);
       if (!r) {
         dummyHash ??= hashPassword("not-a-real-password-" + crypto.randomUUID());
         await Bun.password.verify(password, await dummyHash);
@@ -70,23 +65,31 @@ export function userStore(db: Database): UserStore {
     },
     async setPassword(userId, password) {
       checkPassword(password);
-      if (!byId.get(userId)) throw new Error(`no user with id ${userId}`);
-      setHash.run(await hashPassword(password), userId);
-      // A new password ends every session opened with the old one.
-      removeSessions.run(userId);
+      if (!(await byId(userId))) throw new Error(`no user with id ${userId}`);
+      const hash = await hashPassword(password);
+      await db.transaction(async (tx) => {
+        await tx.run("UPDATE users SET password_hash = $1 WHERE id = $2", [hash, userId]);
+        // A new password ends every session opened with the old one.
+        await tx.run("DELETE FROM sessions WHERE user_id = $1", [userId]);
+      });
     },
-    get: (id) => {
-      const r = byId.get(id);
+    async get(id) {
+      const r = await byId(id);
       return r ? toUser(r) : null;
     },
-    getByEmail: (email) => {
-      const r = byEmail.get(email.trim());
+    async getByEmail(email) {
+      const r = await byEmail(email);
       return r ? toUser(r) : null;
     },
-    list: (accountId) => (accountId === undefined ? all.all() : forAccount.all(accountId)).map(toUser),
-    remove: db.transaction((userId: number) => {
-      removeSessions.run(userId);
-      return remove.run(userId).changes > 0;
-    }),
+    list: async (accountId) =>
+      (accountId === undefined
+        ? await db.all<UserRow>(`${SELECT} ORDER BY u.id`)
+        : await db.all<UserRow>(`${SELECT} WHERE u.account_id = $1 ORDER BY u.id`, [accountId])
+      ).map(toUser),
+    remove: (userId) =>
+      db.transaction(async (tx) => {
+        await tx.run("DELETE FROM sessions WHERE user_id = $1", [userId]);
+        return (await tx.run("DELETE FROM users WHERE id = $1", [userId])) > 0;
+      }),
   };
 }

@@ -10,6 +10,7 @@ import { adminRoutes } from "./pages/admin.ts";
 import { apiRoutes } from "./pages/api.ts";
 import { billingRoutes } from "./pages/billing.ts";
 import { errorPage, notFoundPage } from "./pages/errors.ts";
+import { hubPullRoutes } from "./pages/hub-pull.ts";
 import { integrationRoutes } from "./pages/integrations.ts";
 import { keyRoutes } from "./pages/keys.ts";
 import { modelRoutes } from "./pages/models.ts";
@@ -25,17 +26,17 @@ export interface Workspace {
   fetch(request: Request, client?: string | null): Promise<Response>;
 }
 
-const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...apiRoutes].map(compile);
+const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
   const { store, log } = opts;
 
-  function signedIn(request: Request): { user: User; session: SessionInfo } | null {
+  async function signedIn(request: Request): Promise<{ user: User; session: SessionInfo } | null> {
     const token = cookies(request).get(SESSION_COOKIE);
     if (!token) return null;
-    const session = store.sessions.get(token);
+    const session = await store.sessions.get(token);
     if (!session) return null;
-    const user = store.users.get(session.userId);
+    const user = await store.users.get(session.userId);
     return user ? { user, session } : null;
   }
 
@@ -66,7 +67,7 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
       field: () => "",
       fields: () => [],
     };
-    const who = signedIn(request);
+    const who = await signedIn(request);
 
     if (path === "/") return redirect(who ? `${BASE}/keys` : `${BASE}/signin`);
 

@@ -12,8 +12,32 @@ export interface WorkspaceOptions {
   sessionTtlMs?: number;
   /** Sign-in throttling: failures allowed per email and per client within the window. */
   throttle?: { windowMs: number; perEmail: number; perClient: number };
+  /** Pulls from the Hugging Face Hub for the admin page; absent: the page does not offer them. */
+  hubPulls?: HubPullService;
   /** A CLI command line that acts on this server's data, as its operator would type it (default: without --data). */
   command?: (...words: string[]) => string;
+}
+
+/** A pull the server runs for the admin page, as the page shows it. */
+export interface HubPullStatus {
+  id: string;
+  repo: string;
+  revision: string;
+  dtype: string;
+  modelId: string;
+  state: "running" | "done" | "failed";
+  message: string;
+  error: string | null;
+  bytesDone: number;
+  bytesTotal: number;
+  file: string | null;
+}
+
+export interface HubPullService {
+  /** Throws an Error whose message says what is wrong with the request. */
+  start(req: { repo: string; revision?: string; dtype?: string }): HubPullStatus;
+  get(id: string): HubPullStatus | null;
+  list(): HubPullStatus[];
 }
 
 /** The command line a page shows an operator for a CLI command. */

@@ -96,20 +96,20 @@ describe("models", () => {
   });
 
   test("a revoked key stops working on the next request", async () => {
-    const account = server.store.accounts.get("local")!;
-    const { key, info } = server.store.keys.create(account.id, "short-lived");
+    const account = (await server.store.accounts.get("local"))!;
+    const { key, info } = await server.store.keys.create(account.id, "short-lived");
     const c = new OpenAI({ apiKey: key, baseURL: `${server.url}/v1`, maxRetries: 0 });
     expect((await c.models.list()).data.length).toBe(2);
-    expect(server.store.keys.revoke(info.id)).toBe(true);
+    expect((await server.store.keys.revoke(info.id))).toBe(true);
     await rejectsWith(c.models.list(), OpenAI.AuthenticationError);
   });
 
   test("an account restricted by the operator sees only its grants", async () => {
-    const acct = server.store.accounts.create("restricted");
-    const { key } = server.store.keys.create(acct.id, null);
+    const acct = await server.store.accounts.create("restricted");
+    const { key } = await server.store.keys.create(acct.id, null);
     const c = new OpenAI({ apiKey: key, baseURL: `${server.url}/v1`, maxRetries: 0 });
     expect((await c.models.list()).data.length).toBe(2);
-    server.store.catalog.revoke(acct.id, "sluice/other-2");
+    await server.store.catalog.revoke(acct.id, "sluice/other-2");
     expect((await c.models.list()).data.map((m) => m.id)).toEqual([SLASHED]);
     await rejectsWith(c.models.retrieve("sluice/other-2"), OpenAI.NotFoundError);
     const res = await fetch(`${server.url}/v1/chat/completions`, {
@@ -118,18 +118,18 @@ describe("models", () => {
       body: JSON.stringify({ model: "sluice/other-2", messages: [{ role: "user", content: "hi" }] }),
     });
     await expectError(res, 404, "model_not_found", "model");
-    server.store.catalog.grant(acct.id, "sluice/other-2");
+    await server.store.catalog.grant(acct.id, "sluice/other-2");
     expect((await c.models.list()).data.length).toBe(2);
   });
 
   test("a disabled model disappears from listings and integrations", async () => {
-    server.store.catalog.setStatus("sluice/other-2", "inactive");
+    await server.store.catalog.setStatus("sluice/other-2", "inactive");
     try {
       expect((await client.models.list()).data.map((m) => m.id)).toEqual([SLASHED]);
       const integ = (await (await fetch(`${server.url}/v1/integrations`)).json()) as { models: string[] };
       expect(integ.models).toEqual([SLASHED]);
     } finally {
-      server.store.catalog.setStatus("sluice/other-2", "active");
+      await server.store.catalog.setStatus("sluice/other-2", "active");
     }
   });
 });
@@ -265,7 +265,7 @@ describe("catalog synchronisation", () => {
     rmSync(added, { recursive: true, force: true });
     await server.syncCatalog();
     expect((await client.models.list()).data.map((m) => m.id)).not.toContain("late/arrival-0.1");
-    expect(server.store.catalog.get("late/arrival-0.1")?.present).toBe(false);
+    expect((await server.store.catalog.get("late/arrival-0.1"))?.present).toBe(false);
   });
 
   test("a directory that cannot be loaded is reported and left out; the server keeps serving", async () => {
@@ -273,7 +273,7 @@ describe("catalog synchronisation", () => {
     await syntheticModel(models.path, "broken/model", { preset: "tiny-bytes", seed: 4, id: "broken/model" });
     await Bun.write(join(broken, "onnx", "model.onnx"), "not an onnx file");
     await server.syncCatalog();
-    const entry = server.store.catalog.get("broken/model");
+    const entry = await server.store.catalog.get("broken/model");
     expect(entry?.loadError).toBeTruthy();
     expect((await client.models.list()).data.map((m) => m.id)).not.toContain("broken/model");
     expect((await fetch(`${server.url}/health`)).status).toBe(200);

@@ -41,14 +41,22 @@ test("kill -9 under load loses no usage row of a completed response", async () =
     await Promise.all(workers);
     expect(completed.length).toBeGreaterThan(5);
     const store = openSqliteStore(join(data.path, "sluice.db"));
-    const rows = new Set(store.usage.list(store.accounts.get("local")!.id, { limit: 100000 }).map((r) => r.requestId));
-    store.close();
+    const rows = new Set((await store.usage.list((await store.accounts.get("local"))!.id, { limit: 100000 })).map((r) => r.requestId));
+    const leftInFlight = (await store.inflight.list()).map((r) => r.requestId);
+    await store.close();
     const missing = completed.filter((id) => !rows.has(id));
     expect(missing).toEqual([]);
-    // And the server restarts on the same file.
+    // And the server restarts on the same file; what the killed process left in flight is then
+    // recorded as interrupted, once (not billed).
     const again = await startProcess(data.path, models.path);
     expect((await fetch(`${again.url}/ready`)).status).toBe(200);
     expect(await again.stop()).toBe(0);
+    const after = openSqliteStore(join(data.path, "sluice.db"));
+    expect(await after.inflight.list()).toEqual([]);
+    const all = await after.usage.list((await after.accounts.get("local"))!.id, { limit: 100000 });
+    for (const id of leftInFlight) expect(all.filter((r) => r.requestId === id).map((r) => r.status)).toEqual(["interrupted"]);
+    expect(new Set(all.map((r) => r.requestId)).size).toBe(all.length);
+    await after.close();
   } finally {
     data.remove();
     models.remove();

@@ -37,11 +37,11 @@ test("stop(): drain to the deadline, end streams with [DONE], record usage, clos
     expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
     expect(text).toContain('"usage":{"prompt_tokens"');
     const store = openSqliteStore(join(server.dataDir, "sluice.db"));
-    const row = store.usage.list(store.accounts.get("local")!.id).find((r) => r.requestId === "long-1");
+    const row = (await store.usage.list((await store.accounts.get("local"))!.id)).find((r) => r.requestId === "long-1");
     store.close();
     expect(row?.status).toBe("interrupted");
     expect(row!.completionTokens).toBeGreaterThan(0);
-    expect(server.store.healthy()).toBe(false);
+    expect((await server.store.healthy())).toBe(false);
   } finally {
     await server.cleanup();
     models.remove();

@@ -61,10 +61,10 @@ describe("sluice CLI", () => {
     expect(JSON.parse(r.out).map((a: { name: string }) => a.name)).toContain("acme");
   });
 
-  test("models: enable, disable, grant, revoke, price", () => {
+  test("models: enable, disable, grant, revoke, price", async () => {
     const store = openSqliteStore(join(data.path, "sluice.db"));
     const m = (id: string) => ({ id, displayName: id, contextLength: 256, sourceDir: "/x", supportsImages: false, supportsTools: false, supportsStructured: false, ownedBy: "t", loadError: null });
-    store.catalog.sync([m("t/one-1.0"), m("t/two")]);
+    await store.catalog.sync([m("t/one-1.0"), m("t/two")]);
     store.close();
     expect(sluice(["models", "disable", "t/one-1.0", ...d()]).code).toBe(0);
     let list = JSON.parse(sluice(["models", "list", "--json", ...d()]).out) as { id: string; status: string; served: string }[];
@@ -75,14 +75,14 @@ describe("sluice CLI", () => {
     expect(revoked.code).toBe(0);
     expect(revoked.out).toContain("t/one-1.0");
     const check = openSqliteStore(join(data.path, "sluice.db"));
-    const acme = check.accounts.get("acme")!;
-    expect(check.catalog.listForAccount(acme.id).map((x) => x.id)).toEqual(["t/one-1.0"]);
+    const acme = (await check.accounts.get("acme"))!;
+    expect((await check.catalog.listForAccount(acme.id)).map((x) => x.id)).toEqual(["t/one-1.0"]);
     check.close();
     expect(sluice(["models", "grant", "t/two", "--account", "acme", ...d()]).code).toBe(0);
     expect(sluice(["models", "grant", "t/two", "--account", "nobody", ...d()]).code).toBe(2);
     expect(sluice(["models", "allow-all", "--account", "acme", ...d()]).code).toBe(0);
     const lifted = openSqliteStore(join(data.path, "sluice.db"));
-    expect(lifted.accounts.get("acme")!.modelAccess).toBe("all");
+    expect((await lifted.accounts.get("acme"))!.modelAccess).toBe("all");
     lifted.close();
     expect(sluice(["models", "price", "t/two", "--input", "0.5", "--output", "2", ...d()]).code).toBe(0);
     expect(sluice(["models", "price", "t/two", "--input", "-1", "--output", "2", ...d()]).code).toBe(2);

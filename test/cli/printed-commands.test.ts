@@ -11,29 +11,42 @@ import { openSqliteStore } from "../../src/store/index.ts";
 import { hasStories, REPO, STORIES_DIR, tempDir } from "../helpers/paths.ts";
 import { writeStoriesHfCheckpoint } from "../modelkit/hf-fixtures.ts";
 import { bannerCommands, hintIn, markdownCommands, readBanner, runPrinted, type Ran } from "../helpers/printed-commands.ts";
+import { buildHubRepos, STORIES_REPO, type HubFixtures } from "../helpers/hub-repos.ts";
+import { startHubServer, type HubServer } from "../helpers/hub-server.ts";
 
 const PASSWORD = "a long enough password\n";
 const STORIES_ID = "karpathy/stories260k";
 const HF_DIR = "Qwen3-0.6B";
 const HF_EXAMPLE_ID = "qwen/qwen3-0.6b-q4";
+/** The README's models pull example, answered by a local Hub with stories260K standing in. */
+const PULL_EXAMPLE_REPO = "onnx-community/Qwen3-0.6B-ONNX";
 if (!hasStories) console.log(`printed commands: the README's model imports are skipped: ${STORIES_DIR} is absent`);
 
 let dir: ReturnType<typeof tempDir>;
 let env: Record<string, string>;
+let hubFixtures: HubFixtures | null = null;
+let hub: HubServer | null = null;
 
-beforeAll(() => {
+beforeAll(async () => {
   dir = tempDir("sluice-first-run-");
   symlinkSync(join(REPO, "sluice"), join(dir.path, "sluice"));
   if (hasStories) {
     for (const f of ["stories260K.bin", "tok512.bin"]) symlinkSync(join(STORIES_DIR, f), join(dir.path, f));
     // The README's Hugging Face example names ./Qwen3-0.6B: stories260K written as an HF checkpoint stands in.
     writeStoriesHfCheckpoint(STORIES_DIR, join(dir.path, HF_DIR));
+    hubFixtures = await buildHubRepos();
+    const stories = hubFixtures.repos.find((r) => r.id === STORIES_REPO)!;
+    hub = startHubServer([{ ...stories, id: PULL_EXAMPLE_REPO }]);
   }
   mkdirSync(join(dir.path, "home"));
   // Port 0: the README's 8080 may be taken on a shared machine; the banner says which port it got.
   env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: join(dir.path, "home"), LANG: "C.UTF-8", SLUICE_PORT: "0" };
 });
-afterAll(() => dir?.remove());
+afterAll(() => {
+  hub?.stop();
+  hubFixtures?.remove();
+  dir?.remove();
+});
 
 const run = (line: string, stdin?: string) => runPrinted(line, dir.path, env, stdin);
 
@@ -137,18 +150,18 @@ async function walkReadme(server: Serving) {
   const commands = [...new Set(markdownCommands(readFileSync(join(REPO, "README.md"), "utf8"), "./sluice"))];
   let users = 0;
   let lastUser = "";
-  const keyId = () => {
+  const keyId = async () => {
     const store = openSqliteStore(join(dir.path, "data", "sluice.db"));
     try {
-      return store.keys.list(store.accounts.get("acme")!.id)[0]!.id;
+      return (await store.keys.list((await store.accounts.get("acme"))!.id))[0]!.id;
     } finally {
-      store.close();
+      await store.close();
     }
   };
   const ran: string[] = [];
   for (const printed of commands) {
     if (printed === "./sluice serve") continue; // running: this is the server under test
-    if (printed.includes("models import") && !hasStories) continue;
+    if ((printed.includes("models import") || printed.includes("models pull")) && !hasStories) continue;
     let line = printed
       .replace("http://127.0.0.1:8080", server.url)
       .replace("sk-sluice-…", firstKey)
@@ -158,15 +171,19 @@ async function walkReadme(server: Serving) {
       .replace(/\bEMAIL\b/g, lastUser)
       .replace(/\bDIR --id MODEL --out models\/MODEL/, `./${HF_DIR} --id ${STORIES_ID}-hf --out models/${STORIES_ID}-hf`)
       .replace(/--id MODEL --out models\/MODEL/, `--id ${STORIES_ID} --out models/${STORIES_ID}`)
+      .replace(/\bREPO\b/g, PULL_EXAMPLE_REPO)
       .replace(/\bMODEL\b/g, "sluice/demo")
       .replace(/\bNAME\b/g, "acme")
       .replace(/\bLABEL\b/g, "laptop")
       .replace(/\bUSD\b/g, "0.5")
       .replace(/\bN\b/g, "60")
       .replace("CHECKPOINT TOKENIZER", "stories260K.bin tok512.bin");
-    if (line.includes("KEY_ID")) line = line.replace("KEY_ID", keyId());
-    expect(line).not.toMatch(/\b(NAME|MODEL|KEY_ID|EMAIL|LABEL|USD|PID|CHECKPOINT|TOKENIZER|DIR)\b|…/);
-    const r = ok(line, await run(line, line.includes("--password-stdin") ? PASSWORD : undefined));
+    if (line.includes("KEY_ID")) line = line.replace("KEY_ID", await keyId());
+    expect(line).not.toMatch(/\b(NAME|MODEL|KEY_ID|EMAIL|LABEL|USD|PID|CHECKPOINT|TOKENIZER|DIR|REPO)\b|…/);
+    // A pull asks the local Hub (HF_ENDPOINT), as an operator's asks huggingface.co.
+    const r = line.includes("models pull")
+      ? ok(line, await runPrinted(line, dir.path, { ...env, HF_ENDPOINT: hub!.url }))
+      : ok(line, await run(line, line.includes("--password-stdin") ? PASSWORD : undefined));
     ran.push(line);
     if (line.startsWith("curl ") && line.includes("chat/completions")) {
       expect(JSON.parse(r.out).choices[0].message.content).toBeString();
@@ -189,6 +206,6 @@ async function walkReadme(server: Serving) {
   }
   expect(ran.some((l) => l.startsWith("curl "))).toBe(true);
   if (hasStories) {
-    for (const id of [STORIES_ID, `${STORIES_ID}-hf`, HF_EXAMPLE_ID]) expect(existsSync(join(dir.path, "models", id, "sluice.json"))).toBe(true);
+    for (const id of [STORIES_ID, `${STORIES_ID}-hf`, HF_EXAMPLE_ID, PULL_EXAMPLE_REPO]) expect(existsSync(join(dir.path, "models", id, "sluice.json"))).toBe(true);
   }
 }

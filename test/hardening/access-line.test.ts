@@ -18,7 +18,7 @@ test("GET /v1/models: one line with the request id, route, path, status, latency
   expect(lines).toHaveLength(1);
   const line = lines[0]!;
   expect(Object.keys(line)).toEqual(["time", "level", "msg", "request_id", "method", "route", "path", "status", "latency_ms", "account_id"]);
-  expect(line).toMatchObject({ level: "info", msg: "request", method: "GET", route: "/v1/models", path: "/v1/models", status: 200, account_id: h.store.accounts.get("local")!.id });
+  expect(line).toMatchObject({ level: "info", msg: "request", method: "GET", route: "/v1/models", path: "/v1/models", status: 200, account_id: (await h.store.accounts.get("local"))!.id });
   expect(typeof line.latency_ms).toBe("number");
   expect(Number.isNaN(Date.parse(line.time as string))).toBe(false);
   // The same shape as the line of a route served through Elysia.

@@ -19,7 +19,7 @@ test("access log: one line per request with its id, route, status, latency and a
   await fetch(`${h.url}/nope/../../etc/passwd`);
   const lines = h.logs.filter((l) => l.msg === "request");
   const chat = lines.find((l) => l.request_id === "log-1")!;
-  expect(chat).toMatchObject({ method: "POST", route: "/v1/chat/completions", status: 200, account_id: h.store.accounts.get("local")!.id, level: "info" });
+  expect(chat).toMatchObject({ method: "POST", route: "/v1/chat/completions", status: 200, account_id: (await h.store.accounts.get("local"))!.id, level: "info" });
   expect(typeof chat.latency_ms).toBe("number");
   const unauthorized = lines.find((l) => l.route === "/v1/models" && l.status === 401)!;
   expect(unauthorized.account_id).toBeNull();

@@ -10,7 +10,7 @@ let h: Harness;
 let accountId: number;
 beforeAll(async () => {
   h = await startHarness();
-  accountId = h.store.accounts.get("local")!.id;
+  accountId = (await h.store.accounts.get("local"))!.id;
 });
 afterAll(() => h.cleanup());
 
@@ -33,7 +33,7 @@ test("local is unlimited by default: no x-ratelimit headers, no refusals", async
 });
 
 test("requests per minute: headers count down, then 429 with Retry-After", async () => {
-  h.store.limits.set(accountId, null, { ...none, requestsPerMinute: 3 });
+  await h.store.limits.set(accountId, null, { ...none, requestsPerMinute: 3 });
   const seen: string[] = [];
   for (let i = 0; i < 3; i++) {
     const res = await models();
@@ -48,12 +48,12 @@ test("requests per minute: headers count down, then 429 with Retry-After", async
   await expect429(refused, /requests per minute/);
   // Chats count against the same allowance.
   await expect429(await h.chat({ max_tokens: 1 }), /requests per minute/);
-  h.store.limits.set(accountId, null, none);
+  await h.store.limits.set(accountId, null, none);
   expect((await models()).status).toBe(200);
 });
 
 test("tokens per minute: the prompt estimate plus max_tokens is admitted, then settled with the real count", async () => {
-  h.store.limits.set(accountId, null, { ...none, tokensPerMinute: 1000 });
+  await h.store.limits.set(accountId, null, { ...none, tokensPerMinute: 1000 });
   const first = await h.chat({ max_tokens: 150, temperature: 0 });
   expect(first.status).toBe(200);
   expect(first.headers.get("x-ratelimit-limit-tokens")).toBe("1000");
@@ -69,11 +69,11 @@ test("tokens per minute: the prompt estimate plus max_tokens is admitted, then s
   await second.text();
   // An estimate that cannot fit what is left is refused before it runs.
   await expect429(await h.chat({ max_tokens: 995 }), /tokens per minute/);
-  h.store.limits.set(accountId, null, none);
+  await h.store.limits.set(accountId, null, none);
 });
 
 test("concurrency: a second stream is refused while the first runs; the slot is freed when it ends", async () => {
-  h.store.limits.set(accountId, null, { ...none, maxConcurrent: 1 });
+  await h.store.limits.set(accountId, null, { ...none, maxConcurrent: 1 });
   const long = await h.chat({ max_tokens: 2000, stream: true, logit_bias: h.noEos });
   expect(long.status).toBe(200);
   const reader = long.body!.getReader();
@@ -90,28 +90,28 @@ test("concurrency: a second stream is refused while the first runs; the slot is 
     if (!ok) await Bun.sleep(20);
   }
   expect(ok).toBe(true);
-  h.store.limits.set(accountId, null, none);
+  await h.store.limits.set(accountId, null, none);
 });
 
 test("a key's own limit applies on top of its account's; other keys are unaffected", async () => {
-  const other = h.store.keys.create(accountId, "limited");
-  h.store.limits.set(accountId, other.info.id, { ...none, requestsPerMinute: 1 });
+  const other = await h.store.keys.create(accountId, "limited");
+  await h.store.limits.set(accountId, other.info.id, { ...none, requestsPerMinute: 1 });
   expect((await models(other.key)).status).toBe(200);
   await expect429(await models(other.key), /this API key/);
   expect((await models()).status).toBe(200);
 });
 
 test("a limit set and a key revoked through another connection (the CLI) apply on the next request", async () => {
-  const fresh = h.store.keys.create(accountId, "to revoke");
+  const fresh = await h.store.keys.create(accountId, "to revoke");
   expect((await models(fresh.key)).status).toBe(200);
   expect((await models(fresh.key)).status).toBe(200); // now cached
   const cli = openSqliteStore(join(h.dataDir, "sluice.db"));
   try {
-    cli.limits.set(accountId, null, { ...none, requestsPerMinute: 1 });
+    await cli.limits.set(accountId, null, { ...none, requestsPerMinute: 1 });
     const a = await models();
     expect(a.headers.get("x-ratelimit-limit-requests")).toBe("1");
-    cli.limits.set(accountId, null, none);
-    expect(cli.keys.revoke(fresh.info.id)).toBe(true);
+    await cli.limits.set(accountId, null, none);
+    expect((await cli.keys.revoke(fresh.info.id))).toBe(true);
     const revoked = await models(fresh.key);
     expect(revoked.status).toBe(401);
     expect((await models()).status).toBe(200);
@@ -121,10 +121,10 @@ test("a limit set and a key revoked through another connection (the CLI) apply o
 });
 
 test("streamed answers carry the headers too", async () => {
-  h.store.limits.set(accountId, null, { requestsPerMinute: 100, tokensPerMinute: 100_000, maxConcurrent: 4 });
+  await h.store.limits.set(accountId, null, { requestsPerMinute: 100, tokensPerMinute: 100_000, maxConcurrent: 4 });
   const res = await h.chat({ max_tokens: 2, stream: true });
   expect(res.headers.get("x-ratelimit-limit-requests")).toBe("100");
   expect(res.headers.get("x-ratelimit-limit-tokens")).toBe("100000");
   expect((await readSse(res)).done).toBe(true);
-  h.store.limits.set(accountId, null, none);
+  await h.store.limits.set(accountId, null, none);
 });

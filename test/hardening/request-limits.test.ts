@@ -11,12 +11,12 @@ beforeAll(async () => {
 });
 afterAll(() => h.cleanup());
 
-const usageRow = (requestId: string) => h.store.usage.list(h.store.accounts.get("local")!.id).find((r) => r.requestId === requestId);
+const usageRow = async (requestId: string) => (await h.store.usage.list((await h.store.accounts.get("local"))!.id)).find((r) => r.requestId === requestId);
 
-async function waitFor<T>(f: () => T | undefined | null, ms = 5000): Promise<T> {
+async function waitFor<T>(f: () => Promise<T | undefined | null>, ms = 5000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
-    const v = f();
+    const v = await f();
     if (v) return v;
     if (Date.now() > end) throw new Error("timed out waiting");
     await Bun.sleep(20);
@@ -63,7 +63,7 @@ describe("wall time", () => {
     expect(finishes).toEqual(["length"]);
     const usage = events.find((e) => e.usage && (e.choices as unknown[]).length === 0)!.usage as { completion_tokens: number };
     expect(usage.completion_tokens).toBeGreaterThan(0);
-    const row = await waitFor(() => long.store.usage.list(long.store.accounts.get("local")!.id).find((r) => r.requestId === "wall-1"));
+    const row = await waitFor(async () => (await long.store.usage.list((await long.store.accounts.get("local"))!.id)).find((r) => r.requestId === "wall-1"));
     expect(row.status).toBe("time_limit");
     expect(row.finishReason).toBe("length");
     expect(row.completionTokens).toBe(usage.completion_tokens);
@@ -75,7 +75,7 @@ describe("wall time", () => {
     const body = (await res.json()) as { choices: { finish_reason: string }[]; usage: { completion_tokens: number } };
     expect(body.choices[0]!.finish_reason).toBe("length");
     expect(body.usage.completion_tokens).toBeGreaterThan(0);
-    const row = await waitFor(() => long.store.usage.list(long.store.accounts.get("local")!.id).find((r) => r.requestId === "wall-2"));
+    const row = await waitFor(async () => (await long.store.usage.list((await long.store.accounts.get("local"))!.id)).find((r) => r.requestId === "wall-2"));
     expect(row.status).toBe("time_limit");
   });
 });
@@ -98,7 +98,7 @@ test("a stream whose client stops reading is cut off after --stream-idle-seconds
   const row = await waitFor(() => usageRow("idle-1"), 10_000);
   expect(row.status).toBe("idle_timeout");
   expect(row.completionTokens).toBeGreaterThan(0);
-  const stats = await waitFor(() => {
+  const stats = await waitFor(async () => {
     const s = h.engine.stats?.().models[0];
     return s && s.runningSequences === 0 ? s : null;
   });

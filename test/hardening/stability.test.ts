@@ -27,7 +27,7 @@ test("200 concurrent streams, a third aborted at random points: nothing left run
   // Warm up so the prefix cache and engine stats exist before the baseline is read.
   await (await h.chat({ max_tokens: 2, stream: true })).text();
   const baseline = (await settled()).kvUsedBytes - stats().prefixCacheBytes;
-  const before = h.store.usage.countAll();
+  const before = await h.store.usage.countAll();
   let seed = 12345;
   const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
   const outcomes = await Promise.all(
@@ -60,8 +60,8 @@ test("200 concurrent streams, a third aborted at random points: nothing left run
   // Only the prefix cache may hold KV memory now, as before the burst.
   expect(s.kvUsedBytes - s.prefixCacheBytes).toBe(baseline);
   // Every request that reached the engine left exactly one usage row (aborted ones as cancelled).
-  for (let i = 0; i < 100 && h.store.usage.countAll() - before < (counts.done ?? 0); i++) await Bun.sleep(20);
-  const rows = h.store.usage.list(h.store.accounts.get("local")!.id, { limit: 1000 }).filter((r) => r.requestId.startsWith("c-"));
+  for (let i = 0; i < 100 && (await h.store.usage.countAll()) - before < (counts.done ?? 0); i++) await Bun.sleep(20);
+  const rows = (await h.store.usage.list((await h.store.accounts.get("local"))!.id, { limit: 1000 })).filter((r) => r.requestId.startsWith("c-"));
   expect(new Set(rows.map((r) => r.requestId)).size).toBe(rows.length);
   const statuses = rows.reduce<Record<string, number>>((m, r) => ((m[r.status] = (m[r.status] ?? 0) + 1), m), {});
   // A client may abort after the last byte left the server: then its row says ok.

@@ -59,7 +59,7 @@ describe("rate limits from the admin page and the CLI", () => {
   test("the admin form is for operators, needs the CSRF token, and sets what the API enforces", async () => {
     const op = await makeAccount(h.store, "ops", { role: "operator" });
     const member = await makeAccount(h.store, "member");
-    const local = h.store.accounts.get("local")!;
+    const local = (await h.store.accounts.get("local"))!;
 
     const m = new WorkspaceClient(h.url);
     expect((await m.signIn(member.email, "correct horse battery")).status).toBe(303);
@@ -70,18 +70,18 @@ describe("rate limits from the admin page and the CLI", () => {
     const page = await (await o.get("/workspace/admin?account=local")).text();
     expect(page).toContain('action="/workspace/admin/limits"');
     expect((await o.form("/workspace/admin/limits", { account: "local", rpm: "1", _csrf: "wrong" })).status).toBe(403);
-    expect(h.store.limits.get(local.id)).toBeNull();
+    expect((await h.store.limits.get(local.id))).toBeNull();
     const bad = await o.form("/workspace/admin/limits", { account: "local", rpm: "-3", tpm: "", concurrent: "" });
     expect(bad.status).toBe(400);
     expect(await bad.text()).toContain("positive whole number");
     const ok = await o.form("/workspace/admin/limits", { account: "local", rpm: "2", tpm: "", concurrent: "5" });
     expect(ok.status).toBe(303);
-    expect(h.store.limits.get(local.id)).toEqual({ requestsPerMinute: 2, tokensPerMinute: null, maxConcurrent: 5 });
+    expect((await h.store.limits.get(local.id))).toEqual({ requestsPerMinute: 2, tokensPerMinute: null, maxConcurrent: 5 });
     const r1 = await fetch(`${h.url}/v1/models`, { headers: h.headers });
     expect(r1.headers.get("x-ratelimit-limit-requests")).toBe("2");
     // Clearing the fields removes the limits.
     expect((await o.form("/workspace/admin/limits", { account: "local", rpm: "", tpm: "", concurrent: "" })).status).toBe(303);
-    expect(h.store.limits.get(local.id)).toBeNull();
+    expect((await h.store.limits.get(local.id))).toBeNull();
     expect((await fetch(`${h.url}/v1/models`, { headers: h.headers })).headers.get("x-ratelimit-limit-requests")).toBeNull();
   });
 
@@ -105,7 +105,7 @@ describe("rate limits from the admin page and the CLI", () => {
     expect(await main(["limits", "set", "--account", "local", "--rpm", "none", ...data])).toBe(0);
     const s = openSqliteStore(join(h.dataDir, "sluice.db"));
     try {
-      expect(s.limits.get(s.accounts.get("local")!.id)).toEqual({ requestsPerMinute: null, tokensPerMinute: 5000, maxConcurrent: null });
+      expect((await s.limits.get((await s.accounts.get("local"))!.id))).toEqual({ requestsPerMinute: null, tokensPerMinute: 5000, maxConcurrent: null });
     } finally {
       s.close();
     }

@@ -3,7 +3,7 @@ import { afterAll, beforeAll } from "bun:test";
 import OpenAI from "openai";
 import { createEngine } from "../../src/engine/index.ts";
 import { createLogger, silentLogger, type Logger } from "../../src/log.ts";
-import { startServer, type RunningServer } from "../../src/server.ts";
+import { startServer, type RunningServer, type ServeOptions } from "../../src/server.ts";
 import { tempDir } from "./paths.ts";
 
 export interface TestServer extends RunningServer {
@@ -17,6 +17,8 @@ export async function startTestServer(opts: {
   publicUrl?: string;
   maxBodyBytes?: number;
   log?: Logger;
+  watchModels?: boolean;
+  hub?: ServeOptions["hub"];
 }): Promise<TestServer> {
   const data = tempDir("sluice-data-");
   const log = opts.log ?? (process.env.SLUICE_TEST_LOGS ? createLogger({ level: "debug" }) : silentLogger());
@@ -31,6 +33,8 @@ export async function startTestServer(opts: {
     demoModel: false,
     log,
     engine,
+    watchModels: opts.watchModels,
+    hub: opts.hub,
   });
   return {
     ...server,

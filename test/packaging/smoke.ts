@@ -3,10 +3,13 @@
 // The binary is copied alone into an empty temporary directory and run there with PATH reduced
 // to /usr/bin:/bin and HOME pointing into that directory, so neither Bun, Node nor node_modules
 // can be found. It must start, become ready, take a key, answer curl (whole and streamed),
-// import stories260K and reproduce llama2.c's greedy story, then shut down cleanly.
+// import stories260K and reproduce llama2.c's greedy story, pull it from a local Hub-compatible
+// server and serve it without a restart, then shut down cleanly.
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { buildHubRepos, STORIES_REPO } from "../helpers/hub-repos.ts";
+import { startHubServer } from "../helpers/hub-server.ts";
 import { bannerCommands, hintIn, readBanner, runPrinted } from "../helpers/printed-commands.ts";
 
 const REPO = resolve(import.meta.dir, "../..");
@@ -182,6 +185,29 @@ async function main(): Promise<void> {
       const text = story.choices[0]?.message.content ?? "";
       const reference = referenceStory();
       record("greedy stories260K = llama2.c's reference story", text === reference, text === reference ? `${text.length} chars` : `got ${JSON.stringify(text.slice(0, 120))}…`);
+
+      // 2b. Pull it from a local Hub-compatible server; the running serve finds it by itself.
+      const fixtures = await buildHubRepos();
+      const hub = startHubServer(fixtures.repos);
+      try {
+        // Not run(): the Hub server answers from this process, so the wait must not block it.
+        const proc = Bun.spawn([exe, "models", "pull", STORIES_REPO, "--dtype", "fp32"], { cwd: dir, env: { ...env, HF_ENDPOINT: hub.url }, stdout: "pipe", stderr: "pipe" });
+        const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+        record("models pull from a Hub", code === 0 && out.includes("verified"), (out + err).split("\n").find((l) => l.startsWith("pulled ")) ?? err.trim());
+        let listed: string[] = [];
+        for (let i = 0; i < 150 && !listed.includes(STORIES_REPO); i++) {
+          await Bun.sleep(100);
+          listed = (JSON.parse(curl(dir, env, `${url}/v1/models`, key)) as { data: { id: string }[] }).data.map((m) => m.id);
+        }
+        record("the running serve picks up the pulled model", listed.includes(STORIES_REPO), listed.join(", "));
+        const again = JSON.parse(
+          curl(dir, env, `${url}/v1/chat/completions`, key, { model: STORIES_REPO, messages: [{ role: "user", content: "" }], temperature: 0, max_tokens: 256 }),
+        ) as { choices: { message: { content: string } }[] };
+        record("the pulled stories260K tells the reference story", again.choices[0]?.message.content === reference);
+      } finally {
+        hub.stop();
+        fixtures.remove();
+      }
     }
 
     // 3. Clean shutdown.

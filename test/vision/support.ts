@@ -2,23 +2,12 @@
 // into its text and usage, and the message of an expected ImageInputError.
 import { expect } from "bun:test";
 import type OpenAI from "openai";
-import { DEFAULT_SAMPLING } from "../../src/engine/sampling/index.ts";
 import type { ContentPart, Engine } from "../../src/engine/types.ts";
 import { ImageInputError } from "../../src/vision/errors.ts";
+import { chatRequest } from "../helpers/engine-request.ts";
 
 export async function engineGreedy(engine: Engine, modelId: string, content: ContentPart[], maxTokens: number): Promise<{ text: string; promptTokens: number }> {
-  const g = await engine.start({
-    requestId: "t",
-    modelId,
-    messages: [{ role: "user", content }],
-    sampling: { ...DEFAULT_SAMPLING, temperature: 0 },
-    maxTokens,
-    stop: [],
-    n: 1,
-    logprobs: false,
-    topLogprobs: 0,
-    signal: new AbortController().signal,
-  });
+  const g = await engine.start(chatRequest(modelId, content, maxTokens));
   let text = "";
   for await (const e of g.events) if (e.type === "content") text += e.text;
   return { text, promptTokens: g.promptTokens };

@@ -26,7 +26,7 @@ beforeAll(async () => {
   const modelsDir = tinyModelsRoot() + "/workspace";
   await syntheticModel(modelsDir, "ws/tiny", { preset: "tiny-bytes", seed: 5, id: MODEL });
   server = await startTestServer({ modelsDir });
-  server.store.catalog.setPrices(MODEL, 0.5, 1.5);
+  await server.store.catalog.setPrices(MODEL, 0.5, 1.5);
   profile = mkdtempSync(join(tmpdir(), "sluice-chromium-"));
   const { chromium } = await import("playwright-core");
   // A persistent context is how Playwright takes a --user-data-dir: a fresh one per run.
@@ -148,7 +148,7 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
   test("another account sees none of it, in the pages and the JSON routes", async () => {
     const a = await makeAccount(server.store, "browser-b1", { plan: "unlimited" });
     const b = await makeAccount(server.store, "browser-b2", { plan: "unlimited" });
-    const { key, info } = server.store.keys.create(a.account.id, "a-secret-label");
+    const { key, info } = await server.store.keys.create(a.account.id, "a-secret-label");
     await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
     const context = await newContext();
     const page = await signIn(context, b.email);
@@ -169,7 +169,7 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     await page.getByRole("button", { name: "Create key" }).click();
     await page.waitForLoadState();
     expect(await page.locator("h1").textContent()).toBe("Refused");
-    expect(server.store.keys.list(a.account.id)).toEqual([]);
+    expect((await server.store.keys.list(a.account.id))).toEqual([]);
     
   }, 60_000);
 
@@ -185,7 +185,7 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     await admin.locator("#top-usd").fill("2.5");
     await admin.getByRole("button", { name: "Add credit" }).click();
     await admin.waitForURL(/ok=/);
-    expect(server.store.billing.balanceUsd(server.store.accounts.get("browser-c")!.id)).toBe(2.5);
+    expect((await server.store.billing.balanceUsd((await server.store.accounts.get("browser-c"))!.id))).toBe(2.5);
     await shot(admin, "09-admin");
   }, 60_000);
 
@@ -196,8 +196,8 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     beforeAll(async () => {
       const op = await makeAccount(server.store, "layout-operators", { plan: "unlimited", role: "operator" });
       const member = await makeAccount(server.store, "layout-members-with-a-long-name", { usd: 3 });
-      server.store.keys.create(op.account.id, "operator laptop");
-      const { key } = server.store.keys.create(member.account.id, "a laptop with a rather long label");
+      await server.store.keys.create(op.account.id, "operator laptop");
+      const { key } = await server.store.keys.create(member.account.id, "a laptop with a rather long label");
       for (let i = 0; i < 2; i++) {
         await fetch(`${server.url}/v1/chat/completions`, {
           method: "POST",

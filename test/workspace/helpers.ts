@@ -62,9 +62,9 @@ export class WorkspaceClient {
 
 /** An account with a member user (and optionally credit) for tests. */
 export async function makeAccount(store: Store, name: string, opts: { usd?: number; plan?: "prepaid" | "unlimited"; role?: "member" | "operator" } = {}) {
-  const account = store.accounts.create(name);
-  if (opts.plan) store.billing.setPlan(account.id, opts.plan);
-  if (opts.usd) store.billing.topUp(account.id, opts.usd, "test credit");
+  const account = await store.accounts.create(name);
+  if (opts.plan) (await store.billing.setPlan(account.id, opts.plan));
+  if (opts.usd) (await store.billing.topUp(account.id, opts.usd, "test credit"));
   const user = await store.users.create({ accountId: account.id, email: `${name}@example.com`, password: PASSWORD, role: opts.role });
   return { account, user, email: user.email };
 }

@@ -84,16 +84,16 @@ describe("sign-in and sessions", () => {
     const { account } = await makeAccount(server.store, "csrf");
     const c = new WorkspaceClient(server.url);
     await c.signIn("csrf@example.com", PASSWORD);
-    const before = server.store.keys.list(account.id).length;
+    const before = (await server.store.keys.list(account.id)).length;
     const noToken = await c.form("/workspace/keys", { label: "sneaky" }, false);
     expect(noToken.status).toBe(403);
     const badToken = await c.form("/workspace/keys", { label: "sneaky", _csrf: "x".repeat(32) });
     expect(badToken.status).toBe(403);
     expect((await c.postJson("/workspace/api/keys", { label: "sneaky" }, false)).status).toBe(403);
-    expect(server.store.keys.list(account.id).length).toBe(before);
+    expect((await server.store.keys.list(account.id)).length).toBe(before);
     const good = await c.form("/workspace/keys", { label: "fine" });
     expect(good.status).toBe(200);
-    expect(server.store.keys.list(account.id).length).toBe(before + 1);
+    expect((await server.store.keys.list(account.id)).length).toBe(before + 1);
   });
 });
 
@@ -137,7 +137,7 @@ describe("account isolation", () => {
     await c.signIn(m.email, PASSWORD);
     expect((await c.get("/workspace/admin")).status).toBe(403);
     expect((await c.form("/workspace/admin/topup", { account: "member-only", usd: "100" })).status).toBe(403);
-    expect(server.store.billing.balanceUsd(m.account.id)).toBe(0);
+    expect((await server.store.billing.balanceUsd(m.account.id))).toBe(0);
   });
 });
 
@@ -147,17 +147,17 @@ test("an operator restricts an account's models and lifts the restriction again"
   const c = new WorkspaceClient(server.url);
   await c.signIn(op.email, PASSWORD);
   expect((await c.form("/workspace/admin/access", { account: "access-target" })).status).toBe(303);
-  expect(server.store.accounts.get("access-target")!.modelAccess).toBe("listed");
-  expect(server.store.catalog.listForAccount(target.account.id)).toEqual([]);
+  expect((await server.store.accounts.get("access-target"))!.modelAccess).toBe("listed");
+  expect((await server.store.catalog.listForAccount(target.account.id))).toEqual([]);
   expect((await c.form("/workspace/admin/access", { account: "access-target", all: "on" })).status).toBe(303);
-  expect(server.store.accounts.get("access-target")!.modelAccess).toBe("all");
-  expect(server.store.catalog.listForAccount(target.account.id).map((m) => m.id)).toContain(MODEL);
+  expect((await server.store.accounts.get("access-target"))!.modelAccess).toBe("all");
+  expect((await server.store.catalog.listForAccount(target.account.id)).map((m) => m.id)).toContain(MODEL);
 });
 
 test("the admin page's CLI note names this server's data directory, and its plan form the account's plan", async () => {
   const op = await makeAccount(server.store, "ops-notes", { role: "operator", plan: "unlimited" });
-  const { info } = server.store.keys.create(op.account.id, "limited");
-  server.store.limits.set(op.account.id, info.id, { requestsPerMinute: 5, tokensPerMinute: null, maxConcurrent: null });
+  const { info } = await server.store.keys.create(op.account.id, "limited");
+  await server.store.limits.set(op.account.id, info.id, { requestsPerMinute: 5, tokensPerMinute: null, maxConcurrent: null });
   const c = new WorkspaceClient(server.url);
   await c.signIn(op.email, PASSWORD);
   const page = await (await c.get("/workspace/admin?account=ops-notes")).text();
@@ -165,7 +165,7 @@ test("the admin page's CLI note names this server's data directory, and its plan
   // Without a script, the plan selector already shows the chosen account's plan.
   expect(page).toMatch(/<select id="plan-plan" name="plan"><option>prepaid<\/option><option selected>unlimited<\/option><\/select>/);
   expect((await c.form("/workspace/admin/plan", { account: "ops-notes", plan: "free" })).status).toBe(400);
-  expect(server.store.billing.plan(op.account.id)).toBe("unlimited");
+  expect((await server.store.billing.plan(op.account.id))).toBe("unlimited");
 });
 
 test("an operator sets a cached-input price on the admin page; usage views show cached and reasoning tokens", async () => {
@@ -174,14 +174,14 @@ test("an operator sets a cached-input price on the admin page; usage views show 
   await c.signIn(op.email, PASSWORD);
   try {
     expect((await c.form("/workspace/admin/prices", { model: MODEL, input: "2", output: "6", cached_input: "0.5" })).status).toBe(303);
-    expect(server.store.catalog.get(MODEL)).toMatchObject({ inputPricePerMTok: 2, cachedInputPricePerMTok: 0.5, outputPricePerMTok: 6 });
+    expect((await server.store.catalog.get(MODEL))).toMatchObject({ inputPricePerMTok: 2, cachedInputPricePerMTok: 0.5, outputPricePerMTok: 6 });
     expect(await (await c.get("/workspace/admin")).text()).toContain(`name="cached_input" type="number" min="0" step="any" value="0.5"`);
     expect((await c.form("/workspace/admin/prices", { model: MODEL, input: "2", output: "6", cached_input: "" })).status).toBe(303);
-    expect(server.store.catalog.get(MODEL)!.cachedInputPricePerMTok).toBeNull();
+    expect((await server.store.catalog.get(MODEL))!.cachedInputPricePerMTok).toBeNull();
   } finally {
-    server.store.catalog.setPrices(MODEL, 0, 0, null);
+    await server.store.catalog.setPrices(MODEL, 0, 0, null);
   }
-  server.store.usage.record({ requestId: "r-cached", accountId: op.account.id, keyId: null, modelId: MODEL, promptTokens: 1200, completionTokens: 40, cachedTokens: 1100, reasoningTokens: 30, latencyMs: 5, status: "ok", finishReason: "stop", user: null, metadata: null });
+  await server.store.usage.record({ requestId: "r-cached", accountId: op.account.id, keyId: null, modelId: MODEL, promptTokens: 1200, completionTokens: 40, cachedTokens: 1100, reasoningTokens: 30, latencyMs: 5, status: "ok", finishReason: "stop", user: null, metadata: null });
   const page = await (await c.get("/workspace/usage")).text();
   expect(page).toMatch(/data-testid="total-cached">1,100</);
   expect(page).toMatch(/data-testid="total-reasoning">30</);
@@ -193,23 +193,23 @@ test("an operator sets a cached-input price on the admin page; usage views show 
 
 describe("billing", () => {
   test("charges match the token counts and prices; no credit left → 429 insufficient_quota", async () => {
-    server.store.catalog.setPrices(MODEL, 1000, 3000);
+    await server.store.catalog.setPrices(MODEL, 1000, 3000);
     try {
       const { account } = await makeAccount(server.store, "payg", { usd: 0.000001 });
-      const { key } = server.store.keys.create(account.id, "billing");
+      const { key } = await server.store.keys.create(account.id, "billing");
       const res = await chat(key, 3);
       expect(res.status).toBe(200);
       const body = (await res.json()) as { id: string; usage: { prompt_tokens: number; completion_tokens: number } };
       const expected = (body.usage.prompt_tokens * 1000 + body.usage.completion_tokens * 3000) / 1e6;
-      const history = server.store.billing.history(account.id);
+      const history = await server.store.billing.history(account.id);
       const charge = history.find((e) => e.kind === "charge")!;
       expect(charge.modelId).toBe(MODEL);
       expect(charge.promptTokens).toBe(body.usage.prompt_tokens);
       expect(charge.completionTokens).toBe(body.usage.completion_tokens);
       expect(charge.amountUsd).toBeCloseTo(-expected, 12);
-      expect(server.store.billing.balanceUsd(account.id)).toBeCloseTo(0.000001 - expected, 12);
+      expect((await server.store.billing.balanceUsd(account.id))).toBeCloseTo(0.000001 - expected, 12);
 
-      const usageBefore = server.store.usage.list(account.id).length;
+      const usageBefore = (await server.store.usage.list(account.id)).length;
       const refused = await chat(key, 3);
       expect(refused.status).toBe(429);
       expect(((await refused.json()) as { error: Record<string, unknown> }).error).toMatchObject({
@@ -217,10 +217,10 @@ describe("billing", () => {
         code: "insufficient_quota",
       });
       // Refused before any generation: nothing recorded, nothing charged.
-      expect(server.store.usage.list(account.id).length).toBe(usageBefore);
-      expect(server.store.billing.history(account.id).filter((e) => e.kind === "charge").length).toBe(1);
+      expect((await server.store.usage.list(account.id)).length).toBe(usageBefore);
+      expect((await server.store.billing.history(account.id)).filter((e) => e.kind === "charge").length).toBe(1);
 
-      server.store.billing.topUp(account.id, 1, "more");
+      await server.store.billing.topUp(account.id, 1, "more");
       expect((await chat(key, 3)).status).toBe(200);
 
       const c = new WorkspaceClient(server.url);
@@ -230,17 +230,17 @@ describe("billing", () => {
       expect(billing.history.filter((h) => h.kind === "charge").length).toBe(2);
       expect(billing.balance_usd).toBeCloseTo(1.000001 - billing.period_spend_usd, 9);
     } finally {
-      server.store.catalog.setPrices(MODEL, 0, 0);
+      await server.store.catalog.setPrices(MODEL, 0, 0);
     }
   });
 
   test("a new prepaid account with no credit is refused; the local account is unlimited", async () => {
     const { account } = await makeAccount(server.store, "broke");
-    const { key } = server.store.keys.create(account.id, null);
+    const { key } = await server.store.keys.create(account.id, null);
     expect((await chat(key)).status).toBe(429);
-    const local = server.store.accounts.get("local")!;
-    expect(server.store.billing.plan(local.id)).toBe("unlimited");
-    expect(server.store.billing.balanceUsd(local.id)).toBe(0);
+    const local = (await server.store.accounts.get("local"))!;
+    expect((await server.store.billing.plan(local.id))).toBe("unlimited");
+    expect((await server.store.billing.balanceUsd(local.id))).toBe(0);
     expect((await chat(server.key)).status).toBe(200);
   });
 });
@@ -268,7 +268,7 @@ test("/favicon.ico: an ICO at the API's root and under /workspace, which every p
 describe("usage export", () => {
   test("CSV has one row per request of the account", async () => {
     const { account, email } = await makeAccount(server.store, "csv", { plan: "unlimited" });
-    const { key } = server.store.keys.create(account.id, null);
+    const { key } = await server.store.keys.create(account.id, null);
     for (let i = 0; i < 2; i++) expect((await chat(key)).status).toBe(200);
     const c = new WorkspaceClient(server.url);
     await c.signIn(email, PASSWORD);

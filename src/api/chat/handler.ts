@@ -2,12 +2,12 @@
 // and record usage however the request ends.
 import { EngineBusyError, EngineRequestError, type Engine, type Generation } from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
-import type { ApiKeyInfo, Store } from "../../store/index.ts";
+import type { ApiKeyInfo, CatalogModel, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
-import { readJsonBody } from "../body.ts";
+import { readJsonText } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
 import type { Lifecycle } from "../lifecycle.ts";
-import { estimateRequestTokens } from "../limits/estimate.ts";
+import { estimateRequestTokens, worstCaseTokens } from "../limits/estimate.ts";
 import type { RateGuard } from "../limits/guard.ts";
 import { applyRequestLimits, DEFAULT_REQUEST_LIMITS, type RequestLimits } from "../limits/request-limits.ts";
 import type { RequestScope } from "../limits/scope.ts";
@@ -20,6 +20,10 @@ import { imagePolicy } from "../../vision/policy.ts";
 import { resolveImageParts } from "../../vision/resolve.ts";
 import { planChat, type ChatPlan } from "./request.ts";
 import { ChoiceAccumulator, chunkChoice, type CompletionMeta } from "./response.ts";
+import { HOP_HEADER, type ChatForwarding, type ForwardOutcome, type HopIdentity, type NodeTarget } from "./forwarding.ts";
+import { scopeIds } from "../limits/guard.ts";
+import { eventually } from "../eventually.ts";
+import type { Ticket } from "../limits/rate-limiter.ts";
 
 export interface ChatDeps {
   store: Store;
@@ -31,30 +35,92 @@ export interface ChatDeps {
   guard?: RateGuard;
   limits?: RequestLimits;
   metrics?: HttpMetrics;
+  /** This node's id: its requests in flight are registered under it. */
+  nodeId: string;
+  /** Several nodes: requests for models served elsewhere are forwarded, and forwarded ones taken. */
+  forwarding?: ChatForwarding;
 }
 
 const encoder = new TextEncoder();
 const sse = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n`);
 
+const noCredit = () =>
+  new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
+
+/** A forwarded request's key, as the forwarding node authenticated it. */
+const hopKey = (hop: HopIdentity): ApiKeyInfo => ({
+  id: hop.keyId ?? "",
+  accountId: hop.accountId,
+  accountName: hop.accountName,
+  prefix: "",
+  label: null,
+  createdAt: 0,
+  lastUsedAt: null,
+  revokedAt: null,
+});
+
+const notServedHere = (model: string) =>
+  new ApiError(503, `The model '${model}' is not served by any live node right now; retry shortly.`, "service_unavailable", null, "model_unavailable", {
+    "retry-after": "1",
+  });
+
+// A forwarded request that did not end cleanly is recorded as interrupted, after the node that
+// ran it has had time to record it itself (whoever ends the registration first writes the row).
+const INTERRUPT_AFTER_MS = 5_000;
+
 export async function handleChat(deps: ChatDeps, request: Request, requestId: string, scope?: RequestScope): Promise<Response> {
-  const key = authenticate(deps.store, request);
+  // A request from another node carries its identity in headers signed over the body: read the
+  // body first for it. A client's request is authenticated before its body is read.
+  const fromNode = deps.forwarding !== undefined && request.headers.has(HOP_HEADER);
+  let hop: HopIdentity | null = null;
+  let key: ApiKeyInfo;
+  let raw: { text: string; value: unknown };
+  if (fromNode) {
+    raw = await readJsonText(request, deps.maxBodyBytes);
+    hop = deps.forwarding!.hop(request, raw.text);
+    key = hopKey(hop!);
+    requestId = hop!.requestId;
+  } else {
+    key = await authenticate(deps.store, request);
+    raw = await readJsonText(request, deps.maxBodyBytes);
+  }
   if (scope) scope.accountId = key.accountId;
+  try {
+    return await admitAndRun(deps, request, requestId, scope, key, raw, hop);
+  } catch (e) {
+    // Refused before it ran: the forwarding node's registration of it ends here, unrecorded.
+    if (hop) await endUnrecorded(deps, hop.inflightId, requestId);
+    throw e;
+  }
+}
+
+async function admitAndRun(
+  deps: ChatDeps,
+  request: Request,
+  requestId: string,
+  scope: RequestScope | undefined,
+  key: ApiKeyInfo,
+  raw: { text: string; value: unknown },
+  hop: HopIdentity | null,
+): Promise<Response> {
   const limits = deps.limits ?? DEFAULT_REQUEST_LIMITS;
-  const body = await readJsonBody(request, deps.maxBodyBytes);
+  const body = raw.value;
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw badRequest("The request body must be a JSON object.", null, "invalid_body");
   }
   const problem = findProblem(ChatCompletionRequest, body);
   if (problem) throw badRequest(problem.message, problem.param, "invalid_value");
   const req = body as ChatCompletionRequest;
-  const model = deps.store.catalog.getForAccount(key.accountId, req.model);
+  const model = await deps.store.catalog.getForAccount(key.accountId, req.model);
   if (!model) throw modelNotFound(req.model);
   const plan = applyRequestLimits(planChat(req, model), limits);
+  const where = deps.forwarding ? await deps.forwarding.target(model.id) : "local";
+  // A forwarded request is never forwarded again: the node that sent it is told to retry.
+  if (where === null || (hop && where !== "local")) throw notServedHere(model.id);
+  const estimate = estimateRequestTokens(plan, model.contextLength);
+  if (where !== "local") return forwardChat(deps, request, requestId, scope, key, model, plan, estimate, raw.text, where);
   // Prompt text reaches the log only when the operator asked for it (serve --log-prompts).
   if (deps.log.logPrompts) deps.log.debug("chat prompt", { request_id: requestId, model: model.id, messages: plan.messages });
-  if (!deps.store.billing.hasCredit(key.accountId)) {
-    throw new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
-  }
   // Remote images are fetched (inline ones checked) before any engine work; a bad one is a 400 naming its part.
   try {
     plan.messages = await resolveImageParts(plan.messages, imagePolicy());
@@ -62,9 +128,21 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     if (e instanceof ImageInputError) throw badRequest(e.message, e.param, "invalid_image");
     throw e;
   }
-  // Counted with the prompt estimate plus max_tokens now, settled with the real tokens at the end.
-  const ticket = deps.guard?.admit(key, estimateRequestTokens(plan, model.contextLength), true, scope);
-
+  let inflight: { id: string };
+  let ticket: Ticket | undefined;
+  if (hop) {
+    // Admitted and counted by the forwarding node; what its estimate did not use is given back here.
+    inflight = { id: hop.inflightId };
+    ticket = settlingTicket(deps, hop);
+  } else {
+    inflight = await admitRequest(deps, key, requestId, model, plan, deps.nodeId);
+    try {
+      ticket = await deps.guard?.admit(key, estimate, true, scope);
+    } catch (e) {
+      await endUnrecorded(deps, inflight.id, requestId);
+      throw e;
+    }
+  }
   const started = performance.now();
   const abort = new AbortController();
   request.signal.addEventListener("abort", () => abort.abort(), { once: true });
@@ -75,6 +153,7 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   } catch (e) {
     deps.lifecycle.untrack(abort);
     ticket?.finish(0);
+    await endUnrecorded(deps, inflight.id, requestId);
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
     if (e instanceof EngineBusyError) {
       throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
@@ -96,33 +175,35 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
     onFirstToken: () => deps.metrics?.firstToken(model.id, (performance.now() - started) / 1000),
   });
   generation = { ...generation, events: watched.events };
-  let recorded = false;
-  const record = (status: string) => {
+  let recorded: Promise<void> | null = null;
+  /** Records the request's usage (and charge); resolves once it is committed. */
+  const record = (status: string): Promise<void> => {
     // Exactly once per request: a client abort can reach both the stream's cancel and a pending pull.
-    if (recorded) return;
-    recorded = true;
+    if (recorded) return recorded;
     watched.clear();
     // A generation ended by the wall-time limit is recorded as such (its finish_reason is "length").
     const final = watched.timedOut() && status !== "error" ? "time_limit" : status;
-    recordUsage(deps, key, plan, requestId, model.id, generation.promptTokens, acc, started, final);
     ticket?.finish(generation.promptTokens + acc.completionTokens());
     deps.metrics?.generation(model.id, final, generation.promptTokens, acc.completionTokens());
-    deps.lifecycle.untrack(abort);
+    recorded = recordUsage(deps, key, inflight.id, plan, requestId, model.id, generation.promptTokens, acc, started, final).finally(() =>
+      deps.lifecycle.untrack(abort),
+    );
+    return recorded;
   };
 
   if (!plan.stream) {
     try {
       for await (const e of generation.events) acc.add(e);
     } catch (e) {
-      record("error");
+      await record("error");
       throw e;
     }
     if (request.signal.aborted) {
-      record("cancelled");
+      await record("cancelled");
       return new Response(null, { status: 499 });
     }
     // Aborted by a shutdown rather than the client: the client still gets what was made.
-    record(abort.signal.aborted ? "interrupted" : "ok");
+    await record(abort.signal.aborted ? "interrupted" : "ok");
     return Response.json(acc.toCompletion(meta, generation.promptTokens));
   }
   return streamResponse(deps, generation, plan, meta, acc, abort, request.signal, record, limits.streamIdleMs);
@@ -136,7 +217,7 @@ function streamResponse(
   acc: ChoiceAccumulator,
   abort: AbortController,
   clientSignal: AbortSignal,
-  record: (status: string) => void,
+  record: (status: string) => Promise<void>,
   idleMs: number,
 ): Response {
   const head = {
@@ -159,7 +240,7 @@ function streamResponse(
       try {
         for (let next = await iterator!.next(); !next.done; next = await iterator!.next()) acc.add(next.value);
       } catch {}
-      record(status);
+      await record(status);
     })();
   };
   let idle: IdleWatch | null = null;
@@ -200,14 +281,14 @@ function streamResponse(
         if (next.done) {
           if (clientSignal.aborted) {
             finished = true;
-            record("cancelled");
+            await record("cancelled");
             controller.close();
             return;
           }
           if (plan.includeUsage) controller.enqueue(sse({ ...head, choices: [], usage: acc.usage(generation.promptTokens) }));
           // Committed before the last bytes leave, so a crash after [DONE] loses no usage row.
           finished = true;
-          record(abort.signal.aborted ? "interrupted" : "ok");
+          await record(abort.signal.aborted ? "interrupted" : "ok");
           controller.enqueue(encoder.encode("data: [DONE]\n\n"));
           controller.close();
           return;
@@ -223,7 +304,7 @@ function streamResponse(
           return;
         }
         finished = true;
-        record("error");
+        await record("error");
         deps.log.error("generation failed mid-stream", { error: (e as Error).message });
         // Headers are gone: the error travels as a final SSE event in OpenAI's error shape.
         controller.enqueue(
@@ -247,9 +328,10 @@ function streamResponse(
   });
 }
 
-function recordUsage(
+async function recordUsage(
   deps: ChatDeps,
   key: ApiKeyInfo,
+  inflightId: string,
   plan: ChatPlan,
   requestId: string,
   modelId: string,
@@ -257,34 +339,126 @@ function recordUsage(
   acc: ChoiceAccumulator,
   started: number,
   status: string,
-) {
-  try {
-    // Usage and its charge land together or not at all.
-    deps.store.atomically(() => {
-      deps.store.usage.record({
-        requestId,
-        accountId: key.accountId,
-        keyId: key.id,
-        modelId,
-        promptTokens,
-        completionTokens: acc.completionTokens(),
-        cachedTokens: acc.cachedTokens,
-        reasoningTokens: acc.reasoningTokens(),
-        latencyMs: performance.now() - started,
-        status,
-        finishReason: acc.finishReason(),
-        user: plan.user,
-        metadata: plan.metadata,
-      });
-      // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
-      if (status !== "error") {
-        deps.store.billing.charge({ accountId: key.accountId, requestId, modelId, promptTokens, cachedTokens: acc.cachedTokens, completionTokens: acc.completionTokens() });
-      }
-    });
-  } catch (e) {
-    deps.log.error("could not record usage", { request_id: requestId, error: (e as Error).message });
-  }
+): Promise<void> {
+  // Taken now: a write retried after a database outage still says when the request ended.
+  const usage = {
+    requestId,
+    accountId: key.accountId,
+    keyId: key.id || null,
+    modelId,
+    promptTokens,
+    completionTokens: acc.completionTokens(),
+    cachedTokens: acc.cachedTokens,
+    reasoningTokens: acc.reasoningTokens(),
+    latencyMs: performance.now() - started,
+    status,
+    finishReason: acc.finishReason(),
+    user: plan.user,
+    metadata: plan.metadata,
+    createdAt: Date.now(),
+  };
+  // Usage and its charge land together with the end of the request's reservation, or not at all.
+  // A failed generation is not billed; finished and cancelled ones pay for the tokens made.
+  const written = await eventually(deps.log, "record usage", { request_id: requestId }, () => deps.store.inflight.finish(inflightId, usage, status !== "error"));
+  if (written === false) deps.log.warn("usage not recorded: the request was already recorded as interrupted", { request_id: requestId });
   if (deps.log.logPrompts) {
     deps.log.debug("chat completion", { request_id: requestId, status, choices: acc.choices.map((c) => ({ reasoning: c.reasoning, content: c.content, tool_calls: c.toolCalls })) });
+  }
+}
+
+/** Ends a registration in flight without a usage row (the request never ran here). */
+const endUnrecorded = (deps: ChatDeps, inflightId: string, requestId: string) =>
+  eventually(deps.log, "end a request in flight", { request_id: requestId }, () => deps.store.inflight.discard(inflightId));
+
+/**
+ * Registers the request in flight with its worst-case price reserved (refused when the credit,
+ * less what other requests in flight hold, is used up): recorded once however it ends, even if
+ * the node running it dies. Since each reservation covers its request, an account's balance
+ * ends below zero by less than one request's reservation, however many nodes admit its requests.
+ */
+async function admitRequest(deps: ChatDeps, key: ApiKeyInfo, requestId: string, model: CatalogModel, plan: ChatPlan, nodeId: string) {
+  const worst = worstCaseTokens(plan, model.contextLength);
+  const inflight = await deps.store.inflight.admit({
+    requestId,
+    accountId: key.accountId,
+    keyId: key.id,
+    modelId: model.id,
+    nodeId,
+    promptTokens: worst.prompt,
+    completionTokens: worst.completion,
+  });
+  if (!inflight) throw noCredit();
+  return inflight;
+}
+
+/** The ticket of a forwarded request: it settles the forwarding node's token estimate in the shared counters. */
+function settlingTicket(deps: ChatDeps, hop: HopIdentity): Ticket {
+  return {
+    ok: true,
+    state: { requests: null, tokens: null },
+    finish(actualTokens) {
+      if (hop.estimatedTokens <= 0) return;
+      deps.store.rates.settle(scopeIds(hop.accountId, hop.keyId), hop.estimatedTokens, actualTokens).catch((e) =>
+        deps.log.warn("could not settle a forwarded request's tokens", { request_id: hop.requestId, error: (e as Error).message }),
+      );
+    },
+  };
+}
+
+/**
+ * A client's request for a model another node serves: admitted and counted here (credit reserved,
+ * rate limits taken), run and recorded there, the answer streamed back unchanged.
+ */
+async function forwardChat(
+  deps: ChatDeps,
+  request: Request,
+  requestId: string,
+  scope: RequestScope | undefined,
+  key: ApiKeyInfo,
+  model: CatalogModel,
+  plan: ChatPlan,
+  estimate: number,
+  body: string,
+  target: NodeTarget,
+): Promise<Response> {
+  const inflight = await admitRequest(deps, key, requestId, model, plan, target.id);
+  let ticket: Ticket | undefined;
+  try {
+    ticket = await deps.guard?.admit(key, estimate, true, scope);
+  } catch (e) {
+    await endUnrecorded(deps, inflight.id, requestId);
+    throw e;
+  }
+  const abort = new AbortController();
+  request.signal.addEventListener("abort", () => abort.abort(), { once: true });
+  deps.lifecycle.track(abort);
+  const hop: HopIdentity = {
+    requestId,
+    accountId: key.accountId,
+    accountName: key.accountName,
+    keyId: key.id,
+    inflightId: inflight.id,
+    estimatedTokens: ticket?.state.tokens ? estimate : 0,
+  };
+  const ended = (outcome: ForwardOutcome) => {
+    deps.lifecycle.untrack(abort);
+    // The slot is freed here; the tokens are settled by the node that counted them.
+    ticket?.finish(estimate);
+    if (outcome === "ok") return;
+    // Refused there before it ran (even before its handler, e.g. while draining): nothing to record.
+    if (outcome === "refused") return void endUnrecorded(deps, inflight.id, requestId);
+    const interrupt = async () => {
+      const done = await eventually(deps.log, "record a forwarded request as interrupted", { request_id: requestId, node: target.id }, () => deps.store.inflight.interrupt(inflight.id));
+      if (done) deps.log.warn("forwarded request recorded as interrupted", { request_id: requestId, node: target.id });
+    };
+    setTimeout(interrupt, INTERRUPT_AFTER_MS).unref();
+  };
+  try {
+    const { response, done } = await deps.forwarding!.forward(target, body, hop, abort.signal);
+    void done.then(ended);
+    return response;
+  } catch (e) {
+    ended(abort.signal.aborted ? "cancelled" : "failed");
+    throw e;
   }
 }

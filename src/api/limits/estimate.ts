@@ -30,3 +30,32 @@ export function estimateRequestTokens(
   const perChoice = req.maxTokens ?? Math.max(1, contextLength - prompt);
   return prompt + perChoice * Math.max(1, req.n);
 }
+
+// What a chat template may add around the messages: role markers per message, and a default
+// system prompt some templates insert.
+const TEMPLATE_TOKENS_PER_MESSAGE = 16;
+const TEMPLATE_TOKENS = 64;
+const utf8 = new TextEncoder();
+const bytes = (s: string) => utf8.encode(s).length;
+
+/**
+ * The most tokens a request can be charged for, for the credit reserved before it runs: every
+ * tokenizer served emits at most one token per byte of text (byte-level BPE, byte fallback), plus
+ * the template's markers; an image may fill the context. Never above the context, per choice.
+ */
+export function worstCaseTokens(
+  req: { messages: ChatMessage[]; tools?: FunctionTool[]; maxTokens?: number; n: number },
+  contextLength: number,
+): { prompt: number; completion: number } {
+  let prompt = TEMPLATE_TOKENS;
+  let images = false;
+  for (const m of req.messages) {
+    prompt += TEMPLATE_TOKENS_PER_MESSAGE;
+    if (typeof m.content === "string") prompt += bytes(m.content);
+    else if (Array.isArray(m.content)) for (const p of m.content) p.type === "text" ? (prompt += bytes(p.text)) : (images = true);
+    for (const c of m.tool_calls ?? []) prompt += bytes(c.function.name) + bytes(c.function.arguments) + TEMPLATE_TOKENS_PER_MESSAGE;
+  }
+  if (req.tools?.length) prompt += bytes(JSON.stringify(req.tools));
+  const perChoice = Math.min(req.maxTokens ?? contextLength, contextLength);
+  return { prompt: images ? contextLength : Math.min(prompt, contextLength), completion: perChoice * Math.max(1, req.n) };
+}

@@ -1,26 +1,63 @@
 // Rate limits for an authenticated request: the account's and, when set, the key's. Refusals are
 // OpenAI's 429 rate_limit_exceeded with Retry-After; every admitted request carries the headers.
-import type { ApiKeyInfo, Store } from "../../store/index.ts";
+// One node counts in memory (RateLimiter); several count in the database (store.rates), so a
+// limit of N per minute admits N in total, not N per node.
+import type { ApiKeyInfo, EffectiveLimits, RateStore, Store } from "../../store/index.ts";
 import { ApiError } from "../errors.ts";
 import { formatDuration, rateHeaders } from "./headers.ts";
-import { RateLimiter, type LimitScope, type Ticket } from "./rate-limiter.ts";
+import { RateLimiter, type LimitScope, type Refusal, type Ticket } from "./rate-limiter.ts";
 import type { RequestScope } from "./scope.ts";
 
 const NOOP_TICKET: Ticket = { ok: true, state: { requests: null, tokens: null }, finish: () => {} };
 
+/** Where admissions are counted. */
+export interface RateCounter {
+  admit(scopes: readonly LimitScope[], estimatedTokens: number, hold: boolean): Ticket | Refusal | Promise<Ticket | Refusal>;
+}
+
+/** The database's counters, for several nodes; `onError` hears of a settlement that failed. */
+export function storeCounter(rates: RateStore, nodeId: string, onError: (e: unknown) => void): RateCounter {
+  return {
+    async admit(scopes, estimatedTokens, hold) {
+      const r = await rates.admit(nodeId, scopes, estimatedTokens, hold);
+      if (!r.ok) return r;
+      const ids = scopes.map((s) => s.id);
+      let done = false;
+      return {
+        ok: true,
+        state: r.state,
+        finish(actualTokens) {
+          if (done) return;
+          done = true;
+          if (hold) rates.release(nodeId, ids).catch(onError);
+          rates.settle(ids, estimatedTokens, actualTokens).catch(onError);
+        },
+      };
+    },
+  };
+}
+
+/** The scope ids a request of this key counts against (for a settlement made on another node). */
+export const scopeIds = (accountId: number, keyId: string | null) => [`account:${accountId}`, ...(keyId ? [`key:${keyId}`] : [])];
+
 export class RateGuard {
+  readonly limiter: RateLimiter | null;
+  private readonly counter: RateCounter;
+
   constructor(
     private readonly store: Store,
-    readonly limiter: RateLimiter = new RateLimiter(),
-  ) {}
+    counter?: RateCounter,
+  ) {
+    this.limiter = counter ? null : new RateLimiter();
+    this.counter = counter ?? this.limiter!;
+  }
 
   // The scopes made from one effective-limits answer: the store hands out the same frozen object
   // while its cache stays valid, so a request finds its scopes without building ids or objects.
   private readonly made = new WeakMap<object, { keyId: string; accountId: number; scopes: readonly LimitScope[] }>();
 
   /** The limited scopes of a request; null when neither its account nor its key has limits. */
-  private scopes(key: ApiKeyInfo): readonly LimitScope[] | null {
-    const effective = this.store.limits.effective(key.accountId, key.id);
+  private scopes(key: ApiKeyInfo, effective: EffectiveLimits): readonly LimitScope[] | null {
     if (!effective.account && !effective.key) return null;
     const known = this.made.get(effective);
     // Checked against the key too: nothing promises that one answer object serves one key only.
@@ -37,11 +74,24 @@ export class RateGuard {
   /**
    * Admits the request or throws the 429. The headers go into `scope.headers` either way, so the
    * response (or the error) carries them. `hold` keeps a concurrency slot until ticket.finish().
+   * Synchronous when the limits are cached and counted in memory (the hot path of GET /v1/models).
    */
-  admit(key: ApiKeyInfo, estimatedTokens: number, hold: boolean, scope?: RequestScope): Ticket {
-    const scopes = this.scopes(key);
+  admit(key: ApiKeyInfo, estimatedTokens: number, hold: boolean, scope?: RequestScope): Ticket | Promise<Ticket> {
+    const effective = this.store.limits.peekEffective(key.accountId, key.id);
+    if (effective === undefined) {
+      return this.store.limits.effective(key.accountId, key.id).then((e) => this.count(key, e, estimatedTokens, hold, scope));
+    }
+    return this.count(key, effective, estimatedTokens, hold, scope);
+  }
+
+  private count(key: ApiKeyInfo, effective: EffectiveLimits, estimatedTokens: number, hold: boolean, scope?: RequestScope): Ticket | Promise<Ticket> {
+    const scopes = this.scopes(key, effective);
     if (scopes === null) return NOOP_TICKET;
-    const r = this.limiter.admit(scopes, estimatedTokens, hold);
+    const r = this.counter.admit(scopes, estimatedTokens, hold);
+    return r instanceof Promise ? r.then((x) => this.answer(key, estimatedTokens, x, scope)) : this.answer(key, estimatedTokens, r, scope);
+  }
+
+  private answer(key: ApiKeyInfo, estimatedTokens: number, r: Ticket | Refusal, scope?: RequestScope): Ticket {
     // Straight into the request's headers (the response copies them from there).
     const headers = rateHeaders(r.state, scope?.headers);
     if (r.ok) return r;

@@ -2,6 +2,7 @@
 // the directory's config.json / genai_config.json rather than assumed.
 import { existsSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
+import { DTYPE_SUFFIX, isOnnxDType, ONNX_DTYPES, onnxFileName, type OnnxDType } from "../../onnx-dtypes.ts";
 
 export type KvDType = "float32" | "float16";
 
@@ -46,12 +47,15 @@ export interface DecoderSpec {
 
 export interface ModelFiles {
   onnxPath: string;
+  /** Which of an export's dtype files the directory's graphs are (see modelDType). */
+  dtype: OnnxDType;
   config: Record<string, unknown>;
   genai: GenaiConfig | null;
   card: SluiceGraphCard | null;
 }
 
 interface SluiceGraphCard {
+  dtype?: unknown;
   graph?: { variant?: string; past_present_share_buffer?: boolean; max_cache_length?: number; file?: string };
 }
 
@@ -76,23 +80,53 @@ function readJson<T>(path: string): T | null {
   return existsSync(path) ? (JSON.parse(readFileSync(path, "utf8")) as T) : null;
 }
 
+/** Where a transformers.js export keeps its decoder, by base name, in the order they are tried. */
+const DECODER_PLACES = [
+  ["onnx", "model"],
+  ["", "model"],
+  ["onnx", "decoder_model_merged"],
+] as const;
+
+const decoderPaths = (dir: string, dtype: OnnxDType) => DECODER_PLACES.map(([sub, base]) => join(dir, sub, onnxFileName(base, dtype)));
+
+/**
+ * Which dtype's files to load (transformers.js names them onnx/model_q4.onnx, …): the one the
+ * card's `dtype` names; without one, fp32's names, or the only dtype present. A directory holding
+ * several dtypes and no choice is refused rather than guessed.
+ */
+export function modelDType(dir: string): OnnxDType {
+  const card = readJson<SluiceGraphCard>(join(dir, "sluice.json"));
+  if (card?.dtype !== undefined) {
+    if (!isOnnxDType(card.dtype)) throw new Error(`sluice.json's dtype ${JSON.stringify(card.dtype)} is not one of ${ONNX_DTYPES.join(", ")}`);
+    return card.dtype;
+  }
+  if (decoderPaths(dir, "fp32").some((p) => existsSync(p))) return "fp32";
+  const present = ONNX_DTYPES.filter((d) => decoderPaths(dir, d).some((p) => existsSync(p)));
+  if (present.length > 1) {
+    throw new Error(`the directory holds the dtypes ${present.join(", ")} and sluice.json names none: add e.g. "dtype": "${present[0]}" to sluice.json`);
+  }
+  return present[0] ?? "fp32";
+}
+
 /** The ONNX file and JSON configs of a model directory. */
 export function locateModelFiles(dir: string): ModelFiles {
   const genai = readJson<GenaiConfig>(join(dir, "genai_config.json"));
   const config = readJson<Record<string, unknown>>(join(dir, "config.json")) ?? {};
   const card = readJson<SluiceGraphCard>(join(dir, "sluice.json"));
   const cardFile = card?.graph?.file;
+  const dtype = modelDType(dir);
   const candidates = [
     // Only a path inside the directory: a card cannot point the engine at other files.
     typeof cardFile === "string" && !relative(dir, join(dir, cardFile)).startsWith("..") ? join(dir, cardFile) : null,
     genai?.model?.decoder?.filename ? join(dir, genai.model.decoder.filename) : null,
-    join(dir, "onnx", "model.onnx"),
-    join(dir, "model.onnx"),
-    join(dir, "onnx", "decoder_model_merged.onnx"),
+    ...decoderPaths(dir, dtype),
   ].filter((p): p is string => p !== null);
   const onnxPath = candidates.find((p) => existsSync(p));
-  if (!onnxPath) throw new Error(`no decoder ONNX file (looked for ${candidates.map((c) => c.slice(dir.length + 1)).join(", ")})`);
-  return { onnxPath, config, genai, card };
+  if (!onnxPath) {
+    const why = DTYPE_SUFFIX[dtype] ? ` (dtype ${dtype})` : "";
+    throw new Error(`no decoder ONNX file${why} (looked for ${candidates.map((c) => c.slice(dir.length + 1)).join(", ")})`);
+  }
+  return { onnxPath, dtype, config, genai, card };
 }
 
 /** Whether the directory's card or genai_config says the graph's past and present share a buffer. */

@@ -3,6 +3,7 @@
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import * as ort from "onnxruntime-node";
+import { onnxFileName } from "../../onnx-dtypes.ts";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
 import { planPositions, type RopePlan } from "./mrope.ts";
 import { LOGITS_START_INPUT } from "./last-logits.ts";
@@ -170,7 +171,7 @@ export class DecoderSession {
       stepGraph && blocks.every((b) => b !== undefined) ? { output: stepGraph.packed, blocks: blocks as StepBlocks[] } : null;
     let embedder: ort.InferenceSession | null = null;
     if (spec.inputsEmbeds) {
-      const path = join(dirname(files.onnxPath), "embed_tokens.onnx");
+      const path = join(dirname(files.onnxPath), onnxFileName("embed_tokens", files.dtype));
       if (!existsSync(path)) throw new Error(`the decoder takes ${spec.inputsEmbeds} but there is no ${path.slice(dir.length + 1)}`);
       embedder = await ort.InferenceSession.create(path, sessionOptions);
     }

@@ -10,6 +10,8 @@ import * as ort from "onnxruntime-node";
 import type { ImagePart } from "../types.ts";
 import type { RopePlan } from "../runtime/mrope.ts";
 import { floatSlice } from "../runtime/tensors.ts";
+import { modelDType } from "../runtime/decoder-spec.ts";
+import { onnxFileName } from "../../onnx-dtypes.ts";
 import { decodeImage } from "../../vision/decode.ts";
 import { ImageInputError } from "../../vision/errors.ts";
 import type { PreprocessorConfig } from "../../vision/preprocess.ts";
@@ -103,7 +105,9 @@ export class VisionModel {
 
   /** The directory's vision model, or null when it has no vision encoder (a text-only model). */
   static async load(dir: string, opts: VisionSessionOptions): Promise<VisionModel | null> {
-    const path = [join(dir, "onnx", "vision_encoder.onnx"), join(dir, "vision_encoder.onnx")].find((p) => existsSync(p));
+    // The same dtype's encoder as the decoder (vision_encoder_q4.onnx beside decoder_model_merged_q4.onnx).
+    const file = onnxFileName("vision_encoder", modelDType(dir));
+    const path = [join(dir, "onnx", file), join(dir, file)].find((p) => existsSync(p));
     if (!path) return null;
     const pre = readJson<PreprocessorConfig>(join(dir, "preprocessor_config.json"));
     if (!pre) throw new Error("the model has a vision encoder but no preprocessor_config.json");

@@ -1,23 +1,39 @@
 // Admin (operators only): accounts, users, model access per account, prices, plans and top-ups.
-import type { Account, Plan, UserRole } from "../../store/index.ts";
+import type { Account, NodeInfo, Plan, UserRole } from "../../store/index.ts";
 import { dateTime, usd } from "../format.ts";
 import { html, type Html } from "../html.ts";
 import { redirect } from "../http.ts";
 import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
 import { operatorCommand, type Route, type SignedCtx } from "../router.ts";
+import { hubPullPanel } from "./hub-pull.ts";
 
 const PLANS: Plan[] = ["prepaid", "unlimited"];
 
-function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Response {
-  const accounts = c.store.accounts.list();
-  const users = c.store.users.list();
-  const catalog = c.store.catalog.list();
-  const selected = c.store.accounts.get(c.url.searchParams.get("account") ?? "") ?? accounts[0] ?? null;
+/** What the accounts table shows of each account, read before the page is rendered. */
+async function accountRows(c: SignedCtx, accounts: Account[]) {
+  const rows = [];
+  for (const a of accounts) {
+    const plan = await c.store.billing.plan(a.id);
+    rows.push({ account: a, plan, balance: plan === "unlimited" ? null : await c.store.billing.balanceUsd(a.id), keys: await c.store.keys.count(a.id) });
+  }
+  return rows;
+}
+
+export async function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Promise<Response> {
+  const accounts = await c.store.accounts.list();
+  const users = await c.store.users.list();
+  const catalog = await c.store.catalog.list();
+  const served = new Set((await c.store.catalog.listServed()).map((m) => m.id));
+  const selected = (await c.store.accounts.get(c.url.searchParams.get("account") ?? "")) ?? accounts[0] ?? null;
+  const rows = await accountRows(c, accounts);
+  const planOf = new Map(rows.map((r) => [r.account.id, r.plan]));
   const csrf = csrfField(c.session.csrfToken);
   const accountOptions = (current?: string, withPlans = false): Html =>
-    html`${accounts.map((a) => html`<option${a.name === current ? html` selected` : ""}${withPlans ? html` data-plan="${c.store.billing.plan(a.id)}"` : ""}>${a.name}</option>`)}`;
+    html`${accounts.map((a) => html`<option${a.name === current ? html` selected` : ""}${withPlans ? html` data-plan="${planOf.get(a.id)!}"` : ""}>${a.name}</option>`)}`;
   const planOptions = (current: Plan): Html => html`${PLANS.map((p) => html`<option${p === current ? html` selected` : ""}>${p}</option>`)}`;
-  const allowed = selected ? new Set(c.store.catalog.listForAccount(selected.id).map((m) => m.id)) : new Set<string>();
+  const allowed = selected ? new Set((await c.store.catalog.listForAccount(selected.id)).map((m) => m.id)) : new Set<string>();
+  const limits = selected ? await rateLimitPanel(c, selected.id, selected.name, csrf) : "";
+  const nodes = c.store.kind === "postgres" ? nodesPanel(await c.store.nodes.live()) : "";
   const body = html`<h1>Admin</h1>
 <p class="lead">Operator tools. Changes apply to the next API request.</p>
 ${notice.ok ? html`<div class="notice ok" role="status">${notice.ok}</div>` : ""}
@@ -25,9 +41,8 @@ ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</di
 <section class="panel"><h2>Accounts</h2>${scrollTable(
     "Accounts",
     html`<thead><tr><th scope="col">Account</th><th scope="col">Plan</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Keys</th><th scope="col" class="num">Users</th><th scope="col">Model access</th><th scope="col" class="hide-sm">Created</th></tr></thead>
-  <tbody>${accounts.map((a) => {
-    const plan = c.store.billing.plan(a.id);
-    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${plan === "unlimited" ? "∞" : usd(c.store.billing.balanceUsd(a.id))}</td><td class="num">${c.store.keys.count(a.id)}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td class="hide-sm">${dateTime(a.createdAt)}</td></tr>`;
+  <tbody>${rows.map(({ account: a, plan, balance, keys }) => {
+    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${balance === null ? "∞" : usd(balance)}</td><td class="num">${keys}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td class="hide-sm">${dateTime(a.createdAt)}</td></tr>`;
   })}</tbody>`,
   )}
   <h3>Create an account</h3>
@@ -35,6 +50,7 @@ ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</di
     <div class="field grow"><label for="acct-name">Name</label><input id="acct-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" placeholder="lowercase, e.g. acme"></div>
     <div class="field"><label for="acct-plan">Plan</label><select id="acct-plan" name="plan">${planOptions("prepaid")}</select></div>
     <button type="submit">Create account</button></form></section>
+${nodes}
 <section class="panel"><h2>Credit and plans</h2>
   <form class="inline" method="post" action="${BASE}/admin/topup" aria-label="Top up credit">${csrf}
     <div class="field"><label for="top-acct">Account</label><select id="top-acct" name="account">${accountOptions(selected?.name)}</select></div>
@@ -43,7 +59,7 @@ ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</di
     <button type="submit">Add credit</button></form>
   <form class="inline" method="post" action="${BASE}/admin/plan" aria-label="Set a plan">${csrf}
     <div class="field"><label for="plan-acct">Account</label><select id="plan-acct" name="account" data-plan-select="plan-plan">${accountOptions(selected?.name, true)}</select></div>
-    <div class="field"><label for="plan-plan">Plan</label><select id="plan-plan" name="plan">${planOptions(selected ? c.store.billing.plan(selected.id) : "prepaid")}</select></div>
+    <div class="field"><label for="plan-plan">Plan</label><select id="plan-plan" name="plan">${planOptions(selected ? planOf.get(selected.id)! : "prepaid")}</select></div>
     <button type="submit" class="secondary">Set plan</button>
     <p class="muted form-note">Prepaid accounts are refused once their credit is used up; unlimited ones never.</p></form></section>
 <section class="panel"><h2>Users</h2>${scrollTable(
@@ -66,14 +82,15 @@ ${selected
     `Model access for ${selected.name}`,
     html`<thead><tr><th scope="col">Allowed</th><th scope="col">Model</th><th scope="col">Status</th></tr></thead>
   <tbody>${catalog.map((m) => {
-    const served = m.status === "active" && m.present && !m.loadError;
-    return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${served ? "" : html` disabled`}></td><td><label class="plain" for="acc-${m.id}"><code>${m.id}</code></label></td><td>${served ? "served" : m.loadError ? "failed to load" : m.present ? "disabled" : "missing"}</td></tr>`;
+    const isServed = served.has(m.id);
+    return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${isServed ? "" : html` disabled`}></td><td><label class="plain" for="acc-${m.id}"><code>${m.id}</code></label></td><td>${isServed ? "served" : m.loadError ? "failed to load" : m.status === "inactive" ? "disabled" : "missing"}</td></tr>`;
   })}</tbody>`,
   )}
   <label class="check" for="acc-all"><input type="checkbox" name="all" value="on" id="acc-all"${selected.modelAccess === "all" ? html` checked` : ""}> Every served model, including models added later (ignores the list above)</label>
   <button type="submit">Save access</button></form></section>`
     : ""}
-${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
+${limits}
+${hubPullPanel(c, csrf)}
 <section class="panel"><h2>Model prices</h2><p class="muted">USD per million tokens. Cached input: prompt tokens served from the prefix cache (blank: the input price).</p>${scrollTable(
     "Model prices",
     html`<thead><tr><th scope="col">Model</th><th scope="col">Input / cached input / output</th></tr></thead>
@@ -88,11 +105,27 @@ ${selected ? rateLimitPanel(c, selected.id, selected.name, csrf) : ""}
   return htmlResponse(page({ title: "Admin", tab: "admin", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
 }
 
+/** The nodes sharing the database, as their heartbeats last reported them. */
+function nodesPanel(nodes: NodeInfo[]): Html {
+  const now = Date.now();
+  return html`<section class="panel" id="nodes"><h2>Nodes</h2>
+  <p class="muted">Nodes whose heartbeat is live, and the models each serves with its queue (requests running or waiting). A request for a model is answered by any node: it runs where the model is.</p>
+  ${nodes.length === 0
+    ? html`<p class="empty">No live node.</p>`
+    : scrollTable(
+        "Nodes",
+        html`<thead><tr><th scope="col">Node</th><th scope="col">Address</th><th scope="col" class="hide-sm">Version</th><th scope="col" class="num">Heartbeat</th><th scope="col">Models (queue)</th></tr></thead>
+  <tbody>${nodes.map(
+    (n) => html`<tr data-node-id="${n.id}"><td><code>${n.id}</code></td><td>${n.url}</td><td class="hide-sm">${n.version}</td><td class="num">${Math.max(0, (now - n.heartbeatAt) / 1000).toFixed(1)} s ago</td><td>${n.models.length ? n.models.map((m, i) => html`${i ? ", " : ""}<code>${m.id}</code> (${m.queueDepth})`) : "none"}</td></tr>`,
+  )}</tbody>`,
+      )}</section>`;
+}
+
 /** Rate limits of one account: blank means no limit. */
-function rateLimitPanel(c: SignedCtx, accountId: number, name: string, csrf: Html): Html {
-  const l = c.store.limits.get(accountId);
+async function rateLimitPanel(c: SignedCtx, accountId: number, name: string, csrf: Html): Promise<Html> {
+  const l = await c.store.limits.get(accountId);
   const value = (v: number | null | undefined) => (v == null ? "" : String(v));
-  const keyLimits = c.store.limits.list(accountId).filter((e) => e.keyId !== null);
+  const keyLimits = (await c.store.limits.list(accountId)).filter((e) => e.keyId !== null);
   return html`<section class="panel" id="limits"><h2>Rate limits for ${name}</h2>
   <p class="muted">Blank: no limit. Tokens are counted as the prompt estimate plus max_tokens when a request starts and settled with the real count when it ends.</p>
   <form class="inline" method="post" action="${BASE}/admin/limits">${csrf}<input type="hidden" name="account" value="${name}">
@@ -125,15 +158,15 @@ async function change(c: SignedCtx, fn: () => string | Promise<string>, back = `
   }
 }
 
-function account(c: SignedCtx) {
-  const a = c.store.accounts.get(c.field("account"));
+async function account(c: SignedCtx) {
+  const a = await c.store.accounts.get(c.field("account"));
   if (!a) throw new Error(`no account named ${c.field("account")}`);
   return a;
 }
 
 /** A change to the account named in the form, coming back to that account's section. */
-function accountChange(c: SignedCtx, fn: (a: Account) => string): Promise<Response> {
-  return change(c, () => fn(account(c)), `${BASE}/admin?account=${encodeURIComponent(c.field("account"))}`);
+function accountChange(c: SignedCtx, fn: (a: Account) => Promise<string>): Promise<Response> {
+  return change(c, async () => fn(await account(c)), `${BASE}/admin?account=${encodeURIComponent(c.field("account"))}`);
 }
 
 export const adminRoutes: Route[] = [
@@ -148,11 +181,11 @@ export const adminRoutes: Route[] = [
     path: "/admin/accounts",
     access: "operator",
     handle: (c) =>
-      change(c, () => {
+      change(c, async () => {
         const plan = c.field("plan") as Plan;
         if (!PLANS.includes(plan)) throw new Error("choose a plan");
-        const a = c.store.accounts.create(c.field("name"));
-        c.store.billing.setPlan(a.id, plan);
+        const a = await c.store.accounts.create(c.field("name"));
+        await c.store.billing.setPlan(a.id, plan);
         return `created account ${a.name} (${plan})`;
       }),
   },
@@ -163,7 +196,7 @@ export const adminRoutes: Route[] = [
     handle: (c) =>
       change(c, async () => {
         const role = c.field("role") as UserRole;
-        const u = await c.store.users.create({ accountId: account(c).id, email: c.field("email"), password: c.fields("password")[0] ?? "", role });
+        const u = await c.store.users.create({ accountId: (await account(c)).id, email: c.field("email"), password: c.fields("password")[0] ?? "", role });
         return `created user ${u.email} in ${u.accountName}`;
       }),
   },
@@ -172,10 +205,10 @@ export const adminRoutes: Route[] = [
     path: "/admin/topup",
     access: "operator",
     handle: (c) =>
-      change(c, () => {
-        const a = account(c);
+      change(c, async () => {
+        const a = await account(c);
         const amount = Number(c.field("usd"));
-        c.store.billing.topUp(a.id, amount, c.field("note") || `top-up by ${c.user.email}`);
+        await c.store.billing.topUp(a.id, amount, c.field("note") || `top-up by ${c.user.email}`);
         return `added ${usd(amount)} to ${a.name}`;
       }),
   },
@@ -184,11 +217,11 @@ export const adminRoutes: Route[] = [
     path: "/admin/plan",
     access: "operator",
     handle: (c) =>
-      change(c, () => {
-        const a = account(c);
+      change(c, async () => {
+        const a = await account(c);
         const plan = c.field("plan") as Plan;
         if (!PLANS.includes(plan)) throw new Error("choose a plan");
-        c.store.billing.setPlan(a.id, plan);
+        await c.store.billing.setPlan(a.id, plan);
         return `${a.name} is now on the ${c.field("plan")} plan`;
       }),
   },
@@ -197,16 +230,16 @@ export const adminRoutes: Route[] = [
     path: "/admin/access",
     access: "operator",
     handle: (c) =>
-      accountChange(c, (a) => {
+      accountChange(c, async (a) => {
         if (c.field("all") === "on") {
-          c.store.catalog.allowAll(a.id);
+          await c.store.catalog.allowAll(a.id);
           return `${a.name} may use every served model`;
         }
         const want = new Set(c.fields("model"));
-        const have = new Set(c.store.catalog.listForAccount(a.id).map((m) => m.id));
-        for (const m of c.store.catalog.listServed()) {
-          if (want.has(m.id) && !have.has(m.id)) c.store.catalog.grant(a.id, m.id);
-          if (!want.has(m.id) && have.has(m.id)) c.store.catalog.revoke(a.id, m.id);
+        const have = new Set((await c.store.catalog.listForAccount(a.id)).map((m) => m.id));
+        for (const m of await c.store.catalog.listServed()) {
+          if (want.has(m.id) && !have.has(m.id)) await c.store.catalog.grant(a.id, m.id);
+          if (!want.has(m.id) && have.has(m.id)) await c.store.catalog.revoke(a.id, m.id);
         }
         return `saved model access for ${a.name}`;
       }),
@@ -216,8 +249,8 @@ export const adminRoutes: Route[] = [
     path: "/admin/limits",
     access: "operator",
     handle: (c) =>
-      accountChange(c, (a) => {
-        c.store.limits.set(a.id, null, {
+      accountChange(c, async (a) => {
+        await c.store.limits.set(a.id, null, {
           requestsPerMinute: limitField(c, "rpm", "Requests per minute"),
           tokensPerMinute: limitField(c, "tpm", "Tokens per minute"),
           maxConcurrent: limitField(c, "concurrent", "Concurrent requests"),
@@ -230,10 +263,10 @@ export const adminRoutes: Route[] = [
     path: "/admin/prices",
     access: "operator",
     handle: (c) =>
-      change(c, () => {
+      change(c, async () => {
         const id = c.field("model");
         const cached = c.field("cached_input").trim();
-        if (!c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")), cached === "" ? null : Number(cached))) throw new Error(`no model ${id}`);
+        if (!(await c.store.catalog.setPrices(id, Number(c.field("input")), Number(c.field("output")), cached === "" ? null : Number(cached)))) throw new Error(`no model ${id}`);
         return `saved prices of ${id}`;
       }),
   },

@@ -30,15 +30,15 @@ export const apiRoutes: Route[] = [
     access: "user",
     handle: (c) => json({ email: c.user.email, role: c.user.role, account: c.user.accountName, csrf_token: c.session.csrfToken }),
   },
-  { method: "GET", path: "/api/keys", access: "user", handle: (c) => json({ data: c.store.keys.list(c.user.accountId).map(keyJson) }) },
+  { method: "GET", path: "/api/keys", access: "user", handle: async (c) => json({ data: (await c.store.keys.list(c.user.accountId)).map(keyJson) }) },
   {
     method: "POST",
     path: "/api/keys",
     access: "user",
-    handle(c) {
+    async handle(c) {
       const label = c.field("label");
       if (!label || label.length > 80) return json({ error: "label must have 1 to 80 characters" }, 400);
-      const { key, info } = c.store.keys.create(c.user.accountId, label);
+      const { key, info } = await c.store.keys.create(c.user.accountId, label);
       return json({ key, ...keyJson(info) }, 201);
     },
   },
@@ -46,15 +46,15 @@ export const apiRoutes: Route[] = [
     method: "POST",
     path: "/api/keys/:id/revoke",
     access: "user",
-    handle: (c) =>
-      c.store.keys.revoke(c.params.id!, c.user.accountId) ? json({ id: c.params.id, revoked: true }) : json({ error: "no such active key" }, 404),
+    handle: async (c) =>
+      (await c.store.keys.revoke(c.params.id!, c.user.accountId)) ? json({ id: c.params.id, revoked: true }) : json({ error: "no such active key" }, 404),
   },
   {
     method: "GET",
     path: "/api/usage",
     access: "user",
-    handle(c) {
-      const d = usageData(c);
+    async handle(c) {
+      const d = await usageData(c);
       return json({
         from: d.range.from,
         to: d.range.to,
@@ -75,9 +75,9 @@ export const apiRoutes: Route[] = [
     method: "GET",
     path: "/api/models",
     access: "user",
-    handle: (c) =>
+    handle: async (c) =>
       json({
-        data: c.store.catalog.listForAccount(c.user.accountId).map((m) => ({
+        data: (await c.store.catalog.listForAccount(c.user.accountId)).map((m) => ({
           id: m.id,
           context_length: m.contextLength,
           input_per_million_tokens: m.inputPricePerMTok,
@@ -91,8 +91,8 @@ export const apiRoutes: Route[] = [
     method: "GET",
     path: "/api/billing",
     access: "user",
-    handle(c) {
-      const { summary, history } = billingData(c);
+    async handle(c) {
+      const { summary, history } = await billingData(c);
       return json({
         plan: summary.plan,
         balance_usd: summary.balanceUsd,

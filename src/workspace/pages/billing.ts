@@ -13,10 +13,10 @@ export function billingPeriod(now = Date.now()) {
   return { since, until, label: new Date(since).toLocaleString("en-US", { month: "long", year: "numeric", timeZone: "UTC" }) };
 }
 
-export function billingData(c: SignedCtx) {
+export async function billingData(c: SignedCtx) {
   const period = billingPeriod();
   const id = c.user.accountId;
-  return { period, summary: c.store.billing.summary(id, period.since, period.until), history: c.store.billing.history(id, { limit: 100 }) };
+  return { period, summary: await c.store.billing.summary(id, period.since, period.until), history: await c.store.billing.history(id, { limit: 100 }) };
 }
 
 export const billingRoutes: Route[] = [
@@ -24,8 +24,8 @@ export const billingRoutes: Route[] = [
     method: "GET",
     path: "/billing",
     access: "user",
-    handle(c) {
-      const { period, summary, history } = billingData(c);
+    async handle(c) {
+      const { period, summary, history } = await billingData(c);
       const unlimited = summary.plan === "unlimited";
       const body = html`<h1>Billing</h1>
 <p class="lead">Each request is charged at the model's prices when it finishes. ${unlimited ? "This account's plan is unlimited: requests are never refused for credit." : "Requests are refused with 429 insufficient_quota once the credit is used up."}</p>

@@ -9,8 +9,8 @@ export const integrationRoutes: Route[] = [
     method: "GET",
     path: "/integrations",
     access: "user",
-    handle(c) {
-      const models = c.store.catalog.listForAccount(c.user.accountId).map((m) => m.id);
+    async handle(c) {
+      const models = (await c.store.catalog.listForAccount(c.user.accountId)).map((m) => m.id);
       const info = integrationInfo(c.opts.apiBase(c.request), models);
       const asked = c.url.searchParams.get("model");
       const model = asked && models.includes(asked) ? asked : (models[0] ?? "MODEL_ID");

@@ -7,8 +7,8 @@ import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
 import { notFoundPage } from "./errors.ts";
 
-function keysPage(c: SignedCtx, notice: { created?: { key: string; info: ApiKeyInfo }; revoked?: string; error?: string }) {
-  const keys = c.store.keys.list(c.user.accountId).sort((a, b) => Number(a.revokedAt !== null) - Number(b.revokedAt !== null) || b.createdAt - a.createdAt);
+async function keysPage(c: SignedCtx, notice: { created?: { key: string; info: ApiKeyInfo }; revoked?: string; error?: string }) {
+  const keys = (await c.store.keys.list(c.user.accountId)).sort((a, b) => Number(a.revokedAt !== null) - Number(b.revokedAt !== null) || b.createdAt - a.createdAt);
   const created = notice.created;
   const body = html`<h1>API keys</h1>
 <p class="lead">Keys authenticate requests to the API as <strong>${c.user.accountName}</strong>. Only a hash is stored: a key is shown once, when it is created.</p>
@@ -45,8 +45,8 @@ ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</di
   return htmlResponse(page({ title: "API keys", tab: "keys", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
 }
 
-const ownActiveKey = (c: SignedCtx) =>
-  c.store.keys.list(c.user.accountId).find((k) => k.id === c.params.id && k.revokedAt === null) ?? null;
+const ownActiveKey = async (c: SignedCtx) =>
+  (await c.store.keys.list(c.user.accountId)).find((k) => k.id === c.params.id && k.revokedAt === null) ?? null;
 
 export const keyRoutes: Route[] = [
   {
@@ -59,18 +59,18 @@ export const keyRoutes: Route[] = [
     method: "POST",
     path: "/keys",
     access: "user",
-    handle(c) {
+    async handle(c) {
       const label = c.field("label");
       if (!label || label.length > 80) return keysPage(c, { error: "Give the key a label of 1 to 80 characters." });
-      return keysPage(c, { created: c.store.keys.create(c.user.accountId, label) });
+      return keysPage(c, { created: await c.store.keys.create(c.user.accountId, label) });
     },
   },
   {
     method: "GET",
     path: "/keys/:id/revoke",
     access: "user",
-    handle(c) {
-      const k = ownActiveKey(c);
+    async handle(c) {
+      const k = await ownActiveKey(c);
       if (!k) return notFoundPage(c);
       const body = html`<h1>Revoke a key</h1>
 <section class="panel">
@@ -87,9 +87,9 @@ export const keyRoutes: Route[] = [
     method: "POST",
     path: "/keys/:id/revoke",
     access: "user",
-    handle(c) {
+    async handle(c) {
       // Scoped to the signed-in account: another account's key id is simply not found.
-      if (!c.store.keys.revoke(c.params.id!, c.user.accountId)) return notFoundPage(c);
+      if (!(await c.store.keys.revoke(c.params.id!, c.user.accountId))) return notFoundPage(c);
       return redirect(`${BASE}/keys?revoked=${encodeURIComponent(c.params.id!)}`);
     },
   },

@@ -15,8 +15,8 @@ export const modelRoutes: Route[] = [
     method: "GET",
     path: "/models",
     access: "user",
-    handle(c) {
-      const models = c.store.catalog.listForAccount(c.user.accountId);
+    async handle(c) {
+      const models = await c.store.catalog.listForAccount(c.user.accountId);
       const body = html`<h1>Models</h1>
 <p class="lead">The models ${c.user.accountName} can call. Prices are in USD per million tokens.</p>
 <section class="panel">

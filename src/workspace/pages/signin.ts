@@ -41,7 +41,7 @@ export const signInRoutes: Route[] = [
       const email = c.field("email");
       const password = c.fields("password")[0] ?? "";
       const t = c.opts.throttle ?? DEFAULT_THROTTLE;
-      const failures = c.store.signIns.failures(email, c.client, Date.now() - t.windowMs);
+      const failures = await c.store.signIns.failures(email, c.client, Date.now() - t.windowMs);
       if (failures.email >= t.perEmail || failures.client >= t.perClient) {
         c.opts.log.warn("workspace sign-in throttled", { client: c.client });
         const minutes = Math.ceil(t.windowMs / 60_000);
@@ -49,13 +49,13 @@ export const signInRoutes: Route[] = [
       }
       const user = email && password ? await c.store.users.verify(email, password) : null;
       if (!user) {
-        c.store.signIns.recordFailure(email || "(empty)", c.client);
+        await c.store.signIns.recordFailure(email || "(empty)", c.client);
         return form(c, { email, status: 401, error: "Wrong email or password." });
       }
-      c.store.signIns.clear(email);
-      c.store.sessions.purgeExpired();
+      await c.store.signIns.clear(email);
+      await c.store.sessions.purgeExpired();
       const ttl = c.opts.sessionTtlMs ?? DEFAULT_SESSION_TTL_MS;
-      const { token } = c.store.sessions.create(user.id, ttl);
+      const { token } = await c.store.sessions.create(user.id, ttl);
       return redirect(`${BASE}/keys`, {
         "set-cookie": [
           setCookie(c.request, SESSION_COOKIE, token, { maxAgeSeconds: Math.floor(ttl / 1000) }),
@@ -68,9 +68,9 @@ export const signInRoutes: Route[] = [
     method: "POST",
     path: "/signout",
     access: "user",
-    handle(c: SignedCtx) {
+    async handle(c: SignedCtx) {
       const token = cookies(c.request).get(SESSION_COOKIE);
-      if (token) c.store.sessions.destroy(token);
+      if (token) await c.store.sessions.destroy(token);
       return redirect(`${BASE}/signin`, { "set-cookie": clearCookie(c.request, SESSION_COOKIE) });
     },
   },

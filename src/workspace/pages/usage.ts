@@ -29,14 +29,14 @@ export function fillDays(rows: DailyUsage[], since: number, until: number): Dail
   return out;
 }
 
-export function usageData(c: SignedCtx) {
+export async function usageData(c: SignedCtx) {
   const r = usageRange(c.url);
   const id = c.user.accountId;
   return {
     range: r,
-    daily: fillDays(c.store.usageReports.daily(id, r.since, r.until), r.since, r.until),
-    byModel: c.store.usageReports.byModel(id, r.since, r.until),
-    recent: c.store.usage.list(id, { since: r.since, until: r.until, limit: 100 }),
+    daily: fillDays(await c.store.usageReports.daily(id, r.since, r.until), r.since, r.until),
+    byModel: await c.store.usageReports.byModel(id, r.since, r.until),
+    recent: await c.store.usage.list(id, { since: r.since, until: r.until, limit: 100 }),
   };
 }
 
@@ -58,8 +58,8 @@ export function usageCsv(rows: UsageRow[]): string {
   return [head.join(","), ...lines].join("\r\n") + "\r\n";
 }
 
-function usagePage(c: SignedCtx) {
-  const { range, daily, byModel, recent } = usageData(c);
+async function usagePage(c: SignedCtx) {
+  const { range, daily, byModel, recent } = await usageData(c);
   const total = daily.reduce(
     (a, d) => ({ r: a.r + d.requests, p: a.p + d.promptTokens, c: a.c + d.completionTokens, cached: a.cached + d.cachedTokens, reasoning: a.reasoning + d.reasoningTokens }),
     { r: 0, p: 0, c: 0, cached: 0, reasoning: 0 },
@@ -131,9 +131,9 @@ export const usageRoutes: Route[] = [
     method: "GET",
     path: "/usage.csv",
     access: "user",
-    handle(c) {
+    async handle(c) {
       const r = usageRange(c.url);
-      const rows = c.store.usage.list(c.user.accountId, { since: r.since, until: r.until, limit: 1_000_000 });
+      const rows = await c.store.usage.list(c.user.accountId, { since: r.since, until: r.until, limit: 1_000_000 });
       return new Response(usageCsv(rows), {
         headers: {
           "content-type": "text/csv; charset=utf-8",

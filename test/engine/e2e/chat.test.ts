@@ -208,10 +208,10 @@ describe("concurrency and cancellation", () => {
       seen += new TextDecoder().decode(value).split("data: ").length - 1;
     }
     controller.abort();
-    const account = fx.server.store.accounts.get("local")!.id;
+    const account = (await fx.server.store.accounts.get("local"))!.id;
     let row;
     for (let i = 0; i < 200 && !row; i++) {
-      row = fx.server.store.usage.list(account).find((r) => r.requestId === "cut-off-1");
+      row = (await fx.server.store.usage.list(account)).find((r) => r.requestId === "cut-off-1");
       if (!row) await Bun.sleep(10);
     }
     expect(row).toBeDefined();

@@ -336,7 +336,7 @@ describe("usage that invoices can trust", () => {
 
   test("a second request sharing a 1,000-token prefix reports the cached tokens the cache served and is charged the cached rate", async () => {
     const store = fx.server.store;
-    store.catalog.setPrices(BILLED, 3, 15, 0.3);
+    await store.catalog.setPrices(BILLED, 3, 15, 0.3);
     const system = Array.from({ length: 500 }, (_, i) => `rule ${i}`).join(", ");
     const conversation = (q: string): OpenAI.ChatCompletionMessageParam[] => [{ role: "system", content: system }, { role: "user", content: q }];
     const first = await whole(BILLED, {}, conversation("What is 2+2?"));
@@ -350,10 +350,10 @@ describe("usage that invoices can trust", () => {
     expect(served).toBeGreaterThanOrEqual(1000);
     expect(details(second.usage)).toEqual({ cached: served, reasoning: R1_THINKING.length + 1 });
 
-    const key = store.keys.authenticate(fx.server.key)!;
-    const usageRow = store.usage.list(key.accountId, { limit: 1 })[0]!;
+    const key = (await store.keys.authenticate(fx.server.key))!;
+    const usageRow = (await store.usage.list(key.accountId, { limit: 1 }))[0]!;
     expect(usageRow).toMatchObject({ modelId: BILLED, promptTokens: second.usage.prompt_tokens, cachedTokens: served, reasoningTokens: R1_THINKING.length + 1 });
-    const charge = store.billing.history(key.accountId, { limit: 1 })[0]!;
+    const charge = (await store.billing.history(key.accountId, { limit: 1 }))[0]!;
     expect(charge).toMatchObject({ requestId: usageRow.requestId, promptTokens: second.usage.prompt_tokens, cachedTokens: served });
     const p = second.usage.prompt_tokens;
     const expected = ((p - served) * 3 + served * 0.3 + second.usage.completion_tokens * 15) / 1e6;

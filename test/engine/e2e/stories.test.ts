@@ -76,10 +76,10 @@ describe.skipIf(!hasStories)("stories260K through the API", () => {
   }
 
   test("usage rows carry the real token counts", async () => {
-    const before = fx.server.store.usage.countAll();
+    const before = await fx.server.store.usage.countAll();
     await fx.client.chat.completions.create({ model: "karpathy/stories260k-fused", messages: [{ role: "user", content: "Once upon a time" }], temperature: 0, max_tokens: 7, user: "u-42", metadata: { run: "t" } });
-    const rows = fx.server.store.usage.list(fx.server.store.accounts.get("local")!.id, { limit: 1 });
-    expect(fx.server.store.usage.countAll()).toBe(before + 1);
+    const rows = await fx.server.store.usage.list((await fx.server.store.accounts.get("local"))!.id, { limit: 1 });
+    expect((await fx.server.store.usage.countAll())).toBe(before + 1);
     expect(rows[0]).toMatchObject({ modelId: "karpathy/stories260k-fused", promptTokens: 5, completionTokens: 7, status: "ok", finishReason: "length", user: "u-42", metadata: { run: "t" } });
   });
 });

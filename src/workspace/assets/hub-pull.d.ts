@@ -1,0 +1,3 @@
+// Imported `with { type: "text" }`: the script's source as a string.
+declare const source: string;
+export default source;
