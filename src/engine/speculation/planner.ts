@@ -118,6 +118,12 @@ export class StepCosts {
     cell.add(ms);
   }
 
+  /** Drops what was measured at this batch size's bin (stale: the regime did not run for a while). */
+  forget(rows: number): void {
+    const bin = rowBin(rows);
+    for (let w = 1; w <= MAX_DRAFT + 1; w++) this.cells.delete(bin * 32 + w);
+  }
+
   private measured(bin: number, width: number): number | null {
     const cell = this.cells.get(bin * 32 + width);
     return cell ? cell.value : null;
@@ -197,7 +203,8 @@ class RegimeChoice {
       for (const r of this.window) if (r.ms <= limit) [ms, tokens] = [ms + r.ms, tokens + r.tokens];
       const measured = ms / tokens;
       const old = this.msPerToken[regime];
-      this.msPerToken[regime] = old === null ? measured : old + 0.5 * (measured - old);
+      // A trial's window stands alone: what came before it is from another time.
+      this.msPerToken[regime] = old === null || this.trial > 0 ? measured : old + 0.5 * (measured - old);
       this.window = [];
     }
     if (this.trial > 0) {
@@ -209,8 +216,12 @@ class RegimeChoice {
     if (--this.untilTrial <= 0) {
       this.trial = WINDOW;
       this.window = [];
+      this.trialStarted = true;
     }
   }
+
+  /** Set when a trial has just begun (the planner then forgets stale verification costs). */
+  trialStarted = false;
 
   /** After a trial: keep the faster regime; try the other again later, later still if it lost again. */
   private decide(): void {
@@ -271,7 +282,15 @@ export class SpeculationPlanner {
    */
   plan(rows: PlanRow[]): Plan | null {
     const n = rows.length;
-    if (this.policy === "measured" && this.regime(n).current === "plain") return null;
+    if (this.policy === "measured") {
+      const regime = this.regime(n);
+      if (regime.trialStarted) {
+        regime.trialStarted = false;
+        // Speculation comes back after a while: what its runs cost then may no longer hold.
+        if (regime.current === "speculate") this.costs.forget(n);
+      }
+      if (regime.current === "plain") return null;
+    }
     let maxWidth = MAX_DRAFT + 1;
     for (const r of rows) maxWidth = Math.min(maxWidth, r.space);
     const drafts: Draft[] = rows.map((r) => r.spec.drafter.propose(Math.min(r.room, maxWidth - 1)));
