@@ -40,6 +40,9 @@ async function banner(server: RunningServer, args: CommandArgs, account: string)
   return lines.join("\n") + "\n";
 }
 
+/** The warm-up per model when neither --warmup-ms nor SLUICE_WARMUP_MS says otherwise. */
+const DEFAULT_WARMUP_MS = 2000;
+
 export const serveCommand: Command = {
   path: ["serve"],
   usage: "[options]",
@@ -65,6 +68,7 @@ export const serveCommand: Command = {
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of RAM, 256 MiB to 8 GiB)", default: "0" },
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 429 (0: 64)", default: "0" },
+    { name: "warmup-ms", type: "string", help: "Per model at load, run synthetic requests through the decoding code for up to this long so the first requests get full speed (0: none; default SLUICE_WARMUP_MS, else 2000)" },
     { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, verified by the model; the output is unchanged) or off", default: "ngram" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
@@ -122,6 +126,7 @@ export const serveCommand: Command = {
       kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
       maxQueue: count("max-queue"),
       speculate,
+      warmupMs: typeof args.values["warmup-ms"] === "string" ? count("warmup-ms") : process.env.SLUICE_WARMUP_MS === undefined ? DEFAULT_WARMUP_MS : undefined,
     });
     const server = await startServer({
       host: String(args.values.host),

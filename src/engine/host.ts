@@ -31,6 +31,8 @@ export interface EngineOptions {
   maxQueue?: number;
   /** Speculative decoding (absent: "ngram"). */
   speculate?: SpeculateMode;
+  /** Warm-up per model at load, ms (absent: SLUICE_WARMUP_MS, else none). */
+  warmupMs?: number;
   /** Worker entry; overridable so the compiled binary can point at its embedded copy. */
   workerUrl?: string | URL;
 }
@@ -132,6 +134,7 @@ class ModelWorker {
           kvBudgetBytes: opts.kvBudgetBytes ?? envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20,
           maxQueue: opts.maxQueue ?? envNumber("SLUICE_MAX_QUEUE"),
           speculate: opts.speculate,
+          warmupMs: opts.warmupMs ?? envNumber("SLUICE_WARMUP_MS"),
         },
       });
     });

@@ -17,6 +17,8 @@ export interface CreateEngineOptions {
   maxQueue?: number;
   /** Speculative decoding (absent: "ngram"). */
   speculate?: SpeculateMode;
+  /** Warm-up per model at load, ms (absent: SLUICE_WARMUP_MS, else none). */
+  warmupMs?: number;
 }
 
 export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
@@ -41,6 +43,7 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     kvBudgetBytes: opts.kvBudgetBytes,
     maxQueue: opts.maxQueue,
     speculate: opts.speculate,
+    warmupMs: opts.warmupMs,
     workerUrl: packagedWorkerUrl(),
   });
 }

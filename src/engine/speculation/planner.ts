@@ -178,7 +178,10 @@ type Regime = "plain" | "speculate";
 
 /** What one batch size's rounds have shown of the two regimes. */
 class RegimeChoice {
+  /** Set by a trial's outcome; until then what the nearest batch size found, or speculation. */
   preferred: Regime = "speculate";
+  /** Whether a trial has compared the two regimes at this batch size yet. */
+  decided = false;
   /** Rounds left in a trial of the other regime (0: in the preferred one). */
   trial = 0;
   untilTrial = FIRST_PROBE;
@@ -227,6 +230,7 @@ class RegimeChoice {
   private decide(): void {
     const other: Regime = this.preferred === "plain" ? "speculate" : "plain";
     const [kept, tried] = [this.msPerToken[this.preferred], this.msPerToken[other]];
+    this.decided = true;
     if (tried !== null && (kept === null || tried < kept)) {
       this.preferred = other;
       this.interval = FIRST_PROBE;
@@ -267,7 +271,20 @@ export class SpeculationPlanner {
   private regime(rows: number): RegimeChoice {
     const bin = rowBin(rows);
     let r = this.regimes.get(bin);
-    if (!r) this.regimes.set(bin, (r = new RegimeChoice()));
+    if (!r) {
+      r = new RegimeChoice();
+      // A batch size not seen yet starts as the nearest one that has compared the two regimes
+      // (its own trial comes as usual): batches grow and shrink through several bins, and each
+      // starting from speculation would spend its first rounds on what its neighbours ruled out.
+      for (let d = 1; d < ROW_BOUNDS.length + 1; d++) {
+        const near = [this.regimes.get(bin - d), this.regimes.get(bin + d)].find((x) => x?.decided);
+        if (near) {
+          r.preferred = near.preferred;
+          break;
+        }
+      }
+      this.regimes.set(bin, r);
+    }
     return r;
   }
 

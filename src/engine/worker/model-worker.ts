@@ -4,6 +4,7 @@ import { ModelRunner } from "./model-runner.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
 import { RoundBatcher } from "./round-batcher.ts";
 import { Scheduler } from "./scheduler.ts";
+import { warmUp } from "./warm-up.ts";
 
 declare const self: Worker;
 
@@ -42,12 +43,15 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           stats: (stats) => post({ type: "stats", stats }),
         }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue, speculate: m.options.speculate });
         void scheduler.run();
+        // Before the model is reported loaded: no request is sent to it until then.
+        const warm = await warmUp(runner, { budgetMs: m.options.warmupMs ?? 0, speculate: m.options.speculate ?? "ngram" });
         const s = scheduler.stats();
         const notes = [
           `model loaded on ${runner.info.provider}`,
           `KV cache: ${kvCacheMode(runner)}, ` +
             `budget ${Math.round(s.kvBudgetBytes / 2 ** 20)} MiB, queue of ${s.queueLimit}`,
         ];
+        if (warm.requests > 0) notes.push(`warmed up with ${warm.requests} synthetic requests (${warm.tokens} tokens) in ${Math.round(warm.ms)} ms`);
         post({ type: "loaded", model: runner.info, notes: [...notes, ...runner.decoder.notes] });
       } catch (err) {
         post({ type: "load-failed", error: (err as Error).message });

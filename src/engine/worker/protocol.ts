@@ -15,6 +15,8 @@ export interface WorkerOptions {
   maxQueue: number;
   /** Speculative decoding (absent: "ngram"). */
   speculate?: SpeculateMode;
+  /** Wall time to warm the worker's code with synthetic requests at load (see warm-up.ts); 0 = none. */
+  warmupMs?: number;
 }
 
 export type HostMessage =

@@ -43,6 +43,8 @@ export interface SchedulerOptions {
   speculate?: SpeculateMode;
   /** When to speculate: as measured to pay (the default), or at every round (tests; see SpeculationPlanner). */
   speculatePolicy?: "measured" | "always";
+  /** Wraps the KV cache the scheduler makes (the warm-up's, which skips most model runs). */
+  wrapBackend?: (backend: KvBackend) => KvBackend;
 }
 
 interface ChoiceRun {
@@ -96,7 +98,8 @@ export class Scheduler {
   ) {
     this.budget = new KvBudget(opts.kvBudgetBytes || defaultKvBudgetBytes());
     const decoder = model.decoder;
-    this.backend = decoder.spec.sharedBuffer ? new FusedKvBackend(decoder, this.budget.totalBytes) : new PaddedKvBackend(decoder);
+    const backend = decoder.spec.sharedBuffer ? new FusedKvBackend(decoder, this.budget.totalBytes) : new PaddedKvBackend(decoder);
+    this.backend = opts.wrapBackend ? opts.wrapBackend(backend) : backend;
     this.prefix = new PrefixCache(this.budget, opts.prefixMinTokens ?? 16, Math.floor(this.budget.totalBytes / 2));
     this.maxQueue = opts.maxQueue || 64;
     this.prefillChunk = opts.prefillChunk ?? 256;

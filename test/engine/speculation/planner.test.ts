@@ -72,6 +72,8 @@ test("a full batch where a wider run costs more than its accepted drafts bring: 
   simulate(planner, machine, 16, 600);
   const steady = simulate(planner, machine, 16, 4000, 3);
   expect(planner.regimeFor(16)).toBe("plain");
+  // A batch size not seen yet (rows finishing) starts where its neighbour ended up.
+  expect(planner.regimeFor(11)).toBe("plain");
   // Only the occasional trial of the other regime.
   expect(steady.verified).toBeLessThan(0.03);
   // Within 2% of plain steps all along (1.02 ms / 16 tokens + the per-token work).

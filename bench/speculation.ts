@@ -1,0 +1,355 @@
+// Speculative decoding and the warm start, side by side in one run:
+//  A. stories260K, greedy, one stream through HTTP: `serve` (speculation on, the default) against
+//     `serve --speculate off` on the same prompts (their texts compared), and llama2.c's run.c
+//     (-O3, one thread) built from ../shared/peers/llama2c with the machine's cc;
+//  B. a copy-heavy request: a model that answers by repeating the prompt's passage with a few
+//     words changed (a scripted model of the ~50M shape, so its runs cost what such a model's do);
+//  C. 16 concurrent streams of stories260K, with and without speculation;
+//  D. a freshly started server's first 1,000 tokens of single-stream traffic against its speed
+//     once warmed, with the default warm-up at load and without one.
+// Writes `## Speculative decoding and warm start` of docs/BENCHMARKS.md.
+//
+//   bun bench/speculation.ts [--quick] [--only A,B,C,D]
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
+import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
+import { machine, median, table, writeSection } from "./report.ts";
+import { RunnerProcess } from "./runner-process.ts";
+import { startServerProcess, threadsCpu, type ServerProcess } from "./server-process.ts";
+import { streamChat } from "./stream-chat.ts";
+
+const args = process.argv.slice(2);
+const quick = args.includes("--quick");
+const only = args.includes("--only") ? new Set(args[args.indexOf("--only") + 1]!.split(",")) : new Set(["A", "B", "C", "D"]);
+const REPO = join(import.meta.dir, "..");
+const ROOT = join(REPO, ".cache", "bench-speculation");
+const STORIES = join(REPO, "..", "shared", "models", "stories260k");
+const PEER = join(REPO, "..", "shared", "peers", "llama2c", "run.c");
+const hasStories = existsSync(join(STORIES, "stories260K.bin"));
+
+const STORY_PROMPTS = ["Once upon a time", "Lily and Tom", "One day, a little girl", "The dog was", "Tim had a red ball", "In the park", "Mom said", "The sun was hot"];
+const RUNS = quick ? 2 : 9;
+const TOKENS = 200;
+
+const sections: string[] = [];
+const note = (s: string) => {
+  console.log(s);
+  sections.push(s);
+};
+
+// ---------------------------------------------------------------- models
+
+async function storiesDir(): Promise<string> {
+  const dir = join(ROOT, "models", "stories260k");
+  if (!existsSync(join(dir, "sluice.json"))) {
+    await importLlama2c(join(STORIES, "stories260K.bin"), join(STORIES, "tok512.bin"), { id: "stories260k", outDir: dir, variant: "fused" });
+  }
+  return dir;
+}
+
+interface CopyTask {
+  dir: string;
+  id: string;
+  prompt: string;
+  /** The scripted answer's text. */
+  answer: string;
+}
+
+/**
+ * A model of the ~50M shape (9 layers, hidden 512, 32k vocabulary, fused graph) whose weights make
+ * it answer any prompt with a fixed text: a 240-word passage with every 20th word changed. The
+ * prompt holds the passage as it was and asks for it back corrected, as an editor agent would.
+ */
+async function copyTask(): Promise<CopyTask> {
+  const dir = join(ROOT, "models", "copy-50m");
+  // The words: distinct single tokens of the bench-50m tokenizer (one built with a one-layer body).
+  const probe = join(ROOT, "probe-tokenizer");
+  if (!existsSync(join(probe, "tokenizer.json"))) {
+    await buildSyntheticModel(probe, { preset: "bench-50m", shape: { numLayers: 1, hiddenSize: 32, intermediateSize: 32, numHeads: 2, numKvHeads: 1, headDim: 16 } });
+  }
+  const vocab = Object.keys((JSON.parse(readFileSync(join(probe, "tokenizer.json"), "utf8")) as { model: { vocab: Record<string, number> } }).model.vocab);
+  const tokenizer = TextTokenizer.load(probe);
+  // Words that the tokenizer reads as one token each (not every vocabulary entry is reachable).
+  const words: string[] = [];
+  for (const w of vocab.filter((w) => /^Ġ[a-z]{3,9}$/.test(w)).map((w) => ` ${w.slice(1)}`)) {
+    if ((await tokenizer.encode(w, { addSpecialTokens: false })).length === 1) words.push(w);
+    if (words.length >= 260) break;
+  }
+  const passage = words.slice(0, 240);
+  const edits = words.slice(240, 252);
+  const answer = passage.map((w, i) => (i % 20 === 7 ? edits[Math.floor(i / 20)]! : w));
+  const prompt = `Fix the spelling in this passage and write it out again:${passage.join("")}`;
+  if (!existsSync(join(dir, "sluice.json"))) {
+    await buildSyntheticModel(dir, {
+      preset: "bench-50m",
+      id: "bench/copy-50m",
+      variant: "fused",
+      shape: { numLayers: 9 },
+      script: { chains: [["\n", ...answer, "<|im_end|>"]] },
+    });
+  }
+  return { dir, id: "bench/copy-50m", prompt, answer: answer.join("") };
+}
+
+// ---------------------------------------------------------------- llama2.c's run.c
+
+/** run.c built with the machine's cc into a temporary directory; null (and why) without one. */
+function buildPeer(): { bin: string; remove: () => void } | string {
+  if (!existsSync(PEER)) return `${PEER} is absent`;
+  const dir = mkdtempSync(join(tmpdir(), "sluice-runc-"));
+  const bin = join(dir, "run");
+  const r = Bun.spawnSync(["cc", "-O3", "-o", bin, PEER, "-lm"]);
+  if (r.exitCode !== 0) {
+    rmSync(dir, { recursive: true, force: true });
+    return `cc failed: ${r.stderr.toString().trim().split("\n")[0]}`;
+  }
+  return { bin, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** run.c greedy on the prompt: its own "achieved tok/s" (forward passes after the first, prompt included). */
+function runPeer(bin: string, prompt: string): number {
+  const r = Bun.spawnSync([bin, join(STORIES, "stories260K.bin"), "-z", join(STORIES, "tok512.bin"), "-t", "0", "-n", "256", "-i", prompt]);
+  const m = /achieved tok\/s: ([\d.]+)/.exec(r.stderr.toString());
+  if (!m) throw new Error(`run.c printed no rate: ${r.stderr.toString().slice(0, 200)}`);
+  return Number(m[1]);
+}
+
+// ---------------------------------------------------------------- helpers
+
+async function metric(server: ServerProcess, name: string, model: string): Promise<number> {
+  const body = await (await fetch(`${server.url}/metrics`)).text();
+  const line = body.split("\n").find((l) => l.startsWith(`${name}{model="${model}"}`));
+  return line ? Number(line.split(" ")[1]) : 0;
+}
+
+/** Waits for the server's stats to settle (they reach /metrics a little after the work). */
+async function settled(server: ServerProcess, model: string): Promise<{ draft: number; accepted: number; generated: number; steps: number }> {
+  await Bun.sleep(400);
+  return {
+    draft: await metric(server, "sluice_draft_tokens_total", model),
+    accepted: await metric(server, "sluice_draft_accepted_tokens_total", model),
+    generated: await metric(server, "sluice_generated_tokens_total", model),
+    steps: await metric(server, "sluice_decode_steps_total", model),
+  };
+}
+
+const client = (s: ServerProcess) => new OpenAI({ apiKey: s.key, baseURL: `${s.url}/v1`, maxRetries: 0, timeout: 600_000 });
+
+async function greedyText(s: ServerProcess, model: string, content: string, maxTokens: number, eos: number[]): Promise<string> {
+  const r = await client(s).chat.completions.create({
+    model,
+    messages: [{ role: "user", content }],
+    temperature: 0,
+    max_tokens: maxTokens,
+    logit_bias: Object.fromEntries(eos.map((e) => [e, -100])),
+  });
+  return r.choices[0]!.message.content ?? "";
+}
+
+const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
+
+// ---------------------------------------------------------------- A. one stream of stories260K
+
+async function singleStream(on: ServerProcess, off: ServerProcess): Promise<void> {
+  // llama2.c's stories end with BOS (1) as well as EOS (2).
+  const eos = [1, 2];
+  const spec = (s: ServerProcess) => ({ kind: "http" as const, baseURL: `${s.url}/v1`, key: s.key, model: "stories260k", prompt: STORY_PROMPTS[0]!, prompts: STORY_PROMPTS, eos, tokens: TOKENS });
+  const runners: [string, RunnerProcess][] = [
+    ["sluice (speculation on, the default)", await RunnerProcess.start(spec(on))],
+    ["sluice --speculate off", await RunnerProcess.start(spec(off))],
+  ];
+  for (const [, r] of runners) for (let w = 0; w < (quick ? 2 : 100); w++) await r.run();
+  const peer = buildPeer();
+  const before = await settled(on, "stories260k");
+  const results: Record<string, number[]> = Object.fromEntries([...runners.map(([n]) => [n, []]), ["llama2.c run.c -O3"]].map((x) => [x[0], []]));
+  for (let i = 0; i < RUNS * STORY_PROMPTS.length; i++) {
+    for (const [name, r] of runners) results[name]!.push((await r.run()).tokPerS);
+    if (typeof peer !== "string") results["llama2.c run.c -O3"]!.push(runPeer(peer.bin, STORY_PROMPTS[i % STORY_PROMPTS.length]!));
+  }
+  const after = await settled(on, "stories260k");
+  for (const [, r] of runners) await r.close();
+  if (typeof peer !== "string") peer.remove();
+  // The same text, prompt by prompt.
+  let same = 0;
+  for (const p of STORY_PROMPTS) if ((await greedyText(on, "stories260k", p, TOKENS, eos)) === (await greedyText(off, "stories260k", p, TOKENS, eos))) same++;
+  const offRate = median(results["sluice --speculate off"]!);
+  const peerRate = typeof peer === "string" ? NaN : median(results["llama2.c run.c -O3"]!);
+  const rows = Object.entries(results)
+    .filter(([, v]) => v.length > 0)
+    .map(([name, v]) => [name, median(v).toFixed(0), ratio(median(v), offRate), Number.isNaN(peerRate) ? "—" : ratio(median(v), peerRate)]);
+  const drafted = after.draft - before.draft;
+  const accepted = after.accepted - before.accepted;
+  const generated = after.generated - before.generated;
+  const steps = after.steps - before.steps;
+  note(
+    `**A. stories260K, greedy, one stream through HTTP** (the openai client streaming, in a process of its own; ${STORY_PROMPTS.length} prompts in turn, ${TOKENS} tokens each with the end token banned, ` +
+      `${RUNS * STORY_PROMPTS.length} timed runs per runner, interleaved, after ${quick ? 2 : 100} untimed ones on top of the servers' own warm-up; medians). ` +
+      `run.c runs the same prompts (greedy, -n 256: its rate counts every forward pass, prompt included, up to the end of the story)` +
+      `${typeof peer === "string" ? ` — not run: ${peer}` : ""}. Same text with speculation on and off: ${same}/${STORY_PROMPTS.length} prompts.\n\n` +
+      table(["runner", "decode tok/s (median)", "vs --speculate off (target ≥ 1.3×)", "vs run.c (target ≥ 1.0×)"], rows) +
+      `\n\nOver the timed runs the server with speculation made ${generated} tokens in ${steps} model runs (${(generated / Math.max(1, steps)).toFixed(2)} per run); ` +
+      `${drafted} draft tokens checked, ${accepted} accepted (${((100 * accepted) / Math.max(1, drafted)).toFixed(0)}%).`,
+  );
+}
+
+// ---------------------------------------------------------------- B. a copy-heavy request
+
+async function copyHeavy(on: ServerProcess, off: ServerProcess, task: CopyTask): Promise<void> {
+  const runs = quick ? 2 : 7;
+  const measure = async (s: ServerProcess) => {
+    const r = await streamChat(client(s), task.id, task.prompt, 400);
+    const span = r.gaps.reduce((a, g) => a + g, 0);
+    return (r.tokens - 1) / (span / 1000);
+  };
+  for (const s of [on, off]) await measure(s);
+  const before = await settled(on, task.id);
+  const rates: Record<string, number[]> = { on: [], off: [] };
+  for (let i = 0; i < runs; i++) {
+    rates.on!.push(await measure(on));
+    rates.off!.push(await measure(off));
+  }
+  const after = await settled(on, task.id);
+  const [a, b] = [await greedyText(on, task.id, task.prompt, 400, []), await greedyText(off, task.id, task.prompt, 400, [])];
+  const drafted = after.draft - before.draft;
+  const accepted = after.accepted - before.accepted;
+  note(
+    `**B. A copy-heavy request**: the prompt holds a 240-word passage and the model answers with it again, every 20th word changed (a scripted model of the ~50M shape: 9 layers, hidden 512, 32k vocabulary, fused graph, ` +
+      `so its runs cost what such a model's do; its weights make it answer with exactly that text). Greedy, streamed, ${runs} runs each, interleaved, medians. ` +
+      `Same text on and off: ${a === b ? "yes" : "NO"}; the scripted answer: ${a === task.answer ? "yes" : "no"}.\n\n` +
+      table(
+        ["server", "decode tok/s (median)", "vs --speculate off (target ≥ 2×)"],
+        [
+          ["speculation on (default)", median(rates.on!).toFixed(1), ratio(median(rates.on!), median(rates.off!))],
+          ["--speculate off", median(rates.off!).toFixed(1), "1.00×"],
+        ],
+      ) +
+      `\n\n${drafted} draft tokens checked over the timed runs, ${accepted} accepted (${((100 * accepted) / Math.max(1, drafted)).toFixed(0)}%).`,
+  );
+}
+
+// ---------------------------------------------------------------- C. 16 streams
+
+async function sixteenStreams(on: ServerProcess, off: ServerProcess): Promise<void> {
+  const rounds = quick ? 1 : 7;
+  const round = async (s: ServerProcess, r: number) => {
+    const t0 = performance.now();
+    const results = await Promise.all(Array.from({ length: 16 }, (_, i) => streamChat(client(s), "stories260k", STORY_PROMPTS[(i + r) % STORY_PROMPTS.length]!, 128)));
+    return results.reduce((a, x) => a + x.tokens, 0) / ((performance.now() - t0) / 1000);
+  };
+  for (let w = 0; w < (quick ? 1 : 6); w++) for (const s of [on, off]) await round(s, w);
+  const before = await settled(on, "stories260k");
+  const rates: Record<string, number[]> = { on: [], off: [] };
+  for (let r = 0; r < rounds; r++) {
+    rates.on!.push(await round(on, r));
+    rates.off!.push(await round(off, r));
+  }
+  const after = await settled(on, "stories260k");
+  note(
+    `**C. 16 concurrent streams of stories260K** (greedy, 128 tokens each, different prompts; ${rounds} rounds per server, interleaved, after untimed ones; the median round's aggregate tokens/s):\n\n` +
+      table(
+        ["server", "aggregate tok/s (median round)", "vs --speculate off (target ≥ 1.0×)"],
+        [
+          ["speculation on (default)", median(rates.on!).toFixed(0), ratio(median(rates.on!), median(rates.off!))],
+          ["--speculate off", median(rates.off!).toFixed(0), "1.00×"],
+        ],
+      ) +
+      `\n\nDraft tokens checked during the timed rounds: ${after.draft - before.draft}, accepted ${after.accepted - before.accepted} (the planner keeps plain decode steps where verification measured slower; it tries it again now and then).`,
+  );
+}
+
+// ---------------------------------------------------------------- D. warm start
+
+/** CPU microseconds of a server process's threads, all together. */
+const serverCpuUs = (pid: number) => threadsCpu(pid).reduce((a, t) => a + t.cpuNs / 1000, 0);
+
+async function warmStart(models: string): Promise<void> {
+  const total = quick ? 4000 : 24_000;
+  const trial = async (warmupMs: number | null) => {
+    const t0 = performance.now();
+    const s = await startServerProcess(models, ["--speculate", "off", ...(warmupMs === null ? [] : ["--warmup-ms", String(warmupMs)])]);
+    const startMs = performance.now() - t0;
+    const c = client(s);
+    let made = 0;
+    const first = { tokens: 0, ms: 0, cpu: 0 };
+    const late: number[] = [];
+    const lateCpu = { tokens: 0, cpu: 0 };
+    let cpu0 = serverCpuUs(s.pid);
+    for (let i = 0; made < total; i++) {
+      const r = await streamChat(c, "stories260k", STORY_PROMPTS[i % STORY_PROMPTS.length]!, 128, { logitBias: { 1: -100, 2: -100 } });
+      const span = r.gaps.reduce((a, g) => a + g, 0);
+      const cpu = serverCpuUs(s.pid);
+      if (made < 1000) {
+        first.tokens += r.tokens - 1;
+        first.ms += span;
+        first.cpu += cpu - cpu0;
+      } else if (made >= total - 6000) {
+        late.push((r.tokens - 1) / (span / 1000));
+        lateCpu.tokens += r.tokens;
+        lateCpu.cpu += cpu - cpu0;
+      }
+      cpu0 = cpu;
+      made += r.tokens;
+    }
+    await s.stop();
+    const firstRate = first.tokens / (first.ms / 1000);
+    const warmed = median(late);
+    return { startMs, firstRate, warmed, firstCpu: first.cpu / first.tokens, warmedCpu: lateCpu.cpu / lateCpu.tokens };
+  };
+  const rows: (string | number)[][] = [];
+  for (const [label, w] of [["default warm-up (2 s per model at most)", null], ["--warmup-ms 0", 0]] as const) {
+    const t = await trial(w);
+    rows.push([label, t.startMs.toFixed(0), t.firstRate.toFixed(0), t.warmed.toFixed(0), `${((100 * t.firstRate) / t.warmed).toFixed(0)}%`, `${((100 * t.warmedCpu) / t.firstCpu).toFixed(0)}%`]);
+  }
+  note(
+    `**D. A fresh server's first 1,000 tokens** (stories260K, one stream, greedy, 128-token requests with the end token banned, --speculate off so that only the warm-up differs): ` +
+      `the rate over the first 1,000 tokens after start against the median rate of the requests after ${total - 6000} tokens of the same server; ` +
+      `CPU is the server process's (all threads, from /proc's schedstat) per token over the same spans: speed as CPU allows, steadier than wall time on a busy machine.\n\n` +
+      table(["start", "spawn → banner ms", "first 1,000 tokens tok/s", "warmed tok/s", "first 1,000 vs warmed (target ≥ 90%)", "by CPU per token"], rows),
+  );
+}
+
+// ---------------------------------------------------------------- main
+
+async function main() {
+  mkdirSync(join(ROOT, "models"), { recursive: true });
+  if (!hasStories && (only.has("A") || only.has("C") || only.has("D"))) console.warn(`stories260K absent at ${STORIES}: parts A, C and D skipped`);
+  const dirs: string[] = [];
+  if (hasStories) dirs.push(await storiesDir());
+  const task = only.has("B") ? await copyTask() : null;
+  if (task) dirs.push(task.dir);
+  // Each server sees only the models of this run.
+  const models = mkdtempSync(join(tmpdir(), "sluice-bench-spec-"));
+  for (const d of dirs) symlinkSync(d, join(models, d.split("/").at(-1)!));
+  const storiesOnly = mkdtempSync(join(tmpdir(), "sluice-bench-spec-stories-"));
+  if (hasStories) symlinkSync(dirs[0]!, join(storiesOnly, "stories260k"));
+  const load = loadavg()[0]!.toFixed(1);
+  try {
+    if (only.has("A") || only.has("B") || only.has("C")) {
+      const on = await startServerProcess(models);
+      const off = await startServerProcess(models, ["--speculate", "off"]);
+      try {
+        if (hasStories && only.has("A")) await singleStream(on, off);
+        if (task) await copyHeavy(on, off, task);
+        if (hasStories && only.has("C")) await sixteenStreams(on, off);
+      } finally {
+        await on.stop();
+        await off.stop();
+      }
+    }
+    if (hasStories && only.has("D")) await warmStart(storiesOnly);
+  } finally {
+    rmSync(models, { recursive: true, force: true });
+    rmSync(storiesOnly, { recursive: true, force: true });
+  }
+  writeSection(
+    "Speculative decoding and warm start (bench/speculation.ts)",
+    `${new Date().toISOString().slice(0, 10)} on ${machine()}; 1-minute load average ${load} at the start, ${loadavg()[0]!.toFixed(1)} at the end (${cpus().length} cores). ` +
+      "Two servers in processes of their own, one with speculation on (the default) and one with `--speculate off`, measured side by side in the same run; both warmed up at load as `serve` does by default." +
+      `${quick ? " A --quick run: few runs, for checking the script only." : ""}\n\n${sections.join("\n\n")}\n`,
+  );
+}
+
+await main();
