@@ -64,6 +64,29 @@ describe("serve --speculate", () => {
     expect(await metric(servers.off!.url, "sluice_draft_accepted_tokens_total")).toBe(0);
   }, 60_000);
 
+  test("--warmup-ms: the model is warmed at load with synthetic requests that leave no trace in its counters or output", async () => {
+    const warm = await spawnServe(["--data", join(dir.path, "data-warm"), "--models", dir.path, "--no-demo", "--device", "cpu", "--warmup-ms", "400"], { stderr: "pipe" });
+    let log = "";
+    try {
+      // The warm-up ran before the model was reported loaded; none of it shows in /metrics.
+      for (const name of ["sluice_generated_tokens_total", "sluice_decode_steps_total", "sluice_prompt_tokens_computed_total", "sluice_prefix_cache_entries", "sluice_draft_tokens_total"]) {
+        expect(await metric(warm.url, name)).toBe(0);
+      }
+      const c = new OpenAI({ apiKey: warm.key!, baseURL: `${warm.url}/v1`, maxRetries: 0 });
+      const ref = new OpenAI({ apiKey: servers.ngram!.key!, baseURL: `${servers.ngram!.url}/v1`, maxRetries: 0 });
+      const ask = async (client: OpenAI) =>
+        (await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "The cat sat on the mat." }], temperature: 0, max_tokens: 60 })).choices[0]!.message.content;
+      expect(await ask(c)).toBe((await ask(ref))!);
+    } finally {
+      await warm.stop();
+      log = await new Response(warm.proc.stderr as ReadableStream).text();
+    }
+    const m = /warmed up with (\d+) synthetic requests \((\d+) tokens\) in (\d+) ms/.exec(log);
+    expect(m).not.toBeNull();
+    expect(Number(m![1])).toBeGreaterThan(0);
+    expect(Number(m![2])).toBeGreaterThan(0);
+  }, 60_000);
+
   test("a value other than ngram or off is refused with a usage error", () => {
     const r = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "serve", "--speculate", "eagle", "--data", join(dir.path, "bad"), "--port", "0"], { cwd: REPO });
     expect(r.exitCode).not.toBe(0);
