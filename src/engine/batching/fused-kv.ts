@@ -305,7 +305,7 @@ export class FusedKvBackend implements KvBackend {
       }
     });
     if (stepKv) fetches[stepKv.output] = null;
-    const out = await this.decoder.run(feeds, fetches as ort.InferenceSession.FetchesType, tokens, logitPositions, general);
+    const out = await this.decoder.run(feeds, fetches, tokens, logitPositions, general);
     if (stepKv) {
       const packed = out[stepKv.output]!;
       const src: KvArray = packed.type === "float16" ? halfBits(packed.data) : (packed.data as Float32Array);

@@ -7,6 +7,7 @@ import { onnxFileName } from "../../onnx-dtypes.ts";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
 import { planPositions, type RopePlan } from "./mrope.ts";
 import { LOGITS_START_INPUT } from "./last-logits.ts";
+import { NativeSession, type Fetches } from "./native-session.ts";
 import { prepareDecoderGraph } from "./load-graph.ts";
 import type { StepBlocks, StepKvOutputs } from "./step-kv-outputs.ts";
 import { copyHeads, type KvArray } from "../batching/kv.ts";
@@ -102,9 +103,9 @@ export interface StepKvLayout {
 
 export class DecoderSession {
   private constructor(
-    readonly session: ort.InferenceSession,
+    readonly session: NativeSession,
     /** The same decoder for runs of one token per row (fewer nodes), when made; see run(). */
-    readonly oneTokenSession: ort.InferenceSession | null,
+    readonly oneTokenSession: NativeSession | null,
     readonly spec: DecoderSpec,
     readonly provider: string,
     /** The embed_tokens graph of a split (vision-language) export: input_ids -> inputs_embeds. */
@@ -141,15 +142,15 @@ export class DecoderSession {
     const logitsName = files.genai?.model?.decoder?.outputs?.logits ?? "logits";
     const notes: string[] = [];
     let stepGraph: StepKvOutputs | null = null;
-    let session: ort.InferenceSession;
-    let oneTokenSession: ort.InferenceSession | null = null;
+    let session: NativeSession;
+    let oneTokenSession: NativeSession | null = null;
     let trimmedLogits = false;
     try {
       const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files), small);
       // Loaded from memory: external weights are found next to the original file.
       const fromMemory = { ...sessionOptions, extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } } };
-      session = graph.bytes ? await ort.InferenceSession.create(graph.bytes, fromMemory) : await ort.InferenceSession.create(files.onnxPath, sessionOptions);
-      if (graph.oneTokenBytes) oneTokenSession = await ort.InferenceSession.create(graph.oneTokenBytes, fromMemory);
+      session = graph.bytes ? await NativeSession.create(graph.bytes, fromMemory) : await NativeSession.create(files.onnxPath, sessionOptions);
+      if (graph.oneTokenBytes) oneTokenSession = await NativeSession.create(graph.oneTokenBytes, fromMemory);
       stepGraph = graph.step;
       trimmedLogits = graph.trimmedLogits;
     } catch (e) {
@@ -157,7 +158,7 @@ export class DecoderSession {
       notes.push(`the load-time graph rewrites failed (${(e as Error).message.split("\n")[0]}); running the graph as exported`);
       await oneTokenSession?.release();
       oneTokenSession = null;
-      session = await ort.InferenceSession.create(files.onnxPath, sessionOptions);
+      session = await NativeSession.create(files.onnxPath, sessionOptions);
     }
     const meta = (list: readonly ort.InferenceSession.ValueMetadata[]): TensorInfo[] =>
       list.map((m) => ({
@@ -184,25 +185,19 @@ export class DecoderSession {
    * unless `general`. `logitPositions`: the logits come for each row's last that many positions
    * (at least; see positionLogits), for verifying speculated tokens.
    */
-  run(
-    feeds: Record<string, ort.Tensor>,
-    fetches: ort.InferenceSession.FetchesType | undefined,
-    width: number,
-    logitPositions = 1,
-    general = false,
-  ): Promise<ort.InferenceSession.ReturnType> {
-    if (width === 1 && this.oneTokenSession && !general) return fetches ? this.oneTokenSession.run(feeds, fetches) : this.oneTokenSession.run(feeds);
+  async run(feeds: Record<string, ort.Tensor>, fetches: Fetches | undefined, width: number, logitPositions = 1, general = false): Promise<Record<string, ort.Tensor>> {
+    if (width === 1 && this.oneTokenSession && !general) return this.oneTokenSession.runSync(feeds, fetches);
     return this.general(feeds, fetches, logitPositions);
   }
 
   /** A run of the general session, with its logits' start when it takes one. */
-  private general(feeds: Record<string, ort.Tensor>, fetches: ort.InferenceSession.FetchesType | undefined, logitPositions: number) {
+  private general(feeds: Record<string, ort.Tensor>, fetches: Fetches | undefined, logitPositions: number): Record<string, ort.Tensor> {
     if (this.trimmedLogits) {
       let start = this.logitStarts.get(logitPositions);
       if (!start) this.logitStarts.set(logitPositions, (start = int64Tensor([-logitPositions], [1])));
       feeds[LOGITS_START_INPUT] = start;
     }
-    return fetches ? this.session.run(feeds, fetches) : this.session.run(feeds);
+    return this.session.runSync(feeds, fetches);
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */
@@ -288,7 +283,7 @@ export class DecoderSession {
       feeds[l.pastKey] = kv.tensors[2 * i]!;
       feeds[l.pastValue] = kv.tensors[2 * i + 1]!;
     });
-    const out = await this.general(feeds, undefined, 1);
+    const out = this.general(feeds, undefined, 1);
     const step = this.stepKv;
     spec.layers.forEach((l, i) => {
       if (step) {
