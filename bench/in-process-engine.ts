@@ -1,7 +1,7 @@
 // The model worker's own code driven in the benchmark's process, without the HTTP server, the
 // messages between threads and the client: what the engine alone does on this machine.
 import { DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
-import type { GenerationEvent } from "../src/engine/types.ts";
+import type { GenerateRequest, GenerationEvent } from "../src/engine/types.ts";
 import { ModelRunner } from "../src/engine/worker/model-runner.ts";
 import { Scheduler } from "../src/engine/worker/scheduler.ts";
 
@@ -21,7 +21,7 @@ export class InProcessEngine {
   private rid = 0;
   /** Time spent inside the decoder's ONNX Runtime runs, ms, since load. */
   onnxMs = 0;
-  private waiting = new Map<number, { times: number[]; tokens: number; done: (error?: string) => void }>();
+  private waiting = new Map<number, { times: number[]; tokens: number; text: string; finish: string; done: (error?: string) => void }>();
   private constructor(
     private readonly scheduler: Scheduler,
     private readonly runner: ModelRunner,
@@ -55,8 +55,14 @@ export class InProcessEngine {
     if (!w) return;
     const now = performance.now();
     for (const e of events) {
-      if (e.type === "content" && e.text) w.times.push(now);
-      if (e.type === "finish") w.tokens = e.completionTokens;
+      if (e.type === "content" && e.text) {
+        w.times.push(now);
+        w.text += e.text;
+      }
+      if (e.type === "finish") {
+        w.tokens = e.completionTokens;
+        w.finish = e.reason;
+      }
     }
   }
 
@@ -75,22 +81,17 @@ export class InProcessEngine {
   }
 
   /** Runs one greedy request to its end: when each piece of text came, and how many tokens. */
-  private async request(prompt: string, maxTokens: number, logitBias: Record<number, number>): Promise<{ times: number[]; tokens: number }> {
+  private request(prompt: string, maxTokens: number, logitBias: Record<number, number>): Promise<{ times: number[]; tokens: number }> {
+    return this.complete({ messages: [{ role: "user", content: prompt }], sampling: { ...DEFAULT_SAMPLING, temperature: 0, logitBias }, maxTokens });
+  }
+
+  /** One request of one choice run to its end: its text, finish reason and token count. */
+  async complete(req: Pick<GenerateRequest, "messages" | "sampling" | "maxTokens"> & Partial<Pick<GenerateRequest, "responseFormat">>): Promise<{ times: number[]; tokens: number; text: string; finish: string }> {
     const rid = ++this.rid;
-    const w = { times: [] as number[], tokens: 0, done: (_?: string) => {} };
+    const w = { times: [] as number[], tokens: 0, text: "", finish: "", done: (_?: string) => {} };
     const finished = new Promise<void>((resolve, reject) => (w.done = (error) => (error ? reject(new Error(error)) : resolve())));
     this.waiting.set(rid, w);
-    await this.scheduler.admit(rid, {
-      requestId: `bench-${rid}`,
-      modelId: this.runner.info.id,
-      messages: [{ role: "user", content: prompt }],
-      sampling: { ...DEFAULT_SAMPLING, temperature: 0, logitBias },
-      maxTokens,
-      stop: [],
-      n: 1,
-      logprobs: false,
-      topLogprobs: 0,
-    });
+    await this.scheduler.admit(rid, { requestId: `bench-${rid}`, modelId: this.runner.info.id, stop: [], n: 1, logprobs: false, topLogprobs: 0, ...req });
     await finished;
     this.waiting.delete(rid);
     return w;

@@ -12,19 +12,28 @@ export type Re =
   | { readonly k: "rep"; readonly item: Re; readonly min: number; readonly max: number }
   | { readonly k: "call"; readonly rule: number }
   | { readonly k: "dfa"; readonly dfa: RuleDfa }
-  | { readonly k: "members"; readonly members: readonly Re[]; readonly required: readonly boolean[]; readonly extra: Re | null; readonly sep: Re };
+  | {
+      readonly k: "members";
+      readonly members: readonly Re[];
+      readonly required: readonly boolean[];
+      readonly extra: Re | null;
+      readonly sep: Re;
+      /** At least one member is written (the empty object is spelt apart, with its own spacing). */
+      readonly nonEmpty: boolean;
+    };
 
 /**
  * Comma-separated object members in declared order, optional ones skippable, then any number of
  * extra members. Emitted with shared states (linear in the member count); as a plain regular
  * expression the "was anything written yet" choice would copy the tail once per optional member.
  */
-export const members = (list: readonly Re[], required: readonly boolean[], extra: Re | null, sep: Re): Re => ({
+export const members = (list: readonly Re[], required: readonly boolean[], extra: Re | null, sep: Re, nonEmpty = false): Re => ({
   k: "members",
   members: list,
   required,
   extra,
   sep,
+  nonEmpty,
 });
 
 export const EMPTY: Re = { k: "seq", items: [] };
@@ -153,7 +162,7 @@ class Nfa {
           this.eps[this.emit({ k: "seq", items: [re.sep, re.extra] }, written[n])].push(written[n]);
         }
         this.eps[written[n]].push(end);
-        this.eps[blank[n]].push(end);
+        if (!re.nonEmpty) this.eps[blank[n]].push(end);
         return end;
       }
       case "dfa": {

@@ -3,11 +3,10 @@
 
 import { canonicalJson } from "./canonical.ts";
 import { type Grammar, GrammarBuilder } from "./grammar.ts";
-import { ws } from "./json-text.ts";
-import { call, seq } from "./automaton.ts";
 import { DEFAULT_OPTIONS, SchemaCompiler, type SchemaCompileOptions } from "./schema.ts";
 import { SUPPORTED_FORMATS } from "./formats.ts";
 import { GrammarMatcher } from "./matcher.ts";
+import { prepareCompletionFacts } from "./completion-budget.ts";
 import { warmStateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 
@@ -29,26 +28,24 @@ export function cached(key: string, build: () => Grammar): Grammar {
   return g;
 }
 
+/** The root value is the whole document: nothing before or after it (see layout.ts). */
 function rootGrammar(key: string, options: SchemaCompileOptions, rule: (c: SchemaCompiler) => number): Grammar {
   const builder = new GrammarBuilder();
   const compiler = new SchemaCompiler(builder, options);
-  const value = rule(compiler);
-  const w = ws(options.maxWhitespace);
-  const root = builder.add(seq(w, call(value), w));
-  return builder.build(root, key);
+  return builder.build(rule(compiler), key);
 }
 
 /** Grammar of JSON texts valid against `schema` (throws UnsupportedSchemaError). */
 export function compileJsonSchema(schema: unknown, options: Partial<SchemaCompileOptions> = {}): Grammar {
   const opts = { ...DEFAULT_OPTIONS, ...options };
-  const key = `schema:${opts.maxWhitespace}:${canonicalJson(schema)}`;
+  const key = `schema:${canonicalJson(schema)}`;
   return cached(key, () => rootGrammar(key, opts, (c) => c.rule(schema, schema, "")));
 }
 
 /** Grammar of any JSON object (`response_format: {"type": "json_object"}`). */
 export function jsonObjectGrammar(options: Partial<SchemaCompileOptions> = {}): Grammar {
   const opts = { ...DEFAULT_OPTIONS, ...options };
-  const key = `json_object:${opts.maxWhitespace}`;
+  const key = "json_object";
   return cached(key, () => rootGrammar(key, opts, (c) => c.anyObjectRule()));
 }
 
@@ -65,6 +62,8 @@ export function prepareVocabulary(vocab: TokenVocabulary): void {
     ...SUPPORTED_FORMATS.map((format) => ({ type: "string", format })),
   ];
   warmStateMasks(vocab, common.map((schema) => compileJsonSchema(schema)), [jsonObjectGrammar()]);
+  // String contents as token budgets see them (completion-budget.ts).
+  prepareCompletionFacts(vocab);
   // One short document through a matcher, so the first request's steps do not run this code
   // before the JIT has seen it (a cold first step costs several times a warm one).
   const m = new GrammarMatcher(jsonObjectGrammar(), vocab);

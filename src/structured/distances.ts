@@ -5,13 +5,20 @@ const distanceCache = new WeakMap<Grammar, Float64Array>();
 export function completionDistances(g: Grammar): Float64Array {
   const cached = distanceCache.get(g);
   if (cached) return cached;
+  const dist = byteDistancesWhere(g, () => true);
+  distanceCache.set(g, dist);
+  return dist;
+}
+
+/** completionDistances over the byte transitions `allowed` keeps (calls and ends always count). */
+export function byteDistancesWhere(g: Grammar, allowed: (state: number, byte: number) => boolean): Float64Array {
   const n = g.stateCount;
   const targets: number[][] = [];
   for (let s = 0; s < n; s++) {
     const set = new Set<number>();
     for (let b = 0; b < 256; b++) {
       const t = g.next[s * 256 + b];
-      if (t >= 0) set.add(t);
+      if (t >= 0 && allowed(s, b)) set.add(t);
     }
     targets.push([...set]);
   }
@@ -28,6 +35,5 @@ export function completionDistances(g: Grammar): Float64Array {
       }
     }
   }
-  distanceCache.set(g, dist);
   return dist;
 }

@@ -5,7 +5,7 @@ export { UnsupportedSchemaError } from "./errors.ts";
 export type { Grammar } from "./grammar.ts";
 export { compileJsonSchema, jsonObjectGrammar, prepareVocabulary } from "./compile.ts";
 export type { SchemaCompileOptions } from "./schema.ts";
-export { GrammarMatcher, allocateTokenBitmask, applyTokenBitmask, type MatcherOptions } from "./matcher.ts";
+export { GrammarMatcher, allocateTokenBitmask, applyTokenBitmask, type MatcherOptions, UNREACHABLE_TOKENS } from "./matcher.ts";
 export { tokenVocabulary, vocabularyFromBytes, type TokenVocabulary, type VocabularyOptions } from "./token-bytes.ts";
 export { responseFormatGrammar } from "./response-format.ts";
 export {

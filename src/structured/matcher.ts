@@ -7,11 +7,15 @@
 
 
 import type { Grammar } from "./grammar.ts";
+import { completionBudget, UNREACHABLE } from "./completion-budget.ts";
 import { completionDistances } from "./distances.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import { type StateMask, stateMask, stateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { Levels, rangesToIds, setBit, walk } from "./token-walk.ts";
+
+/** tokensToFinish when nothing finishes the document. */
+export const UNREACHABLE_TOKENS = UNREACHABLE;
 
 /**
  * Applies a token mask to a row of logits: disallowed tokens (and ids past the mask, such as
@@ -99,8 +103,16 @@ export class GrammarMatcher {
   /**
    * Sets bit i of `mask` (word i>>5, bit i&31) for every token allowed next, clears the others.
    * Ids at or beyond the vocabulary size (padding rows of the logits) are never allowed.
+   * With `tokensLeft` (how many tokens may still be generated, this one and a stop token
+   * included), tokens after which the document could no longer be finished in time are left out
+   * too, so a budget that can hold a document ends with one (see completion-budget.ts).
    */
-  fillNextTokenBitmask(mask: Uint32Array): void {
+  fillNextTokenBitmask(mask: Uint32Array, tokensLeft?: number): void {
+    this.fillGrammarMask(mask);
+    if (tokensLeft !== undefined && !this.terminated) this.narrowToBudget(mask, tokensLeft);
+  }
+
+  private fillGrammarMask(mask: Uint32Array): void {
     mask.fill(0);
     if (this.terminated) return;
     const cur = this.current;
@@ -139,6 +151,55 @@ export class GrammarMatcher {
       for (let k = 0; k < ids.length; k++) setBit(mask, ids[k]);
     }
     if (cur.bottom) for (const id of this.stopIds) if (id >>> 5 < mask.length) setBit(mask, id);
+  }
+
+  /**
+   * Keeps in `mask` only the tokens after which the rest of the document fits in what is left.
+   * Most steps stop at the first test: a bound from byte distances shows that no token can
+   * leave too much. Otherwise the next tokens grouped by the distance they leave (walked once
+   * per parser state and cached) say which to clear.
+   */
+  private narrowToBudget(mask: Uint32Array, tokensLeft: number): void {
+    const cur = this.current;
+    // After this token, what must still fit: the rest of the document and a stop token.
+    const limit = tokensLeft - 1 - (this.stopIds.size > 0 ? 1 : 0);
+    const budget = completionBudget(this.grammar, this.vocab, this.pool);
+    if (budget.byteBound(cur) <= limit) return;
+    // Past saving (a budget below the shortest document): leave the model free, it ends by length.
+    if (budget.distance(cur) > limit + 1) return;
+    const profile = budget.nextProfile(cur, this.stateKey());
+    if (profile.max <= limit) return;
+    const ids = this.vocab.trie.sortedIds;
+    for (const [d, ranges] of profile.groups) {
+      if (d <= limit) continue;
+      for (let k = 0; k < ranges.length; k += 2) {
+        for (let j = ranges[k]; j < ranges[k + 1]; j++) {
+          const id = ids[j];
+          if (id >>> 5 < mask.length) mask[id >>> 5] &= ~(1 << (id & 31));
+        }
+      }
+    }
+  }
+
+  /**
+   * Fewest tokens that finish the document from here, a stop token included (0 once it has
+   * stopped); UNREACHABLE_TOKENS when no sequence of this vocabulary's tokens finishes it.
+   */
+  tokensToFinish(): number {
+    if (this.terminated) return 0;
+    const d = completionBudget(this.grammar, this.vocab, this.pool).distance(this.current);
+    return d >= UNREACHABLE ? UNREACHABLE_TOKENS : d + (this.stopIds.size > 0 ? 1 : 0);
+  }
+
+  /**
+   * Computes now what the first budgeted steps would (the distances from here, the bound that
+   * lets ample budgets through): tens of milliseconds on a new grammar with a large vocabulary,
+   * better spent before decoding than inside a step.
+   */
+  prepareBudget(): void {
+    const budget = completionBudget(this.grammar, this.vocab, this.pool);
+    budget.distance(this.current);
+    budget.byteBound(this.current);
   }
 
   /** Whether `id` is allowed next (without computing the whole mask). */

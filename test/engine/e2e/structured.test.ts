@@ -49,6 +49,9 @@ async function jsonSchemaRun(schema: Record<string, unknown>, seed: number, stre
     temperature: 1,
     seed,
     max_tokens: 400,
+    // The model's template can think first; a random model would think until the budget leaves
+    // just room for the answer (tested in reasoning.test.ts): here only the answer is looked at.
+    reasoning_effort: "none" as const,
     response_format: { type: "json_schema" as const, json_schema: { name: "out", schema, strict: true } },
   };
   if (!stream) {
@@ -78,20 +81,21 @@ describe("response_format", () => {
         const value = JSON.parse(whole.text);
         if (!validate(value)) throw new Error(`seed ${seed}: ${whole.text} fails ${JSON.stringify(validate.errors)}`);
       }
-      expect(finished).toBeGreaterThanOrEqual(4);
+      // The budget (400 tokens) holds a document, so every answer is one.
+      expect(finished).toBe(6);
     }, 60_000);
   }
 
   test("json_object: any JSON object", async () => {
     let finished = 0;
     for (let seed = 1; seed <= 6; seed++) {
-      const r = await fx.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "JSON please" }], temperature: 1, seed, max_tokens: 300, response_format: { type: "json_object" } });
+      const r = await fx.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "JSON please" }], temperature: 1, seed, max_tokens: 80, reasoning_effort: "none", response_format: { type: "json_object" } });
       if (r.choices[0]!.finish_reason !== "stop") continue;
       finished++;
       const v = JSON.parse(r.choices[0]!.message.content!);
       expect(typeof v === "object" && v !== null && !Array.isArray(v)).toBe(true);
     }
-    expect(finished).toBeGreaterThanOrEqual(3);
+    expect(finished).toBe(6);
   }, 60_000);
 
   test("unsupported constraining keywords are a 400 naming them; annotations are accepted", async () => {
@@ -143,7 +147,7 @@ describe("tool calls", () => {
     const validate = { get_weather: ajv.compile(weather.function.parameters), get_time: ajv.compile(time.function.parameters) };
     let calls = 0;
     for (let seed = 1; seed <= 6; seed++) {
-      const body = { model: MODEL, messages: [{ role: "user" as const, content: "Weather in Oslo?" }], tools: [weather, time], tool_choice: "required" as const, temperature: 1, seed, max_tokens: 300 };
+      const body = { model: MODEL, messages: [{ role: "user" as const, content: "Weather in Oslo?" }], tools: [weather, time], tool_choice: "required" as const, temperature: 1, seed, max_tokens: 120 };
       const r = await fx.client.chat.completions.create(body);
       const choice = r.choices[0]!;
       if (choice.finish_reason === "length") continue;
@@ -178,7 +182,7 @@ describe("tool calls", () => {
       expect(content).not.toContain("<tool_call>");
       expect(assembled).toEqual(choice.message.tool_calls!.map((c) => ({ name: (c as { function: { name: string } }).function.name, arguments: (c as { function: { arguments: string } }).function.arguments })));
     }
-    expect(calls).toBeGreaterThanOrEqual(3);
+    expect(calls).toBeGreaterThanOrEqual(6);
   }, 90_000);
 
   test("a named tool_choice calls exactly that function", async () => {

@@ -1,0 +1,795 @@
+// How many tokens of this vocabulary it takes, at fewest, to finish the document from a parser
+// state, and which next tokens still leave a finish within a given number of tokens. The engine
+// uses it to close a document before the client's token budget runs out (see
+// GrammarMatcher.fillNextTokenBitmask) and to refuse up front a budget too small for any
+// document.
+//
+// The count is over tokens, not bytes: one token may close a string, a member and an object at
+// once (`"}}`), so the rules on the stack cannot be costed one by one. The parser state is a
+// rule state plus a stack of return states; what couples two rules is only the token left open
+// where one ends and the next goes on. So each (state, partial token) pair gets its "exits":
+// for each trie node the token in progress may be at when the state's rule ends, the fewest
+// tokens cut before that (a shortest path where bytes inside a token cost nothing and each token
+// boundary costs one). Such a search only follows the bytes of the token in progress: at a token
+// boundary inside the rule it takes the exits of (that state, no partial token), at a call those
+// of (the callee's start, the partial token), as other searches it waits on. Recursive rules wait
+// on each other; all pending searches run together as one label-correcting shortest path. The
+// distance of a state with a stack is then its exits folded through the exits of each return
+// state, which depend on the grammar alone and are cached.
+//
+// Moves left out, because they only lengthen a completion (no vocabulary we know makes them
+// shorter) and would take the search through most of the vocabulary: string content read inside
+// a token that does not go on past the string's end, string content tokens ending inside a UTF-8
+// character or longer than the state reads alike, and an optional newline or backslash (layout,
+// escapes) where the state has another way on. String contents are not walked byte by byte: a
+// state that reads every character alike (see token-walk.ts contentRun) is left through tokens of
+// k characters, or through the first byte after k characters that is not content (a closing
+// quote), listed once per vocabulary. The distance is the exact minimum over the moves followed,
+// so it never promises a finish that does not exist: after any token it allows, one that keeps
+// the promise is allowed again (the tests check it against every token of small vocabularies).
+
+import type { Grammar } from "./grammar.ts";
+import { Configs, type Stack, type StackPool, simpleStates } from "./parser-state.ts";
+import type { TokenVocabulary } from "./token-bytes.ts";
+import { classRun, classRuns } from "./class-runs.ts";
+import { byteDistancesWhere } from "./distances.ts";
+import { contentRun, Levels } from "./token-walk.ts";
+import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
+
+/** No way to finish. */
+export const UNREACHABLE = 1 << 29;
+const ROOT = 0;
+/** contentRun's "reads content forever". */
+const ENDLESS = 1 << 20;
+
+// ---------------------------------------------------------------------------------------------
+// Per vocabulary: string content as seen from the trie root.
+
+interface VocabFacts {
+  /** Character counts k such that some token is k characters of string content, ascending. */
+  readonly contentTokenChars: Int32Array;
+  /** Per byte that is not content: nodes reached by that byte right after pure content from the root (flat node, characters before it), by characters. */
+  readonly exits: (Int32Array | null)[];
+  /** 1 when some token below node n, read from a character boundary at n, ends inside a character. */
+  readonly midCharEnd: Uint8Array;
+  /** 1 when a path below node n, read from a character boundary at n, reaches a byte that is not content after whole characters. */
+  readonly exitBelow: Uint8Array;
+  /** Every byte is a token of its own (byte-level BPE, SentencePiece byte fallback). */
+  readonly byteComplete: boolean;
+}
+
+const vocabFacts = new WeakMap<TokenVocabulary, VocabFacts>();
+
+/** Computes the per-vocabulary tables now (at model load) rather than on the first budgeted step. */
+export function prepareCompletionFacts(vocab: TokenVocabulary): void {
+  factsOf(vocab);
+}
+
+function factsOf(vocab: TokenVocabulary): VocabFacts {
+  let f = vocabFacts.get(vocab);
+  if (f) return f;
+  const t = vocab.trie;
+  const n = t.nodeCount;
+  const parent = t.parent;
+  // Characters and UTF-8 decoding state of each node's path from the root, -1 once not content.
+  const chars = new Int32Array(n);
+  const q = new Int8Array(n);
+  const tokenChars = new Set<number>();
+  const exitLists: number[][] = Array.from({ length: 256 }, () => []);
+  for (let i = 1; i < n; i++) {
+    const p = parent[i];
+    const b = t.byte[i];
+    if (chars[p] < 0) {
+      chars[i] = -1;
+      continue;
+    }
+    const q2 = CONTENT_STEP[q[p] * 256 + b];
+    if (q2 < 0) {
+      chars[i] = -1;
+      if (q[p] === 0) exitLists[b].push(i, chars[p]);
+      continue;
+    }
+    chars[i] = chars[p] + (q[p] === 0 ? 1 : 0);
+    q[i] = q2;
+    if (t.tokCount[i] > 0 && q2 === 0) tokenChars.add(chars[i]);
+  }
+  const exits = exitLists.map((l) => {
+    if (l.length === 0) return null;
+    const order = Array.from({ length: l.length / 2 }, (_, k) => k).sort((a, b) => l[2 * a + 1] - l[2 * b + 1]);
+    const out = new Int32Array(l.length);
+    order.forEach((k, j) => ((out[2 * j] = l[2 * k]), (out[2 * j + 1] = l[2 * k + 1])));
+    return out;
+  });
+  // midCharEnd and exitBelow, bottom-up over (node, decoding state): children come after their parent.
+  const Q = CONTENT_STATES;
+  const below = new Uint8Array(n * Q);
+  const exitsUnder = new Uint8Array(n * Q);
+  const midCharEnd = new Uint8Array(n);
+  const exitBelow = new Uint8Array(n);
+  for (let i = n - 1; i > 0; i--) {
+    const b = t.byte[i];
+    const p = parent[i];
+    for (let s = 0; s < Q; s++) {
+      const s2 = CONTENT_STEP[s * 256 + b];
+      const v = s2 < 0 ? 0 : (t.tokCount[i] > 0 && s2 !== 0) || below[i * Q + s2] ? 1 : 0;
+      if (v) below[p * Q + s] = 1;
+      const x = s2 < 0 ? (s === 0 ? 1 : 0) : exitsUnder[i * Q + s2];
+      if (x) exitsUnder[p * Q + s] = 1;
+      if (s === 0) ((midCharEnd[i] = v), (exitBelow[i] = x));
+    }
+  }
+  let singles = 0;
+  for (let c = 1; c < t.end[0]; c = t.end[c]) if (t.tokCount[c] > 0) singles++;
+  f = {
+    contentTokenChars: Int32Array.from([...tokenChars].sort((a, b) => a - b)),
+    exits,
+    midCharEnd,
+    exitBelow,
+    byteComplete: singles === 256,
+  };
+  vocabFacts.set(vocab, f);
+  return f;
+}
+
+/**
+ * A byte class as seen from the trie root, for states that read it alike (class-runs.ts): the
+ * lengths of tokens made only of it, the nodes where a byte outside it first follows such a
+ * prefix (per byte: node and prefix length, by length), and per node whether such a byte comes
+ * somewhere below when reading from inside the class.
+ */
+interface ClassFacts {
+  readonly first: number;
+  readonly lengths: Int32Array;
+  readonly exits: (Int32Array | null)[];
+  readonly exitBelow: Uint8Array;
+}
+
+const classFactCache = new WeakMap<TokenVocabulary, Map<string, ClassFacts>>();
+const CLASS_FACTS_LIMIT = 64;
+
+function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
+  let byClass = classFactCache.get(vocab);
+  if (!byClass) classFactCache.set(vocab, (byClass = new Map()));
+  const key = Array.from(outside).join(",");
+  let f = byClass.get(key);
+  if (f) return f;
+  const inC = (b: number) => (outside[b >>> 5] & (1 << (b & 31))) === 0;
+  const t = vocab.trie;
+  const n = t.nodeCount;
+  const pure = new Uint8Array(n);
+  pure[ROOT] = 1;
+  const lengths = new Set<number>();
+  const lists: number[][] = Array.from({ length: 256 }, () => []);
+  for (let i = 1; i < n; i++) {
+    const p = t.parent[i];
+    if (!pure[p]) continue;
+    const b = t.byte[i];
+    if (inC(b)) {
+      pure[i] = 1;
+      if (t.tokCount[i] > 0) lengths.add(t.depth[i]);
+    } else lists[b].push(i, t.depth[p]);
+  }
+  const exitBelow = new Uint8Array(n);
+  for (let i = n - 1; i > 0; i--) {
+    if (!inC(t.byte[i])) exitBelow[i] = 1;
+    if (exitBelow[i]) exitBelow[t.parent[i]] = 1;
+  }
+  let first = 0;
+  while (!inC(first)) first++;
+  f = {
+    first,
+    lengths: Int32Array.from([...lengths].sort((a, b) => a - b)),
+    exits: lists.map((l) => {
+      if (l.length === 0) return null;
+      const order = Array.from({ length: l.length / 2 }, (_, k) => k).sort((a, b) => l[2 * a + 1] - l[2 * b + 1]);
+      const out = new Int32Array(l.length);
+      order.forEach((k, j) => ((out[2 * j] = l[2 * k]), (out[2 * j + 1] = l[2 * k + 1])));
+      return out;
+    }),
+    exitBelow,
+  };
+  if (byClass.size >= CLASS_FACTS_LIMIT) byClass.delete(byClass.keys().next().value!);
+  byClass.set(key, f);
+  return f;
+}
+
+/** Whether state s, reading its class, could also do something else here (a byte outside it, a call, an end). */
+function canLeave(g: Grammar, s: number, outside: Int32Array): boolean {
+  if (g.final[s] || g.callOffset[s + 1] > g.callOffset[s]) return true;
+  for (let b = 0; b < 256; b++) if (g.next[s * 256 + b] >= 0 && (outside[s * 8 + (b >>> 5)] & (1 << (b & 31))) !== 0) return true;
+  return false;
+}
+
+const UNKNOWN_RUN = -1;
+
+// ---------------------------------------------------------------------------------------------
+
+/** A rule's ways out from one (state, partial token): trie node at the rule's end and tokens cut before it. */
+interface Exits {
+  readonly nodes: Int32Array;
+  readonly costs: Int32Array;
+}
+
+/**
+ * One (state, partial token) whose exits are wanted. Its own search covers only the bytes of the
+ * token in progress: where a token ends inside the rule, the rest is the exits of (that state,
+ * no partial token), another origin it waits on; where it calls a rule, it waits on the callee's
+ * origin for that partial token.
+ */
+interface Origin {
+  readonly state: number;
+  readonly node: number;
+  /** Exit node to fewest tokens cut. */
+  readonly exits: Map<number, number>;
+  /** Those waiting for these exits, flat triples: origin index, return state (-1: the exit is theirs too), cost so far. */
+  readonly waiters: number[];
+  /** Best cost per (state, node) of its search, while searches run. */
+  items: Map<number, number> | null;
+  /** The exits as arrays, once every search has finished. */
+  frozen: Exits | null;
+  /**
+   * In the root rule, when nothing calls it, exits are only ever ended with the document: the
+   * cheapest exit found so far; items costing as much are not searched further.
+   */
+  cap: number;
+}
+
+/** Past this many cached entries a table starts over (values are recomputed on demand). */
+const MEMO_LIMIT = 400_000;
+/** Parser states whose next-token profile is kept (oldest dropped first). */
+const PROFILE_LIMIT = 4096;
+
+/** The next tokens of a parser state by the distance to the end each leaves. */
+export interface NextProfile {
+  /** The largest distance (UNREACHABLE when some token leads where no token sequence finishes). */
+  readonly max: number;
+  /** Distance to ranges [lo, hi) of trie.sortedIds, flat pairs. */
+  readonly groups: ReadonlyMap<number, readonly number[]>;
+}
+
+/** Token-level completion distances of one grammar on one vocabulary (shared by its matchers). */
+export class CompletionBudget {
+  private readonly facts: VocabFacts;
+  private readonly trie: TokenTrie;
+  private readonly nodes: number;
+  private origins: Origin[] = [];
+  private originIds = new Map<number, number>();
+  /** Pending search items per cost, flat triples (origin, state, node); see run. */
+  private readonly buckets: number[][] = [];
+  private low = 0;
+  private readonly d1Memo = new Map<number, number>();
+  private readonly popMemo = new Map<number, number>();
+  private readonly profiles = new Map<string, NextProfile>();
+  private readonly configMemo = new WeakMap<Configs, number>();
+  private readonly chains = new Map<number, Int32Array>();
+  private reach: Float64Array | undefined;
+  private readonly follow: Uint32Array;
+  private readonly skipByte: Uint8Array;
+  private readonly bytesLeft: Float64Array;
+  private readonly levels = new Levels();
+  private readonly rootRule: number;
+  /** Nothing calls the root rule (see Origin.cap). */
+  private readonly rootAlone: boolean;
+
+  constructor(
+    readonly grammar: Grammar,
+    readonly vocab: TokenVocabulary,
+    private readonly pool: StackPool,
+  ) {
+    this.facts = factsOf(vocab);
+    this.trie = vocab.trie;
+    this.nodes = this.trie.nodeCount;
+    this.follow = followBytes(grammar);
+    this.skipByte = optionalBytes(grammar);
+    const skip = this.skipByte;
+    this.bytesLeft = byteDistancesWhere(grammar, (state, b) => !skipped(skip[state], b));
+    this.rootRule = grammar.ruleOf[grammar.start];
+    this.rootAlone = !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
+  }
+
+  /**
+   * Fewest tokens that finish the document from `c` (0 when it is complete), stop token not
+   * counted. `c` must not change afterwards unless `remember` is false.
+   */
+  distance(c: Configs, remember = true): number {
+    if (c.bottom) return 0;
+    const known = remember ? this.configMemo.get(c) : undefined;
+    if (known !== undefined) return known;
+    let best = UNREACHABLE;
+    for (let i = 0; i < c.size; i++) best = Math.min(best, this.stateDistance(c.states[i], c.stacks[i]));
+    if (remember) this.configMemo.set(c, best);
+    return best;
+  }
+
+  /** Fewest tokens from resting state s with stack st to the end of the document. */
+  stateDistance(s: number, st: Stack | null): number {
+    if (st === null && this.grammar.final[s]) return 0;
+    const key = (st ? st.id : 0) * this.grammar.stateCount + s;
+    let d = this.d1Memo.get(key);
+    if (d === undefined) {
+      const e = this.exits(s, ROOT);
+      d = UNREACHABLE;
+      for (let k = 0; k < e.nodes.length; k++) d = Math.min(d, e.costs[k] + this.pop(e.nodes[k], st));
+      if (this.d1Memo.size >= MEMO_LIMIT) this.d1Memo.clear();
+      this.d1Memo.set(key, d);
+    }
+    return d;
+  }
+
+  /** Fewest tokens to finish once the current rule has ended with token `node` in progress. */
+  private pop(node: number, st: Stack | null): number {
+    if (st === null) return node === ROOT ? 0 : this.trie.tokCount[node] > 0 ? 1 : UNREACHABLE;
+    const key = st.id * this.nodes + node;
+    let d = this.popMemo.get(key);
+    if (d === undefined) {
+      const e = this.exits(st.ret, node);
+      d = UNREACHABLE;
+      for (let k = 0; k < e.nodes.length; k++) d = Math.min(d, e.costs[k] + this.pop(e.nodes[k], st.next));
+      if (this.popMemo.size >= MEMO_LIMIT) this.popMemo.clear();
+      this.popMemo.set(key, d);
+    }
+    return d;
+  }
+
+  /** The exits of (state, partial token), searched for (with all they wait on) when first asked. */
+  private exits(s: number, node: number): Exits {
+    const key = s * this.nodes + node;
+    let id = this.originIds.get(key);
+    if (id !== undefined && this.origins[id].frozen) return this.origins[id].frozen!;
+    if (this.origins.length >= MEMO_LIMIT) {
+      this.origins = [];
+      this.originIds = new Map();
+    }
+    id = this.origin(s, node);
+    this.run();
+    return this.origins[id].frozen!;
+  }
+
+  private origin(s: number, node: number): number {
+    const key = s * this.nodes + node;
+    let id = this.originIds.get(key);
+    if (id === undefined) {
+      id = this.origins.length;
+      this.origins.push({ state: s, node, exits: new Map(), waiters: [], items: new Map(), frozen: null, cap: UNREACHABLE });
+      this.originIds.set(key, id);
+      this.relax(id, s, node, 0);
+    }
+    return id;
+  }
+
+  private relax(o: number, s: number, node: number, c: number): void {
+    const items = this.origins[o].items!;
+    const key = s * this.nodes + node;
+    const old = items.get(key);
+    if (old !== undefined && old <= c) return;
+    items.set(key, c);
+    (this.buckets[c] ??= []).push(o, s, node);
+    if (c < this.low) this.low = c;
+  }
+
+  /** `o` waits on origin `t`: each exit of t continues o's search at `ret` (or is o's exit, ret -1). */
+  private wait(t: number, o: number, ret: number, c: number): void {
+    const target = this.origins[t];
+    target.waiters.push(o, ret, c);
+    for (const [node, cost] of target.exits) this.deliver(o, ret, node, c + cost);
+  }
+
+  private deliver(o: number, ret: number, node: number, c: number): void {
+    if (ret < 0) this.addExit(o, node, c);
+    else this.relax(o, ret, node, c);
+  }
+
+  private addExit(o: number, node: number, c: number): void {
+    const origin = this.origins[o];
+    if (node !== ROOT) {
+      // A token that cannot go on with a byte that may follow the rule is cut at its end (that
+      // path is an exit at the root, one token later).
+      const t = this.trie;
+      const fo = this.grammar.ruleOf[origin.state] * 8;
+      let goesOn = false;
+      for (let child = node + 1; child < t.end[node] && !goesOn; child = t.end[child]) {
+        const b = t.byte[child];
+        goesOn = (this.follow[fo + (b >>> 5)] & (1 << (b & 31))) !== 0;
+      }
+      if (!goesOn) return;
+    }
+    const old = origin.exits.get(node);
+    if (old !== undefined && old <= c) return;
+    origin.exits.set(node, c);
+    if (this.rootAlone && this.grammar.ruleOf[origin.state] === this.rootRule) {
+      origin.cap = Math.min(origin.cap, node === ROOT ? c : c + 1);
+    }
+    const w = origin.waiters;
+    for (let k = 0; k < w.length; k += 3) this.deliver(w[k], w[k + 1], node, w[k + 2] + c);
+  }
+
+  /**
+   * Runs every pending search to its end. Costs only grow along a search, so items are taken
+   * cheapest first; an exit found late can still lower items already taken in a waiting origin
+   * (recursive rules wait on each other), which are then taken again: this is a label-correcting
+   * shortest path, exact once nothing is pending. Searches that have ended keep only their exits.
+   */
+  private run(): void {
+    const b = this.buckets;
+    while (this.low < b.length) {
+      const bucket = b[this.low];
+      if (!bucket || bucket.length === 0) {
+        this.low++;
+        continue;
+      }
+      const c = this.low;
+      const node = bucket.pop()!;
+      const s = bucket.pop()!;
+      const o = bucket.pop()!;
+      if (this.origins[o].items!.get(s * this.nodes + node)! < c) continue;
+      this.expand(o, s, node, c);
+    }
+    b.length = 0;
+    this.low = 0;
+    for (const origin of this.origins) {
+      if (origin.frozen) continue;
+      const nodes = new Int32Array(origin.exits.size);
+      const costs = new Int32Array(origin.exits.size);
+      let k = 0;
+      for (const [n, cost] of origin.exits) ((nodes[k] = n), (costs[k] = cost), k++);
+      origin.frozen = { nodes, costs };
+      origin.items = null;
+    }
+  }
+
+  private expand(o: number, s: number, node: number, c: number): void {
+    const g = this.grammar;
+    const t = this.trie;
+    const origin = this.origins[o];
+    if (c >= origin.cap) return;
+    if (node !== ROOT && t.tokCount[node] > 0) this.relax(o, s, ROOT, c + 1);
+    if (node === ROOT && !(s === origin.state && origin.node === ROOT)) {
+      // A token ended inside the rule: the rest is that state's own exits.
+      this.wait(this.origin(s, ROOT), o, -1, c);
+      return;
+    }
+    if (g.final[s]) this.addExit(o, node, c);
+    for (let j = g.callOffset[s]; j < g.callOffset[s + 1]; j++) this.wait(this.origin(g.callStart[j], node), o, g.callReturn[j], c);
+    if (!g.hasBytes[s]) return;
+    const run = contentRun(g, s);
+    if (run > 0 && node === ROOT) {
+      const f = this.facts;
+      this.runMoves(o, s, c, run, 0x20, f.contentTokenChars, f.exits);
+      return;
+    }
+    const classes = classRuns(g);
+    let classRun_ = 0;
+    if (run === 0) {
+      classRun_ = classes.run[s];
+      if (classRun_ === UNKNOWN_RUN) classRun_ = classRun(g, classes, s);
+    }
+    const cls = classRun_ > 0 ? this.classFacts(classes.outside, s) : null;
+    if (cls && node === ROOT) {
+      this.runMoves(o, s, c, classRun_, cls.first, cls.lengths, cls.exits);
+      return;
+    }
+    const skip = this.skipByte[s];
+    // Inside a token, what a state reads alike (string content, a class such as an email's
+    // letters) is read only on the way to a byte beyond it when the state could stop reading it
+    // here: a token that only adds such bytes is never cheaper than going on without them.
+    let below: Uint8Array | null = null;
+    let inside: ((b: number) => boolean) | null = null;
+    if (run > 0 && g.next[s * 256 + 0x22] >= 0) {
+      below = this.facts.exitBelow;
+      inside = (b) => CONTENT_STEP[b] >= 0;
+    } else if (cls && canLeave(g, s, classes.outside)) {
+      below = cls.exitBelow;
+      inside = (b) => (classes.outside[s * 8 + (b >>> 5)] & (1 << (b & 31))) === 0;
+    }
+    for (let child = node + 1; child < t.end[node]; child = t.end[child]) {
+      const b = t.byte[child];
+      if (skip && skipped(skip, b)) continue;
+      if (below && !below[child] && inside!(b)) continue;
+      const to = g.next[s * 256 + b];
+      if (to >= 0) this.relax(o, to, child, c);
+    }
+  }
+
+  /** The per-vocabulary lists of a byte class (see ClassFacts), by the class's bytes. */
+  private classFacts(outside: Int32Array, s: number): ClassFacts {
+    const words = outside.subarray(s * 8, s * 8 + 8);
+    return classFactsOf(this.vocab, words);
+  }
+
+  /**
+   * Tokens from a token boundary at a state that reads `run` units alike (string characters, or
+   * bytes of a class), `unit` being one of them: k units (to the state k units on, for each k
+   * some token has), or k units and then a byte beyond them, continued in the state that byte
+   * leads to with the token still open.
+   */
+  private runMoves(o: number, s: number, c: number, run: number, unit: number, lengths: Int32Array, exits: readonly (Int32Array | null)[]): void {
+    const g = this.grammar;
+    const chain = this.chain(s, run, unit);
+    const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
+    for (const k of lengths) {
+      if (k > run) break;
+      this.relax(o, at(k), ROOT, c + 1);
+    }
+    const distinct = [...new Set(chain)];
+    for (let b = 0; b < 256; b++) {
+      const list = exits[b];
+      if (distinct.every((x) => skipped(this.skipByte[x], b))) continue;
+      if (!list || !distinct.some((x) => g.next[x * 256 + b] >= 0)) continue;
+      for (let j = 0; j < list.length; j += 2) {
+        const k = list[j + 1];
+        if (k > run) break;
+        const to = g.next[at(k) * 256 + b];
+        if (to >= 0) this.relax(o, to, list[j], c);
+      }
+    }
+  }
+
+  /**
+   * States after 0, 1, 2, ... characters from s (at most run + 1 of them). A chain that loops
+   * ends with its first repeated state, and loopIndex maps a longer count into the loop.
+   */
+  private chain(s: number, run: number, unit: number): Int32Array {
+    let ch = this.chains.get(s);
+    if (!ch) {
+      const g = this.grammar;
+      const list = [s];
+      const seen = new Map<number, number>([[s, 0]]);
+      let x = s;
+      for (let k = 0; k < Math.min(run, ENDLESS - 1); k++) {
+        x = g.next[x * 256 + unit];
+        const at = seen.get(x);
+        if (at !== undefined) {
+          list.push(x);
+          break;
+        }
+        seen.set(x, list.length);
+        list.push(x);
+      }
+      ch = Int32Array.from(list);
+      this.chains.set(s, ch);
+    }
+    return ch;
+  }
+
+  /**
+   * The next tokens from `c` grouped by the distance each leaves (computed once per parser
+   * state, named by `key`): a step whose budget is short clears the groups beyond it.
+   */
+  nextProfile(c: Configs, key: string): NextProfile {
+    let p = this.profiles.get(key);
+    if (p === undefined) {
+      p = this.walk(c);
+      if (this.profiles.size >= PROFILE_LIMIT) this.profiles.delete(this.profiles.keys().next().value!);
+      this.profiles.set(key, p);
+    }
+    return p;
+  }
+
+  /**
+   * An upper bound on what any next token can leave to finish, from byte distances alone: the
+   * byte distance of the state plus the most a token (of at most the vocabulary's longest token's
+   * bytes) can add to it from there (see tokenReach); a vocabulary holding every byte as a token
+   * finishes a text of B bytes in at most B tokens. Lets requests with ample budgets skip the
+   * token-level work entirely.
+   */
+  byteBound(c: Configs): number {
+    if (!this.facts.byteComplete) return UNREACHABLE;
+    const dist = this.bytesLeft;
+    const reach = this.tokenReach();
+    let worst = 0;
+    for (let i = 0; i < c.size; i++) {
+      let d = dist[c.states[i]] + reach[c.states[i]];
+      for (let st = c.stacks[i]; st; st = st.next) d += dist[st.ret];
+      worst = Math.max(worst, d);
+    }
+    return Number.isFinite(worst) ? worst : UNREACHABLE;
+  }
+
+  /**
+   * Per resting state, the most one token can raise the byte distance of the document from it:
+   * a dynamic program over the token's bytes (up to the vocabulary's longest token) through byte
+   * transitions, calls (the callee's distance added) and returns (to any return state, which
+   * over-counts safely). Computed once per grammar, on the first budgeted step that needs it.
+   */
+  private tokenReach(): Float64Array {
+    if (this.reach) return this.reach;
+    const g = this.grammar;
+    const n = g.stateCount;
+    const dist = this.bytesLeft;
+    const targets: Int32Array[] = [];
+    for (let s = 0; s < n; s++) {
+      const set = new Set<number>();
+      for (let b = 0; b < 256; b++) if (g.next[s * 256 + b] >= 0) set.add(g.next[s * 256 + b]);
+      targets.push(Int32Array.from(set));
+    }
+    const returns = Int32Array.from(new Set(g.callReturn));
+    let h = new Float64Array(n);
+    let clo = new Float64Array(n);
+    const UNSEEN = -1;
+    const IN_PROGRESS = -2;
+    for (let k = 1; k <= this.trie.maxDepth; k++) {
+      // h: a token of at most k bytes from resting state s; clo (of k - 1 bytes): what the rest
+      // of it adds after landing on s, through s's calls and returns.
+      const next = new Float64Array(n);
+      for (let s = 0; s < n; s++) {
+        let best = 0;
+        for (const t of targets[s]) best = Math.max(best, dist[t] - dist[s] + Math.max(0, clo[t]));
+        next[s] = best;
+      }
+      h = next;
+      const memo = new Float64Array(n).fill(UNSEEN);
+      let popValue = 0;
+      const closure = (t: number): number => {
+        if (memo[t] >= 0) return memo[t];
+        if (memo[t] === IN_PROGRESS) return Infinity;
+        memo[t] = IN_PROGRESS;
+        let v = g.hasBytes[t] ? h[t] : 0;
+        for (let j = g.callOffset[t]; j < g.callOffset[t + 1]; j++) {
+          v = Math.max(v, dist[g.callStart[j]] + dist[g.callReturn[j]] - dist[t] + closure(g.callStart[j]));
+        }
+        if (g.final[t]) v = Math.max(v, popValue);
+        memo[t] = v;
+        return v;
+      };
+      // Returns may lead to finals that return again: iterate the returns' value to a fixed point.
+      for (let round = 0; ; round++) {
+        memo.fill(UNSEEN);
+        let pop = 0;
+        for (const r of returns) pop = Math.max(pop, closure(r));
+        if (pop === popValue) break;
+        if (round > 16 || !Number.isFinite(pop)) {
+          popValue = Infinity;
+          memo.fill(UNSEEN);
+          break;
+        }
+        popValue = pop;
+      }
+      const nextClo = new Float64Array(n);
+      for (let s = 0; s < n; s++) nextClo[s] = closure(s);
+      clo = nextClo;
+    }
+    this.reach = h;
+    return h;
+  }
+
+  /**
+   * Walks the tokens valid from `start` (as fillNextTokenBitmask allows them) and groups them by
+   * the distance each leaves. Subtrees of plain string content whose tokens all leave the same
+   * distance (judged by the states k characters on) are taken at once.
+   */
+  private walk(start: Configs): NextProfile {
+    const groups = new Map<number, number[]>();
+    let worst = 0;
+    const add = (d: number, lo: number, hi: number) => {
+      if (hi <= lo) return;
+      worst = Math.max(worst, d);
+      let r = groups.get(d);
+      if (!r) groups.set(d, (r = []));
+      // Walks visit tokens in trie order: neighbouring ranges of one distance are merged.
+      if (r.length && r[r.length - 1] === lo) r[r.length - 1] = hi;
+      else r.push(lo, hi);
+    };
+    const g = this.grammar;
+    const t = this.trie;
+    const pool = this.pool;
+    const levels = this.levels;
+    const simple = simpleStates(g);
+    const midChar = this.facts.midCharEnd;
+    levels.at(t.maxDepth + 1);
+    const ref = levels.ref;
+    ref[0] = start;
+    const stop = t.end[ROOT];
+    let i = 1;
+    while (i < stop) {
+      const d = t.depth[i];
+      const prev = ref[d - 1];
+      const cc = t.contentChars[i];
+      if (cc > 0 && prev.size === 1 && !prev.bottom && simple[prev.states[0]] && !midChar[i]) {
+        const s = prev.states[0];
+        const run = contentRun(g, s);
+        if (run >= cc) {
+          const chain = this.chain(s, run, 0x20);
+          let lo = UNREACHABLE;
+          let hi = 0;
+          for (let k = 1; k <= cc; k++) {
+            const v = this.stateDistance(chain[k < chain.length ? k : loopIndex(chain, k)], prev.stacks[0]);
+            lo = Math.min(lo, v);
+            hi = Math.max(hi, v);
+          }
+          if (lo === hi) {
+            add(hi, t.subLo[i], t.subHi[i]);
+            i = t.end[i];
+            continue;
+          }
+        }
+      }
+      const scratch = levels.at(d);
+      const cur = prev.advance(g, pool, t.byte[i], scratch);
+      ref[d] = cur;
+      if (cur.size === 0 && !cur.bottom) {
+        i = t.end[i];
+        continue;
+      }
+      if (t.tokCount[i] > 0) add(this.distance(cur, cur !== scratch), t.tokStart[i], t.tokStart[i] + t.tokCount[i]);
+      i = cur.size === 0 ? t.end[i] : i + 1;
+    }
+    return { max: worst, groups };
+  }
+}
+
+const NEWLINE = 1;
+const BACKSLASH = 2;
+
+/**
+ * Per state, which of a newline (bit NEWLINE) and a backslash (bit BACKSLASH) completions do not
+ * take there because the state has another way on. A newline there is optional layout, a
+ * backslash the start of an escape in string content that needs none: both only lengthen a
+ * document (they never shorten one in any vocabulary we know), and leaving them out keeps the
+ * search to the flat layout and away from escapes, which string contents reach from every
+ * position. A newline or an escape that is the only way on (Hermes' "<tool_call>\n", a pattern
+ * requiring a quote) is taken.
+ */
+function optionalBytes(g: Grammar): Uint8Array {
+  const out = new Uint8Array(g.stateCount);
+  for (let s = 0; s < g.stateCount; s++) {
+    const others = g.final[s] || g.callOffset[s + 1] > g.callOffset[s];
+    if (g.next[s * 256 + 0x0a] >= 0 && (others || g.byteCount[s] > 1)) out[s] |= NEWLINE;
+    if (g.next[s * 256 + 0x5c] >= 0 && (others || g.byteCount[s] > 1)) out[s] |= BACKSLASH;
+  }
+  return out;
+}
+
+const skipped = (flags: number, b: number): boolean => (b === 0x0a ? (flags & NEWLINE) !== 0 : b === 0x5c && (flags & BACKSLASH) !== 0);
+
+
+/**
+ * Per rule, the bytes that may come right after it ends (8 words of bits at rule * 8): what its
+ * callers read after it, through their own ends. Exits whose token cannot go on with one of
+ * them are not kept.
+ */
+function followBytes(g: Grammar): Uint32Array {
+  const rules = g.ruleBase.length;
+  const first = new Uint32Array(g.stateCount * 8);
+  const follow = new Uint32Array(rules * 8);
+  for (let s = 0; s < g.stateCount; s++) {
+    for (let b = 0; b < 256; b++) if (g.next[s * 256 + b] >= 0) first[s * 8 + (b >>> 5)] |= 1 << (b & 31);
+  }
+  const or = (dst: Uint32Array, d: number, src: Uint32Array, o: number): boolean => {
+    let changed = false;
+    for (let w = 0; w < 8; w++) {
+      const v = (dst[d + w] | src[o + w]) >>> 0;
+      if (v !== dst[d + w]) ((dst[d + w] = v), (changed = true));
+    }
+    return changed;
+  };
+  for (let changed = true; changed; ) {
+    changed = false;
+    for (let s = 0; s < g.stateCount; s++) {
+      for (let j = g.callOffset[s]; j < g.callOffset[s + 1]; j++) {
+        const callee = g.ruleOf[g.callStart[j]];
+        changed = or(first, s * 8, first, g.callStart[j] * 8) || changed;
+        changed = or(follow, callee * 8, first, g.callReturn[j] * 8) || changed;
+      }
+      if (g.final[s]) changed = or(first, s * 8, follow, g.ruleOf[s] * 8) || changed;
+    }
+  }
+  return follow;
+}
+
+function loopIndex(chain: Int32Array, k: number): number {
+  // The chain ends with a repeat of an earlier state: from there it cycles.
+  const last = chain[chain.length - 1];
+  const start = chain.indexOf(last);
+  const period = chain.length - 1 - start;
+  return start + ((k - start) % period);
+}
+
+
+const budgets = new WeakMap<StackPool, CompletionBudget>();
+
+/** The completion costs of a grammar and vocabulary, shared by the matchers of one stack pool. */
+export function completionBudget(g: Grammar, vocab: TokenVocabulary, pool: StackPool): CompletionBudget {
+  let b = budgets.get(pool);
+  if (!b) budgets.set(pool, (b = new CompletionBudget(g, vocab, pool)));
+  return b;
+}

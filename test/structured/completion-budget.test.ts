@@ -1,0 +1,139 @@
+// Token-level distances to the end of a document and the budget masks built on them
+// (completion-budget.ts), checked against brute force over whole vocabularies.
+import { describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { llama2cToTokenizerJson, readLlama2cTokenizer } from "../../src/modelkit/llama2c/tokenizer.ts";
+import {
+  compileJsonSchema,
+  type Grammar,
+  GrammarMatcher,
+  jsonObjectGrammar,
+  tokenVocabulary,
+  toolCallGrammar,
+  type TokenVocabulary,
+  UNREACHABLE_TOKENS,
+  vocabularyFromBytes,
+} from "../../src/structured/index.ts";
+import { mulberry32 } from "../engine/text/fixtures.ts";
+import { hasStories, STORIES_DIR } from "../helpers/paths.ts";
+import { allowedIds, ISSUE_SCHEMA, makeAjv, QWEN_EOS, qwenVocab, SP_EOS, sentencePieceTokenizerJson } from "./helpers.ts";
+
+const weather = { type: "function" as const, function: { name: "get_weather", strict: true, parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"], additionalProperties: false } } };
+
+const GRAMMARS: Record<string, () => Grammar> = {
+  issue: () => compileJsonSchema(ISSUE_SCHEMA),
+  json_object: () => jsonObjectGrammar(),
+  "minLength and minItems": () => compileJsonSchema({ type: "object", properties: { s: { type: "string", minLength: 7, maxLength: 9 }, n: { type: "array", items: { type: "integer" }, minItems: 2 } }, required: ["s", "n"], additionalProperties: false }),
+  recursive: () => compileJsonSchema({ $defs: { node: { type: "object", properties: { v: { type: "integer", minimum: 0, maximum: 9 }, kids: { type: "array", items: { $ref: "#/$defs/node" }, maxItems: 2 } }, required: ["v", "kids"], additionalProperties: false } }, $ref: "#/$defs/node" }),
+  "email, uuid and a pattern": () => compileJsonSchema({ type: "object", properties: { m: { type: "string", format: "email" }, u: { type: "string", format: "uuid" }, z: { type: "string", pattern: "^[a-c]{2,5}x?$" }, n: { type: "number" } }, required: ["m", "u", "z", "n"], additionalProperties: false }),
+  "format and non-ASCII enum": () => compileJsonSchema({ type: "object", properties: { d: { type: "string", format: "date" }, e: { enum: ["café", "naïve"] } }, required: ["d", "e"], additionalProperties: false }),
+  "hermes required": () => toolCallGrammar({ tools: [weather], toolChoice: "required", syntax: "hermes" })!,
+  "hermes auto": () => toolCallGrammar({ tools: [weather], toolChoice: "auto", syntax: "hermes" })!,
+  "mistral parallel": () => toolCallGrammar({ tools: [weather], toolChoice: "required", syntax: "mistral" })!,
+  "llama3 named": () => toolCallGrammar({ tools: [weather], toolChoice: { type: "function", function: { name: "get_weather" } }, syntax: "llama3" })!,
+};
+
+const vocabularies: Array<[string, TokenVocabulary, number[]]> = [["SentencePiece (test)", tokenVocabulary(sentencePieceTokenizerJson()), [SP_EOS]]];
+if (hasStories) {
+  const tok = readLlama2cTokenizer(join(STORIES_DIR, "tok512.bin"), 512);
+  vocabularies.push(["stories260K", tokenVocabulary(llama2cToTokenizerJson(tok).tokenizerJson), [2, 1]]);
+} else console.warn(`stories260K's vocabulary is absent (${STORIES_DIR}): its budget checks are skipped`);
+
+const decoder = new TextDecoder();
+const has = (mask: Uint32Array, id: number) => (mask[id >>> 5] & (1 << (id & 31))) !== 0;
+
+/** The fewest tokens to finish after `id`, its own step counted (1 for a stop token). */
+function after(m: GrammarMatcher, id: number, stops: number[]): number {
+  if (stops.includes(id)) return 1;
+  const c = m.clone();
+  c.acceptToken(id);
+  return 1 + c.tokensToFinish();
+}
+
+describe("tokens to finish", () => {
+  for (const [vname, vocab, stops] of vocabularies) {
+    test(`${vname}: each state's count is the least over its next tokens (so it is the true minimum), along random walks`, () => {
+      for (const [gname, make] of Object.entries(GRAMMARS)) {
+        const rand = mulberry32(11);
+        for (let walk = 0; walk < 3; walk++) {
+          const m = new GrammarMatcher(make(), vocab, { stopTokenIds: stops });
+          const mask = new Uint32Array(m.maskWords);
+          let text = "";
+          for (let step = 0; step < 40 && !m.isTerminated(); step++) {
+            m.fillNextTokenBitmask(mask);
+            const allowed = allowedIds(mask, vocab.size);
+            const best = Math.min(...allowed.map((id) => after(m, id, stops)));
+            if (best !== m.tokensToFinish()) throw new Error(`${gname} after ${JSON.stringify(text)}: ${m.tokensToFinish()} tokens to finish, but the best next token leaves ${best}`);
+            const words = allowed.filter((id) => !stops.includes(id));
+            if (words.length === 0) break;
+            const pick = words[Math.floor(rand() * words.length)];
+            m.acceptToken(pick);
+            text += decoder.decode(vocab.bytes[pick]!);
+          }
+        }
+      }
+    }, 60_000);
+
+    test(`${vname}: a budget keeps exactly the tokens that leave room to finish, and a budget at the minimum always ends in a valid document`, () => {
+      const validate = makeAjv().compile(ISSUE_SCHEMA);
+      for (const [gname, make] of Object.entries(GRAMMARS)) {
+        for (let seed = 1; seed <= 6; seed++) {
+          const rand = mulberry32(seed);
+          const m = new GrammarMatcher(make(), vocab, { stopTokenIds: stops });
+          const budget = m.tokensToFinish() + (seed % 3) * 2;
+          const mask = new Uint32Array(m.maskWords);
+          const plain = new Uint32Array(m.maskWords);
+          let text = "";
+          for (let used = 0; !m.isTerminated(); used++) {
+            const left = budget - used;
+            if (left <= 0) throw new Error(`${gname}: budget ${budget} spent on ${JSON.stringify(text)}`);
+            m.fillNextTokenBitmask(plain);
+            m.fillNextTokenBitmask(mask, left);
+            for (const id of allowedIds(plain, vocab.size)) {
+              if (has(mask, id) !== after(m, id, stops) <= left) throw new Error(`${gname} after ${JSON.stringify(text)} with ${left} left: token ${id} masked wrongly`);
+            }
+            const allowed = allowedIds(mask, vocab.size);
+            for (const id of allowed) expect(has(plain, id)).toBe(true);
+            const pick = allowed[Math.floor(rand() * allowed.length)];
+            m.acceptToken(pick);
+            if (!stops.includes(pick)) text += decoder.decode(vocab.bytes[pick]!);
+          }
+          if (gname === "issue" && !validate(JSON.parse(text))) throw new Error(text);
+          if (!gname.includes("hermes") && !gname.includes("mistral") && !gname.includes("llama3")) JSON.parse(text);
+        }
+      }
+    }, 60_000);
+  }
+
+  test("Qwen3's vocabulary: a budget at the minimum ends in a valid document, and the minimum is kept step by step", async () => {
+    const vocab = await qwenVocab();
+    const validate = makeAjv().compile(ISSUE_SCHEMA);
+    const g = compileJsonSchema(ISSUE_SCHEMA);
+    const least = new GrammarMatcher(g, vocab, { stopTokenIds: QWEN_EOS }).tokensToFinish();
+    // {"name":"","age":0,"pets":[],"mood":null} in Qwen3's tokens, and the end token.
+    expect(least).toBeGreaterThan(5);
+    expect(least).toBeLessThan(25);
+    for (let seed = 1; seed <= 3; seed++) {
+      const rand = mulberry32(seed);
+      const m = new GrammarMatcher(g, vocab, { stopTokenIds: QWEN_EOS });
+      const mask = new Uint32Array(m.maskWords);
+      const budget = least + (seed - 1) * 4;
+      let text = "";
+      for (let used = 0; !m.isTerminated(); used++) {
+        expect(m.tokensToFinish()).toBeLessThanOrEqual(budget - used);
+        m.fillNextTokenBitmask(mask, budget - used);
+        const allowed = allowedIds(mask, vocab.size);
+        const pick = allowed[Math.floor(rand() * allowed.length)];
+        m.acceptToken(pick);
+        if (!QWEN_EOS.includes(pick)) text += decoder.decode(vocab.bytes[pick]!);
+      }
+      expect(validate(JSON.parse(text))).toBe(true);
+    }
+  }, 60_000);
+
+  test("a vocabulary that cannot spell the document has no way to finish it (the engine refuses such requests)", () => {
+    const letters = vocabularyFromBytes([..."abc{}"].map((ch) => new TextEncoder().encode(ch)));
+    const m = new GrammarMatcher(compileJsonSchema({ type: "object", properties: { a: { type: "string" } }, required: ["a"] }), letters, { stopTokenIds: [] });
+    expect(m.tokensToFinish()).toBe(UNREACHABLE_TOKENS);
+  });
+});
