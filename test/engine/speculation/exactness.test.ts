@@ -230,6 +230,30 @@ describe("every logits processor under speculation (tiny-bytes fused)", () => {
     expect(() => JSON.parse(textOf(outs[0]!))).not.toThrow();
   }, 60_000);
 
+  test("structured output at tight budgets: each verified position masks with its own remaining budget", async () => {
+    const schema = { type: "object", properties: { name: { type: "string" }, n: { type: "integer" } }, required: ["name", "n"], additionalProperties: false };
+    const responseFormat = { type: "json_schema", json_schema: { name: "out", schema, strict: true } };
+    let completed = 0;
+    for (const maxTokens of [6, 9, 12, 15, 18, 24, 32]) {
+      for (const sampling of [{}, { temperature: 1, seed: maxTokens }]) {
+        const r = { content, maxTokens, responseFormat, sampling } as TestRequest;
+        // A budget below the shortest document is refused at admission, with or without speculation alike.
+        const [off, on] = await Promise.all([p.off.run(r).catch((e: Error) => e), p.on.run(r).catch((e: Error) => e)]);
+        if (off instanceof Error || on instanceof Error) {
+          expect(String(on)).toBe(String(off));
+          continue;
+        }
+        expectSameEvents(on.events, off.events);
+        const finish = on.events.find((e) => e.type === "finish") as { reason: string };
+        if (finish.reason === "stop") {
+          expect(() => JSON.parse(textOf(on.events))).not.toThrow();
+          completed++;
+        }
+      }
+    }
+    expect(completed).toBeGreaterThan(4);
+  }, 60_000);
+
   test("tool calls: forced and strict, the same calls and arguments", async () => {
     const tools = [
       {
