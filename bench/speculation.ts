@@ -6,7 +6,10 @@
 //     words changed (a scripted model of the ~50M shape, so its runs cost what such a model's do);
 //  C. 16 concurrent streams of stories260K, with and without speculation;
 //  D. a freshly started server's first 1,000 tokens of single-stream traffic against its speed
-//     once warmed, with the default warm-up at load and without one.
+//     once warmed, with the default warm-up at load and without one;
+//  E. why A is what it is: the cost of a verification run of each width against a decode step
+//     (ONNX Runtime through the engine's KV cache, in this process), and how many tokens prompt
+//     lookup gets per run on stories260K's own greedy stories at each width.
 // Writes `## Speculative decoding and warm start` of docs/BENCHMARKS.md.
 //
 //   bun bench/speculation.ts [--quick] [--only A,B,C,D]
@@ -14,6 +17,10 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync }
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
+import { FusedKvBackend } from "../src/engine/batching/fused-kv.ts";
+import { DecoderSession } from "../src/engine/runtime/decoder.ts";
+import { NgramDrafter } from "../src/engine/speculation/ngram.ts";
+import { renderChatPrompt } from "../src/engine/text/chat-template.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
 import { machine, median, table, writeSection } from "./report.ts";
@@ -23,7 +30,7 @@ import { streamChat } from "./stream-chat.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
-const only = args.includes("--only") ? new Set(args[args.indexOf("--only") + 1]!.split(",")) : new Set(["A", "B", "C", "D"]);
+const only = args.includes("--only") ? new Set(args[args.indexOf("--only") + 1]!.split(",")) : new Set(["A", "B", "C", "D", "E"]);
 const REPO = join(import.meta.dir, "..");
 const ROOT = join(REPO, ".cache", "bench-speculation");
 const STORIES = join(REPO, "..", "shared", "models", "stories260k");
@@ -311,6 +318,102 @@ async function warmStart(models: string): Promise<void> {
   );
 }
 
+// ---------------------------------------------------------------- E. the economics on stories260K
+
+async function economics(dir: string): Promise<void> {
+  const decoder = await DecoderSession.create(dir, { providers: ["cpu"], threads: 1 });
+  const kv = new FusedKvBackend(decoder, 1 << 26);
+  const tokenizer = TextTokenizer.load(dir);
+  const argmax = (x: Float32Array) => {
+    let b = 0;
+    for (let i = 1; i < x.length; i++) if (x[i]! > x[b]!) b = i;
+    return b;
+  };
+  // Greedy stories from the prompts (the end tokens banned), as part A generates them.
+  const stories: { prompt: number[]; out: number[] }[] = [];
+  for (const p of STORY_PROMPTS) {
+    const prompt = await tokenizer.encode(renderChatPrompt(tokenizer, [{ role: "user", content: p }]), { addSpecialTokens: false });
+    const seq = kv.open(512);
+    let logits = await kv.prefill(seq, prompt);
+    const out: number[] = [];
+    for (let i = 0; i < TOKENS; i++) {
+      logits[1] = logits[2] = -Infinity;
+      out.push(argmax(logits));
+      [logits] = (await kv.decode([seq], [out.at(-1)!])) as [Float32Array];
+    }
+    kv.close(seq);
+    stories.push({ prompt, out });
+  }
+  // Tokens per run with drafts of up to w - 1 tokens, taken as they come (any match length).
+  const perRun = (w: number) => {
+    let runs = 0;
+    let made = 0;
+    for (const { prompt, out } of stories) {
+      const d = new NgramDrafter(prompt, [out[0]!]);
+      for (let i = 1; i < out.length; ) {
+        const draft = d.propose(w - 1).tokens;
+        let ok = 0;
+        while (ok < draft.length && i + ok < out.length && draft[ok] === out[i + ok]) ok++;
+        const n = Math.min(ok + 1, out.length - i);
+        for (let j = 0; j < n; j++) d.push(out[i + j]!);
+        i += n;
+        made += n;
+        runs++;
+      }
+    }
+    return made / runs;
+  };
+  // Each width in blocks of runs of that width alone (a graph run after another graph's runs pays
+  // for its cold caches: blocks measure each in its steady state), over 120 cached positions.
+  const seq = kv.open(512);
+  await kv.prefill(seq, stories[0]!.prompt.concat(stories[0]!.out).slice(0, 120));
+  const widths = [0, 1, 2, 3, 4, 5, 6, 8, 9];
+  const times = new Map<number, number[]>(widths.map((w) => [w, []]));
+  for (let round = 0; round < (quick ? 2 : 6); round++) {
+    for (const w of widths) {
+      for (let i = 0; i < 120; i++) {
+        const t0 = performance.now();
+        if (w === 0) await kv.decode([seq], [5]);
+        else await kv.verify([seq], [Array.from({ length: w }, (_, j) => 5 + j)]);
+        if (i >= 20) times.get(w)!.push(performance.now() - t0);
+        kv.truncate(seq, 120);
+      }
+    }
+  }
+  // Alternating the two graphs, as a round of verification among decode steps does.
+  const mixed: number[] = [];
+  for (let i = 0; i < (quick ? 60 : 600); i++) {
+    const t0 = performance.now();
+    if (i % 2) await kv.decode([seq], [5]);
+    else await kv.verify([seq], [[5, 6, 7, 8]]);
+    mixed.push(performance.now() - t0);
+    kv.truncate(seq, 120);
+  }
+  kv.close(seq);
+  await decoder.release();
+  const step = median(times.get(0)!);
+  const rows = widths.map((w) => {
+    const ms = median(times.get(w)!);
+    const tokens = w <= 1 ? 1 : perRun(w);
+    return [
+      w === 0 ? "decode step (one-token graph)" : `verification, ${w} per row (general graph)`,
+      (1000 * ms).toFixed(0),
+      `${(ms / step).toFixed(2)}×`,
+      tokens.toFixed(2),
+      `${(tokens / (ms / step)).toFixed(2)}×`,
+      `${((1.3 * ms) / step).toFixed(2)}`,
+    ];
+  });
+  note(
+    `**E. Why A is what it is** (stories260K's fused graph as the server loads it, one thread, 120 cached positions, ONNX Runtime through the engine's KV cache in this process; ` +
+      `each kind of run in blocks of its own, medians). "Tokens per run" replays prompt lookup over stories260K's own greedy stories of part A (the drafter of the server, drafts of up to w - 1 tokens): ` +
+      `what verification at that width would yield if it ran every round; the gain bounds what speculation can do for the model's runs alone.\n\n` +
+      table(["run", "µs (median)", "vs a decode step", "tokens per run (prompt lookup)", "tokens per decode step's time", "tokens per run needed for 1.3×"], rows) +
+      `\n\nA verification run of 4 alternating with decode steps (each graph's caches cold after the other's) took ${(1000 * median(mixed)).toFixed(0)} µs per run on average over both kinds, ` +
+      `against ${(500 * (step + median(times.get(4)!))).toFixed(0)} µs for the same runs in blocks: so the planner compares whole regimes (every round verifying, on the general graph, or none) rather than single rounds.`,
+  );
+}
+
 // ---------------------------------------------------------------- main
 
 async function main() {
@@ -340,6 +443,7 @@ async function main() {
       }
     }
     if (hasStories && only.has("D")) await warmStart(storiesOnly);
+    if (hasStories && only.has("E")) await economics(dirs[0]!);
   } finally {
     rmSync(models, { recursive: true, force: true });
     rmSync(storiesOnly, { recursive: true, force: true });

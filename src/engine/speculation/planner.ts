@@ -49,7 +49,7 @@ export class Acceptance {
 class RecentQuantile {
   private readonly samples: number[] = [];
   private next = 0;
-  value = 0;
+  private cached: number | null = 0;
 
   constructor(
     private readonly size: number,
@@ -60,8 +60,16 @@ class RecentQuantile {
     if (this.samples.length < this.size) this.samples.push(x);
     else this.samples[this.next] = x;
     this.next = (this.next + 1) % this.size;
-    const sorted = this.samples.slice().sort((a, b) => a - b);
-    this.value = sorted[Math.floor((sorted.length - 1) * this.quantile)]!;
+    this.cached = null;
+  }
+
+  /** Computed when read (plain rounds add samples but do not read them). */
+  get value(): number {
+    if (this.cached === null) {
+      const sorted = this.samples.slice().sort((a, b) => a - b);
+      this.cached = sorted[Math.floor((sorted.length - 1) * this.quantile)]!;
+    }
+    return this.cached;
   }
 }
 
@@ -139,7 +147,7 @@ export class StepCosts {
   estimate(rows: number, width: number): number | null {
     const bin = rowBin(rows);
     const exact = this.measured(bin, width);
-    if (exact !== null) return exact;
+    if (exact !== null || width === 0) return exact;
     const known: [number, number][] = [];
     for (let w = 1; w <= MAX_DRAFT + 1; w++) {
       const c = this.measured(bin, w);
@@ -169,26 +177,40 @@ const SETTLE = 4;
 /** Rounds in the preferred regime before the other is tried again: at first, and at most. */
 const FIRST_PROBE = 48;
 const MAX_PROBE_INTERVAL = 4096;
+/** Speculation replaces plain steps only when it measured this much faster (switching costs too). */
+const MARGIN = 0.05;
 /** Verification rounds between probes of a neighbouring width. */
 const NEIGHBOUR_EVERY = 16;
 /** The width tried where no cost is known yet at this batch size. */
 const FIRST_WIDTH = 4;
+/** Among plain rounds, one in this many checks how a one-token draft would have done, on up to SHADOW_ROWS rows. */
+const SHADOW_EVERY = 4;
+const SHADOW_ROWS = 4;
+/** Predicted speed-up from the drafts' measured acceptance that brings speculation's trial forward. */
+const EARLY_TRIAL_GAIN = 1.25;
 
-type Regime = "plain" | "speculate";
+export type Regime = "plain" | "speculate";
 
 /** What one batch size's rounds have shown of the two regimes. */
 class RegimeChoice {
-  /** Set by a trial's outcome; until then what the nearest batch size found, or speculation. */
-  preferred: Regime = "speculate";
+  /** Plain decode steps until speculation has measured faster (or what the nearest batch size found). */
+  preferred: Regime = "plain";
   /** Whether a trial has compared the two regimes at this batch size yet. */
   decided = false;
   /** Rounds left in a trial of the other regime (0: in the preferred one). */
   trial = 0;
   untilTrial = FIRST_PROBE;
   interval = FIRST_PROBE;
+  /** Rounds since the last trial ended. */
+  sinceTrial = 0;
   /** Time per generated token, ms, as last measured over a window, per regime. */
   readonly msPerToken: Record<Regime, number | null> = { plain: null, speculate: null };
+  /** How one-token drafts fared during plain rounds (see SpeculationPlanner.shadowRows). */
+  readonly shadow = new Acceptance(0.95);
+  shadowSeen = 0;
   private window: { ms: number; tokens: number }[] = [];
+  /** Set when a trial has just begun (the planner then forgets stale verification costs). */
+  trialStarted = false;
 
   get current(): Regime {
     return this.trial > 0 ? (this.preferred === "plain" ? "speculate" : "plain") : this.preferred;
@@ -216,22 +238,32 @@ class RegimeChoice {
       this.decide();
       return;
     }
-    if (--this.untilTrial <= 0) {
-      this.trial = WINDOW;
-      this.window = [];
-      this.trialStarted = true;
-    }
+    this.sinceTrial++;
+    if (--this.untilTrial <= 0) this.startTrial();
   }
 
-  /** Set when a trial has just begun (the planner then forgets stale verification costs). */
-  trialStarted = false;
+  private startTrial(): void {
+    this.trial = WINDOW;
+    this.window = [];
+    this.trialStarted = true;
+  }
 
-  /** After a trial: keep the faster regime; try the other again later, later still if it lost again. */
+  /** Tries speculation at once (its drafts look good), unless one was tried lately. */
+  trialSoon(): void {
+    if (this.trial === 0 && this.preferred === "plain" && this.sinceTrial >= FIRST_PROBE) this.untilTrial = 1;
+  }
+
+  /**
+   * After a trial: keep the faster regime (speculation only when faster by MARGIN); try the other
+   * again later, later still if it lost again.
+   */
   private decide(): void {
     const other: Regime = this.preferred === "plain" ? "speculate" : "plain";
     const [kept, tried] = [this.msPerToken[this.preferred], this.msPerToken[other]];
     this.decided = true;
-    if (tried !== null && (kept === null || tried < kept)) {
+    this.sinceTrial = 0;
+    const wins = tried !== null && (kept === null || (other === "speculate" ? tried < kept * (1 - MARGIN) : tried <= kept));
+    if (wins) {
       this.preferred = other;
       this.interval = FIRST_PROBE;
     } else this.interval = Math.min(this.interval * 2, MAX_PROBE_INTERVAL);
@@ -240,7 +272,7 @@ class RegimeChoice {
 }
 
 export class SpeculationPlanner {
-  /** Costs of verification runs (the general graph), by batch size and width. */
+  /** Costs of verification runs (the general graph) by batch size and width; of decode steps as width 0. */
   readonly costs = new StepCosts();
   /** Acceptance by the matched ending's length (1, 2, 3, 4 or more), the prior of new choices. */
   private readonly byMatch = Array.from({ length: 5 }, () => new Acceptance(0.98));
@@ -252,6 +284,7 @@ export class SpeculationPlanner {
   /** The regime of the last round, and how many rounds in a row ran it. */
   private last: { regime: Regime; rounds: number } = { regime: "plain", rounds: 0 };
   private verifying = 0;
+  private plainRounds = 0;
 
   /**
    * "measured": as described above. "always": every round verifies each row's longest draft,
@@ -274,8 +307,7 @@ export class SpeculationPlanner {
     if (!r) {
       r = new RegimeChoice();
       // A batch size not seen yet starts as the nearest one that has compared the two regimes
-      // (its own trial comes as usual): batches grow and shrink through several bins, and each
-      // starting from speculation would spend its first rounds on what its neighbours ruled out.
+      // (its own trial comes as usual): batches grow and shrink through several bins.
       for (let d = 1; d < ROW_BOUNDS.length + 1; d++) {
         const near = [this.regimes.get(bin - d), this.regimes.get(bin + d)].find((x) => x?.decided);
         if (near) {
@@ -293,21 +325,30 @@ export class SpeculationPlanner {
     return this.regime(rows).current;
   }
 
-  /**
-   * This round's plan: null for a plain decode step, else a verification run (of width 1 when no
-   * draft is worth its cost this round: still on the general graph, as the regime's other rounds).
-   */
-  plan(rows: PlanRow[]): Plan | null {
-    const n = rows.length;
-    if (this.policy === "measured") {
-      const regime = this.regime(n);
-      if (regime.trialStarted) {
-        regime.trialStarted = false;
-        // Speculation comes back after a while: what its runs cost then may no longer hold.
-        if (regime.current === "speculate") this.costs.forget(n);
-      }
-      if (regime.current === "plain") return null;
+  /** Whether a round of `rows` rows verifies drafts (then see plan) or takes a plain decode step. */
+  speculating(rows: number): boolean {
+    if (this.policy === "always") return true;
+    const regime = this.regime(rows);
+    if (regime.trialStarted) {
+      regime.trialStarted = false;
+      // Speculation comes back after a while: what its runs cost then may no longer hold.
+      if (regime.current === "speculate") this.costs.forget(rows);
     }
+    return regime.current === "speculate";
+  }
+
+  /**
+   * For a plain round: on how many rows to check what a one-token draft would have done (their
+   * acceptance is then known without speculating, see observeShadow); mostly none.
+   */
+  shadowRows(rows: number): number {
+    if (this.policy === "always" || ++this.plainRounds % SHADOW_EVERY !== 0) return 0;
+    return Math.min(rows, SHADOW_ROWS);
+  }
+
+  /** This speculating round's verification run: its width and each row's draft. */
+  plan(rows: PlanRow[]): Plan {
+    const n = rows.length;
     let maxWidth = MAX_DRAFT + 1;
     for (const r of rows) maxWidth = Math.min(maxWidth, r.space);
     const drafts: Draft[] = rows.map((r) => r.spec.drafter.propose(Math.min(r.room, maxWidth - 1)));
@@ -343,11 +384,29 @@ export class SpeculationPlanner {
    * choices' work on the `tokens` it produced `tokensMs`.
    */
   observeRound(rows: number, width: number, runMs: number, tokensMs: number, tokens: number): void {
-    const regime: Regime = width === 0 ? "plain" : "speculate";
-    this.last = regime === this.last.regime ? { regime, rounds: this.last.rounds + 1 } : { regime, rounds: 1 };
-    if (width > 0 && this.last.rounds > SETTLE) this.costs.record(rows, width, runMs);
+    const kind: Regime = width === 0 ? "plain" : "speculate";
+    this.last = kind === this.last.regime ? { regime: kind, rounds: this.last.rounds + 1 } : { regime: kind, rounds: 1 };
+    const settled = this.last.rounds > SETTLE;
+    if (settled) this.costs.record(rows, width, runMs);
     if (tokens > 0) this.perToken.add(tokensMs / tokens);
-    this.regime(rows).record(runMs + tokensMs + this.overhead.value, tokens, this.last.rounds > SETTLE);
+    const regime = this.regime(rows);
+    regime.record(runMs + tokensMs + this.overhead.value, tokens, settled);
+  }
+
+  /**
+   * Plain steps' time per token against what verifying 4-token drafts would take, at the
+   * acceptance the plain rounds' one-token drafts showed: the costs as measured (speculation's
+   * from its last trial), else a verification run as dear as 1.6 decode steps.
+   */
+  private predictedGain(rows: number, regime: RegimeChoice): number {
+    const plain = this.costs.estimate(rows, 0);
+    if (plain === null) return 0;
+    const run = this.costs.estimate(rows, 5) ?? plain * 1.6;
+    const per = this.overhead.value;
+    const tokens = rows * expectedTokens(regime.shadow.rate(0.3, 4), 4);
+    const plainMs = (plain + per + this.perToken.value * rows) / rows;
+    const specMs = (run + per + this.perToken.value * tokens) / tokens;
+    return plainMs / specMs;
   }
 
   /** A row's draft of `drafted` tokens continuing a match of `match` had `accepted` taken; `rejected` if one was refused. */
@@ -355,6 +414,14 @@ export class SpeculationPlanner {
     if (drafted === 0) return;
     spec.acceptance.observe(accepted, rejected ? 1 : 0);
     this.matchBin(match).observe(accepted, rejected ? 1 : 0);
+  }
+
+  /** In a plain round of `rows` rows, a row's one-token draft (of a match of `match`) was the token it sampled, or not. */
+  observeShadow(rows: number, spec: ChoiceSpeculation, match: number, hit: boolean): void {
+    this.observeDraft(spec, match, 1, hit ? 1 : 0, !hit);
+    const regime = this.regime(rows);
+    regime.shadow.observe(hit ? 1 : 0, hit ? 0 : 1);
+    if (++regime.shadowSeen >= 8 && this.predictedGain(rows, regime) > EARLY_TRIAL_GAIN) regime.trialSoon();
   }
 
   /** The work of a round outside the run and the tokens: measured between rounds. */

@@ -56,6 +56,12 @@ interface ChoiceRun {
   spec?: ChoiceSpeculation;
 }
 
+/** A decoding choice of a request, as a row of a round's batch. */
+interface Row {
+  job: Job;
+  choice: ChoiceRun;
+}
+
 interface Job {
   rid: number;
   request: WireRequest;
@@ -277,7 +283,7 @@ export class Scheduler {
    * speculation, verifies its draft and advances by the accepted part and one token more.
    */
   private async decodeRound() {
-    const batch: { job: Job; choice: ChoiceRun }[] = [];
+    const batch: Row[] = [];
     for (const job of this.active) {
       if (job.state !== "decode") continue;
       for (const choice of job.choices) if (choice.next !== null && choice.seq) batch.push({ job, choice });
@@ -289,46 +295,76 @@ export class Scheduler {
     if (planner && this.counters.promptTokensComputed === this.lastRound.promptTokens && begin - this.lastRound.end < 5) {
       planner.observeOverhead(begin - this.lastRound.end);
     }
-    const plan = planner ? planner.plan(batch.map(({ job, choice }) => this.planRow(job, choice))) : null;
     // A round's cost counts from here: the lookups of drafts are part of it.
-    if (plan) await this.verifyRound(batch, plan, begin);
-    else {
-      let logits: Float32Array[];
-      try {
-        logits = await this.backend.decode(
-          batch.map((b) => b.choice.seq!),
-          batch.map((b) => b.choice.next!),
-        );
-      } catch (e) {
-        for (const job of new Set(batch.map((b) => b.job))) this.fail(job, e);
-        return;
-      }
-      const ran = performance.now();
-      this.counters.decodeSteps++;
-      this.counters.lastBatchSize = batch.length;
-      let advanced = 0;
-      batch.forEach(({ job, choice }, i) => {
-        if (job.cancelled) return;
-        choice.next = choice.stream.advance(logits[i]!, job.out);
-        advanced++;
-        this.counters.generatedTokens++;
-        if (choice.next === null) this.endChoice(choice, job, true);
-        else choice.spec?.drafter.push(choice.next);
-      });
-      planner?.observeRound(batch.length, 0, ran - begin, performance.now() - ran, advanced);
-    }
+    if (planner?.speculating(batch.length)) await this.verifyRound(batch, planner.plan(batch.map((r) => this.planRow(r))), begin);
+    else await this.plainRound(batch, begin);
     for (const job of new Set(batch.map((b) => b.job))) {
       if (job.choices.every((c) => c.stream.finished)) this.retire(job);
     }
     this.lastRound = { end: performance.now(), promptTokens: this.counters.promptTokensComputed };
   }
 
-  /** What the planner needs of a decoding choice; its speculation state is made on first use. */
-  private planRow(job: Job, choice: ChoiceRun): PlanRow {
+  /** The backend's run for the batch; null (the batch's requests failed) when it throws. */
+  private async tryRun<T>(batch: Row[], run: () => Promise<T>): Promise<T | null> {
+    try {
+      const out = await run();
+      this.counters.decodeSteps++;
+      this.counters.lastBatchSize = batch.length;
+      return out;
+    } catch (e) {
+      for (const job of new Set(batch.map((b) => b.job))) this.fail(job, e);
+      return null;
+    }
+  }
+
+  /**
+   * A decode step. Now and then, with speculation on, a few rows first look up a one-token
+   * draft, to learn how drafts would fare without verifying any (see SpeculationPlanner).
+   */
+  private async plainRound(batch: Row[], begin: number) {
+    const planner = this.speculation;
+    const shadows = planner ? planner.shadowRows(batch.length) : 0;
+    const first = shadows > 0 ? this.counters.decodeSteps % batch.length : 0;
+    const guesses = [];
+    for (let k = 0; k < shadows; k++) {
+      const row = batch[(first + k) % batch.length]!;
+      guesses.push({ row, draft: this.planRow(row).spec.drafter.propose(1) });
+    }
+    const logits = await this.tryRun(batch, () =>
+      this.backend.decode(
+        batch.map((b) => b.choice.seq!),
+        batch.map((b) => b.choice.next!),
+      ),
+    );
+    if (!logits) return;
+    const ran = performance.now();
+    let advanced = 0;
+    batch.forEach(({ job, choice }, i) => {
+      if (job.cancelled) return;
+      choice.next = choice.stream.advance(logits[i]!, job.out);
+      advanced++;
+      this.counters.generatedTokens++;
+      if (choice.next === null) this.endChoice(choice, job, true);
+    });
+    if (!planner) return;
+    planner.observeRound(batch.length, 0, ran - begin, performance.now() - ran, advanced);
+    for (const { row, draft } of guesses) {
+      if (draft.tokens.length > 0 && row.choice.next !== null) planner.observeShadow(batch.length, row.choice.spec!, draft.match, draft.tokens[0] === row.choice.next);
+    }
+  }
+
+  /**
+   * What the planner needs of a decoding choice. Its drafter holds the prompt and every token
+   * sampled for it: brought up to date here, from the cache past the prompt (the tokens fed, all
+   * of them kept ones) and the token about to be fed.
+   */
+  private planRow({ job, choice }: Row): PlanRow {
     const seq = choice.seq!;
-    if (!choice.spec) {
-      // The prompt, what the cache holds past it, and the sampled token about to be fed.
-      choice.spec = new ChoiceSpeculation(new NgramDrafter(job.prompt, [...seq.tokens.slice(job.prompt.length), choice.next!]));
+    choice.spec ??= new ChoiceSpeculation(new NgramDrafter(job.prompt));
+    const drafter = choice.spec.drafter;
+    if (drafter.length < seq.tokens.length + 1) {
+      for (let i = Math.max(drafter.length, job.prompt.length); i < seq.tokens.length; i++) drafter.push(seq.tokens[i]!);
+      drafter.push(choice.next!);
     }
     const space = seq.capacity - seq.tokens.length;
     return { spec: choice.spec, room: Math.min(MAX_DRAFT, job.maxNew - choice.stream.generated - 1, space - 1), space };
@@ -341,22 +377,17 @@ export class Scheduler {
    * the cache forgets the positions after it. Nothing but the cache needs undoing: the choice's
    * sampler, grammar, penalties and stop matching only ever saw the tokens it kept.
    */
-  private async verifyRound(batch: { job: Job; choice: ChoiceRun }[], plan: Plan, start: number) {
+  private async verifyRound(batch: Row[], plan: Plan, begin: number) {
     const planner = this.speculation!;
     const lists = batch.map(({ choice }, i) => [choice.next!, ...plan.drafts[i]!]);
-    let logits: Float32Array[][];
-    try {
-      logits = await this.backend.verify(
+    const logits = await this.tryRun(batch, () =>
+      this.backend.verify(
         batch.map((b) => b.choice.seq!),
         lists,
-      );
-    } catch (e) {
-      for (const job of new Set(batch.map((b) => b.job))) this.fail(job, e);
-      return;
-    }
+      ),
+    );
+    if (!logits) return;
     const ran = performance.now();
-    this.counters.decodeSteps++;
-    this.counters.lastBatchSize = batch.length;
     let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
       if (job.cancelled) return;
@@ -368,9 +399,7 @@ export class Scheduler {
       while (used < list.length) {
         next = choice.stream.advance(logits[i]![used]!, job.out);
         used++;
-        if (next === null) break;
-        choice.spec!.drafter.push(next);
-        if (used === list.length || next !== list[used]) break;
+        if (next === null || used === list.length || next !== list[used]) break;
       }
       advanced += used;
       this.counters.generatedTokens += used;
@@ -382,7 +411,7 @@ export class Scheduler {
       choice.next = next;
       if (next === null) this.endChoice(choice, job, true);
     });
-    planner.observeRound(batch.length, plan.width, ran - start, performance.now() - ran, advanced);
+    planner.observeRound(batch.length, plan.width, ran - begin, performance.now() - ran, advanced);
   }
 
   /** Frees a choice's cache; a completed one first leaves its conversation in the prefix cache. */

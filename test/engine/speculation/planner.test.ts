@@ -26,12 +26,18 @@ function simulate(planner: SpeculationPlanner, machine: Machine, rows: number, r
   let tokens = 0;
   let ms = 0;
   for (let r = 0; r < rounds; r++) {
-    const plan = planner.plan(planRows);
+    const plan = planner.speculating(rows) ? planner.plan(planRows) : null;
     let made = 0;
     let runMs: number;
     if (!plan) {
       runMs = machine.plain(rows);
       made = rows;
+      // Plain rounds learn how one-token drafts would fare on a few rows now and then.
+      const shadows = planner.shadowRows(rows);
+      for (let k = 0; k < shadows; k++) {
+        const draft = specs[k]!.drafter.propose(1);
+        planner.observeShadow(rows, specs[k]!, draft.match, random() < machine.acceptance);
+      }
       for (const spec of specs) spec.drafter.push(spec.drafter.length % 7);
     } else {
       verified++;
@@ -78,6 +84,16 @@ test("a full batch where a wider run costs more than its accepted drafts bring: 
   expect(steady.verified).toBeLessThan(0.03);
   // Within 2% of plain steps all along (1.02 ms / 16 tokens + the per-token work).
   expect(steady.msPerToken).toBeLessThan(1.02 * ((0.2 + 0.05 * 16 + 0.02) / 16 + 0.01));
+});
+
+test("plain steps until speculation measures faster: where drafts are seldom accepted it stays plain", () => {
+  const machine: Machine = { plain: () => 1, verify: (_r, w) => 1.15 + 0.12 * w, acceptance: 0.3 };
+  const planner = new SpeculationPlanner();
+  expect(planner.regimeFor(1)).toBe("plain");
+  simulate(planner, machine, 1, 600);
+  const steady = simulate(planner, machine, 1, 4000, 11);
+  expect(planner.regimeFor(1)).toBe("plain");
+  expect(steady.verified).toBeLessThan(0.03);
 });
 
 test("it follows the machine: verification that turns expensive is given up, and taken up again when it is cheap", () => {
