@@ -93,6 +93,18 @@ export class SpareBuffers {
   }
 }
 
+/** The sequences of a batch by the pool they live in, each with its index in the batch. */
+function byPool(list: Sequence[]): Map<Pool, Map<FusedSequence, number>> {
+  const pools = new Map<Pool, Map<FusedSequence, number>>();
+  list.forEach((s, i) => {
+    const seq = s as FusedSequence;
+    let m = pools.get(seq.pool!);
+    if (!m) pools.set(seq.pool!, (m = new Map()));
+    m.set(seq, i);
+  });
+  return pools;
+}
+
 /** A row whose new positions go into the cache: batch row, its first new position, how many (all). */
 type Write = [row: number, position: number, count?: number];
 
@@ -357,18 +369,11 @@ export class FusedKvBackend implements KvBackend {
 
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
     const result: Float32Array[] = new Array(list.length);
-    const byPool = new Map<Pool, Map<FusedSequence, number>>();
     for (const s of list) {
       const seq = s as FusedSequence;
       this.ensure(seq, Math.min(seq.tokens.length + 1, seq.capacity));
     }
-    list.forEach((s, i) => {
-      const seq = s as FusedSequence;
-      let m = byPool.get(seq.pool!);
-      if (!m) byPool.set(seq.pool!, (m = new Map()));
-      m.set(seq, i);
-    });
-    for (const [pool, members] of byPool) {
+    for (const [pool, members] of byPool(list)) {
       // Rows past the last member are left out; rows in between that are not decoding (still
       // prefilling) ride along with a dummy token past their valid length, which is either not
       // written (step outputs) or overwritten by their next prefill chunk.
@@ -408,13 +413,13 @@ export class FusedKvBackend implements KvBackend {
     if (!this.canVerify) throw new Error("verify() needs the decoder's step outputs");
     const width = Math.max(...tokens.map((t) => t.length));
     const result: Float32Array[][] = new Array(list.length);
-    const byPool = new Map<Pool, Map<FusedSequence, number>>();
     list.forEach((s, i) => {
       const seq = s as FusedSequence;
       const need = seq.tokens.length + tokens[i]!.length;
       if (need > seq.capacity) throw new Error(`sequence of capacity ${seq.capacity} cannot take ${need} positions`);
-      // Room for the padding too where the reservation allows (a GroupQueryAttention graph sees it).
-      this.ensure(seq, Math.min(seq.tokens.length + width, seq.capacity));
+      // Padding past a row's own tokens is never written, but its positions must exist (rotary).
+      if (seq.tokens.length + width > this.limit) throw new Error(`a run ${width} wide past ${seq.tokens.length} positions exceeds the context of ${this.limit}`);
+      this.ensure(seq, need);
     });
     if (this.decoder.stepMode !== "split") {
       // GroupQueryAttention takes several new tokens after a past for one row at a time.
@@ -428,13 +433,7 @@ export class FusedKvBackend implements KvBackend {
       }
       return result;
     }
-    list.forEach((s, i) => {
-      const seq = s as FusedSequence;
-      let m = byPool.get(seq.pool!);
-      if (!m) byPool.set(seq.pool!, (m = new Map()));
-      m.set(seq, i);
-    });
-    for (const [pool, members] of byPool) {
+    for (const [pool, members] of byPool(list)) {
       // As decode(), `width` tokens per row. A member shorter than the widest is padded past its
       // end (causal attention keeps its own positions exact; the padding is not written). Rows
       // riding along are told a past that keeps their positions inside the pool: their output is
