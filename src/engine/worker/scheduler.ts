@@ -296,8 +296,11 @@ export class Scheduler {
       planner.observeOverhead(begin - this.lastRound.end);
     }
     // A round's cost counts from here: the lookups of drafts are part of it.
-    if (planner?.speculating(batch.length)) await this.verifyRound(batch, planner.plan(batch.map((r) => this.planRow(r))), begin);
-    else await this.plainRound(batch, begin);
+    const ran = planner?.speculating(batch.length)
+      ? await this.verifyRound(batch, planner.plan(batch.map((r) => this.planRow(r))), begin)
+      : await this.plainRound(batch, begin);
+    // A failed run has ended its requests already.
+    if (!ran) return;
     for (const job of new Set(batch.map((b) => b.job))) {
       if (job.choices.every((c) => c.stream.finished)) this.retire(job);
     }
@@ -321,7 +324,7 @@ export class Scheduler {
    * A decode step. Now and then, with speculation on, a few rows first look up a one-token
    * draft, to learn how drafts would fare without verifying any (see SpeculationPlanner).
    */
-  private async plainRound(batch: Row[], begin: number) {
+  private async plainRound(batch: Row[], begin: number): Promise<boolean> {
     const planner = this.speculation;
     const shadows = planner ? planner.shadowRows(batch.length) : 0;
     const first = shadows > 0 ? this.counters.decodeSteps % batch.length : 0;
@@ -336,7 +339,7 @@ export class Scheduler {
         batch.map((b) => b.choice.next!),
       ),
     );
-    if (!logits) return;
+    if (!logits) return false;
     const ran = performance.now();
     let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
@@ -346,11 +349,12 @@ export class Scheduler {
       this.counters.generatedTokens++;
       if (choice.next === null) this.endChoice(choice, job, true);
     });
-    if (!planner) return;
+    if (!planner) return true;
     planner.observeRound(batch.length, 0, ran - begin, performance.now() - ran, advanced);
     for (const { row, draft } of guesses) {
       if (draft.tokens.length > 0 && row.choice.next !== null) planner.observeShadow(batch.length, row.choice.spec!, draft.match, draft.tokens[0] === row.choice.next);
     }
+    return true;
   }
 
   /**
@@ -377,7 +381,7 @@ export class Scheduler {
    * the cache forgets the positions after it. Nothing but the cache needs undoing: the choice's
    * sampler, grammar, penalties and stop matching only ever saw the tokens it kept.
    */
-  private async verifyRound(batch: Row[], plan: Plan, begin: number) {
+  private async verifyRound(batch: Row[], plan: Plan, begin: number): Promise<boolean> {
     const planner = this.speculation!;
     const lists = batch.map(({ choice }, i) => [choice.next!, ...plan.drafts[i]!]);
     const logits = await this.tryRun(batch, () =>
@@ -386,7 +390,7 @@ export class Scheduler {
         lists,
       ),
     );
-    if (!logits) return;
+    if (!logits) return false;
     const ran = performance.now();
     let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
@@ -412,6 +416,7 @@ export class Scheduler {
       if (next === null) this.endChoice(choice, job, true);
     });
     planner.observeRound(batch.length, plan.width, ran - begin, performance.now() - ran, advanced);
+    return true;
   }
 
   /** Frees a choice's cache; a completed one first leaves its conversation in the prefix cache. */
