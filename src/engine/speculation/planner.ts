@@ -171,14 +171,18 @@ export class StepCosts {
   }
 }
 
-/** Rounds a regime is measured over; the first few after a switch are not counted (cold caches). */
-const WINDOW = 24;
+/**
+ * Rounds a regime is measured over, all of them: the first after a switch pay for the other
+ * graph's cold caches, which a regime that keeps switching pays in earnest. (Per-width run costs
+ * leave the first SETTLE out: they compare widths within a regime.)
+ */
+const WINDOW = 32;
 const SETTLE = 4;
 /** Rounds in the preferred regime before the other is tried again: at first, and at most. */
 const FIRST_PROBE = 48;
 const MAX_PROBE_INTERVAL = 4096;
-/** Speculation replaces plain steps only when it measured this much faster (switching costs too). */
-const MARGIN = 0.05;
+/** Speculation replaces plain steps only when it measured this much faster: the measurements are noisy. */
+const MARGIN = 0.1;
 /** Verification rounds between probes of a neighbouring width. */
 const NEIGHBOUR_EVERY = 16;
 /** The width tried where no cost is known yet at this batch size. */
@@ -216,11 +220,11 @@ class RegimeChoice {
     return this.trial > 0 ? (this.preferred === "plain" ? "speculate" : "plain") : this.preferred;
   }
 
-  /** A round of the current regime; `settled` when the rounds before it ran the same regime. */
-  record(ms: number, tokens: number, settled: boolean): void {
+  /** A round of the current regime. */
+  record(ms: number, tokens: number): void {
     const regime = this.current;
-    if (settled) this.window.push({ ms, tokens });
-    if (this.window.length >= WINDOW - SETTLE) {
+    this.window.push({ ms, tokens });
+    if (this.window.length >= WINDOW) {
       // Rounds far slower than the window's typical round were interrupted: left out.
       const per = this.window.map((r) => r.ms).sort((a, b) => a - b);
       const limit = 3 * per[per.length >> 1]!;
@@ -320,9 +324,14 @@ export class SpeculationPlanner {
     return r;
   }
 
-  /** Which regime this batch size runs now (for tests and diagnostics). */
+  /** Which regime this batch size runs now, a trial included (for tests and diagnostics). */
   regimeFor(rows: number): Regime {
     return this.regime(rows).current;
+  }
+
+  /** Which regime this batch size keeps to between trials (for tests and diagnostics). */
+  preferredFor(rows: number): Regime {
+    return this.regime(rows).preferred;
   }
 
   /** Whether a round of `rows` rows verifies drafts (then see plan) or takes a plain decode step. */
@@ -390,7 +399,7 @@ export class SpeculationPlanner {
     if (settled) this.costs.record(rows, width, runMs);
     if (tokens > 0) this.perToken.add(tokensMs / tokens);
     const regime = this.regime(rows);
-    regime.record(runMs + tokensMs + this.overhead.value, tokens, settled);
+    regime.record(runMs + tokensMs + this.overhead.value, tokens);
   }
 
   /**

@@ -65,7 +65,7 @@ test("one stream, cheap verification, drafts mostly accepted: it speculates, wid
   const planner = new SpeculationPlanner();
   simulate(planner, machine, 1, 400);
   const steady = simulate(planner, machine, 1, 2000, 7);
-  expect(planner.regimeFor(1)).toBe("speculate");
+  expect(planner.preferredFor(1)).toBe("speculate");
   expect(steady.verified).toBeGreaterThan(0.95);
   expect(steady.width).toBeGreaterThan(4);
   // Measured: well over twice the tokens per ms of plain steps (1.03 ms per token).
@@ -77,9 +77,9 @@ test("a full batch where a wider run costs more than its accepted drafts bring: 
   const planner = new SpeculationPlanner();
   simulate(planner, machine, 16, 600);
   const steady = simulate(planner, machine, 16, 4000, 3);
-  expect(planner.regimeFor(16)).toBe("plain");
+  expect(planner.preferredFor(16)).toBe("plain");
   // A batch size not seen yet (rows finishing) starts where its neighbour ended up.
-  expect(planner.regimeFor(11)).toBe("plain");
+  expect(planner.preferredFor(11)).toBe("plain");
   // Only the occasional trial of the other regime.
   expect(steady.verified).toBeLessThan(0.03);
   // Within 2% of plain steps all along (1.02 ms / 16 tokens + the per-token work).
@@ -89,10 +89,10 @@ test("a full batch where a wider run costs more than its accepted drafts bring: 
 test("plain steps until speculation measures faster: where drafts are seldom accepted it stays plain", () => {
   const machine: Machine = { plain: () => 1, verify: (_r, w) => 1.15 + 0.12 * w, acceptance: 0.3 };
   const planner = new SpeculationPlanner();
-  expect(planner.regimeFor(1)).toBe("plain");
+  expect(planner.preferredFor(1)).toBe("plain");
   simulate(planner, machine, 1, 600);
   const steady = simulate(planner, machine, 1, 4000, 11);
-  expect(planner.regimeFor(1)).toBe("plain");
+  expect(planner.preferredFor(1)).toBe("plain");
   expect(steady.verified).toBeLessThan(0.03);
 });
 
@@ -101,13 +101,13 @@ test("it follows the machine: verification that turns expensive is given up, and
   const machine: Machine = { plain: () => 1, verify: (_r, w) => (expensive ? 3 + w : 1.05 + 0.04 * w), acceptance: 0.7 };
   const planner = new SpeculationPlanner();
   simulate(planner, machine, 1, 500);
-  expect(planner.regimeFor(1)).toBe("speculate");
+  expect(planner.preferredFor(1)).toBe("speculate");
   expensive = true;
   simulate(planner, machine, 1, 3000, 5);
-  expect(planner.regimeFor(1)).toBe("plain");
+  expect(planner.preferredFor(1)).toBe("plain");
   expensive = false;
   simulate(planner, machine, 1, 6000, 9);
-  expect(planner.regimeFor(1)).toBe("speculate");
+  expect(planner.preferredFor(1)).toBe("speculate");
 });
 
 test("cost estimates: measured widths, a line between them, and no estimate for an unseen batch size", () => {
