@@ -172,9 +172,10 @@ export class StepCosts {
 }
 
 /**
- * Rounds a regime is measured over, all of them: the first after a switch pay for the other
- * graph's cold caches, which a regime that keeps switching pays in earnest. (Per-width run costs
- * leave the first SETTLE out: they compare widths within a regime.)
+ * Rounds a regime is measured over, all of them, each from its start to the next round's: the
+ * whole of the scheduler's cycle (the first rounds after a switch pay for the other graph's cold
+ * caches, which a regime that keeps switching pays in earnest). Per-width run costs leave the
+ * first SETTLE out: they compare widths within a regime.
  */
 const WINDOW = 32;
 const SETTLE = 4;
@@ -207,6 +208,8 @@ class RegimeChoice {
   interval = FIRST_PROBE;
   /** Rounds since the last trial ended. */
   sinceTrial = 0;
+  /** Speculation won a trial: it must win the next one, soon after, before it replaces plain steps. */
+  confirming = false;
   /** Time per generated token, ms, as last measured over a window, per regime. */
   readonly msPerToken: Record<Regime, number | null> = { plain: null, speculate: null };
   /** How one-token drafts fared during plain rounds (see SpeculationPlanner.shadowRows). */
@@ -220,7 +223,7 @@ class RegimeChoice {
     return this.trial > 0 ? (this.preferred === "plain" ? "speculate" : "plain") : this.preferred;
   }
 
-  /** A round of the current regime. */
+  /** A round of the current regime: its whole cycle's time and the tokens it made. */
   record(ms: number, tokens: number): void {
     const regime = this.current;
     this.window.push({ ms, tokens });
@@ -267,6 +270,13 @@ class RegimeChoice {
     this.decided = true;
     this.sinceTrial = 0;
     const wins = tried !== null && (kept === null || (other === "speculate" ? tried < kept * (1 - MARGIN) : tried <= kept));
+    if (wins && other === "speculate" && !this.confirming) {
+      // One window is noisy: speculation is tried again shortly, and must win that trial too.
+      this.confirming = true;
+      this.untilTrial = SETTLE * 4;
+      return;
+    }
+    this.confirming = false;
     if (wins) {
       this.preferred = other;
       this.interval = FIRST_PROBE;
@@ -395,11 +405,18 @@ export class SpeculationPlanner {
   observeRound(rows: number, width: number, runMs: number, tokensMs: number, tokens: number): void {
     const kind: Regime = width === 0 ? "plain" : "speculate";
     this.last = kind === this.last.regime ? { regime: kind, rounds: this.last.rounds + 1 } : { regime: kind, rounds: 1 };
-    const settled = this.last.rounds > SETTLE;
-    if (settled) this.costs.record(rows, width, runMs);
+    if (this.last.rounds > SETTLE) this.costs.record(rows, width, runMs);
     if (tokens > 0) this.perToken.add(tokensMs / tokens);
+  }
+
+  /**
+   * The whole cycle of a round that `observeRound` reported, from its start to the next round's
+   * (with no prompt read or wait in between): what its regime is measured by.
+   */
+  observeCycle(rows: number, width: number, ms: number, tokens: number): void {
     const regime = this.regime(rows);
-    regime.record(runMs + tokensMs + this.overhead.value, tokens);
+    if (regime.current !== (width === 0 ? "plain" : "speculate") || tokens === 0) return;
+    regime.record(ms, tokens);
   }
 
   /**

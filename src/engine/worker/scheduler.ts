@@ -92,8 +92,8 @@ export class Scheduler {
   private counters = { promptTokensComputed: 0, generatedTokens: 0, decodeSteps: 0, lastBatchSize: 0, rejectedBusy: 0, draftTokens: 0, acceptedTokens: 0 };
   /** Null when speculation is off or the KV cache cannot verify. */
   readonly speculation: SpeculationPlanner | null;
-  /** When the last decode round ended, and the prompt tokens computed by then (see decodeRound). */
-  private lastRound = { end: 0, promptTokens: -1 };
+  /** The last decode round: when it began and ended, the prompt tokens computed by then, its batch, width (0: plain) and tokens. */
+  private lastRound = { begin: 0, end: 0, promptTokens: -1, rows: 0, width: 0, tokens: 0 };
   private lastStats = "";
   private lastStatsAt = 0;
 
@@ -291,20 +291,30 @@ export class Scheduler {
     if (batch.length === 0) return;
     const planner = this.speculation;
     const begin = performance.now();
-    // The work between two decode rounds with nothing else in between (no prompt read, no wait).
-    if (planner && this.counters.promptTokensComputed === this.lastRound.promptTokens && begin - this.lastRound.end < 5) {
-      planner.observeOverhead(begin - this.lastRound.end);
+    // The work between two decode rounds with nothing else in between (no prompt read, no wait),
+    // and the last round's whole cycle.
+    const last = this.lastRound;
+    if (planner && this.counters.promptTokensComputed === last.promptTokens && begin - last.end < 5) {
+      planner.observeOverhead(begin - last.end);
+      planner.observeCycle(last.rows, last.width, begin - last.begin, last.tokens);
     }
+    const generated = this.counters.generatedTokens;
     // A round's cost counts from here: the lookups of drafts are part of it.
-    const ran = planner?.speculating(batch.length)
-      ? await this.verifyRound(batch, planner.plan(batch.map((r) => this.planRow(r))), begin)
-      : await this.plainRound(batch, begin);
+    const plan = planner?.speculating(batch.length) ? planner.plan(batch.map((r) => this.planRow(r))) : null;
+    const ran = plan ? await this.verifyRound(batch, plan, begin) : await this.plainRound(batch, begin);
     // A failed run has ended its requests already.
     if (!ran) return;
     for (const job of new Set(batch.map((b) => b.job))) {
       if (job.choices.every((c) => c.stream.finished)) this.retire(job);
     }
-    this.lastRound = { end: performance.now(), promptTokens: this.counters.promptTokensComputed };
+    this.lastRound = {
+      begin,
+      end: performance.now(),
+      promptTokens: this.counters.promptTokensComputed,
+      rows: batch.length,
+      width: plan ? plan.width : 0,
+      tokens: this.counters.generatedTokens - generated,
+    };
   }
 
   /** The backend's run for the batch; null (the batch's requests failed) when it throws. */

@@ -54,6 +54,7 @@ function simulate(planner: SpeculationPlanner, machine: Machine, rows: number, r
     }
     planner.observeOverhead(0.02);
     planner.observeRound(rows, plan ? plan.width : 0, runMs, 0.01 * made, made);
+    planner.observeCycle(rows, plan ? plan.width : 0, runMs + 0.02 + 0.01 * made, made);
     tokens += made;
     ms += runMs + 0.02 + 0.01 * made;
   }
