@@ -285,9 +285,13 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
       unwatch();
       const { aborted } = await lifecycle.drain(deadlineMs);
       if (aborted > 0) log.warn("shutdown deadline reached: ended generations still running", { aborted });
+      // What still runs now is stuck in a worker that does not answer. Closing the engine ends it
+      // with an error its handler answers (a 503, or a final SSE event), before connections close.
+      if (lifecycle.active > 0) log.warn("shutdown: requests still waiting for their model's worker", { waiting: lifecycle.active });
+      await engine.close();
+      await lifecycle.settle(2000);
       await api.stop(true);
       await wsServer?.stop(true);
-      await engine.close();
       await store.close();
     },
   };

@@ -48,3 +48,24 @@ export async function readJsonText(request: Request, maxBytes: number): Promise<
     );
   }
 }
+
+/**
+ * Nesting a request body may have. Far above what any valid request needs (a schema's own limit,
+ * serve --max-schema-depth, is lower), and low enough that every recursive walk after this
+ * point (validation, chat templates, structured cloning to a model's worker) is safe.
+ */
+export const MAX_BODY_DEPTH = 512;
+
+/** Whether objects and arrays in `value` nest deeper than `max`; iterative, so any depth is safe to ask about. */
+export function nestedDeeperThan(value: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    if (depth >= max) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v as Record<string, unknown>)) {
+      if (child !== null && typeof child === "object") stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}

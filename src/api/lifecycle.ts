@@ -19,6 +19,12 @@ export class Lifecycle {
     if (this.inflight.size === 0) this.idle?.();
   }
 
+  /** Resolves when nothing is in flight, or after `ms`. */
+  async settle(ms: number): Promise<void> {
+    if (this.inflight.size === 0) return;
+    await Promise.race([new Promise<void>((resolve) => (this.idle = resolve)), Bun.sleep(ms)]);
+  }
+
   /** Resolves when nothing is in flight or the deadline passes; then aborts what is left. */
   async drain(deadlineMs: number): Promise<{ aborted: number }> {
     this.draining = true;

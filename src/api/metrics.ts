@@ -1,7 +1,8 @@
 // GET /metrics: HTTP traffic (requests by route and status, latency, time to first token, tokens,
 // errors, rate-limit refusals) and the engine's scheduler and KV gauges, in Prometheus' text format.
 // Unauthenticated like /health: it carries counts and bytes, never prompts, keys or accounts.
-import type { Engine, ModelStats } from "../engine/types.ts";
+import { heapStats } from "bun:jsc";
+import type { Engine, ModelStats, WorkerHealth } from "../engine/types.ts";
 
 interface Metric {
   name: string;
@@ -28,6 +29,26 @@ const METRICS: Metric[] = [
   { name: "sluice_draft_tokens_total", type: "counter", help: "Speculated (prompt-lookup) tokens the model checked.", value: (s) => s.draftTokens },
   { name: "sluice_draft_accepted_tokens_total", type: "counter", help: "Speculated tokens the model accepted.", value: (s) => s.acceptedDraftTokens },
   { name: "sluice_rejected_busy_total", type: "counter", help: "Requests refused with 429 because the queue was full.", value: (s) => s.rejectedBusy },
+  { name: "sluice_grammar_cache_bytes", type: "gauge", help: "Compiled grammars kept for reuse.", value: (s) => s.grammarCacheBytes },
+  { name: "sluice_schemas_compiled_total", type: "counter", help: "Schemas compiled to grammars (on the model's compile thread).", value: (s) => s.schemasCompiled },
+  { name: "sluice_schemas_refused_total", type: "counter", help: "Schemas refused: unsupported, or over a compile limit.", value: (s) => s.schemasRefused },
+  { name: "sluice_worker_heap_bytes", type: "gauge", help: "JavaScript heap of the model's worker thread.", value: (s) => s.workerHeapBytes },
+  { name: "sluice_compile_heap_bytes", type: "gauge", help: "JavaScript heap of the model's schema compile thread.", value: (s) => s.compileHeapBytes },
+];
+
+interface WorkerMetric {
+  name: string;
+  type: "gauge" | "counter";
+  help: string;
+  value: (w: WorkerHealth) => number;
+}
+
+// Supervision state: kept by the engine host, so it is there even while a worker is down.
+const WORKER_METRICS: WorkerMetric[] = [
+  { name: "sluice_model_available", type: "gauge", help: "1 when the model's worker takes requests; 0 while it restarts or is in a crash loop.", value: (w) => (w.state === "ready" ? 1 : 0) },
+  { name: "sluice_model_crash_loop", type: "gauge", help: "1 while the model is unavailable after repeated worker crashes.", value: (w) => (w.state === "unavailable" ? 1 : 0) },
+  { name: "sluice_model_worker_crashes_total", type: "counter", help: "Model worker threads that crashed or stopped responding.", value: (w) => w.crashes },
+  { name: "sluice_model_worker_restarts_total", type: "counter", help: "Model worker threads started again after a crash.", value: (w) => w.restarts },
 ];
 
 const label = (v: string) => v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
@@ -169,11 +190,17 @@ export class HttpMetrics {
 }
 
 export function metricsText(engine: Engine, http?: HttpMetrics): string {
-  const models = engine.stats?.().models ?? [];
+  const stats = engine.stats?.();
+  const models = stats?.models ?? [];
   const lines: string[] = http ? [http.text().trimEnd()] : [];
   for (const m of METRICS) {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
     for (const s of models) lines.push(`${m.name}{model="${label(s.model)}"} ${m.value(s)}`);
+  }
+  lines.push("# HELP sluice_process_heap_bytes JavaScript heap of the HTTP thread.", "# TYPE sluice_process_heap_bytes gauge", `sluice_process_heap_bytes ${heapStats().heapSize}`);
+  for (const m of WORKER_METRICS) {
+    lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
+    for (const w of stats?.workers ?? []) lines.push(`${m.name}{model="${label(w.model)}"} ${m.value(w)}`);
   }
   return lines.join("\n") + "\n";
 }

@@ -10,6 +10,8 @@ export const LIMIT_OPTIONS: OptionSpec[] = [
   { name: "max-tokens-cap", type: "string", help: "Largest max_tokens a request may ask for (400 max_tokens_too_large above) and the bound when it asks for none (0: the model's context)", default: String(D.maxTokensCap) },
   { name: "max-generation-seconds", type: "string", help: "Wall time of one generation; a longer one is ended with finish_reason \"length\" and recorded as time_limit (0: no limit)", default: String(D.maxGenerationMs / 1000) },
   { name: "stream-idle-seconds", type: "string", help: "A stream whose client reads nothing for this long is cut off and its generation freed (0: never)", default: String(D.streamIdleMs / 1000) },
+  { name: "max-stop-chars", type: "string", help: "Longest stop string; longer ones get 400 (0: no limit)", default: String(D.maxStopChars) },
+  { name: "max-logit-bias", type: "string", help: "Most logit_bias entries in one request; more get 400 (0: no limit)", default: String(D.maxLogitBias) },
 ];
 
 function number(args: CommandArgs, name: string, integer: boolean): number {
@@ -29,5 +31,7 @@ export function parseLimitOptions(args: CommandArgs): RequestLimits {
     maxTokensCap: number(args, "max-tokens-cap", true),
     maxGenerationMs: Math.round(number(args, "max-generation-seconds", false) * 1000),
     streamIdleMs: Math.round(number(args, "stream-idle-seconds", false) * 1000),
+    maxStopChars: number(args, "max-stop-chars", true),
+    maxLogitBias: number(args, "max-logit-bias", true),
   };
 }

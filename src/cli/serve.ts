@@ -1,8 +1,10 @@
+import { healthFilePath, writeHealthFile } from "../engine/health-file.ts";
 import { createLogger, flushLogs, type LogLevel } from "../log.ts";
 import { configureNative } from "../packaging/native.ts";
 import type { RunningServer } from "../server.ts";
 import { DATA_OPTION, DATABASE_OPTION, databaseOf, seeCommand } from "./commands.ts";
 import { UsageError, type Command, type CommandArgs } from "./framework.ts";
+import { ENGINE_OPTIONS, parseEngineOptions } from "./engine-options.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
@@ -74,6 +76,7 @@ export const serveCommand: Command = {
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
     ...LIMIT_OPTIONS,
+    ...ENGINE_OPTIONS,
   ],
   async run(args) {
     const port = Number(args.values.port);
@@ -90,6 +93,7 @@ export const serveCommand: Command = {
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
     const limits = parseLimitOptions(args);
+    const engineOptions = parseEngineOptions(args);
     const database = databaseOf(args);
     const secret = str(args.values["cluster-secret"]);
     if (database && !secret) throw new UsageError("--cluster-secret (or SLUICE_CLUSTER_SECRET) is required with --database: it authenticates requests forwarded between nodes");
@@ -127,6 +131,15 @@ export const serveCommand: Command = {
       maxQueue: count("max-queue"),
       speculate,
       warmupMs: typeof args.values["warmup-ms"] === "string" ? count("warmup-ms") : process.env.SLUICE_WARMUP_MS === undefined ? DEFAULT_WARMUP_MS : undefined,
+      ...engineOptions,
+      // Where `sluice doctor` finds crash loops (it has no connection to this process).
+      onHealthChange: (health) => {
+        try {
+          writeHealthFile(healthFilePath(String(args.values.data)), health);
+        } catch (e) {
+          log.warn("could not write the model workers' health file", { error: (e as Error).message });
+        }
+      },
     });
     const server = await startServer({
       host: String(args.values.host),

@@ -1,10 +1,19 @@
 // The engine as the HTTP thread sees it: one worker per model, requests and events passed as
-// messages, so a model computing never blocks /health or /v1/models.
+// messages, so a model computing never blocks /health or /v1/models. Each worker is supervised:
+// a worker that dies (an uncaught error, running out of memory, being killed) fails its requests
+// with a 503-class error and is started again; one that keeps dying is marked unavailable for a
+// while (with a growing pause) instead of being restarted in a tight loop; one that stops
+// answering while requests wait for it is treated as dead. No request waits without a bound.
 import type { Logger } from "../log.ts";
+import { nativeCallFlags, quiesceNativeCalls } from "../native-calls.ts";
+import { DEFAULT_COMPILE_LIMITS, type CompileLimits } from "../structured/index.ts";
 import type { Device } from "./providers.ts";
+import { structureKey } from "./structure-key.ts";
+import { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION, type SupervisionOptions } from "./supervision-defaults.ts";
 import {
   EngineBusyError,
   EngineRequestError,
+  EngineUnavailableError,
   type Engine,
   type EngineModel,
   type GenerateRequest,
@@ -15,8 +24,11 @@ import {
   type ModelSource,
   type ModelStats,
   type SpeculateMode,
+  type WorkerHealth,
 } from "./types.ts";
-import type { HostMessage, RejectInfo, WorkerMessage } from "./worker/protocol.ts";
+import type { HostMessage, RejectInfo, WorkerMessage, WorkerOptions } from "./worker/protocol.ts";
+
+export { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION, type SupervisionOptions };
 
 export interface EngineOptions {
   log: Logger;
@@ -35,6 +47,15 @@ export interface EngineOptions {
   warmupMs?: number;
   /** Worker entry; overridable so the compiled binary can point at its embedded copy. */
   workerUrl?: string | URL;
+  /** What compiling one request's schemas may cost (absent: DEFAULT_COMPILE_LIMITS). */
+  compileLimits?: Partial<CompileLimits>;
+  /** Memory for each model's cached grammars, bytes (absent: 16 MiB). */
+  grammarCacheBytes?: number;
+  supervision?: Partial<SupervisionOptions>;
+  /** Called whenever a worker's supervision state changes (e.g. to write it where `doctor` reads it). */
+  onHealthChange?: (health: WorkerHealth[]) => void;
+  /** Lets tests make a worker stop answering (the "block" message). */
+  testHooks?: boolean;
 }
 
 /** An async queue of events fed by worker messages and drained by the API. */
@@ -46,6 +67,7 @@ class EventChannel implements AsyncIterable<GenerationEvent> {
   private error: Error | null = null;
 
   push(events: GenerationEvent[]) {
+    if (this.ended) return;
     for (const e of events) {
       if (this.waiting) {
         const w = this.waiting;
@@ -56,6 +78,7 @@ class EventChannel implements AsyncIterable<GenerationEvent> {
   }
 
   end(error?: Error) {
+    if (this.ended) return;
     this.ended = true;
     this.error = error ?? null;
     if (this.waiting) {
@@ -88,59 +111,74 @@ interface Pending {
   channel: EventChannel;
 }
 
-class ModelWorker {
+interface ThreadSettings {
+  workerUrl: string | URL;
+  options: Omit<WorkerOptions, "id" | "dir">;
+  admissionMs: number;
+}
+
+/** One model worker thread and the requests it holds. */
+class WorkerThread {
   private nextRid = 1;
-  private pending = new Map<number, Pending>();
-  model: EngineModel | null = null;
+  private readonly pending = new Map<number, Pending>();
   stats: ModelStats | null = null;
+  /** When the thread last sent anything (performance.now()). */
+  lastHeard = performance.now();
+  private pingSent = 0;
+  private lastError: string | null = null;
+  private closing = false;
+  private onLoaded: (model: EngineModel | null, error: string | null) => void = () => {};
 
   private constructor(
-    readonly source: ModelSource,
+    readonly modelId: string,
     private readonly worker: Worker,
+    /** Native calls in flight in the thread: it is terminated only when there are none. */
+    private readonly nativeCalls: SharedArrayBuffer,
     private readonly log: Logger,
+    private readonly admissionMs: number,
+    private readonly onExit: (thread: WorkerThread, reason: string) => void,
   ) {
-    worker.onmessage = (e: MessageEvent<WorkerMessage>) => this.onMessage(e.data);
-    worker.onerror = (e) => {
-      log.error("model worker crashed", { model: source.id, error: e.message });
-      for (const p of this.pending.values()) {
-        p.rejected(new Error("model worker crashed"));
-        p.channel.end(new Error("model worker crashed"));
-      }
-      this.pending.clear();
+    worker.onmessage = (e: MessageEvent<WorkerMessage>) => {
+      this.lastHeard = performance.now();
+      this.onMessage(e.data);
     };
-  }
-
-  static spawn(source: ModelSource, opts: EngineOptions): Promise<{ worker: ModelWorker | null; error: string | null }> {
-    const url = opts.workerUrl ?? new URL("./worker/model-worker.ts", import.meta.url);
-    const w = new Worker(url);
-    const mw = new ModelWorker(source, w, opts.log.child({ model: source.id }));
-    return new Promise((resolve) => {
-      mw.onLoaded = (model, error) => {
-        if (model) {
-          mw.model = model;
-          resolve({ worker: mw, error: null });
-        } else {
-          w.terminate();
-          resolve({ worker: null, error });
-        }
-      };
-      mw.post({
-        type: "load",
-        options: {
-          id: source.id,
-          dir: source.dir,
-          device: opts.device,
-          threads: opts.threads,
-          kvBudgetBytes: opts.kvBudgetBytes ?? envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20,
-          maxQueue: opts.maxQueue ?? envNumber("SLUICE_MAX_QUEUE"),
-          speculate: opts.speculate,
-          warmupMs: opts.warmupMs ?? envNumber("SLUICE_WARMUP_MS"),
-        },
-      });
+    worker.addEventListener("error", (e) => {
+      this.lastError = (e as ErrorEvent).message || "uncaught error";
+    });
+    worker.addEventListener("close", () => {
+      if (this.closing) return;
+      this.closing = true;
+      const reason = this.lastError ?? "the worker thread exited";
+      this.onLoaded(null, `the model worker crashed while loading: ${reason}`);
+      this.onExit(this, reason);
     });
   }
 
-  private onLoaded: (model: EngineModel | null, error: string | null) => void = () => {};
+  static spawn(
+    source: ModelSource,
+    settings: ThreadSettings,
+    log: Logger,
+    onExit: (thread: WorkerThread, reason: string) => void,
+  ): Promise<{ thread: WorkerThread | null; model: EngineModel | null; error: string | null }> {
+    const w = new Worker(settings.workerUrl);
+    const nativeCalls = nativeCallFlags();
+    const t = new WorkerThread(source.id, w, nativeCalls, log, settings.admissionMs, onExit);
+    return new Promise((resolve) => {
+      t.onLoaded = (model, error) => {
+        t.onLoaded = () => {};
+        if (model) resolve({ thread: t, model, error: null });
+        else {
+          t.terminate();
+          resolve({ thread: null, model: null, error });
+        }
+      };
+      t.post({ type: "load", options: { ...settings.options, id: source.id, dir: source.dir, nativeCalls } });
+    });
+  }
+
+  get pendingCount(): number {
+    return this.pending.size;
+  }
 
   private post(m: HostMessage) {
     this.worker.postMessage(m);
@@ -173,70 +211,142 @@ class ModelWorker {
           if (r.type === "events") p?.channel.push(r.events);
           else {
             this.pending.delete(r.rid);
-            p?.channel.end(r.error ? new Error(r.error) : undefined);
+            p?.channel.end(r.error === undefined ? undefined : r.code ? new EngineRequestError(r.error, null, r.code) : new Error(r.error));
           }
         }
         return;
       case "stats":
         this.stats = m.stats;
         return;
+      case "fatal":
+        // The thread ends itself once its native calls are done; its requests fail now.
+        if (this.closing) return;
+        this.closing = true;
+        this.onLoaded(null, `the model worker failed while loading: ${m.error}`);
+        this.onExit(this, m.error);
+        return;
+      case "pong":
       case "closed":
         return;
     }
   }
 
-  start(request: GenerateRequest): Promise<Generation> {
+  start(request: GenerateRequest, key: string | null): Promise<Generation> {
     const rid = this.nextRid++;
     const { signal, ...wire } = request;
     const channel = new EventChannel();
     return new Promise<Generation>((resolve, reject) => {
+      // The worker answers once the prompt is read and the grammar compiled; a worker that
+      // never answers is restarted by the stall check, and this bounds the wait regardless.
+      const timer = setTimeout(() => {
+        if (!this.pending.delete(rid)) return;
+        this.post({ type: "cancel", rid });
+        reject(new EngineUnavailableError(`The model ${this.modelId} did not take the request within ${Math.round(this.admissionMs / 1000)} s. Retry later.`, 5));
+      }, this.admissionMs);
       this.pending.set(rid, {
-        started: (promptTokens) => resolve({ promptTokens, events: channel }),
-        rejected: reject,
+        started: (promptTokens) => {
+          clearTimeout(timer);
+          resolve({ promptTokens, events: channel });
+        },
+        rejected: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
         channel,
       });
       const onAbort = () => this.post({ type: "cancel", rid });
       if (signal.aborted) onAbort();
       else signal.addEventListener("abort", onAbort, { once: true });
-      this.post({ type: "start", rid, request: wire });
+      try {
+        this.post({ type: "start", rid, request: wire, structureKey: key });
+      } catch (e) {
+        // Structured cloning recurses: a structure too deep for it is the request's fault.
+        this.pending.delete(rid);
+        clearTimeout(timer);
+        reject(new EngineRequestError(`The request could not be passed to the model: ${(e as Error).message}`, null, "invalid_value"));
+      }
     });
   }
 
-  async close(): Promise<void> {
-    await new Promise<void>((resolve) => {
-      const t = setTimeout(resolve, 2000);
-      const prev = this.worker.onmessage;
-      this.worker.onmessage = (e: MessageEvent<WorkerMessage>) => {
-        if (e.data.type === "closed") {
-          clearTimeout(t);
-          resolve();
-        } else prev?.call(this.worker, e);
-      };
-      this.post({ type: "close" });
-    });
-    this.worker.terminate();
-    // Whatever was still running has no worker to finish it: end it in words, never leave it hanging.
-    const gone = `model ${this.source.id} was unloaded while the request ran (its directory changed or was removed)`;
-    for (const p of this.pending.values()) {
-      p.rejected(new EngineBusyError(gone, 1));
-      p.channel.end(new Error(gone));
-    }
+  /** Ends every request this thread holds with `error` (it crashed, hung, or is shutting down). */
+  failAll(error: Error): void {
+    const all = [...this.pending.values()];
     this.pending.clear();
+    for (const p of all) {
+      p.rejected(error);
+      p.channel.end(error);
+    }
+  }
+
+  /** Sends a ping when requests wait and the thread has been quiet; true when it is hung. */
+  checkAlive(now: number, stallMs: number): boolean {
+    if (this.pending.size === 0) {
+      // Idle is not stuck: a quiet spell only counts while requests wait.
+      this.lastHeard = now;
+      return false;
+    }
+    const quiet = now - this.lastHeard;
+    if (quiet > stallMs) return true;
+    if (quiet > Math.min(1000, stallMs / 4) && now - this.pingSent > Math.min(1000, stallMs / 4)) {
+      this.pingSent = now;
+      this.post({ type: "ping" });
+    }
+    return false;
+  }
+
+  /** Test hook: the thread busy-waits for `ms` (a stuck worker). */
+  block(ms: number): void {
+    this.post({ type: "block", ms });
   }
 
   /**
-   * Closes once the requests it is running have ended (at most `deadlineMs`): a model replaced
-   * by a new load finishes what it started while the new one takes the new requests.
+   * Ends the thread, once no native call is in flight in it (a call completing into a torn-down
+   * thread aborts the process); new calls never start meanwhile. `asCrash`: its close is then
+   * seen as the crash it is (supervision's own path).
    */
-  async retire(deadlineMs = RETIRE_DEADLINE_MS): Promise<void> {
-    const until = Date.now() + deadlineMs;
-    while (this.pending.size > 0 && Date.now() < until) await Bun.sleep(50);
-    await this.close();
+  private async end(asCrash: boolean): Promise<void> {
+    if (!asCrash) this.closing = true;
+    await quiesceNativeCalls(this.nativeCalls, () => this.log.warn("a model worker being ended is still inside a native call; waiting for it", { model: this.modelId }));
+    this.worker.terminate();
+  }
+
+  terminate(): void {
+    void this.end(false);
+  }
+
+  /** Ends the thread from outside without telling anyone, as a crash would (tests and drills). */
+  kill(): void {
+    this.lastError = "the worker thread was killed";
+    void this.end(true);
+  }
+
+  async close(error: Error): Promise<void> {
+    this.closing = true;
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, 2000);
+      this.worker.addEventListener("message", (e: MessageEvent<WorkerMessage>) => {
+        if (e.data.type === "closed") {
+          clearTimeout(t);
+          resolve();
+        }
+      });
+      try {
+        this.post({ type: "close" });
+      } catch {
+        clearTimeout(t);
+        resolve();
+      }
+    });
+    this.failAll(error);
+    await this.end(false);
   }
 }
 
 /** How long a replaced model may take to finish its running requests before it is closed. */
 const RETIRE_DEADLINE_MS = 60_000;
+
+/** Whatever was still running has no worker to finish it: end it in words, never leave it hanging. */
+const unloaded = (id: string) => new EngineBusyError(`model ${id} was unloaded while the request ran (its directory changed or was removed)`, 1);
 
 /** A positive number from the environment, or 0 (the worker's default). */
 function envNumber(name: string): number {
@@ -250,54 +360,291 @@ function toError(r: RejectInfo): Error {
   return new Error(r.message);
 }
 
-export class WorkerEngine implements Engine {
-  private workers = new Map<string, ModelWorker>();
+const oneLine = (s: string) => (s.split("\n")[0] ?? s).slice(0, 300);
 
-  constructor(private readonly opts: EngineOptions) {}
+/** One served model: its current worker thread and how its earlier ones ended. */
+class ModelSlot {
+  thread: WorkerThread | null = null;
+  model: EngineModel | null = null;
+  state: WorkerHealth["state"] = "loading";
+  private recentCrashes: number[] = [];
+  private crashes = 0;
+  private restarts = 0;
+  private lastError: string | null = null;
+  private lastCrashAt: number | null = null;
+  private retryAt: number | null = null;
+  private pause: number;
+  private readySince = 0;
+  private retryTimer: ReturnType<typeof setTimeout> | null = null;
+  private closed = false;
+  /** Replaced by a newer load of the model: finishing its requests, never restarted. */
+  private retiring = false;
+
+  constructor(
+    readonly source: ModelSource,
+    private readonly settings: ThreadSettings,
+    private readonly supervision: SupervisionOptions,
+    private readonly log: Logger,
+    private readonly changed: () => void,
+  ) {
+    this.pause = supervision.unavailableMs;
+  }
+
+  /** The first start; the catalog leaves the model out when it fails. */
+  async load(): Promise<string | null> {
+    const { thread, model, error } = await WorkerThread.spawn(this.source, this.settings, this.log, (t, r) => this.onExit(t, r));
+    if (!thread) return error;
+    this.adopt(thread, model!);
+    return null;
+  }
+
+  private adopt(thread: WorkerThread, model: EngineModel) {
+    this.thread = thread;
+    this.model = model;
+    this.state = "ready";
+    this.retryAt = null;
+    this.readySince = Date.now();
+    this.changed();
+  }
+
+  start(request: GenerateRequest, key: string | null): Promise<Generation> {
+    if (this.thread && this.state === "ready") return this.thread.start(request, key);
+    const id = this.source.id;
+    if (this.state === "unavailable") {
+      const wait = Math.max(1, Math.ceil(((this.retryAt ?? Date.now()) - Date.now()) / 1000));
+      return Promise.reject(
+        new EngineUnavailableError(
+          `The model ${id} is unavailable: its worker crashed ${this.recentCrashes.length} times within ${Math.round(this.supervision.crashLoopWindowMs / 1000)} s (last: ${oneLine(this.lastError ?? "unknown")}). It is started again in ${wait} s.`,
+          wait,
+        ),
+      );
+    }
+    return Promise.reject(new EngineUnavailableError(`The model ${id} is restarting after its worker crashed. Retry in a few seconds.`, 2));
+  }
+
+  /** The thread ended without being asked to (crash, or declared hung): fail its requests, restart. */
+  onExit(thread: WorkerThread, reason: string): void {
+    if (thread !== this.thread || this.closed) return;
+    this.thread = null;
+    if (this.retiring) {
+      // Replaced by a new load already: its requests fail, nothing is restarted.
+      thread.failAll(new EngineUnavailableError(`The model ${this.source.id}'s worker failed while handling this request (${oneLine(reason)}). Retry in a few seconds.`, 2));
+      return;
+    }
+    thread.failAll(new EngineUnavailableError(`The model ${this.source.id}'s worker failed while handling this request (${oneLine(reason)}); it is being restarted. Retry in a few seconds.`, 2));
+    this.crashed(reason);
+  }
+
+  private crashed(reason: string) {
+    const now = Date.now();
+    this.crashes++;
+    this.lastError = reason;
+    this.lastCrashAt = now;
+    // A worker that stayed up a whole window since its last start has earned a fresh pause.
+    if (this.readySince > 0 && now - this.readySince > this.supervision.crashLoopWindowMs) this.pause = this.supervision.unavailableMs;
+    this.recentCrashes = [...this.recentCrashes.filter((t) => now - t < this.supervision.crashLoopWindowMs), now];
+    this.log.error("model worker crashed", { model: this.source.id, error: oneLine(reason), crashes_in_window: this.recentCrashes.length });
+    if (this.recentCrashes.length >= this.supervision.crashLoopCrashes) {
+      this.state = "unavailable";
+      this.retryAt = now + this.pause;
+      this.log.error("model worker crash loop: the model is unavailable until its next start", {
+        model: this.source.id,
+        crashes: this.recentCrashes.length,
+        window_s: this.supervision.crashLoopWindowMs / 1000,
+        retry_in_s: this.pause / 1000,
+        error: oneLine(reason),
+      });
+      this.retryTimer = setTimeout(() => void this.respawn(), this.pause);
+      this.retryTimer.unref?.();
+      this.pause = Math.min(this.pause * 2, this.supervision.maxUnavailableMs);
+      this.changed();
+    } else void this.respawn();
+  }
+
+  private async respawn() {
+    if (this.closed || this.retiring) return;
+    this.retryTimer = null;
+    this.state = "restarting";
+    this.restarts++;
+    this.changed();
+    const started = performance.now();
+    const { thread, model, error } = await WorkerThread.spawn(this.source, this.settings, this.log, (t, r) => this.onExit(t, r));
+    if (this.closed) {
+      thread?.terminate();
+      return;
+    }
+    if (thread) {
+      this.log.info("model worker restarted", { model: this.source.id, ms: Math.round(performance.now() - started) });
+      this.adopt(thread, model!);
+    } else this.crashed(`the restart failed: ${error}`);
+  }
+
+  /** Test hook: the current thread stops answering for `ms`. */
+  block(ms: number): void {
+    this.thread?.block(ms);
+  }
+
+  /** Ends the thread abruptly; supervision sees it as a crash (tests and drills). */
+  kill(): void {
+    this.thread?.kill();
+  }
+
+  checkAlive(now: number): void {
+    const t = this.thread;
+    if (!t || this.state !== "ready") return;
+    if (!t.checkAlive(now, this.supervision.stallMs)) return;
+    const reason = `the worker stopped responding for ${Math.round(this.supervision.stallMs / 1000)} s`;
+    this.onExit(t, reason);
+    t.terminate();
+  }
+
+  health(): WorkerHealth {
+    return {
+      model: this.source.id,
+      state: this.state,
+      crashes: this.crashes,
+      restarts: this.restarts,
+      lastError: this.lastError === null ? null : oneLine(this.lastError),
+      lastCrashAt: this.lastCrashAt,
+      retryAt: this.state === "unavailable" ? this.retryAt : null,
+    };
+  }
+
+  /** Ends the worker; requests it still holds end with `error`. */
+  async close(error: Error): Promise<void> {
+    this.closed = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    const t = this.thread;
+    this.thread = null;
+    await t?.close(error);
+  }
+
+  /**
+   * Closes once the requests it is running have ended (at most `deadlineMs`): a model replaced
+   * by a new load finishes what it started while the new one takes the new requests.
+   */
+  async retire(deadlineMs = RETIRE_DEADLINE_MS): Promise<void> {
+    this.retiring = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    const until = Date.now() + deadlineMs;
+    while ((this.thread?.pendingCount ?? 0) > 0 && Date.now() < until) await Bun.sleep(50);
+    await this.close(unloaded(this.source.id));
+  }
+}
+
+export class WorkerEngine implements Engine {
+  private readonly slots = new Map<string, ModelSlot>();
+  private readonly settings: ThreadSettings;
+  private readonly supervision: SupervisionOptions;
+  private readonly compileLimits: CompileLimits;
+  private readonly watchdog: ReturnType<typeof setInterval>;
+
+  constructor(private readonly opts: EngineOptions) {
+    this.supervision = { ...DEFAULT_SUPERVISION, ...opts.supervision };
+    this.compileLimits = { ...DEFAULT_COMPILE_LIMITS, ...opts.compileLimits };
+    const packaged = opts.workerUrl !== undefined;
+    this.settings = {
+      workerUrl: opts.workerUrl ?? new URL("./worker/model-worker.ts", import.meta.url),
+      admissionMs: this.supervision.admissionMs,
+      options: {
+        device: opts.device,
+        threads: opts.threads,
+        kvBudgetBytes: opts.kvBudgetBytes ?? envNumber("SLUICE_KV_BUDGET_MB") * 2 ** 20,
+        maxQueue: opts.maxQueue ?? envNumber("SLUICE_MAX_QUEUE"),
+        speculate: opts.speculate,
+        warmupMs: opts.warmupMs ?? envNumber("SLUICE_WARMUP_MS"),
+        compileLimits: this.compileLimits,
+        grammarCacheBytes: opts.grammarCacheBytes ?? DEFAULT_GRAMMAR_CACHE_BYTES,
+        // The binary starts every thread from its one embedded entry, told apart by an argument.
+        compileWorker: packaged
+          ? { url: String(opts.workerUrl), argv: ["--sluice-compile-thread"] }
+          : { url: new URL("./worker/compile-worker.ts", import.meta.url).href, argv: [] },
+        testHooks: opts.testHooks,
+      },
+    };
+    const tick = Math.max(50, Math.min(1000, this.supervision.stallMs / 4));
+    this.watchdog = setInterval(() => {
+      const now = performance.now();
+      for (const s of this.slots.values()) s.checkAlive(now);
+    }, tick);
+    this.watchdog.unref?.();
+  }
+
+  private changed = () => {
+    try {
+      this.opts.onHealthChange?.(this.health());
+    } catch (e) {
+      this.opts.log.warn("could not publish the model workers' health", { error: (e as Error).message });
+    }
+  };
 
   async load(sources: ModelSource[]): Promise<ModelLoadResult[]> {
     const wanted = new Map(sources.map((s) => [s.id, s]));
-    for (const [id, w] of this.workers) {
+    for (const [id, slot] of this.slots) {
       if (!wanted.has(id)) {
-        this.workers.delete(id);
-        await w.close();
+        this.slots.delete(id);
+        await slot.close(unloaded(id));
       }
     }
     const results: ModelLoadResult[] = [];
     for (const s of sources) {
-      const existing = this.workers.get(s.id);
+      const existing = this.slots.get(s.id);
       if (existing && s.dir === existing.source.dir && s.stamp === existing.source.stamp) {
         results.push({ id: s.id, model: existing.model, error: null });
         continue;
       }
       // A changed directory: the new load is made first, so the model is served throughout; the
       // old worker finishes its running requests and then closes.
-      const { worker, error } = await ModelWorker.spawn(s, this.opts);
-      if (worker) this.workers.set(s.id, worker);
-      else this.workers.delete(s.id);
+      const slot = new ModelSlot(s, this.settings, this.supervision, this.opts.log.child({ model: s.id }), this.changed);
+      const error = await slot.load();
+      if (error === null) this.slots.set(s.id, slot);
+      else this.slots.delete(s.id);
       if (existing) void existing.retire().catch((e) => this.opts.log.warn("closing a replaced model failed", { model: s.id, error: (e as Error).message }));
-      results.push({ id: s.id, model: worker?.model ?? null, error });
+      results.push({ id: s.id, model: slot.model, error });
     }
+    this.changed();
     return results;
   }
 
   models(): EngineModel[] {
-    return [...this.workers.values()].map((w) => w.model!);
+    return [...this.slots.values()].flatMap((s) => (s.model ? [s.model] : []));
   }
 
   start(request: GenerateRequest): Promise<Generation> {
-    const w = this.workers.get(request.modelId);
-    if (!w) return Promise.reject(new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found"));
-    return w.start(request);
+    const slot = this.slots.get(request.modelId);
+    if (!slot) return Promise.reject(new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found"));
+    let key: string | null;
+    try {
+      key = structureKey(request, this.compileLimits.maxSchemaBytes);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return slot.start(request, key);
   }
 
   stats(): EngineStats {
-    return { models: [...this.workers.values()].flatMap((w) => (w.stats ? [w.stats] : [])) };
+    const slots = [...this.slots.values()];
+    return { models: slots.flatMap((s) => (s.thread?.stats ? [s.thread.stats] : [])), workers: this.health() };
+  }
+
+  health(): WorkerHealth[] {
+    return [...this.slots.values()].map((s) => s.health());
+  }
+
+  /** Ends a model's worker thread abruptly, as a crash would: supervision's path, for tests and drills. */
+  killWorker(modelId: string): void {
+    this.slots.get(modelId)?.kill();
+  }
+
+  /** Test hook (testHooks): the model's worker stops answering for `ms`. */
+  blockWorker(modelId: string, ms: number): void {
+    if (this.opts.testHooks) this.slots.get(modelId)?.block(ms);
   }
 
   async close(): Promise<void> {
-    const all = [...this.workers.values()];
-    this.workers.clear();
-    await Promise.all(all.map((w) => w.close()));
+    clearInterval(this.watchdog);
+    const all = [...this.slots.values()];
+    this.slots.clear();
+    await Promise.all(all.map((s) => s.close(new EngineUnavailableError("The server is shutting down; retry on another instance.", 1))));
   }
 }

@@ -3,9 +3,10 @@ import type { Logger } from "../log.ts";
 import { commandLine } from "../invocation.ts";
 import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "../packaging/cuda.ts";
 import { nativeDir, packagedWorkerUrl, unpackedThisStart } from "../packaging/native.ts";
-import { WorkerEngine } from "./host.ts";
+import type { CompileLimits } from "../structured/index.ts";
+import { WorkerEngine, type SupervisionOptions } from "./host.ts";
 import { chooseProviders, deviceLines, type Device } from "./providers.ts";
-import type { Engine, SpeculateMode } from "./types.ts";
+import type { Engine, SpeculateMode, WorkerHealth } from "./types.ts";
 
 export interface CreateEngineOptions {
   log: Logger;
@@ -19,6 +20,16 @@ export interface CreateEngineOptions {
   speculate?: SpeculateMode;
   /** Warm-up per model at load, ms (absent: SLUICE_WARMUP_MS, else none). */
   warmupMs?: number;
+  /** What compiling one request's schemas may cost (serve --max-schema-*). */
+  compileLimits?: Partial<CompileLimits>;
+  /** Memory for each model's cached grammars, bytes. */
+  grammarCacheBytes?: number;
+  /** Crash-loop and stall detection of the model workers. */
+  supervision?: Partial<SupervisionOptions>;
+  /** Called when a model worker's supervision state changes. */
+  onHealthChange?: (health: WorkerHealth[]) => void;
+  /** Lets tests make a worker stop answering. */
+  testHooks?: boolean;
 }
 
 export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
@@ -45,5 +56,10 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     speculate: opts.speculate,
     warmupMs: opts.warmupMs,
     workerUrl: packagedWorkerUrl(),
+    compileLimits: opts.compileLimits,
+    grammarCacheBytes: opts.grammarCacheBytes,
+    supervision: opts.supervision,
+    onHealthChange: opts.onHealthChange,
+    testHooks: opts.testHooks,
   });
 }

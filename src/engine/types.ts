@@ -93,6 +93,11 @@ export interface GenerateRequest {
   /** Extra chat template variables (vLLM's chat_template_kwargs), checked against what it reads. */
   chatTemplateKwargs?: Record<string, unknown>;
   signal: AbortSignal;
+  /**
+   * Opaque: requests with the same key (the api passes the account) take turns with other keys
+   * where the engine queues work, such as schema compilation.
+   */
+  fairnessKey?: string;
 }
 
 export interface TopLogprob {
@@ -156,6 +161,20 @@ export class EngineBusyError extends Error {
   }
 }
 
+/**
+ * The model cannot take the request now: its worker crashed (and is being restarted) or keeps
+ * crashing (unavailable for a while), or the engine is shutting down. Maps to a 503 with Retry-After.
+ */
+export class EngineUnavailableError extends Error {
+  constructor(
+    message: string,
+    readonly retryAfterSeconds: number,
+  ) {
+    super(message);
+    this.name = "EngineUnavailableError";
+  }
+}
+
 /** A model directory the catalog wants served. */
 export interface ModelSource {
   id: string;
@@ -199,10 +218,35 @@ export interface ModelStats {
   draftTokens: number;
   acceptedDraftTokens: number;
   rejectedBusy: number;
+  /** Compiled grammars kept for reuse (their transition tables), bytes. */
+  grammarCacheBytes: number;
+  /** Schemas compiled, and refused (over a limit or unsupported), since load. */
+  schemasCompiled: number;
+  schemasRefused: number;
+  /** JavaScript heap of the model's worker thread, and of its compile thread (as last reported), bytes. */
+  workerHeapBytes: number;
+  compileHeapBytes: number;
+}
+
+/** How a model's worker thread is doing, as the engine's supervisor sees it. */
+export interface WorkerHealth {
+  model: string;
+  /** loading: first start; ready; restarting: after a crash; unavailable: in a crash loop, waiting to retry. */
+  state: "loading" | "ready" | "restarting" | "unavailable";
+  /** Since the engine started. */
+  crashes: number;
+  restarts: number;
+  lastError: string | null;
+  /** Epoch milliseconds. */
+  lastCrashAt: number | null;
+  /** While unavailable: when the next start is tried (epoch milliseconds). */
+  retryAt: number | null;
 }
 
 export interface EngineStats {
   models: ModelStats[];
+  /** Per model, its worker's supervision state. */
+  workers?: WorkerHealth[];
 }
 
 export interface Engine {

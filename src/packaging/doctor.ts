@@ -4,6 +4,8 @@ import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import ortPkg from "onnxruntime-node/package.json" with { type: "json" };
 import { discoverModelDirs } from "../engine/discovery.ts";
+import { healthFilePath, readHealthFile, writerAlive } from "../engine/health-file.ts";
+import type { WorkerHealth } from "../engine/types.ts";
 import { checkCudaLibraries, chooseProviders, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
 import { VERSION } from "../version.ts";
 import { resolveCacheDir } from "./cache-dir.ts";
@@ -27,7 +29,26 @@ function writable(dir: string): string {
   }
 }
 
-/** The report as lines; the exit status is non-zero when the chosen device cannot be used. */
+const at = (ms: number | null) => (ms === null ? "?" : new Date(ms).toISOString());
+
+function describeWorker(w: WorkerHealth): string {
+  const history = w.crashes > 0 ? `${w.crashes} crash${w.crashes === 1 ? "" : "es"}, ${w.restarts} restart${w.restarts === 1 ? "" : "s"}; last crash at ${at(w.lastCrashAt)}: ${w.lastError}` : "no crashes";
+  switch (w.state) {
+    case "unavailable":
+      return `UNAVAILABLE (crash loop; requests get 503) until ${at(w.retryAt)}; ${history}`;
+    case "restarting":
+      return `restarting after a crash; ${history}`;
+    case "loading":
+      return "loading";
+    case "ready":
+      return `ready; ${history}`;
+  }
+}
+
+/**
+ * The report as lines; the exit status is non-zero when the chosen device cannot be used, or when
+ * a running server reports a model unavailable after a crash loop.
+ */
 export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolean } {
   const out: string[] = [];
   let ok = true;
@@ -89,6 +110,13 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
 
   const data = resolve(opts.dataDir);
   out.push(`data directory: ${data} (${existsSync(join(data, "sluice.db")) ? "database present" : "no database yet"})`);
+  const health = readHealthFile(healthFilePath(data));
+  if (health) {
+    const live = writerAlive(health);
+    out.push(`model workers (as serve, pid ${health.pid}${live ? "" : ", which no longer runs,"} reported them at ${new Date(health.updatedAt).toISOString()}):`);
+    for (const w of health.models) out.push(`  ${w.model}: ${describeWorker(w)}`);
+    if (live && health.models.some((w) => w.state === "unavailable")) ok = false;
+  }
   const models = resolve(opts.modelsDir);
   const found = existsSync(models) ? discoverModelDirs(models) : [];
   out.push(`models directory: ${models} (${existsSync(models) ? `${found.length} model${found.length === 1 ? "" : "s"}` : "absent"})`);

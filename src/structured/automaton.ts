@@ -2,6 +2,7 @@
 // construction into per-rule DFAs. Everything the schema compiler produces goes through here, so
 // patterns, formats, numbers and JSON structure all end up as one kind of object the matcher knows.
 
+import { budgetAutomatonState, budgetNfaState, budgetRepeat, budgetTick } from "./compile-budget.ts";
 import { type ByteSeq, encodeUtf8 } from "./utf8.ts";
 
 export type Re =
@@ -39,7 +40,10 @@ export const members = (list: readonly Re[], required: readonly boolean[], extra
 export const EMPTY: Re = { k: "seq", items: [] };
 export const seq = (...items: Re[]): Re => (items.length === 1 ? items[0] : { k: "seq", items });
 export const alt = (...items: Re[]): Re => (items.length === 1 ? items[0] : { k: "alt", items });
-export const rep = (item: Re, min: number, max: number): Re => ({ k: "rep", item, min, max });
+export const rep = (item: Re, min: number, max: number): Re => {
+  budgetRepeat(min, max);
+  return { k: "rep", item, min, max };
+};
 export const opt = (item: Re): Re => rep(item, 0, 1);
 export const star = (item: Re): Re => rep(item, 0, Infinity);
 export const call = (rule: number): Re => ({ k: "call", rule });
@@ -73,6 +77,7 @@ class Nfa {
   readonly calls: number[][] = [];
 
   state(): number {
+    budgetNfaState(this.eps.length);
     this.eps.push([]);
     this.edges.push([]);
     this.calls.push([]);
@@ -207,6 +212,7 @@ class Nfa {
     for (const s of states) stack.push(s);
     while (stack.length) {
       const s = stack.pop()!;
+      budgetTick();
       if (mark[s] === stamp) continue;
       mark[s] = stamp;
       out.push(s);
@@ -254,6 +260,7 @@ function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
   const finals: number[] = [];
   const calls: number[][] = [];
   for (let i = 0; i < sets.length; i++) {
+    budgetAutomatonState(sets.length);
     const set = sets[i];
     const row = new Int32Array(256).fill(-1);
     const edges: number[] = [];
@@ -276,6 +283,7 @@ function determinize(nfa: Nfa, start: number, accept: number): RuleDfa {
     // Bytes between consecutive cut points share their target set: one closure per segment.
     const points = Int32Array.from(cuts).sort();
     for (let k = 0; k + 1 < points.length; k++) {
+      budgetTick();
       const lo = points[k];
       const targets: number[] = [];
       for (let j = 0; j < edges.length; j += 3) if (edges[j] <= lo && lo <= edges[j + 1]) targets.push(edges[j + 2]);
@@ -381,6 +389,7 @@ export function intersect(a: RuleDfa, b: RuleDfa): RuleDfa {
   const rows: Int32Array[] = [];
   const finals: number[] = [];
   for (let i = 0; i < pairs.length / 2; i++) {
+    budgetAutomatonState(pairs.length / 2);
     const x = pairs[2 * i];
     const y = pairs[2 * i + 1];
     const row = new Int32Array(256).fill(-1);
@@ -503,6 +512,7 @@ export function minimize(d: RuleDfa): RuleDfa {
   const runs: number[][] = [];
   const succ: number[][] = [];
   for (let s = 0; s < n; s++) {
+    budgetTick();
     const r = runsOf(d, s);
     runs.push(r);
     const out: number[] = [];
@@ -532,6 +542,7 @@ export function minimize(d: RuleDfa): RuleDfa {
   };
   const comps = components(n, (s) => succ[s]);
   comps.forEach((members, ci) => {
+    budgetTick();
     for (const s of members) comp[s] = ci;
     const s0 = members[0];
     if (members.length === 1 && !succ[s0].includes(s0)) {
@@ -569,6 +580,7 @@ export function minimize(d: RuleDfa): RuleDfa {
       for (;;) {
         const seen = new Map<string, number>();
         members.forEach((s, m) => {
+          budgetTick();
           let k = `${block[s]}`;
           for (const t of inner[m]) k += `,${block[t]}`;
           let b = seen.get(k);

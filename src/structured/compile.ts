@@ -5,16 +5,27 @@ import { canonicalJson } from "./canonical.ts";
 import { type Grammar, GrammarBuilder } from "./grammar.ts";
 import { DEFAULT_OPTIONS, SchemaCompiler, type SchemaCompileOptions } from "./schema.ts";
 import { SUPPORTED_FORMATS } from "./formats.ts";
+import { checkProgress } from "./left-recursion.ts";
 import { GrammarMatcher } from "./matcher.ts";
 import { prepareCompletionFacts } from "./completion-budget.ts";
 import { warmStateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 
 // Each grammar keeps its per-state token masks alive, so the cache stays modest.
-const CACHE_LIMIT = 64;
+let cacheLimit = 64;
 const cache = new Map<string, Grammar>();
 
+/**
+ * Grammars kept for reuse in this thread (0: none). A thread that hands its grammars to another
+ * (the engine's compile thread transfers their memory away) keeps none.
+ */
+export function configureGrammarCache(limit: number): void {
+  cacheLimit = limit;
+  while (cache.size > limit) cache.delete(cache.keys().next().value!);
+}
+
 export function cached(key: string, build: () => Grammar): Grammar {
+  if (cacheLimit === 0) return build();
   const hit = cache.get(key);
   if (hit) {
     // Refresh recency: Map iteration order is insertion order.
@@ -24,7 +35,7 @@ export function cached(key: string, build: () => Grammar): Grammar {
   }
   const g = build();
   cache.set(key, g);
-  if (cache.size > CACHE_LIMIT) cache.delete(cache.keys().next().value!);
+  if (cache.size > cacheLimit) cache.delete(cache.keys().next().value!);
   return g;
 }
 
@@ -32,7 +43,9 @@ export function cached(key: string, build: () => Grammar): Grammar {
 function rootGrammar(key: string, options: SchemaCompileOptions, rule: (c: SchemaCompiler) => number): Grammar {
   const builder = new GrammarBuilder();
   const compiler = new SchemaCompiler(builder, options);
-  return builder.build(rule(compiler), key);
+  const grammar = builder.build(rule(compiler), key);
+  checkProgress(grammar, (r) => compiler.pointers[r]);
+  return grammar;
 }
 
 /** Grammar of JSON texts valid against `schema` (throws UnsupportedSchemaError). */

@@ -28,6 +28,7 @@
 // so it never promises a finish that does not exist: after any token it allows, one that keeps
 // the promise is allowed again (the tests check it against every token of small vocabularies).
 
+import { budgetTick } from "./compile-budget.ts";
 import type { Grammar } from "./grammar.ts";
 import { Configs, type Stack, type StackPool, simpleStates } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
@@ -247,6 +248,41 @@ export interface NextProfile {
   readonly groups: ReadonlyMap<number, readonly number[]>;
 }
 
+/**
+ * What a budget has computed that depends only on its grammar and vocabulary: the finished
+ * searches' exits and the per-state token reach, as arrays another thread can take over (see
+ * adoptCompletionTables). The engine computes them where it compiles the grammar, not on the loop
+ * that decodes: on a large vocabulary they take from tens of milliseconds to seconds.
+ */
+export interface CompletionTables {
+  /** The vocabulary's trie size: tables apply only to the vocabulary they were computed on. */
+  readonly nodeCount: number;
+  /** Per finished search: its state and partial token (trie node), flat pairs. */
+  readonly origins: Int32Array;
+  /** Search i's exits are exitNodes/exitCosts[offsets[i] .. offsets[i + 1]). */
+  readonly offsets: Int32Array;
+  readonly exitNodes: Int32Array;
+  readonly exitCosts: Int32Array;
+  readonly reach: Float64Array | null;
+  /** Per-grammar arrays the budget starts from (fixed points over every state: slow on large grammars). */
+  readonly follow: Uint32Array;
+  readonly skipByte: Uint8Array;
+  readonly bytesLeft: Float64Array;
+}
+
+const adopted = new WeakMap<Grammar, CompletionTables>();
+
+/** Budgets of `g` created from now on start from these tables (computed by another thread). */
+export function adoptCompletionTables(g: Grammar, tables: CompletionTables): void {
+  adopted.set(g, tables);
+}
+
+/** Bytes the tables hold (for the memory bound of a grammar cache). */
+export function completionTablesBytes(t: CompletionTables): number {
+  const n = t.origins.byteLength + t.offsets.byteLength + t.exitNodes.byteLength + t.exitCosts.byteLength + (t.reach?.byteLength ?? 0);
+  return n + t.follow.byteLength + t.skipByte.byteLength + t.bytesLeft.byteLength;
+}
+
 /** Token-level completion distances of one grammar on one vocabulary (shared by its matchers). */
 export class CompletionBudget {
   private readonly facts: VocabFacts;
@@ -279,12 +315,64 @@ export class CompletionBudget {
     this.facts = factsOf(vocab);
     this.trie = vocab.trie;
     this.nodes = this.trie.nodeCount;
-    this.follow = followBytes(grammar);
-    this.skipByte = optionalBytes(grammar);
-    const skip = this.skipByte;
-    this.bytesLeft = byteDistancesWhere(grammar, (state, b) => !skipped(skip[state], b));
+    let tables = adopted.get(grammar);
+    if (tables && tables.nodeCount !== this.nodes) tables = undefined;
+    if (tables) {
+      this.follow = tables.follow;
+      this.skipByte = tables.skipByte;
+      this.bytesLeft = tables.bytesLeft;
+    } else {
+      this.follow = followBytes(grammar);
+      this.skipByte = optionalBytes(grammar);
+      const skip = this.skipByte;
+      this.bytesLeft = byteDistancesWhere(grammar, (state, b) => !skipped(skip[state], b));
+    }
     this.rootRule = grammar.ruleOf[grammar.start];
     this.rootAlone = !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
+    if (tables) this.adopt(tables);
+  }
+
+  /** The tables this budget computed so far (see CompletionTables); their buffers may be transferred. */
+  exportTables(): CompletionTables {
+    const done = this.origins.filter((o) => o.frozen !== null);
+    const origins = new Int32Array(2 * done.length);
+    const offsets = new Int32Array(done.length + 1);
+    let total = 0;
+    done.forEach((o, i) => {
+      origins[2 * i] = o.state;
+      origins[2 * i + 1] = o.node;
+      offsets[i] = total;
+      total += o.frozen!.nodes.length;
+    });
+    offsets[done.length] = total;
+    const exitNodes = new Int32Array(total);
+    const exitCosts = new Int32Array(total);
+    done.forEach((o, i) => {
+      exitNodes.set(o.frozen!.nodes, offsets[i]);
+      exitCosts.set(o.frozen!.costs, offsets[i]);
+    });
+    return {
+      nodeCount: this.nodes,
+      origins,
+      offsets,
+      exitNodes,
+      exitCosts,
+      reach: this.reach ? this.reach.slice() : null,
+      follow: this.follow.slice(),
+      skipByte: this.skipByte.slice(),
+      bytesLeft: this.bytesLeft.slice(),
+    };
+  }
+
+  private adopt(t: CompletionTables): void {
+    for (let i = 0; i < t.offsets.length - 1; i++) {
+      const state = t.origins[2 * i];
+      const node = t.origins[2 * i + 1];
+      const frozen = { nodes: t.exitNodes.subarray(t.offsets[i], t.offsets[i + 1]), costs: t.exitCosts.subarray(t.offsets[i], t.offsets[i + 1]) };
+      this.originIds.set(state * this.nodes + node, this.origins.length);
+      this.origins.push({ state, node, exits: new Map(), waiters: [], items: null, frozen, cap: UNREACHABLE });
+    }
+    if (t.reach) this.reach = t.reach;
   }
 
   /**
@@ -370,6 +458,12 @@ export class CompletionBudget {
   /** `o` waits on origin `t`: each exit of t continues o's search at `ret` (or is o's exit, ret -1). */
   private wait(t: number, o: number, ret: number, c: number): void {
     const target = this.origins[t];
+    if (target.frozen) {
+      // Finished (possibly in another thread, see adopt): its exits are final, no need to wait.
+      const f = target.frozen;
+      for (let k = 0; k < f.nodes.length; k++) this.deliver(o, ret, f.nodes[k], c + f.costs[k]);
+      return;
+    }
     target.waiters.push(o, ret, c);
     for (const [node, cost] of target.exits) this.deliver(o, ret, node, c + cost);
   }
@@ -418,6 +512,8 @@ export class CompletionBudget {
         continue;
       }
       const c = this.low;
+      // Under a compile budget (the compile thread prepares these tables): its time limit and cancellation.
+      budgetTick();
       const node = bucket.pop()!;
       const s = bucket.pop()!;
       const o = bucket.pop()!;
@@ -612,6 +708,7 @@ export class CompletionBudget {
       // of it adds after landing on s, through s's calls and returns.
       const next = new Float64Array(n);
       for (let s = 0; s < n; s++) {
+        budgetTick();
         let best = 0;
         for (const t of targets[s]) best = Math.max(best, dist[t] - dist[s] + Math.max(0, clo[t]));
         next[s] = best;

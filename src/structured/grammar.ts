@@ -2,6 +2,7 @@
 // one numbering of states. This flat form is what the matcher walks.
 
 import { compileRe, lit, type Re, type RuleDfa } from "./automaton.ts";
+import { budgetGrammarStates } from "./compile-budget.ts";
 
 export interface Grammar {
   /** Canonical content key; equal keys mean equal languages (used for caching). */
@@ -53,6 +54,7 @@ export class GrammarBuilder {
   /** Defines a rule by an automaton compiled before (e.g. cached from an earlier grammar). */
   defineDfa(id: number, dfa: RuleDfa): void {
     if (dfa.count === 0) throw new GrammarError(`rule ${id} matches nothing`);
+    budgetGrammarStates(dfa.count);
     this.rules[id] = dfa;
   }
 

@@ -2,11 +2,20 @@
 // token masks. The engine applies GrammarMatcher.fillNextTokenBitmask as a logits processor.
 
 export { UnsupportedSchemaError } from "./errors.ts";
-export type { Grammar } from "./grammar.ts";
+export { GrammarError, type Grammar } from "./grammar.ts";
 export { compileJsonSchema, jsonObjectGrammar, prepareVocabulary } from "./compile.ts";
 export type { SchemaCompileOptions } from "./schema.ts";
 export { GrammarMatcher, allocateTokenBitmask, applyTokenBitmask, type MatcherOptions, UNREACHABLE_TOKENS } from "./matcher.ts";
-export { tokenVocabulary, vocabularyFromBytes, type TokenVocabulary, type VocabularyOptions } from "./token-bytes.ts";
+export {
+  shareVocabulary,
+  tokenVocabulary,
+  vocabularyFromBytes,
+  vocabularyFromShared,
+  type SharedVocabulary,
+  type TokenVocabulary,
+  type VocabularyOptions,
+} from "./token-bytes.ts";
+export { adoptCompletionTables, completionTablesBytes, prepareCompletionFacts, type CompletionTables } from "./completion-budget.ts";
 export { responseFormatGrammar } from "./response-format.ts";
 export {
   assemble,
@@ -20,3 +29,15 @@ export {
   type ToolGrammarRequest,
   type ToolStreamEvent,
 } from "./tools/index.ts";
+export { configureGrammarCache } from "./compile.ts";
+export {
+  CompileCancelledError,
+  DEFAULT_COMPILE_LIMITS,
+  LIMIT_FLAGS,
+  SchemaLimitError,
+  checkSchemaShape,
+  withCompileBudget,
+  type CompileLimits,
+  type LimitName,
+} from "./compile-budget.ts";
+export { canonicalJson, canonicalJsonWithin } from "./canonical.ts";

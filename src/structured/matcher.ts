@@ -7,7 +7,7 @@
 
 
 import type { Grammar } from "./grammar.ts";
-import { completionBudget, UNREACHABLE } from "./completion-budget.ts";
+import { completionBudget, type CompletionTables, UNREACHABLE } from "./completion-budget.ts";
 import { completionDistances } from "./distances.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import { type StateMask, stateMask, stateMasks } from "./state-masks.ts";
@@ -200,6 +200,14 @@ export class GrammarMatcher {
     const budget = completionBudget(this.grammar, this.vocab, this.pool);
     budget.distance(this.current);
     budget.byteBound(this.current);
+  }
+
+  /**
+   * What prepareBudget computed that depends only on the grammar and the vocabulary, for matchers
+   * of the same grammar in another thread (adoptCompletionTables there).
+   */
+  budgetTables(): CompletionTables {
+    return completionBudget(this.grammar, this.vocab, this.pool).exportTables();
   }
 
   /** Whether `id` is allowed next (without computing the whole mask). */

@@ -3,6 +3,7 @@
 // lookaround, word boundaries) or need Unicode tables (\p{..}) are refused, never approximated.
 
 import { alt, type Re, rep, seq, star } from "./automaton.ts";
+import { budgetDepth, budgetTick } from "./compile-budget.ts";
 import { complementRanges, type CpRange, cpSetToJson, JSON_CHAR } from "./json-text.ts";
 
 export class RegexUnsupportedError extends Error {}
@@ -19,6 +20,8 @@ type Node = { re: Re } | { anchor: "^" | "$" };
 
 class Parser {
   private i = 0;
+  /** Groups open at this point (bounded: the parser recurses into each). */
+  private depth = 0;
   constructor(private readonly src: string) {}
 
   parse(): Re {
@@ -82,6 +85,7 @@ class Parser {
   }
 
   private atom(): Node {
+    budgetTick();
     const c = this.src[this.i++];
     switch (c) {
       case "^":
@@ -95,7 +99,9 @@ class Parser {
           else if (/^\?<[A-Za-z_$][\w$]*>/.test(this.src.slice(this.i))) this.i = this.src.indexOf(">", this.i) + 1;
           else throw new RegexUnsupportedError("lookaround assertions");
         }
+        budgetDepth(++this.depth);
         const alts = this.alternatives(false);
+        this.depth--;
         if (this.src[this.i] !== ")") throw new RegexUnsupportedError("unbalanced parenthesis");
         this.i++;
         return { re: alt(...alts) };

@@ -20,6 +20,7 @@ import {
   star,
 } from "./automaton.ts";
 import { canonicalJson } from "./canonical.ts";
+import { budgetDepth, SchemaLimitError } from "./compile-budget.ts";
 import { pointerAppend, UnsupportedSchemaError } from "./errors.ts";
 import { formatRe, SUPPORTED_FORMATS } from "./formats.ts";
 import { type GrammarBuilder } from "./grammar.ts";
@@ -58,6 +59,9 @@ const ARRAY_KEYWORDS = ["items", "prefixItems", "minItems", "maxItems", "additio
 const STRING_KEYWORDS = ["minLength", "maxLength", "pattern", "format"];
 const NUMBER_KEYWORDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
+/** allOf merged into allOf (through $ref) this many times is a cycle, not a schema. */
+const MAX_ALLOF_DEPTH = 32;
+
 const isObject = (v: unknown): v is SchemaObject => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /**
@@ -67,10 +71,19 @@ const isObject = (v: unknown): v is SchemaObject => typeof v === "object" && v !
  */
 const leafDfas = new Map<string, RuleDfa>();
 const LEAF_CACHE_LIMIT = 512;
+/** By their transition tables too: one long counted string alone is tens of megabytes. */
+const LEAF_CACHE_BYTES = 32 * 1024 * 1024;
+let leafDfaBytes = 0;
 
 function rememberLeaf(key: string, dfa: RuleDfa): void {
+  if (dfa.next.byteLength > LEAF_CACHE_BYTES / 4) return;
   leafDfas.set(key, dfa);
-  if (leafDfas.size > LEAF_CACHE_LIMIT) leafDfas.delete(leafDfas.keys().next().value!);
+  leafDfaBytes += dfa.next.byteLength;
+  while (leafDfas.size > LEAF_CACHE_LIMIT || leafDfaBytes > LEAF_CACHE_BYTES) {
+    const oldest = leafDfas.keys().next().value!;
+    leafDfaBytes -= leafDfas.get(oldest)!.next.byteLength;
+    leafDfas.delete(oldest);
+  }
 }
 
 /** Compiles schemas of one document (for $ref resolution) into rules of a GrammarBuilder. */
@@ -82,6 +95,10 @@ export class SchemaCompiler {
   private anyString: number | undefined;
   private anyScalar: number | undefined;
   private readonly keyRules = new Map<string, number>();
+  /** Per rule id, the JSON pointer of the subschema it was compiled from (for errors found later). */
+  readonly pointers: string[] = [];
+  /** Subschemas being compiled, one inside the other (nesting and $ref chains). */
+  private depth = 0;
 
   constructor(
     private readonly builder: GrammarBuilder,
@@ -111,10 +128,12 @@ export class SchemaCompiler {
       if (shared !== undefined) return shared;
     }
     const id = this.builder.reserve();
+    this.pointers[id] = pointer;
     if (!forSchema) this.byIdentity.set(schema, (forSchema = new Map()));
     forSchema.set(lk, id);
     if (contentKey !== undefined) this.byContent.set(contentKey, id);
     try {
+      budgetDepth(++this.depth);
       const cachedDfa = contentKey === undefined ? undefined : leafDfas.get(contentKey);
       if (cachedDfa) this.builder.defineDfa(id, cachedDfa);
       else {
@@ -122,11 +141,15 @@ export class SchemaCompiler {
         if (contentKey !== undefined && dfa.calls.every((c) => c.length === 0)) rememberLeaf(contentKey, dfa);
       }
     } catch (e) {
+      // Noted first: past a time limit, the cleanup below throws the same error again.
+      if (e instanceof SchemaLimitError) e.at(pointer);
       // Callers may recover (a loose tool falls back to any object); leave no half-built rule.
       forSchema.delete(lk);
       if (contentKey !== undefined) this.byContent.delete(contentKey);
       this.builder.abandon(id);
       throw e;
+    } finally {
+      this.depth--;
     }
     return id;
   }
@@ -158,7 +181,7 @@ export class SchemaCompiler {
     return this.anyString;
   }
 
-  private body(schema: SchemaObject, root: unknown, pointer: string, layout: Layout): Re {
+  private body(schema: SchemaObject, root: unknown, pointer: string, layout: Layout, allOfDepth = 0): Re {
     for (const key of Object.keys(schema)) {
       if (ANNOTATIONS.has(key) || SUPPORTED.has(key) || key.startsWith("x-")) continue;
       throw new UnsupportedSchemaError(key, pointer);
@@ -173,7 +196,11 @@ export class SchemaCompiler {
       const target = resolveRef(root, ref, pointer);
       return call(this.rule(target, root, ref.slice(1), layout));
     }
-    if ("allOf" in schema) return this.body(mergeAllOf(schema, root, pointer), root, pointer, layout);
+    if ("allOf" in schema) {
+      // A merged allOf may bring in another allOf (through $ref, possibly back to itself).
+      if (allOfDepth >= MAX_ALLOF_DEPTH) throw new UnsupportedSchemaError("allOf", pointer, `allOf refers back to itself or nests more than ${MAX_ALLOF_DEPTH} levels`);
+      return this.body(mergeAllOf(schema, root, pointer), root, pointer, layout, allOfDepth + 1);
+    }
     for (const key of ["anyOf", "oneOf"] as const) {
       if (!(key in schema)) continue;
       const branches = schema[key];
@@ -300,6 +327,7 @@ export class SchemaCompiler {
       try {
         return f();
       } catch (e) {
+        if (e instanceof SchemaLimitError) throw e.at(pointer, keyword);
         if (e instanceof RegexUnsupportedError || e instanceof RangeError) {
           throw new UnsupportedSchemaError(keyword, pointer, e.message);
         }
@@ -333,17 +361,20 @@ export class SchemaCompiler {
     }
     const additional = schema.additionalProperties;
     const names = Object.keys(properties);
+    // Sets: with thousands of properties, list lookups made this quadratic.
+    const requiredSet = new Set(required as string[]);
+    const nameSet = new Set(names);
     // Absent additionalProperties next to declared properties: only the declared ones are
     // produced (valid either way, and what callers of structured outputs expect).
     const extraSchema: unknown = additional === undefined ? (names.length ? false : true) : additional;
     const entries: Array<{ name: string; schema: unknown; required: boolean; pointer: string }> = names.map((n) => ({
       name: n,
       schema: properties[n],
-      required: required.includes(n),
+      required: requiredSet.has(n),
       pointer: pointerAppend(pointerAppend(pointer, "properties"), n),
     }));
-    for (const r of required as string[]) {
-      if (names.includes(r)) continue;
+    for (const r of requiredSet) {
+      if (nameSet.has(r)) continue;
       if (extraSchema === false) throw new UnsupportedSchemaError("required", pointer, `"${r}" is required but not allowed`);
       entries.push({ name: r, schema: extraSchema, required: true, pointer: pointerAppend(pointer, "additionalProperties") });
     }

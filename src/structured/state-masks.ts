@@ -63,6 +63,8 @@ const sharedMasks = new WeakMap<TokenVocabulary, Map<number, (StateMask | undefi
 const leafIds = new WeakMap<RuleDfa, number>();
 const leavesByHash = new Map<number, Array<{ dfa: RuleDfa; id: number }>>();
 let leafCount = 0;
+/** Transition tables the table above holds (a counted string of 4096 characters is 37 MB of them). */
+let leafBytes = 0;
 let nextLeafId = 1;
 
 const bytesOf = (a: Int32Array | Uint8Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
@@ -80,18 +82,41 @@ function leafId(dfa: RuleDfa): number {
   let list = leavesByHash.get(h);
   if (!list) {
     // Ids are never reused; dropping the table only loses sharing with automata seen before.
-    if (leafCount >= LEAF_IDS_LIMIT) ((leavesByHash.clear()), (leafCount = 0));
+    if (leafCount >= LEAF_IDS_LIMIT || leafBytes > LEAF_BYTES_LIMIT) ((leavesByHash.clear()), (leafCount = 0), (leafBytes = 0));
     leavesByHash.set(h, (list = []));
   }
   id = list.find((e) => sameAutomaton(e.dfa, dfa))?.id;
   if (id === undefined) {
     list.push({ dfa, id: (id = nextLeafId++) });
     leafCount++;
+    leafBytes += dfa.next.byteLength;
   }
   leafIds.set(dfa, id);
   return id;
 }
 const LEAF_IDS_LIMIT = 4096;
+const LEAF_BYTES_LIMIT = 16 * 1024 * 1024;
+/**
+ * Masks kept per vocabulary across grammars (dense masks take 19 KB each on a 150k vocabulary):
+ * past this, they are dropped and recomputed on demand. Without a bound in bytes, schemas with
+ * many distinct long strings grew a model worker by gigabytes.
+ */
+const SHARED_MASK_BYTES_LIMIT = 32 * 1024 * 1024;
+const sharedMaskBytes = new WeakMap<TokenVocabulary, { bytes: number }>();
+
+const maskBytes = (m: StateMask) => (m.accepted?.byteLength ?? m.acceptedIds?.byteLength ?? 0) + m.boundaries.byteLength + 64;
+
+/** Counts a mask kept across grammars; past the bound, every such mask of the vocabulary is dropped. */
+function keepShared(vocab: TokenVocabulary, m: StateMask): void {
+  let used = sharedMaskBytes.get(vocab);
+  if (!used) sharedMaskBytes.set(vocab, (used = { bytes: 0 }));
+  used.bytes += maskBytes(m);
+  if (used.bytes > SHARED_MASK_BYTES_LIMIT) {
+    sharedMasks.get(vocab)?.clear();
+    bySignature.get(vocab)?.clear();
+    used.bytes = 0;
+  }
+}
 /** Rules whose masks are kept per vocabulary (dense masks of long strings take 19 KB per state at 150k tokens). */
 const SHARED_RULES_LIMIT = 512;
 
@@ -117,7 +142,12 @@ export function stateMask(g: Grammar, vocab: TokenVocabulary, s: number): StateM
     if (shared.size > SHARED_RULES_LIMIT) shared.delete(shared.keys().next().value!);
   }
   const local = s - g.ruleBase[r];
-  return (list[local] ??= sharedInsideString(g, vocab, s));
+  let m = list[local];
+  if (!m) {
+    m = list[local] = sharedInsideString(g, vocab, s);
+    keepShared(vocab, m);
+  }
+  return m;
 }
 
 /** States reachable from a state beyond which its signature is not taken (no sharing). */
@@ -174,6 +204,7 @@ function sharedInsideString(g: Grammar, vocab: TokenVocabulary, s: number): Stat
   if (!m) {
     m = computeStateMask(g, vocab, s);
     map.set(sig, m);
+    keepShared(vocab, m);
     if (map.size > SHARED_RULES_LIMIT) map.delete(map.keys().next().value!);
   }
   return m;

@@ -105,3 +105,52 @@ export function vocabularyFromBytes(bytes: readonly (Uint8Array | null)[]): Toke
   const clean = bytes.map((b) => (b && b.length > 0 ? b : null));
   return { size: clean.length, bytes: clean, trie: buildTokenTrie(clean) };
 }
+
+/**
+ * A vocabulary as plain data in shared memory, for another thread (a model's compile thread,
+ * which prepares token budgets for its grammars): structured cloning shares the memory instead of
+ * copying it, and trie node numbers stay the same on both sides.
+ */
+export interface SharedVocabulary {
+  readonly size: number;
+  /** Every token's bytes, one after another; token i is flat[offsets[i] .. offsets[i + 1]) (empty: none). */
+  readonly flat: Uint8Array;
+  readonly offsets: Int32Array;
+  readonly trie: TokenTrie;
+}
+
+function shared<T extends ArrayBufferView>(a: T): T {
+  const C = a.constructor as new (b: SharedArrayBuffer) => T;
+  const out = new C(new SharedArrayBuffer(a.byteLength));
+  new Uint8Array(out.buffer, out.byteOffset, out.byteLength).set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+  return out;
+}
+
+/**
+ * The vocabulary moved into shared memory: use the returned vocabulary in this thread (so its
+ * tables are held once) and pass `data` to the other thread (see vocabularyFromShared).
+ */
+export function shareVocabulary(v: TokenVocabulary): { vocab: TokenVocabulary; data: SharedVocabulary } {
+  let total = 0;
+  for (const b of v.bytes) total += b?.length ?? 0;
+  const flat = new Uint8Array(new SharedArrayBuffer(total));
+  const offsets = new Int32Array(new SharedArrayBuffer(4 * (v.size + 1)));
+  let at = 0;
+  v.bytes.forEach((b, i) => {
+    offsets[i] = at;
+    if (!b) return;
+    flat.set(b, at);
+    at += b.length;
+  });
+  offsets[v.size] = at;
+  const trie = Object.fromEntries(Object.entries(v.trie).map(([k, x]) => [k, ArrayBuffer.isView(x) ? shared(x) : x])) as unknown as TokenTrie;
+  const data: SharedVocabulary = { size: v.size, flat, offsets, trie };
+  return { vocab: vocabularyFromShared(data), data };
+}
+
+/** The vocabulary another thread shared (see shareVocabulary), without copying its memory. */
+export function vocabularyFromShared(d: SharedVocabulary): TokenVocabulary {
+  const bytes: (Uint8Array | null)[] = new Array(d.size);
+  for (let i = 0; i < d.size; i++) bytes[i] = d.offsets[i + 1] > d.offsets[i] ? d.flat.subarray(d.offsets[i], d.offsets[i + 1]) : null;
+  return { size: d.size, bytes, trie: d.trie };
+}

@@ -3,6 +3,7 @@
 // calls are made in the same order (see RawImage.fromBlob / resize in transformers.js).
 import type { Sharp } from "sharp";
 import { ImageInputError } from "./errors.ts";
+import { nativeCall } from "../native-calls.ts";
 
 /** Interleaved 8-bit pixels, row-major (height, width, channels). */
 export interface RawImage {
@@ -29,14 +30,40 @@ let sharpModule: Promise<typeof import("sharp").default> | null = null;
 const loadSharp = () => (sharpModule ??= import("sharp").then((m) => m.default));
 
 async function toRaw(img: Sharp): Promise<RawImage> {
-  const meta = await img.metadata();
-  const { data, info } = await img.rotate().raw().toBuffer({ resolveWithObject: true });
+  const meta = await nativeCall(() => img.metadata());
+  const { data, info } = await nativeCall(() => img.rotate().raw().toBuffer({ resolveWithObject: true }));
   const out: RawImage = { data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength), width: info.width, height: info.height, channels: info.channels };
   return meta.channels !== undefined && meta.channels !== out.channels ? convertChannels(out, meta.channels) : out;
 }
 
 /** Larger images are refused before their pixels are decoded (a decompression bomb guard). */
 export const MAX_INPUT_PIXELS = 64 * 1024 * 1024;
+
+/** Sides of one image may differ by at most this factor (as Qwen2-VL's processor requires). */
+export const MAX_ASPECT_RATIO = 200;
+
+/**
+ * Refuses an image by its header alone, before any pixel is decoded: too many pixels (a
+ * decompression bomb) or sides so unequal that resizing would make one of them zero.
+ */
+export async function checkImageSize(bytes: Uint8Array): Promise<{ width: number; height: number }> {
+  let width: number | undefined;
+  let height: number | undefined;
+  try {
+    const sharp = await loadSharp();
+    ({ width, height } = await sharp(bytes, { failOn: "error", limitInputPixels: false }).metadata());
+  } catch (e) {
+    throw new ImageInputError(`the image could not be decoded (${(e as Error).message})`);
+  }
+  if (!width || !height) throw new ImageInputError("the image has no pixels");
+  if (width * height > MAX_INPUT_PIXELS) {
+    throw new ImageInputError(`the image is ${width}×${height} pixels, more than the limit of ${MAX_INPUT_PIXELS} pixels`);
+  }
+  if (Math.max(width, height) / Math.min(width, height) > MAX_ASPECT_RATIO) {
+    throw new ImageInputError(`the image is ${width}×${height} pixels: its sides may differ by a factor of at most ${MAX_ASPECT_RATIO}`);
+  }
+  return { width, height };
+}
 
 /** Decodes PNG, JPEG, WebP or GIF (its first frame), applying EXIF orientation. */
 export async function decodeImage(bytes: Uint8Array): Promise<RawImage> {

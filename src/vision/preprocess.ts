@@ -56,7 +56,8 @@ export function resizeTarget(cfg: PreprocessorConfig, width: number, height: num
     const w = width * short;
     const h = height * short;
     const long = longest === undefined ? 1 : Math.min(longest / w, longest / h);
-    return [Math.floor(Number((w * long).toFixed(2))), Math.floor(Number((h * long).toFixed(2)))];
+    // At least one pixel: a long thin image must not be resized to a side of zero.
+    return [Math.max(1, Math.floor(Number((w * long).toFixed(2)))), Math.max(1, Math.floor(Number((h * long).toFixed(2))))];
   }
   if (typeof size === "object" && size.width !== undefined && size.height !== undefined) return [size.width, size.height];
   throw new Error(`unsupported preprocessor size ${JSON.stringify(size)}`);

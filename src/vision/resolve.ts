@@ -2,6 +2,7 @@
 // remote images are fetched here (network policy belongs to the gateway, not the model worker),
 // inline ones are checked. Bytes must be PNG, JPEG, WebP or GIF whatever the sender claims.
 import type { ChatMessage, ContentPart } from "../engine/types.ts";
+import { checkImageSize } from "./decode.ts";
 import { ImageInputError } from "./errors.ts";
 import { fetchImage, type Resolver } from "./fetch.ts";
 import { ACCEPTED_MIME_TYPES, IMAGE_MIME, sniffImageFormat } from "./formats.ts";
@@ -23,9 +24,10 @@ export function decodeDataUrl(url: string, maxBytes: number): Uint8Array {
   return bytes;
 }
 
-function toDataUrl(bytes: Uint8Array): string {
+async function toDataUrl(bytes: Uint8Array): Promise<string> {
   const format = sniffImageFormat(bytes);
   if (!format) throw new ImageInputError("the image data is not a PNG, JPEG, WebP or GIF file");
+  await checkImageSize(bytes);
   return `data:${IMAGE_MIME[format]};base64,${Buffer.from(bytes).toString("base64")}`;
 }
 

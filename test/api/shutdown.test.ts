@@ -7,6 +7,8 @@ import { openSqliteStore } from "../../src/store/index.ts";
 import { syntheticModel, tinyModelsRoot } from "../helpers/models.ts";
 import { tempDir } from "../helpers/paths.ts";
 import { startTestServer } from "../helpers/server.ts";
+import type { WorkerEngine } from "../../src/engine/host.ts";
+import { startHarness } from "../hardening/harness.ts";
 
 test("stop(): drain to the deadline, end streams with [DONE], record usage, close the store", async () => {
   const models = tempDir("sluice-shutdown-");
@@ -47,3 +49,38 @@ test("stop(): drain to the deadline, end streams with [DONE], record usage, clos
     models.remove();
   }
 });
+
+test("stop() while a model's worker is stuck: the waiting request gets a 503 and the stream a final error event", async () => {
+  // The stall check must not rescue the worker first: this is about shutdown alone.
+  const h = await startHarness({}, { testHooks: true, supervision: { stallMs: 600_000 } });
+  let stopped = false;
+  try {
+    const res = await h.chat({ max_tokens: 100000, stream: true, logit_bias: h.noEos }, { "x-request-id": "stuck-stream" });
+    const reader = res.body!.getReader();
+    let text = "";
+    while (!/"content":"[^"]/.test(text)) text += new TextDecoder().decode((await reader.read()).value);
+    (h.engine as WorkerEngine).blockWorker(h.model, 60_000);
+    const waiting = h.chat({ max_tokens: 4 }, { "x-request-id": "stuck-waiting" });
+    await Bun.sleep(300);
+    const t0 = performance.now();
+    const stopping = h.stop(300);
+    const w = await waiting;
+    expect(w.status).toBe(503);
+    expect(((await w.json()) as { error: { code: string } }).error.code).toBe("model_unavailable");
+    for (let c = await reader.read(); !c.done; c = await reader.read()) text += new TextDecoder().decode(c.value);
+    const last = JSON.parse(text.trim().split("\n\n").at(-1)!.slice(6)) as { error: { type: string; message: string } };
+    expect(last.error.type).toBe("service_unavailable");
+    expect(last.error.message).toContain("shutting down");
+    await stopping;
+    stopped = true;
+    expect(performance.now() - t0).toBeLessThan(15_000);
+    // Both were recorded before the database closed.
+    const store = openSqliteStore(join(h.dataDir, "sluice.db"));
+    const rows = (await store.usage.list((await store.accounts.get("local"))!.id)).filter((r) => r.requestId.startsWith("stuck-"));
+    await store.close();
+    expect(rows.map((r) => r.requestId).sort()).toEqual(["stuck-stream"]);
+  } finally {
+    if (!stopped) await h.stop(100);
+    await h.cleanup().catch(() => {});
+  }
+}, 60_000);

@@ -1,7 +1,8 @@
 // A real server (store, engine worker, HTTP on an ephemeral port) with request limits and a log
 // that the test can read, on the shared tiny byte-level model.
-import { createEngine } from "../../src/engine/index.ts";
-import type { Engine } from "../../src/engine/types.ts";
+import { createEngine, type CreateEngineOptions } from "../../src/engine/index.ts";
+import { healthFilePath, writeHealthFile } from "../../src/engine/health-file.ts";
+import type { Engine, WorkerHealth } from "../../src/engine/types.ts";
 import type { RequestLimits } from "../../src/api/limits/request-limits.ts";
 import { TextTokenizer } from "../../src/engine/text/tokenizer.ts";
 import { createLogger } from "../../src/log.ts";
@@ -24,16 +25,24 @@ export interface Harness extends RunningServer {
 
 export const MODEL = "hardening/tiny";
 
-export async function startHarness(limits: Partial<RequestLimits> = {}, engineOpts: { maxQueue?: number } = {}): Promise<Harness> {
+export async function startHarness(
+  limits: Partial<RequestLimits> = {},
+  engineOpts: Partial<Omit<CreateEngineOptions, "log">> = {},
+  /** Links more model directories into the models directory, besides the tiny model. */
+  moreModels?: (modelsDir: string) => Promise<unknown>,
+): Promise<Harness> {
   const models = tempDir("sluice-hard-models-");
   // Built once into the git-ignored cache, linked into a fresh models directory per server.
   const built = await syntheticModel(tinyModelsRoot(), "hardening-tiny", { preset: "tiny-bytes", seed: 5, id: MODEL });
   const { symlinkSync } = await import("node:fs");
   symlinkSync(built, `${models.path}/tiny`);
+  await moreModels?.(models.path);
   const data = tempDir("sluice-hard-data-");
   const logs: Record<string, unknown>[] = [];
   const log = createLogger({ level: "info", write: (line) => logs.push(JSON.parse(line)) });
-  const engine = await createEngine({ log, device: "cpu", threads: 1, ...engineOpts });
+  // As serve does: supervision state where `doctor` reads it.
+  const onHealthChange = (health: WorkerHealth[]) => writeHealthFile(healthFilePath(data.path), health);
+  const engine = await createEngine({ log, device: "cpu", threads: 1, onHealthChange, ...engineOpts });
   const server = await startServer({ host: "127.0.0.1", port: 0, dataDir: data.path, modelsDir: models.path, demoModel: false, log, engine, limits });
   const key = server.firstKey!;
   const headers = { authorization: `Bearer ${key}`, "content-type": "application/json" };

@@ -4,15 +4,18 @@ import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { llama2cToTokenizerJson, readLlama2cTokenizer } from "../../src/modelkit/llama2c/tokenizer.ts";
 import {
+  adoptCompletionTables,
   compileJsonSchema,
   type Grammar,
   GrammarMatcher,
   jsonObjectGrammar,
+  shareVocabulary,
   tokenVocabulary,
   toolCallGrammar,
   type TokenVocabulary,
   UNREACHABLE_TOKENS,
   vocabularyFromBytes,
+  vocabularyFromShared,
 } from "../../src/structured/index.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
 import { hasStories, STORIES_DIR } from "../helpers/paths.ts";
@@ -49,6 +52,52 @@ function after(m: GrammarMatcher, id: number, stops: number[]): number {
   c.acceptToken(id);
   return 1 + c.tokensToFinish();
 }
+
+describe("budget tables computed in another thread (the engine's compile thread)", () => {
+  for (const [vname, original, stops] of vocabularies) {
+    test(`${vname}: a copy of the grammar that adopts them searches nothing at admission and masks as one that computed them itself`, () => {
+      // As the threads see it: the vocabulary in shared memory, the grammar and tables cloned.
+      const { vocab, data } = shareVocabulary(original);
+      const theirs = vocabularyFromShared(structuredClone(data));
+      expect(theirs.trie.nodeCount).toBe(vocab.trie.nodeCount);
+      expect(theirs.bytes.map((b) => (b ? decoder.decode(b) : null))).toEqual(original.bytes.map((b) => (b ? decoder.decode(b) : null)));
+      for (const [gname, make] of Object.entries(GRAMMARS)) {
+        const compiled = make();
+        const there = new GrammarMatcher(structuredClone(compiled), theirs, { stopTokenIds: stops });
+        there.prepareBudget();
+        const tables = structuredClone(there.budgetTables());
+        const adoptedGrammar = structuredClone(compiled);
+        adoptCompletionTables(adoptedGrammar, tables);
+        const adopted = new GrammarMatcher(adoptedGrammar, vocab, { stopTokenIds: stops });
+        const fresh = new GrammarMatcher(structuredClone(compiled), vocab, { stopTokenIds: stops });
+        // Before any question: the searches are there already (a budget of its own starts with none).
+        expect(adopted.budgetTables().offsets.length).toBe(tables.offsets.length);
+        expect(fresh.budgetTables().offsets.length).toBe(1);
+        expect(adopted.tokensToFinish()).toBe(fresh.tokensToFinish());
+        adopted.prepareBudget();
+        // And admission searched nothing more: the tables are exactly those it was given.
+        const after = adopted.budgetTables();
+        expect(after.offsets.length).toBe(tables.offsets.length);
+        expect([...after.exitCosts]).toEqual([...tables.exitCosts]);
+        // Along a walk at a tight budget, both allow the same tokens.
+        const rand = mulberry32(5);
+        const budget = fresh.tokensToFinish() + 2;
+        const a = new Uint32Array(adopted.maskWords);
+        const f = new Uint32Array(fresh.maskWords);
+        for (let used = 0; !fresh.isTerminated() && used < budget; used++) {
+          adopted.fillNextTokenBitmask(a, budget - used);
+          fresh.fillNextTokenBitmask(f, budget - used);
+          if (a.some((w, i) => w !== f[i])) throw new Error(`${gname}: masks differ after ${used} tokens`);
+          const allowed = allowedIds(f, vocab.size);
+          if (allowed.length === 0) break;
+          const pick = allowed[Math.floor(rand() * allowed.length)];
+          adopted.acceptToken(pick);
+          fresh.acceptToken(pick);
+        }
+      }
+    }, 60_000);
+  }
+});
 
 describe("tokens to finish", () => {
   for (const [vname, vocab, stops] of vocabularies) {

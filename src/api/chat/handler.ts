@@ -1,15 +1,15 @@
 // POST /v1/chat/completions: authenticate, validate, hand to the engine, answer whole or as SSE,
 // and record usage however the request ends.
-import { EngineBusyError, EngineRequestError, type Engine, type Generation } from "../../engine/types.ts";
+import { EngineBusyError, EngineRequestError, EngineUnavailableError, type Engine, type Generation } from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
 import type { ApiKeyInfo, CatalogModel, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
-import { readJsonText } from "../body.ts";
+import { MAX_BODY_DEPTH, nestedDeeperThan, readJsonText } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
 import type { Lifecycle } from "../lifecycle.ts";
 import { estimateRequestTokens, worstCaseTokens } from "../limits/estimate.ts";
 import type { RateGuard } from "../limits/guard.ts";
-import { applyRequestLimits, DEFAULT_REQUEST_LIMITS, type RequestLimits } from "../limits/request-limits.ts";
+import { applyRequestLimits, checkBodyLimits, DEFAULT_REQUEST_LIMITS, type RequestLimits } from "../limits/request-limits.ts";
 import type { RequestScope } from "../limits/scope.ts";
 import { IdleWatch, watchGeneration } from "../limits/watch.ts";
 import type { HttpMetrics } from "../metrics.ts";
@@ -43,6 +43,17 @@ export interface ChatDeps {
 
 const encoder = new TextEncoder();
 const sse = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n`);
+
+/** The model cannot take or finish the request now (worker restarting, crash loop, shutdown). */
+const unavailable = (e: EngineUnavailableError) =>
+  new ApiError(503, e.message, "service_unavailable", null, "model_unavailable", { "retry-after": String(e.retryAfterSeconds) });
+
+/** A generation that failed after it started, as the error its client gets; null: an internal error. */
+function generationFailure(e: unknown): ApiError | null {
+  if (e instanceof EngineRequestError) return badRequest(e.message, e.param, e.code);
+  if (e instanceof EngineUnavailableError) return unavailable(e);
+  return null;
+}
 
 const noCredit = () =>
   new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
@@ -108,6 +119,12 @@ async function admitAndRun(
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw badRequest("The request body must be a JSON object.", null, "invalid_body");
   }
+  // Every later step walks the body (validation, templates, the message to the model's worker):
+  // nesting is bounded first, without recursion.
+  if (nestedDeeperThan(body, MAX_BODY_DEPTH)) {
+    throw badRequest(`The request body is nested more than ${MAX_BODY_DEPTH} levels deep.`, null, "invalid_body");
+  }
+  checkBodyLimits(body as Record<string, unknown>, limits);
   const problem = findProblem(ChatCompletionRequest, body);
   if (problem) throw badRequest(problem.message, problem.param, "invalid_value");
   const req = body as ChatCompletionRequest;
@@ -149,12 +166,13 @@ async function admitAndRun(
   deps.lifecycle.track(abort);
   let generation: Generation;
   try {
-    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal });
+    generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal, fairnessKey: String(key.accountId) });
   } catch (e) {
     deps.lifecycle.untrack(abort);
     ticket?.finish(0);
     await endUnrecorded(deps, inflight.id, requestId);
     if (e instanceof EngineRequestError) throw badRequest(e.message, e.param, e.code);
+    if (e instanceof EngineUnavailableError) throw unavailable(e);
     if (e instanceof EngineBusyError) {
       throw new ApiError(429, e.message, "rate_limit_error", null, "server_busy", {
         "retry-after": String(e.retryAfterSeconds),
@@ -196,7 +214,7 @@ async function admitAndRun(
       for await (const e of generation.events) acc.add(e);
     } catch (e) {
       await record("error");
-      throw e;
+      throw generationFailure(e) ?? e;
     }
     if (request.signal.aborted) {
       await record("cancelled");
@@ -305,10 +323,12 @@ function streamResponse(
         }
         finished = true;
         await record("error");
-        deps.log.error("generation failed mid-stream", { error: (e as Error).message });
+        const failure = generationFailure(e);
+        if (failure) deps.log.warn("generation ended with an error mid-stream", { error: failure.message, code: failure.code });
+        else deps.log.error("generation failed mid-stream", { error: (e as Error).message });
         // Headers are gone: the error travels as a final SSE event in OpenAI's error shape.
         controller.enqueue(
-          sse({ error: { message: "The server had an error while generating.", type: "server_error", param: null, code: null } }),
+          sse(failure?.body() ?? { error: { message: "The server had an error while generating.", type: "server_error", param: null, code: null } }),
         );
         controller.close();
       }

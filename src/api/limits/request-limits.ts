@@ -12,6 +12,10 @@ export interface RequestLimits {
   maxGenerationMs: number;
   /** A stream whose client reads nothing for this long is cut off and its generation freed; 0: never. */
   streamIdleMs: number;
+  /** Longest stop string, in characters (400 above); 0: no limit. Each one is matched at every token. */
+  maxStopChars: number;
+  /** Most logit_bias entries (400 above); 0: no limit. Every entry is copied and checked per request. */
+  maxLogitBias: number;
 }
 
 export const DEFAULT_REQUEST_LIMITS: RequestLimits = {
@@ -20,15 +24,41 @@ export const DEFAULT_REQUEST_LIMITS: RequestLimits = {
   maxTokensCap: 0,
   maxGenerationMs: 600_000,
   streamIdleMs: 60_000,
+  maxStopChars: 1000,
+  maxLogitBias: 4096,
 };
 
+/**
+ * Checks that need only a glance at the parsed body, made before the body is validated in full:
+ * a logit_bias of 150,000 entries costs a second to validate, copy and check.
+ */
+export function checkBodyLimits(body: Record<string, unknown>, limits: RequestLimits): void {
+  const bias = body.logit_bias;
+  if (limits.maxLogitBias > 0 && bias !== null && typeof bias === "object") {
+    let n = 0;
+    for (const _ in bias) {
+      if (++n > limits.maxLogitBias) {
+        throw badRequest(`'logit_bias' has more than ${limits.maxLogitBias} entries, this server's limit.`, "logit_bias", "invalid_value");
+      }
+    }
+  }
+}
+
 /** Refuses what is over a limit; fills in the server's cap when the request names no max_tokens. */
-export function applyRequestLimits<P extends { messages: unknown[]; maxTokens?: number }>(plan: P, limits: RequestLimits): P {
+export function applyRequestLimits<P extends { messages: unknown[]; maxTokens?: number; stop?: string[] }>(plan: P, limits: RequestLimits): P {
   if (limits.maxMessages > 0 && plan.messages.length > limits.maxMessages) {
     throw badRequest(
       `Too many messages: ${plan.messages.length}; this server accepts at most ${limits.maxMessages} in one request.`,
       "messages",
       "too_many_messages",
+    );
+  }
+  const longStop = limits.maxStopChars > 0 ? (plan.stop ?? []).findIndex((s) => s.length > limits.maxStopChars) : -1;
+  if (longStop >= 0) {
+    throw badRequest(
+      `Stop string ${longStop} is ${plan.stop![longStop]!.length} characters long; this server accepts stop strings of at most ${limits.maxStopChars} characters.`,
+      "stop",
+      "invalid_value",
     );
   }
   if (limits.maxTokensCap > 0) {

@@ -12,6 +12,7 @@ import { prepareDecoderGraph } from "./load-graph.ts";
 import type { StepBlocks, StepKvOutputs } from "./step-kv-outputs.ts";
 import { copyHeads, type KvArray } from "../batching/kv.ts";
 import { floatInput, floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
+import { nativeCall, nativeCallSync } from "../../native-calls.ts";
 
 export interface SessionOptions {
   providers: ("cuda" | "cpu")[];
@@ -186,18 +187,19 @@ export class DecoderSession {
    * (at least; see positionLogits), for verifying speculated tokens.
    */
   async run(feeds: Record<string, ort.Tensor>, fetches: Fetches | undefined, width: number, logitPositions = 1, general = false): Promise<Record<string, ort.Tensor>> {
-    if (width === 1 && this.oneTokenSession && !general) return this.oneTokenSession.runSync(feeds, fetches);
+    const one = this.oneTokenSession;
+    if (width === 1 && one && !general) return nativeCallSync(() => one.runSync(feeds, fetches));
     return this.general(feeds, fetches, logitPositions);
   }
 
   /** A run of the general session, with its logits' start when it takes one. */
-  private general(feeds: Record<string, ort.Tensor>, fetches: Fetches | undefined, logitPositions: number): Record<string, ort.Tensor> {
+  private general(feeds: Record<string, ort.Tensor>, fetches: Fetches | undefined, logitPositions: number): Record<string, ort.Tensor> | Promise<Record<string, ort.Tensor>> {
     if (this.trimmedLogits) {
       let start = this.logitStarts.get(logitPositions);
       if (!start) this.logitStarts.set(logitPositions, (start = int64Tensor([-logitPositions], [1])));
       feeds[LOGITS_START_INPUT] = start;
     }
-    return this.session.runSync(feeds, fetches);
+    return nativeCallSync(() => this.session.runSync(feeds, fetches));
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */
@@ -208,7 +210,8 @@ export class DecoderSession {
   /** Token embeddings [ids.length, hidden] from the embed_tokens graph, as float32. */
   async embed(ids: ArrayLike<number>): Promise<Float32Array> {
     if (!this.embedder) throw new Error("this decoder has no embed_tokens graph");
-    const out = await this.embedder.run({ [this.embedder.inputNames[0]!]: int64Tensor(ids, [1, ids.length]) });
+    const embedder = this.embedder;
+    const out = await nativeCall(() => embedder.run({ [embedder.inputNames[0]!]: int64Tensor(ids, [1, ids.length]) }));
     const t = out[this.embedder.outputNames[0]!]!;
     return floatSlice(t, 0, t.size);
   }
@@ -283,7 +286,7 @@ export class DecoderSession {
       feeds[l.pastKey] = kv.tensors[2 * i]!;
       feeds[l.pastValue] = kv.tensors[2 * i + 1]!;
     });
-    const out = this.general(feeds, undefined, 1);
+    const out = await this.general(feeds, undefined, 1);
     const step = this.stepKv;
     spec.layers.forEach((l, i) => {
       if (step) {

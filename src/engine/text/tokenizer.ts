@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { Tokenizer as NativeTokenizer } from "tokenizers";
 import { Detokenizer, compileDecoder, pieceBytes, type DecodePlan, type DecoderConfig } from "./detokenizer.ts";
 import { TokenPieces } from "./token-pieces.ts";
+import { nativeCall } from "../../native-calls.ts";
 
 export class TokenizerLoadError extends Error {
   constructor(message: string) {
@@ -197,12 +198,12 @@ export class TextTokenizer {
   }
 
   async encode(text: string, options: EncodeOptions = {}): Promise<number[]> {
-    const enc = await this.native.encode(text, null, { addSpecialTokens: options.addSpecialTokens ?? false });
+    const enc = await nativeCall(() => this.native.encode(text, null, { addSpecialTokens: options.addSpecialTokens ?? false }));
     return enc.getIds();
   }
 
   decode(ids: readonly number[], options: DecodeOptions = {}): Promise<string> {
-    return this.native.decode([...ids], options.skipSpecialTokens ?? false);
+    return nativeCall(() => this.native.decode([...ids], options.skipSpecialTokens ?? false));
   }
 
   idToToken(id: number): string | null {

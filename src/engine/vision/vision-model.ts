@@ -20,6 +20,7 @@ import type { ImageAdapter, PreparedImage } from "./adapter.ts";
 import { Idefics3Adapter } from "./idefics3.ts";
 import { Qwen2VLAdapter } from "./qwen2vl.ts";
 import { ropeIndex } from "./rope-index.ts";
+import { nativeCall } from "../../native-calls.ts";
 
 export interface VisionSessionOptions {
   providers: ("cuda" | "cpu")[];
@@ -179,7 +180,7 @@ export class VisionModel {
     } catch (e) {
       throw e instanceof ImageInputError ? fail(e.message) : e;
     }
-    const out = await this.encoder.run(prepared.feeds);
+    const out = await nativeCall(() => this.encoder.run(prepared.feeds));
     const t = out.image_features ?? out[this.encoder.outputNames[0]!]!;
     const hidden = t.dims[t.dims.length - 1]!;
     const features = floatSlice(t, 0, t.size);

@@ -10,7 +10,7 @@ import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
 import { createChoiceSampler, tokenLogprob, type ChoiceSampler } from "./sampling-bridge.ts";
 import { answerThinkingBudget, refuseShortBudget } from "./structured-budget.ts";
-import { createMatcher, requestStructure } from "./structured-support.ts";
+import { createMatcher, type RequestStructure } from "./structured-support.ts";
 import { ThinkingStage, type SplitText, type ThinkingPlan } from "./thinking.ts";
 
 const ID_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -35,6 +35,10 @@ export class ChoiceStream {
   private toolCalls = 0;
   generated = 0;
   finished = false;
+  /** Whether a grammar constrains the tokens (the mask, not logit_bias alone, may leave nothing). */
+  get constrained(): boolean {
+    return this.matcher !== null;
+  }
 
   constructor(
     readonly index: number,
@@ -42,13 +46,13 @@ export class ChoiceStream {
     private readonly model: ModelRunner,
     /** Completion tokens this choice may produce (max_tokens and the context's room). */
     private readonly maxNew: number,
+    /** The request's grammar and tool syntax, compiled before admission (see structure-compiler.ts). */
+    structure: RequestStructure,
     thinking: ThinkingPlan | null = null,
   ) {
     this.sampler = createChoiceSampler(request.sampling, model.tokenizer.vocabSize, index);
     this.detok = model.tokenizer.createDetokenizer();
     this.stop = new StopMatcher(request.stop);
-    // Throws EngineRequestError for what cannot be guaranteed: the request is refused at admission.
-    const structure = requestStructure(request, model);
     this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
     const plan = thinking && model.reasoning ? thinking : null;
     // A constrained answer must fit after any thinking: the block closes in time to leave it room.

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { chooseProviders, type ProviderChoice } from "../providers.ts";
 import { DecoderSession } from "../runtime/decoder.ts";
 import { ChatTemplateError, renderChatPrompt } from "../text/chat-template.ts";
+import { PromptBound } from "../text/prompt-bound.ts";
 import { TextTokenizer } from "../text/tokenizer.ts";
 import { EngineRequestError, type EngineModel, type ImagePart } from "../types.ts";
 import { ImageInputError } from "../../vision/errors.ts";
@@ -36,9 +37,11 @@ export class ModelRunner {
     readonly template: TemplateContext,
     /** The thinking block the model writes, or null. */
     readonly reasoning: ModelReasoning | null,
+    /** A lower bound on a prompt's tokens without tokenising it (null: none for this tokenizer). */
+    readonly promptBound: PromptBound | null,
   ) {}
 
-  static async load(opts: WorkerOptions): Promise<ModelRunner> {
+  static async load(opts: Pick<WorkerOptions, "id" | "dir" | "device" | "threads"> & Partial<WorkerOptions>): Promise<ModelRunner> {
     const providers = chooseProviders(opts.device);
     const decoder = await DecoderSession.create(opts.dir, { providers: providers.providers, threads: opts.threads });
     const tokenizer = TextTokenizer.load(opts.dir);
@@ -67,7 +70,13 @@ export class ModelRunner {
     };
     const template = templateContext(tokenizer);
     const reasoning = await modelReasoning(tokenizer, card.reasoning, template);
-    return new ModelRunner(decoder, tokenizer, info, providers, vision, template, reasoning);
+    let promptBound: PromptBound | null = null;
+    try {
+      promptBound = PromptBound.fromTokenizerJson(JSON.parse(readFileSync(join(opts.dir, "tokenizer.json"), "utf8")));
+    } catch {
+      // No bound: long prompts are then refused only after tokenising.
+    }
+    return new ModelRunner(decoder, tokenizer, info, providers, vision, template, reasoning, promptBound);
   }
 
   get vocabSize(): number {
@@ -84,7 +93,8 @@ export class ModelRunner {
    * tokens); for a model that thinks, where the prompt leaves its output and the thinking budget.
    */
   async prompt(req: WireRequest): Promise<{ ids: number[]; images: PromptImages | null; thinking: ThinkingPlan | null }> {
-    for (const key of Object.keys(req.sampling.logitBias)) {
+    let banned = 0;
+    for (const [key, bias] of Object.entries(req.sampling.logitBias)) {
       const id = Number(key);
       if (id >= this.vocabSize) {
         throw new EngineRequestError(
@@ -93,6 +103,15 @@ export class ModelRunner {
           "invalid_value",
         );
       }
+      // -100 bans a token (the sampler never picks it); only the tokenizer's ids are ever sampled.
+      if (bias <= -100 && id < this.tokenizer.vocabSize) banned++;
+    }
+    if (banned >= this.tokenizer.vocabSize) {
+      throw new EngineRequestError(
+        `logit_bias bans all ${this.tokenizer.vocabSize} tokens of this model's vocabulary (a bias of -100 bans a token): nothing could be generated.`,
+        "logit_bias",
+        "invalid_value",
+      );
     }
     const settings = templateSettings(req, this.info.id, this.template, this.reasoning);
     let text: string;
@@ -103,6 +122,17 @@ export class ModelRunner {
         throw new EngineRequestError(`The model's chat template refused the messages: ${e.message}`, "messages", "invalid_value");
       }
       throw e;
+    }
+    const limit = this.info.contextLength;
+    // Before tokenising (and before any image is encoded): a long prompt that cannot fit is
+    // refused at once. A short one is tokenised, so its refusal can say by how much it is over.
+    if (text.length > EXACT_PROMPT_CHARS && this.promptBound?.atLeast(text, limit)) {
+      throw new EngineRequestError(
+        `This model's maximum context length is ${limit} tokens. However, your messages (${text.length} characters) ` +
+          `result in more tokens than that (at least one token must be left for the completion). Please reduce the length of the messages.`,
+        "messages",
+        "context_length_exceeded",
+      );
     }
     const thinking = this.reasoning ? { startsInside: promptOpensBlock(text, this.reasoning.format.tags), budget: settings.budget } : null;
     const requestImages = imagesOf(req);
@@ -134,7 +164,6 @@ export class ModelRunner {
       images = this.vision!.placeFeatures(ids, encoded);
       if (!images) throw new EngineRequestError("The image tokens of the prompt do not match the images' features (an image token written as text?).", "messages", "invalid_value");
     }
-    const limit = this.info.contextLength;
     if (ids.length >= limit) {
       throw new EngineRequestError(
         `This model's maximum context length is ${limit} tokens. However, your messages resulted in ${ids.length} tokens, ` +
@@ -146,6 +175,9 @@ export class ModelRunner {
     return { ids, images, thinking };
   }
 }
+
+/** Prompts up to this many characters are tokenised before being refused (a few milliseconds). */
+const EXACT_PROMPT_CHARS = 50_000;
 
 /** Image parts in message order, which is the order chat templates write them. */
 function imagesOf(req: WireRequest): RequestImage[] {

@@ -1,9 +1,12 @@
 // Worker entry: owns one model. ONNX Runtime's runs happen here, off the HTTP thread.
+import { quiesceNativeCalls, shareNativeCallFlags } from "../../native-calls.ts";
 import { EngineBusyError, EngineRequestError } from "../types.ts";
 import { ModelRunner } from "./model-runner.ts";
 import type { HostMessage, RejectInfo, WorkerMessage } from "./protocol.ts";
 import { RoundBatcher } from "./round-batcher.ts";
 import { Scheduler } from "./scheduler.ts";
+import { ThreadedStructures } from "./structure-compiler.ts";
+import { modelStructure } from "./structured-support.ts";
 import { warmUp } from "./warm-up.ts";
 
 declare const self: Worker;
@@ -12,6 +15,8 @@ const post = (m: WorkerMessage) => self.postMessage(m);
 const rounds = new RoundBatcher((messages) => post({ type: "round", messages }));
 let runner: ModelRunner | null = null;
 let scheduler: Scheduler | null = null;
+let structures: ThreadedStructures | null = null;
+let testHooks = false;
 
 function rejectInfo(e: unknown): RejectInfo {
   if (e instanceof EngineRequestError) return { kind: "request", message: e.message, param: e.param, code: e.code };
@@ -21,6 +26,26 @@ function rejectInfo(e: unknown): RejectInfo {
   post({ type: "log", level: "error", msg: "request failed in the model worker", fields: { error: String((e as Error)?.stack ?? e) } });
   return { kind: "internal", message: "internal error in the model worker", param: null, code: null };
 }
+
+let failing = false;
+/**
+ * An uncaught error: the scheduler's state cannot be trusted, so the thread ends and the host
+ * starts a fresh one. Not at once: a native call still in flight would complete into a torn-down
+ * thread and abort the process. New native calls stop here; the thread exits when none is left.
+ */
+function fatal(err: unknown) {
+  if (failing) return;
+  failing = true;
+  const error = String((err as Error)?.stack ?? err);
+  post({ type: "fatal", error: (error.split("\n")[0] ?? error).slice(0, 500) });
+  post({ type: "log", level: "error", msg: "model worker failed", fields: { error } });
+  const exit = () => process.exit(1);
+  if (nativeCalls) void quiesceNativeCalls(nativeCalls).then(exit, exit);
+  else exit();
+}
+let nativeCalls: SharedArrayBuffer | null = null;
+process.on("uncaughtException", fatal);
+process.on("unhandledRejection", fatal);
 
 function kvCacheMode(r: ModelRunner): string {
   const { spec, stepMode } = r.decoder;
@@ -35,14 +60,30 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
   switch (m.type) {
     case "load": {
       try {
+        if (m.options.nativeCalls) {
+          nativeCalls = m.options.nativeCalls;
+          shareNativeCallFlags(nativeCalls);
+        }
         runner = await ModelRunner.load(m.options);
+        testHooks = m.options.testHooks === true;
+        // The token vocabulary that grammar masks walk takes seconds on a 150k vocabulary: built
+        // now for models that offer structured output or tools, not during the first such request
+        // (when it would stall every stream of the model).
+        if (runner.info.supportsStructuredOutput || runner.info.supportsTools) modelStructure(runner);
+        structures = new ThreadedStructures(runner, {
+          limits: m.options.compileLimits,
+          cacheBytes: m.options.grammarCacheBytes,
+          worker: m.options.compileWorker,
+          log: (level, msg, fields) => post({ type: "log", level, msg, fields }),
+        });
         scheduler = new Scheduler(runner, {
           events: (rid, events) => rounds.add({ type: "events", rid, events }),
-          done: (rid, error) => rounds.add({ type: "done", rid, error }),
+          done: (rid, error, code) => rounds.add({ type: "done", rid, error, code }),
           endRound: (urgent) => rounds.endRound(urgent),
           stats: (stats) => post({ type: "stats", stats }),
-        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue, speculate: m.options.speculate });
-        void scheduler.run();
+        }, { kvBudgetBytes: m.options.kvBudgetBytes, maxQueue: m.options.maxQueue, speculate: m.options.speculate, structures });
+        // A failed loop ends the thread (see fatal): its requests get an error, not a hang.
+        scheduler.run().catch(fatal);
         // Before the model is reported loaded: no request is sent to it until then.
         const warm = await warmUp(runner, { budgetMs: m.options.warmupMs ?? 0, speculate: m.options.speculate ?? "ngram" });
         const s = scheduler.stats();
@@ -64,7 +105,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
         return;
       }
       try {
-        const promptTokens = await scheduler.admit(m.rid, m.request);
+        const promptTokens = await scheduler.admit(m.rid, m.request, m.structureKey ?? null);
         post({ type: "started", rid: m.rid, promptTokens });
       } catch (err) {
         post({ type: "rejected", rid: m.rid, error: rejectInfo(err) });
@@ -74,7 +115,17 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
     case "cancel":
       scheduler?.cancel(m.rid);
       return;
+    case "ping":
+      post({ type: "pong" });
+      return;
+    case "block": {
+      if (!testHooks) return;
+      const until = performance.now() + m.ms;
+      while (performance.now() < until) {}
+      return;
+    }
     case "close":
+      structures?.close();
       scheduler?.stop();
       await runner?.decoder.release();
       await runner?.vision?.release();

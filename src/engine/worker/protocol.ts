@@ -1,4 +1,5 @@
 // Messages between the engine host (HTTP thread) and a model's worker. Structured-clone data only.
+import type { CompileLimits } from "../../structured/index.ts";
 import type { Device } from "../providers.ts";
 import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats, SpeculateMode } from "../types.ts";
 
@@ -17,12 +18,27 @@ export interface WorkerOptions {
   speculate?: SpeculateMode;
   /** Wall time to warm the worker's code with synthetic requests at load (see warm-up.ts); 0 = none. */
   warmupMs?: number;
+  /** What compiling one request's schemas may cost (see structured/compile-budget.ts). */
+  compileLimits: CompileLimits;
+  /** Memory for this model's cached grammars, bytes. */
+  grammarCacheBytes: number;
+  /** Entry of the compile thread and its arguments (the binary runs every thread from one entry). */
+  compileWorker: { url: string; argv: string[] };
+  /** Accept the "block" message (tests of supervision: a worker that stops answering). */
+  testHooks?: boolean;
+  /** Native calls in flight, shared with the host (see native-calls.ts). */
+  nativeCalls?: SharedArrayBuffer;
 }
 
 export type HostMessage =
   | { type: "load"; options: WorkerOptions }
-  | { type: "start"; rid: number; request: WireRequest }
+  /** `structureKey`: canonical text of what decides the grammar (null: none, or not computed). */
+  | { type: "start"; rid: number; request: WireRequest; structureKey?: string | null }
   | { type: "cancel"; rid: number }
+  /** Liveness: answered with "pong" between scheduler rounds. */
+  | { type: "ping" }
+  /** Test hook (testHooks only): keep the thread busy for `ms`, as a stuck worker would be. */
+  | { type: "block"; ms: number }
   | { type: "close" };
 
 export interface RejectInfo {
@@ -42,7 +58,13 @@ export type WorkerMessage =
   | { type: "round"; messages: RoundMessage[] }
   | { type: "log"; level: "debug" | "info" | "warn" | "error"; msg: string; fields?: Record<string, unknown> }
   | { type: "stats"; stats: ModelStats }
+  | { type: "pong" }
+  /** An uncaught error: the thread ends as soon as no native call is in flight. */
+  | { type: "fatal"; error: string }
   | { type: "closed" };
 
 /** What a round reports of one request: its new events, or its end (with the error, if it failed). */
-export type RoundMessage = { type: "events"; rid: number; events: GenerationEvent[] } | { type: "done"; rid: number; error?: string };
+export type RoundMessage =
+  | { type: "events"; rid: number; events: GenerationEvent[] }
+  /** `code` is set when the request itself caused its error (a 400-class failure). */
+  | { type: "done"; rid: number; error?: string; code?: string };

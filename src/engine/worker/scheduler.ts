@@ -8,6 +8,8 @@ import { FusedKvBackend } from "../batching/fused-kv.ts";
 import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
 import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
+import { NoAllowedTokenError } from "../sampling/index.ts";
+import { heapStats } from "bun:jsc";
 import { EngineBusyError, EngineRequestError, type GenerationEvent, type ModelStats, type SpeculateMode } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import type { ModelRunner } from "./model-runner.ts";
@@ -16,10 +18,12 @@ import type { WireRequest } from "./protocol.ts";
 import { prefixKey } from "./prefix-key.ts";
 import { NgramDrafter } from "../speculation/ngram.ts";
 import { ChoiceSpeculation, MAX_DRAFT, SpeculationPlanner, type Plan, type PlanRow } from "../speculation/planner.ts";
+import { inlineStructures, type StructureSource } from "./structure-compiler.ts";
 
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
-  done(rid: number, error?: string): void;
+  /** The request ended; `error` when it failed, with `code` when the request itself caused it. */
+  done(rid: number, error?: string, code?: string): void;
   /**
    * The end of a round (or of the work before going idle): what was reported may be sent on.
    * `urgent` when it must go now: a request's first token or its end is in it, or the scheduler
@@ -45,6 +49,8 @@ export interface SchedulerOptions {
   speculatePolicy?: "measured" | "always";
   /** Wraps the KV cache the scheduler makes (the warm-up's, which skips most model runs). */
   wrapBackend?: (backend: KvBackend) => KvBackend;
+  /** Where grammars come from (absent: compiled in this thread, for tests and benchmarks). */
+  structures?: StructureSource;
 }
 
 interface ChoiceRun {
@@ -96,6 +102,9 @@ export class Scheduler {
   private lastRound = { begin: 0, end: 0, promptTokens: -1, rows: 0, width: 0, tokens: 0 };
   private lastStats = "";
   private lastStatsAt = 0;
+  readonly structures: StructureSource;
+  /** Requests being admitted (prompt read, grammar compiled), and whether their client left meanwhile. */
+  private readonly admitting = new Map<number, { cancelled: boolean }>();
 
   constructor(
     private readonly model: ModelRunner,
@@ -110,11 +119,30 @@ export class Scheduler {
     this.maxQueue = opts.maxQueue || 64;
     this.prefillChunk = opts.prefillChunk ?? 256;
     this.speculation = (opts.speculate ?? "ngram") === "ngram" && this.backend.canVerify ? new SpeculationPlanner(opts.speculatePolicy) : null;
+    this.structures = opts.structures ?? inlineStructures(model);
   }
 
-  /** Validates and queues; resolves with the prompt's token count or throws a request/busy error. */
-  async admit(rid: number, request: WireRequest): Promise<number> {
+  /**
+   * Validates and queues; resolves with the prompt's token count or throws a request/busy error.
+   * `structureKey`: the canonical text of what decides the request's grammar, when known.
+   */
+  async admit(rid: number, request: WireRequest, structureKey: string | null = null): Promise<number> {
+    const admission = { cancelled: false };
+    this.admitting.set(rid, admission);
+    try {
+      return await this.admitNow(rid, request, structureKey, admission);
+    } finally {
+      this.admitting.delete(rid);
+    }
+  }
+
+  private async admitNow(rid: number, request: WireRequest, structureKey: string | null, admission: { cancelled: boolean }): Promise<number> {
+    const gone = () => new EngineRequestError("The request was cancelled before it started.", null, "cancelled");
     const { ids: prompt, images, thinking } = await this.model.prompt(request);
+    if (admission.cancelled) throw gone();
+    // Compiled on its own thread: the rounds of the running requests go on meanwhile.
+    const structure = await this.structures.resolve(rid, request, structureKey);
+    if (admission.cancelled) throw gone();
     const maxNew = Math.min(request.maxTokens ?? Number.MAX_SAFE_INTEGER, this.model.info.contextLength - prompt.length);
     const need = request.n * this.backend.sequenceBytes(this.backend.capacityFor(prompt.length + maxNew));
     if (need > this.budget.totalBytes) {
@@ -133,7 +161,7 @@ export class Scheduler {
     }
     const choices: ChoiceRun[] = [];
     for (let index = 0; index < request.n; index++) {
-      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, thinking), seq: null, next: null });
+      choices.push({ stream: new ChoiceStream(index, request, this.model, maxNew, structure, thinking), seq: null, next: null });
     }
     const key = prefixKey(prompt, images);
     this.queue.push({ rid, request, prompt, images, key, maxNew, state: "queued", choices, cancelled: false, out: [] });
@@ -142,6 +170,11 @@ export class Scheduler {
   }
 
   cancel(rid: number): void {
+    const admission = this.admitting.get(rid);
+    if (admission) {
+      admission.cancelled = true;
+      this.structures.cancel(rid);
+    }
     const job = this.queue.find((j) => j.rid === rid) ?? this.active.find((j) => j.rid === rid);
     if (job) job.cancelled = true;
     this.wake?.();
@@ -153,6 +186,7 @@ export class Scheduler {
   }
 
   stats(): ModelStats {
+    const compiles = this.structures.stats?.();
     return {
       model: this.model.info.id,
       runningRequests: this.active.length,
@@ -172,6 +206,11 @@ export class Scheduler {
       draftTokens: this.counters.draftTokens,
       acceptedDraftTokens: this.counters.acceptedTokens,
       rejectedBusy: this.counters.rejectedBusy,
+      grammarCacheBytes: compiles?.cachedBytes ?? 0,
+      schemasCompiled: compiles?.compiled ?? 0,
+      schemasRefused: compiles?.refused ?? 0,
+      workerHeapBytes: heapStats().heapSize,
+      compileHeapBytes: compiles?.heapBytes ?? 0,
     };
   }
 
@@ -182,7 +221,11 @@ export class Scheduler {
       if (this.active.length === 0) {
         this.sink.endRound?.(true);
         this.publishStats(true);
+        // Idle a while after work: a full collection gives back what the burst left (prompts of
+        // megabytes, grammars, masks) instead of holding it until the next one.
+        const collect = setTimeout(() => Bun.gc(true), IDLE_GC_MS);
         await new Promise<void>((resolve) => (this.wake = resolve));
+        clearTimeout(collect);
         this.wake = null;
         continue;
       }
@@ -256,7 +299,12 @@ export class Scheduler {
       room -= chunk.length;
       this.counters.promptTokensComputed += chunk.length;
       if (seq.tokens.length < job.prompt.length) continue;
-      this.beginDecoding(job, logits);
+      try {
+        this.beginDecoding(job, logits);
+      } catch (e) {
+        // One choice's token pipeline failed (e.g. nothing left allowed): that request ends, not the loop.
+        this.fail(job, e);
+      }
     }
   }
 
@@ -269,7 +317,7 @@ export class Scheduler {
     if (job.choices.length > 1) promptKv();
     job.choices.forEach((c, i) => {
       if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
-      c.next = c.stream.advance(i === 0 ? logits : logits.slice(), job.out);
+      c.next = advanceChoice(c.stream, i === 0 ? logits : logits.slice(), job.out);
       this.counters.generatedTokens++;
       if (c.next === null) this.endChoice(c, job, true);
     });
@@ -301,11 +349,14 @@ export class Scheduler {
     const generated = this.counters.generatedTokens;
     // A round's cost counts from here: the lookups of drafts are part of it.
     const plan = planner?.speculating(batch.length) ? planner.plan(batch.map((r) => this.planRow(r))) : null;
-    const ran = plan ? await this.verifyRound(batch, plan, begin) : await this.plainRound(batch, begin);
+    // Requests whose token pipeline failed (e.g. nothing left allowed): they end, not the loop.
+    const failed = new Map<Job, unknown>();
+    const ran = plan ? await this.verifyRound(batch, plan, begin, failed) : await this.plainRound(batch, begin, failed);
     // A failed run has ended its requests already.
     if (!ran) return;
+    for (const [job, e] of failed) this.fail(job, e);
     for (const job of new Set(batch.map((b) => b.job))) {
-      if (job.choices.every((c) => c.stream.finished)) this.retire(job);
+      if (!failed.has(job) && job.choices.every((c) => c.stream.finished)) this.retire(job);
     }
     this.lastRound = {
       begin,
@@ -334,7 +385,7 @@ export class Scheduler {
    * A decode step. Now and then, with speculation on, a few rows first look up a one-token
    * draft, to learn how drafts would fare without verifying any (see SpeculationPlanner).
    */
-  private async plainRound(batch: Row[], begin: number): Promise<boolean> {
+  private async plainRound(batch: Row[], begin: number, failed: Map<Job, unknown>): Promise<boolean> {
     const planner = this.speculation;
     const shadows = planner ? planner.shadowRows(batch.length) : 0;
     const first = shadows > 0 ? this.counters.decodeSteps % batch.length : 0;
@@ -353,8 +404,13 @@ export class Scheduler {
     const ran = performance.now();
     let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
-      if (job.cancelled) return;
-      choice.next = choice.stream.advance(logits[i]!, job.out);
+      if (job.cancelled || failed.has(job)) return;
+      try {
+        choice.next = advanceChoice(choice.stream, logits[i]!, job.out);
+      } catch (e) {
+        failed.set(job, e);
+        return;
+      }
       advanced++;
       this.counters.generatedTokens++;
       if (choice.next === null) this.endChoice(choice, job, true);
@@ -362,7 +418,7 @@ export class Scheduler {
     if (!planner) return true;
     planner.observeRound(batch.length, 0, ran - begin, performance.now() - ran, advanced);
     for (const { row, draft } of guesses) {
-      if (draft.tokens.length > 0 && row.choice.next !== null) planner.observeShadow(batch.length, row.choice.spec!, draft.match, draft.tokens[0] === row.choice.next);
+      if (draft.tokens.length > 0 && row.choice.next !== null && !failed.has(row.job)) planner.observeShadow(batch.length, row.choice.spec!, draft.match, draft.tokens[0] === row.choice.next);
     }
     return true;
   }
@@ -391,7 +447,7 @@ export class Scheduler {
    * the cache forgets the positions after it. Nothing but the cache needs undoing: the choice's
    * sampler, grammar, penalties and stop matching only ever saw the tokens it kept.
    */
-  private async verifyRound(batch: Row[], plan: Plan, begin: number): Promise<boolean> {
+  private async verifyRound(batch: Row[], plan: Plan, begin: number, failed: Map<Job, unknown>): Promise<boolean> {
     const planner = this.speculation!;
     const lists = batch.map(({ choice }, i) => [choice.next!, ...plan.drafts[i]!]);
     const logits = await this.tryRun(batch, () =>
@@ -404,16 +460,22 @@ export class Scheduler {
     const ran = performance.now();
     let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
-      if (job.cancelled) return;
+      if (job.cancelled || failed.has(job)) return;
       const list = lists[i]!;
       const seq = choice.seq!;
       const base = seq.tokens.length - list.length;
       let used = 0;
       let next: number | null = null;
-      while (used < list.length) {
-        next = choice.stream.advance(logits[i]![used]!, job.out);
-        used++;
-        if (next === null || used === list.length || next !== list[used]) break;
+      try {
+        while (used < list.length) {
+          next = advanceChoice(choice.stream, logits[i]![used]!, job.out);
+          used++;
+          if (next === null || used === list.length || next !== list[used]) break;
+        }
+      } catch (e) {
+        // The request ends (its cache with it); what it kept before this position was reported.
+        failed.set(job, e);
+        return;
       }
       advanced += used;
       this.counters.generatedTokens += used;
@@ -446,7 +508,7 @@ export class Scheduler {
 
   private fail(job: Job, e: unknown) {
     for (const c of job.choices) this.endChoice(c, job, false);
-    this.retire(job, (e as Error).message ?? String(e));
+    this.retire(job, (e as Error).message ?? String(e), e instanceof EngineRequestError ? (e.code ?? undefined) : undefined);
   }
 
   private flush(job: Job) {
@@ -456,12 +518,12 @@ export class Scheduler {
     }
   }
 
-  private retire(job: Job, error?: string) {
+  private retire(job: Job, error?: string, code?: string) {
     this.urgent = true;
     this.active = this.active.filter((j) => j !== job);
     for (const c of job.choices) this.endChoice(c, job, false);
     this.flush(job);
-    this.sink.done(job.rid, error);
+    this.sink.done(job.rid, error, code);
   }
 
   /** At most every 250 ms while busy, and once on going idle, when something changed. */
@@ -479,6 +541,23 @@ export class Scheduler {
 }
 
 const mib = (b: number) => Math.ceil(b / 2 ** 20);
+const IDLE_GC_MS = 2000;
+
+/** One token of a choice; a state where nothing is allowed becomes the request's error, naming the choice. */
+function advanceChoice(stream: ChoiceStream, logits: Float32Array, out: GenerationEvent[]): number | null {
+  try {
+    return stream.advance(logits, out);
+  } catch (e) {
+    if (e instanceof NoAllowedTokenError) {
+      throw new EngineRequestError(
+        `No token is allowed next in choice ${stream.index}: ${stream.constrained ? "logit_bias bans every token the response format or tool-call grammar allows at this point" : "logit_bias bans every token the model can produce"}.`,
+        "logit_bias",
+        "no_allowed_token",
+      );
+    }
+    throw e;
+  }
+}
 
 /** A snapshot filed under the prefix key of its positions rather than their token ids. */
 function keyed(kv: PrefixKv, key: number[]): PrefixKv {

@@ -4,21 +4,28 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
+  checkSchemaShape,
+  GrammarError,
   GrammarMatcher,
   prepareVocabulary,
   responseFormatGrammar,
+  SchemaLimitError,
+  shareVocabulary,
   tokenVocabulary,
   UnsupportedSchemaError,
   type Grammar,
+  type SharedVocabulary,
   type TokenVocabulary,
 } from "../../structured/index.ts";
 import { detectToolCallSyntax, toolCallGrammar, type ToolCallSyntax } from "../../structured/tools/index.ts";
-import { EngineRequestError } from "../types.ts";
+import { EngineRequestError, type FunctionTool, type ResponseFormat, type ToolChoice } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
 
 interface ModelStructure {
   vocab: TokenVocabulary;
+  /** The same vocabulary's memory, for the compile thread (it prepares grammars' token budgets). */
+  shared: SharedVocabulary;
   syntax: ToolCallSyntax | null;
 }
 
@@ -33,11 +40,12 @@ export function modelStructure(model: ModelRunner): ModelStructure {
     const template = [templates.toolUse, templates.default, ...Object.values(templates.named)].filter((t): t is string => !!t).join("\n");
     const syntax = detectToolCallSyntax(template);
     // Mistral's [TOOL_CALLS] is a control token the grammar must be able to produce as text.
-    const vocab = tokenVocabulary(tokenizerJson, { textSpecialTokens: syntax === "mistral" ? ["[TOOL_CALLS]"] : [] });
+    // In shared memory: the compile thread reads the same tables without a copy.
+    const { vocab, data: shared } = shareVocabulary(tokenVocabulary(tokenizerJson, { textSpecialTokens: syntax === "mistral" ? ["[TOOL_CALLS]"] : [] }));
     // Masks shared by all schemas (string contents, numbers, formats, json_object): computed here
     // once, so the first steps of each new schema do not walk the whole vocabulary.
     prepareVocabulary(vocab);
-    s = { vocab, syntax };
+    s = { vocab, shared, syntax };
     perModel.set(model, s);
   }
   return s;
@@ -50,13 +58,30 @@ export interface RequestStructure {
   toolSyntax: ToolCallSyntax | null;
 }
 
+/** What to compile for a request: plain data, so it can go to the compile thread. */
+export type StructureSpec =
+  | { kind: "format"; format: ResponseFormat }
+  | {
+      kind: "tools";
+      tools: FunctionTool[];
+      toolChoice: ToolChoice | undefined;
+      syntax: ToolCallSyntax;
+      parallelToolCalls: boolean | undefined;
+    };
+
+/** A request's structure before compiling: the spec (null: free generation) and the tool syntax. */
+export interface StructurePlan {
+  spec: StructureSpec | null;
+  toolSyntax: ToolCallSyntax | null;
+}
+
 const forcing = (r: WireRequest) => r.toolChoice === "required" || typeof r.toolChoice === "object";
 
-/** Decides and compiles what a request needs; refuses what cannot be guaranteed, naming the param. */
-export function requestStructure(request: WireRequest, model: ModelRunner): RequestStructure {
+/** Decides what a request needs (cheap); refuses what cannot be guaranteed, naming the param. */
+export function planStructure(request: WireRequest, model: ModelRunner): StructurePlan {
   const wantsFormat = request.responseFormat !== undefined && request.responseFormat.type !== "text";
   const hasTools = (request.tools?.length ?? 0) > 0 && request.toolChoice !== "none";
-  if (!wantsFormat && !hasTools) return { grammar: null, toolSyntax: null };
+  if (!wantsFormat && !hasTools) return { spec: null, toolSyntax: null };
   const { syntax } = modelStructure(model);
   if (hasTools && syntax === null) {
     throw new EngineRequestError(
@@ -72,23 +97,47 @@ export function requestStructure(request: WireRequest, model: ModelRunner): Requ
       "invalid_value",
     );
   }
+  if (wantsFormat) return { spec: { kind: "format", format: request.responseFormat! }, toolSyntax: hasTools ? syntax : null };
+  return {
+    spec: { kind: "tools", tools: request.tools!, toolChoice: request.toolChoice, syntax: syntax!, parallelToolCalls: request.parallelToolCalls },
+    toolSyntax: syntax,
+  };
+}
+
+/** The request parameter a spec's schemas came from (named in refusals). */
+export const specParam = (spec: StructureSpec) => (spec.kind === "format" ? "response_format.json_schema.schema" : "tools");
+
+/**
+ * The grammar of a spec, under the compile budget in force on this thread (if any). Throws
+ * UnsupportedSchemaError, SchemaLimitError or CompileCancelledError.
+ */
+export function compileStructureSpec(spec: StructureSpec): Grammar | null {
+  if (spec.kind === "format") {
+    if (spec.format.type === "json_schema") checkSchemaShape(spec.format.json_schema.schema, "");
+    return responseFormatGrammar(spec.format);
+  }
+  spec.tools.forEach((t, i) => checkSchemaShape(t.function.parameters, `/tools/${i}/function/parameters`));
+  return toolCallGrammar({ tools: spec.tools, toolChoice: spec.toolChoice, syntax: spec.syntax, parallelToolCalls: spec.parallelToolCalls });
+}
+
+/** A compile failure as the 400 the client gets; null when it is not the schema's fault. */
+export function schemaRefusal(e: unknown, param: string): EngineRequestError | null {
+  if (e instanceof UnsupportedSchemaError) return new EngineRequestError(e.message, param, "unsupported_schema");
+  if (e instanceof GrammarError) return new EngineRequestError(`the schema cannot be enforced: ${e.message}`, param, "unsupported_schema");
+  if (e instanceof SchemaLimitError) return new EngineRequestError(`${cap(e.message)}.`, param, "schema_too_complex");
+  return null;
+}
+
+const cap = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);
+
+/** Decides and compiles what a request needs, in this thread; refuses what cannot be guaranteed, naming the param. */
+export function requestStructure(request: WireRequest, model: ModelRunner): RequestStructure {
+  const plan = planStructure(request, model);
+  if (!plan.spec) return { grammar: null, toolSyntax: null };
   try {
-    if (wantsFormat) {
-      return { grammar: responseFormatGrammar(request.responseFormat), toolSyntax: hasTools ? syntax : null };
-    }
-    const grammar = toolCallGrammar({
-      tools: request.tools!,
-      toolChoice: request.toolChoice,
-      syntax: syntax!,
-      parallelToolCalls: request.parallelToolCalls,
-    });
-    return { grammar, toolSyntax: syntax };
+    return { grammar: compileStructureSpec(plan.spec), toolSyntax: plan.toolSyntax };
   } catch (e) {
-    if (e instanceof UnsupportedSchemaError) {
-      const param = wantsFormat ? "response_format.json_schema.schema" : "tools";
-      throw new EngineRequestError(e.message, param, "unsupported_schema");
-    }
-    throw e;
+    throw schemaRefusal(e, specParam(plan.spec)) ?? e;
   }
 }
 

@@ -7,6 +7,7 @@ import { canonicalJson } from "../canonical.ts";
 import { cached } from "../compile.ts";
 import { UnsupportedSchemaError } from "../errors.ts";
 import { type Grammar, GrammarBuilder } from "../grammar.ts";
+import { checkProgress } from "../left-recursion.ts";
 import { WS_BYTES } from "../json-text.ts";
 import { container, type Layout, layoutKey, ROOT } from "../layout.ts";
 import { SchemaCompiler } from "../schema.ts";
@@ -117,5 +118,7 @@ function build(
   if (mode === "forced") root = callsRe;
   else if (syntax === "llama3") root = alt(callsRe, text);
   else root = seq(text, opt(callsRe));
-  return builder.build(builder.add(root), key);
+  const grammar = builder.build(builder.add(root), key);
+  checkProgress(grammar, (r) => compiler.pointers[r]);
+  return grammar;
 }
