@@ -12,7 +12,7 @@ import { InProcessEngine, type Measure } from "./in-process-engine.ts";
 import { streamChat } from "./stream-chat.ts";
 
 export type RunnerSpec =
-  | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number }
+  | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number; prompts?: string[] }
   | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number }
   | { kind: "transformers"; root: string; dir: string; promptIds: number[]; threads: number; tokens: number; dtype?: "fp32" | "q4" };
 
@@ -73,8 +73,10 @@ export class RunnerProcess {
 }
 
 /** One streamed greedy request through the HTTP API: TTFT and decode rate, client-side. */
-async function sluiceRun(client: OpenAI, spec: Extract<RunnerSpec, { kind: "http" }>): Promise<Measure> {
-  const r = await streamChat(client, spec.model, spec.prompt, spec.tokens, { logitBias: Object.fromEntries(spec.eos.map((e) => [e, -100])) });
+async function sluiceRun(client: OpenAI, spec: Extract<RunnerSpec, { kind: "http" }>, run: number): Promise<Measure> {
+  // With `prompts`, each run takes the next one.
+  const prompt = spec.prompts ? spec.prompts[run % spec.prompts.length]! : spec.prompt;
+  const r = await streamChat(client, spec.model, prompt, spec.tokens, { logitBias: Object.fromEntries(spec.eos.map((e) => [e, -100])) });
   if (r.tokens !== spec.tokens) throw new Error(`expected ${spec.tokens} tokens, got ${r.tokens}`);
   // From the first content chunk to the last.
   const span = r.gaps.reduce((a, g) => a + g, 0);
@@ -112,7 +114,8 @@ async function serve(): Promise<void> {
         const spec = request.spec;
         if (spec.kind === "http") {
           const client = new OpenAI({ apiKey: spec.key, baseURL: spec.baseURL, maxRetries: 0 });
-          run = () => sluiceRun(client, spec);
+          let runs = 0;
+          run = () => sluiceRun(client, spec, runs++);
         } else if (spec.kind === "engine") {
           const e = (engine = await InProcessEngine.load(spec.dir, spec.id));
           run = () => e.run(spec.prompt, spec.eos, spec.tokens);

@@ -17,7 +17,8 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
   const data = mkdtempSync(join(tmpdir(), "sluice-bench-data-"));
   const server = await spawnServe(
     ["--data", data, "--models", modelsDir, "--no-demo", "--device", "cpu", "--log-level", "error", ...extraArgs],
-    { stderr: "inherit" },
+    // As an operator starts it: the models warmed up at load as serve does by default.
+    { stderr: "inherit", env: { SLUICE_WARMUP_MS: process.env.SLUICE_WARMUP_MS } },
   );
   return {
     url: server.url,

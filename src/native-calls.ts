@@ -40,6 +40,27 @@ export async function nativeCall<T>(call: () => Promise<T>): Promise<T> {
 }
 
 /**
+ * A synchronous native call (a decoder run through onnxruntime-node's binding directly, see
+ * engine/runtime/native-session.ts), counted the same way: the owner waits for it to return
+ * before ending the thread, as the binding still builds its results through N-API after the run.
+ * Once the thread is stopping it never starts, and what an awaiting caller gets never settles.
+ */
+export function nativeCallSync<T>(call: () => T): T | Promise<T> {
+  const f = flags;
+  if (f === null) return call();
+  Atomics.add(f, IN_FLIGHT, 1);
+  if (Atomics.load(f, STOP) !== 0) {
+    Atomics.sub(f, IN_FLIGHT, 1);
+    return new Promise<T>(() => {});
+  }
+  try {
+    return call();
+  } finally {
+    Atomics.sub(f, IN_FLIGHT, 1);
+  }
+}
+
+/**
  * Stops new calls in the thread that shares `buffer` and resolves once none is in flight (then
  * the thread may be terminated). `onSlow` is called once if that takes longer than `slowMs`.
  * After `giveUpMs` it resolves false: a call is still counted (the thread may be stuck in

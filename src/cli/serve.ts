@@ -43,6 +43,9 @@ async function banner(server: RunningServer, args: CommandArgs, account: string)
   return lines.join("\n") + "\n";
 }
 
+/** The warm-up per model when neither --warmup-ms nor SLUICE_WARMUP_MS says otherwise. */
+const DEFAULT_WARMUP_MS = 2000;
+
 export const serveCommand: Command = {
   path: ["serve"],
   usage: "[options]",
@@ -68,6 +71,8 @@ export const serveCommand: Command = {
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of the memory budget, 256 MiB to 8 GiB, at most what 64 sequences at the model's full context use)", default: "0" },
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 503 (0: 64; per model: sluice.json's max_queue)", default: "0" },
+    { name: "warmup-ms", type: "string", help: "Per model at load, run synthetic requests through the decoding code for up to this long so the first requests get full speed (0: none; default SLUICE_WARMUP_MS, else 2000)" },
+    { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, verified by the model; the output is unchanged) or off", default: "ngram" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
@@ -82,6 +87,8 @@ export const serveCommand: Command = {
     if (!LEVELS.includes(level)) throw new UsageError(`--log-level must be one of ${LEVELS.join(", ")}`);
     const threads = Number(args.values.threads);
     if (!Number.isInteger(threads) || threads < 0) throw new UsageError("--threads must be an integer ≥ 0");
+    const speculate = String(args.values.speculate);
+    if (speculate !== "ngram" && speculate !== "off") throw new UsageError("--speculate must be ngram or off");
     const device = String(args.values.device);
     if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
     configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
@@ -126,6 +133,8 @@ export const serveCommand: Command = {
       kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
       maxQueue: count("max-queue"),
       ...residency,
+      speculate,
+      warmupMs: typeof args.values["warmup-ms"] === "string" ? count("warmup-ms") : process.env.SLUICE_WARMUP_MS === undefined ? DEFAULT_WARMUP_MS : undefined,
       ...engineOptions,
       // Where `sluice doctor` finds crash loops (it has no connection to this process).
       onHealthChange: (health) => {

@@ -30,6 +30,7 @@ import {
   type ModelSource,
   type ModelStats,
   type ResidencySummary,
+  type SpeculateMode,
   type WorkerHealth,
 } from "./types.ts";
 import { deviceMemory, memoryBudgetBytes } from "./residency/device-memory.ts";
@@ -52,6 +53,10 @@ export interface EngineOptions {
   kvBudgetBytes?: number;
   /** Requests per model that may wait for KV memory (absent: SLUICE_MAX_QUEUE, else 64). */
   maxQueue?: number;
+  /** Speculative decoding (absent: "ngram"). */
+  speculate?: SpeculateMode;
+  /** Warm-up per model at load, ms (absent: SLUICE_WARMUP_MS, else none). */
+  warmupMs?: number;
   /** Worker entry; overridable so the compiled binary can point at its embedded copy. */
   workerUrl?: string | URL;
   /** What compiling one request's schemas may cost (absent: DEFAULT_COMPILE_LIMITS). */
@@ -624,6 +629,8 @@ export class WorkerEngine implements Engine {
         maxQueue: opts.maxQueue ?? 0,
         keyQueueShare: opts.accountQueueShare,
         queueOrder: opts.scheduling,
+        speculate: opts.speculate,
+        warmupMs: opts.warmupMs ?? envNumber("SLUICE_WARMUP_MS"),
         compileLimits: this.compileLimits,
         grammarCacheBytes: opts.grammarCacheBytes ?? DEFAULT_GRAMMAR_CACHE_BYTES,
         // The binary starts every thread from its one embedded entry, told apart by an argument.
@@ -635,7 +642,7 @@ export class WorkerEngine implements Engine {
     };
     this.memory = new Residency({
       budgetBytes: opts.memoryBudgetBytes ?? memoryBudgetBytes(deviceMemory(false), null),
-      loader: { load: (id, kv) => this.loadWorker(id, kv), unload: (id) => this.unloadWorker(id) },
+      loader: { load: (id, kv, warm) => this.loadWorker(id, kv, warm), unload: (id) => this.unloadWorker(id) },
       keepAliveMs: (id) => this.sources.get(id)?.keepAliveMs?.() ?? opts.keepAliveMs ?? DEFAULT_KEEP_ALIVE_MS,
       waitMs: opts.loadWaitMs ?? 60_000,
       log: opts.log,
@@ -687,12 +694,18 @@ export class WorkerEngine implements Engine {
   }
 
   /** Residency's load: a supervised worker with this KV budget (its restarts keep it). */
-  private async loadWorker(id: string, kvBytes: number): Promise<{ kvBytes: number }> {
+  private async loadWorker(id: string, kvBytes: number, warm: boolean): Promise<{ kvBytes: number }> {
     const source = this.sources.get(id);
     if (!source) throw new Error(`model ${id} is no longer served`);
     const settings: ThreadSettings = {
       ...this.settings,
-      options: { ...this.settings.options, kvBudgetBytes: kvBytes, kvCapSequences: this.explicitKvBytes === 0 ? KV_SEQUENCES : undefined },
+      options: {
+        ...this.settings.options,
+        kvBudgetBytes: kvBytes,
+        kvCapSequences: this.explicitKvBytes === 0 ? KV_SEQUENCES : undefined,
+        // A request waiting for this load gets its first token sooner without the warm-up.
+        warmupMs: warm ? this.settings.options.warmupMs : 0,
+      },
     };
     const slot = new ModelSlot(source, settings, this.supervision, this.opts.log.child({ model: id }), this.changed);
     const error = await slot.load();

@@ -8,7 +8,7 @@ import { WorkerEngine, type SupervisionOptions } from "./host.ts";
 import { deviceMemory, memoryBudgetBytes as budgetFor } from "./residency/device-memory.ts";
 import type { QueueOrder } from "./worker/fair-queue.ts";
 import { chooseProviders, deviceLines, type Device } from "./providers.ts";
-import type { Engine, WorkerHealth } from "./types.ts";
+import type { Engine, SpeculateMode, WorkerHealth } from "./types.ts";
 
 export interface CreateEngineOptions {
   log: Logger;
@@ -29,6 +29,10 @@ export interface CreateEngineOptions {
   /** Share of a model's queue one fairness key (account) may have waiting. */
   accountQueueShare?: number;
   scheduling?: QueueOrder;
+  /** Speculative decoding (absent: "ngram"). */
+  speculate?: SpeculateMode;
+  /** Warm-up per model at load, ms (absent: SLUICE_WARMUP_MS, else none). */
+  warmupMs?: number;
   /** What compiling one request's schemas may cost (serve --max-schema-*). */
   compileLimits?: Partial<CompileLimits>;
   /** Memory for each model's cached grammars, bytes. */
@@ -68,6 +72,8 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     threads: opts.threads,
     kvBudgetBytes: opts.kvBudgetBytes,
     maxQueue: opts.maxQueue,
+    speculate: opts.speculate,
+    warmupMs: opts.warmupMs,
     workerUrl: packagedWorkerUrl(),
     memoryBudgetBytes,
     keepAliveMs: opts.keepAliveMs,

@@ -208,6 +208,9 @@ export interface ModelLoadResult {
 }
 
 /** A model's scheduler and KV cache at one moment (gauges) and since it loaded (counters). */
+/** Speculative decoding: prompt-lookup drafts verified by the model, or none. */
+export type SpeculateMode = "ngram" | "off";
+
 export interface ModelStats {
   model: string;
   /** Requests generating (prefilling or decoding) and their sequences (one per choice). */
@@ -228,6 +231,9 @@ export interface ModelStats {
   promptTokensComputed: number;
   generatedTokens: number;
   decodeSteps: number;
+  /** Speculated tokens checked by the model, and those it accepted (each saved a decode step). */
+  draftTokens: number;
+  acceptedDraftTokens: number;
   /** Requests refused because their fairness key had its share of the queue waiting (429). */
   rejectedBusy: number;
   /** Requests refused because the queue was full (503). */

@@ -52,6 +52,11 @@ export interface SyntheticSpec {
 
 export interface SyntheticScript {
   chains: (string | number)[][];
+  /**
+   * Tokens followed by a known distribution instead of one successor: `after` and each successor
+   * must be one token each; the logits are relative (a softmax over the listed successors).
+   */
+  distributions?: { after: string | number; next: [string | number, number][] }[];
   /** Preferred where the script says nothing, best first; default: end of turn, `"`, `}`, `]`, `0`, `{`, `[`, `:`, `,`. */
   fallback?: (string | number)[];
 }
@@ -247,5 +252,16 @@ async function encodeScript(script: SyntheticScript, tok: TokenizerFiles): Promi
     return out;
   };
   const fallback = script.fallback ? await ids(script.fallback) : [tok.eos[0]!, ...(await ids(['"', "}", "]", "0", "{", "[", ":", ","]))];
-  return { chains: await Promise.all(script.chains.map(ids)), fallback };
+  const one = async (item: string | number): Promise<number> => {
+    const got = await ids([item]);
+    if (got.length !== 1) throw new Error(`${JSON.stringify(item)} is ${got.length} tokens, not one`);
+    return got[0]!;
+  };
+  const distributions = [];
+  for (const d of script.distributions ?? []) {
+    const next: [number, number][] = [];
+    for (const [item, logit] of d.next) next.push([await one(item), logit]);
+    distributions.push({ after: await one(d.after), next });
+  }
+  return { chains: await Promise.all(script.chains.map(ids)), fallback, distributions };
 }

@@ -22,7 +22,9 @@ export async function spawnServe(
 ): Promise<ServeProcess> {
   const proc = Bun.spawn([BUN, join(REPO, "src/cli/main.ts"), "serve", "--port", "0", ...args], {
     cwd: REPO,
-    env: { ...process.env, ...opts.env },
+    // No warm-up of the models unless asked for (by the caller's environment, or --warmup-ms):
+    // it would add up to two seconds per model to every test that starts a server.
+    env: { SLUICE_WARMUP_MS: "0", ...process.env, ...opts.env },
     stdout: "pipe",
     stderr: opts.stderr ?? "ignore",
   });

@@ -93,6 +93,21 @@ export class SpareBuffers {
   }
 }
 
+/** The sequences of a batch by the pool they live in, each with its index in the batch. */
+function byPool(list: Sequence[]): Map<Pool, Map<FusedSequence, number>> {
+  const pools = new Map<Pool, Map<FusedSequence, number>>();
+  list.forEach((s, i) => {
+    const seq = s as FusedSequence;
+    let m = pools.get(seq.pool!);
+    if (!m) pools.set(seq.pool!, (m = new Map()));
+    m.set(seq, i);
+  });
+  return pools;
+}
+
+/** A row whose new positions go into the cache: batch row, its first new position, how many (all). */
+type Write = [row: number, position: number, count?: number];
+
 export class FusedKvBackend implements KvBackend {
   private pools = new Map<number, Pool>();
   private readonly spare: SpareBuffers;
@@ -286,7 +301,9 @@ export class FusedKvBackend implements KvBackend {
     pool: Pool,
     firstRow: number,
     rows: number,
-    writes: [row: number, position: number][],
+    writes: Write[],
+    logitPositions = 1,
+    general = false,
   ): Promise<ort.Tensor> {
     const { spec, stepKv } = this.decoder;
     const kv = this.views(pool, firstRow, rows);
@@ -300,7 +317,7 @@ export class FusedKvBackend implements KvBackend {
       }
     });
     if (stepKv) fetches[stepKv.output] = null;
-    const out = await this.decoder.run(feeds, fetches as ort.InferenceSession.FetchesType, tokens);
+    const out = await this.decoder.run(feeds, fetches, tokens, logitPositions, general);
     if (stepKv) {
       const packed = out[stepKv.output]!;
       const src: KvArray = packed.type === "float16" ? halfBits(packed.data) : (packed.data as Float32Array);
@@ -318,13 +335,13 @@ export class FusedKvBackend implements KvBackend {
    * Copies one layer's block [rows, heads, tokens, dim] of the packed step output, from `base` in
    * `src`, into the rows' places in a pool buffer.
    */
-  private writeStep(src: KvArray, base: number, tokens: number, dst: KvArray, pool: Pool, firstRow: number, writes: [number, number][]): void {
+  private writeStep(src: KvArray, base: number, tokens: number, dst: KvArray, pool: Pool, firstRow: number, writes: Write[]): void {
     const { heads, dim } = this;
-    for (const [row, position] of writes) {
+    for (const [row, position, count] of writes) {
       const from = base + row * heads * tokens * dim;
       const to = (firstRow + row) * pool.stride + position * dim;
       if (tokens > 1) {
-        copyHeads(src, from, tokens, dst, to, pool.capacity, heads, dim, tokens);
+        copyHeads(src, from, tokens, dst, to, pool.capacity, heads, dim, count ?? tokens);
         continue;
       }
       // One position per head: a plain loop, no subarray objects (a decode step has rows × heads
@@ -352,18 +369,11 @@ export class FusedKvBackend implements KvBackend {
 
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
     const result: Float32Array[] = new Array(list.length);
-    const byPool = new Map<Pool, Map<FusedSequence, number>>();
     for (const s of list) {
       const seq = s as FusedSequence;
       this.ensure(seq, Math.min(seq.tokens.length + 1, seq.capacity));
     }
-    list.forEach((s, i) => {
-      const seq = s as FusedSequence;
-      let m = byPool.get(seq.pool!);
-      if (!m) byPool.set(seq.pool!, (m = new Map()));
-      m.set(seq, i);
-    });
-    for (const [pool, members] of byPool) {
+    for (const [pool, members] of byPool(list)) {
       // Rows past the last member are left out; rows in between that are not decoding (still
       // prefilling) ride along with a dummy token past their valid length, which is either not
       // written (step outputs) or overwritten by their next prefill chunk.
@@ -374,7 +384,7 @@ export class FusedKvBackend implements KvBackend {
       const ids = new Array<number>(rows).fill(0);
       const positions = new Array<number>(rows);
       const mask = new Uint8Array(rows * width);
-      const writes: [number, number][] = [];
+      const writes: Write[] = [];
       for (let r = 0; r < rows; r++) {
         const seq = pool.rows[r]!;
         const i = members.get(seq);
@@ -393,6 +403,80 @@ export class FusedKvBackend implements KvBackend {
       }
     }
     return result;
+  }
+
+  get canVerify(): boolean {
+    return this.decoder.stepKv !== null;
+  }
+
+  async verify(list: Sequence[], tokens: number[][]): Promise<Float32Array[][]> {
+    if (!this.canVerify) throw new Error("verify() needs the decoder's step outputs");
+    const width = Math.max(...tokens.map((t) => t.length));
+    const result: Float32Array[][] = new Array(list.length);
+    list.forEach((s, i) => {
+      const seq = s as FusedSequence;
+      const need = seq.tokens.length + tokens[i]!.length;
+      if (need > seq.capacity) throw new Error(`sequence of capacity ${seq.capacity} cannot take ${need} positions`);
+      // Padding past a row's own tokens is never written, but its positions must exist (rotary).
+      if (seq.tokens.length + width > this.limit) throw new Error(`a run ${width} wide past ${seq.tokens.length} positions exceeds the context of ${this.limit}`);
+      this.ensure(seq, need);
+    });
+    if (this.decoder.stepMode !== "split") {
+      // GroupQueryAttention takes several new tokens after a past for one row at a time.
+      for (const [i, s] of list.entries()) {
+        const seq = s as FusedSequence;
+        const t = tokens[i]!;
+        const past = seq.tokens.length;
+        const logits = await this.run(await this.decoder.feeds(chunkInputs(t, past)), t.length, seq.pool!, seq.row, 1, [[0, past]], t.length, true);
+        seq.tokens.push(...t);
+        result[i] = t.map((_, j) => this.decoder.positionLogits(logits, 0, j, t.length));
+      }
+      return result;
+    }
+    for (const [pool, members] of byPool(list)) {
+      // As decode(), `width` tokens per row. A member shorter than the widest is padded past its
+      // end (causal attention keeps its own positions exact; the padding is not written). Rows
+      // riding along are told a past that keeps their positions inside the pool: their output is
+      // not read and, with step outputs, nothing of theirs is written.
+      let rows = 0;
+      for (const seq of members.keys()) rows = Math.max(rows, seq.row + 1);
+      const lengths = new Array<number>(rows);
+      for (let r = 0; r < rows; r++) {
+        const seq = pool.rows[r]!;
+        const len = seq.tokens.length;
+        lengths[r] = members.has(seq) ? len + width : Math.max(width, Math.min(len + width, pool.capacity));
+      }
+      const maskWidth = Math.max(...lengths);
+      const ids = new Array<number>(rows * width).fill(0);
+      const positions = new Array<number>(rows * width);
+      const mask = new Uint8Array(rows * maskWidth);
+      const writes: Write[] = [];
+      for (let r = 0; r < rows; r++) {
+        const seq = pool.rows[r]!;
+        const i = members.get(seq);
+        const first = lengths[r]! - width;
+        if (i !== undefined) {
+          const t = tokens[i]!;
+          for (let j = 0; j < width; j++) ids[r * width + j] = t[Math.min(j, t.length - 1)]!;
+          writes.push([r, first, t.length]);
+        }
+        for (let j = 0; j < width; j++) positions[r * width + j] = first + j;
+        mask.fill(1, r * maskWidth, r * maskWidth + lengths[r]!);
+      }
+      const feeds = await this.decoder.feeds({ batch: rows, width, ids, mask, maskWidth, positions });
+      const logits = await this.run(feeds, width, pool, 0, rows, writes, width, true);
+      for (const [seq, i] of members) {
+        const t = tokens[i]!;
+        seq.tokens.push(...t);
+        result[i] = t.map((_, j) => this.decoder.positionLogits(logits, seq.row, j, width));
+      }
+    }
+    return result;
+  }
+
+  truncate(s: Sequence, length: number): void {
+    const seq = s as FusedSequence;
+    if (length < seq.tokens.length) seq.tokens.length = length;
   }
 
   snapshot(s: Sequence, length: number): PrefixKv {

@@ -41,6 +41,20 @@ export interface KvBackend {
   prefill(seq: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array>;
   /** Appends one token to each sequence in one batched run; the logits per sequence. */
   decode(seqs: Sequence[], tokens: number[]): Promise<Float32Array[]>;
+  /**
+   * Whether verify() runs here (the in-place cache needs the step outputs of a rewritten graph:
+   * without them ONNX Runtime itself writes every row's new positions into the pool).
+   */
+  readonly canVerify: boolean;
+  /**
+   * Appends `tokens[i]` (one or more) to sequence i, all in one batched run: for checking
+   * speculated tokens. The logits after each appended position, per sequence. Rows run as wide
+   * as the longest list (the shorter padded past their end), so every sequence must have room
+   * for that many positions in its context.
+   */
+  verify(seqs: Sequence[], tokens: number[][]): Promise<Float32Array[][]>;
+  /** Forgets the cached positions from `length` on (speculated tokens that were rejected). */
+  truncate(seq: Sequence, length: number): void;
   /** Copies the first `length` cached positions out. */
   snapshot(seq: Sequence, length: number): PrefixKv;
   /** Fills an empty sequence with the first `length` positions of a snapshot. */

@@ -12,8 +12,12 @@ import { formatBytes } from "../../format-bytes.ts";
 import { describeKeepAlive, PINNED } from "./settings.ts";
 
 export interface Loader {
-  /** Loads the model with this KV budget; resolves with the KV budget it took (at most that), or rejects. */
-  load(id: string, kvBytes: number): Promise<{ kvBytes: number }>;
+  /**
+   * Loads the model with this KV budget; resolves with the KV budget it took (at most that), or
+   * rejects. `warm`: no request waits for this load (a preload or an operator's), so it may take
+   * the time to warm the model's code before reporting it loaded.
+   */
+  load(id: string, kvBytes: number, warm: boolean): Promise<{ kvBytes: number }>;
   unload(id: string): Promise<void>;
 }
 
@@ -145,7 +149,7 @@ export class Residency {
    * Makes the model resident and holds it there until the returned release is called (a request
    * in flight). Waits for its load, and for room, up to waitMs in all.
    */
-  async acquire(id: string, signal?: AbortSignal): Promise<() => void> {
+  async acquire(id: string, signal?: AbortSignal, warm = false): Promise<() => void> {
     const e = this.entries.get(id);
     if (!e || e.gone) throw new EngineUnavailableError(`The model ${id} is not available on this server.`, 5, "model_unavailable");
     const deadline = performance.now() + this.opts.waitMs;
@@ -171,7 +175,7 @@ export class Residency {
           // The load this request waited for failed: it gets that error (a later request tries again).
           if (e.failedAttempt === attempt) throw loadFailed(id, e.lastError ?? "unknown error");
         } else if (!this.makeRoom(e)) await this.waitForRoom(e, deadline, signal);
-        else this.startLoad(e);
+        else this.startLoad(e, warm);
       }
     } catch (err) {
       release();
@@ -181,7 +185,7 @@ export class Residency {
 
   /** Loads a model now (admin); resolves once it is resident. */
   async load(id: string): Promise<ModelResidency> {
-    const release = await this.acquire(id);
+    const release = await this.acquire(id, undefined, true);
     release();
     return this.describe(this.entries.get(id)!);
   }
@@ -274,7 +278,7 @@ export class Residency {
     return this.opts.budgetBytes - this.usedBytes >= need;
   }
 
-  private startLoad(e: Entry) {
+  private startLoad(e: Entry, warm: boolean) {
     e.state = "loading";
     e.kvBytes = e.plan.kvBytes;
     e.lastError = null;
@@ -282,7 +286,7 @@ export class Residency {
     const started = performance.now();
     this.opts.log.info("loading model", { model: e.id, weights_mib: mib(e.plan.weightsBytes), kv_budget_mib: mib(e.plan.kvBytes) });
     e.loading = this.opts.loader
-      .load(e.id, e.plan.kvBytes)
+      .load(e.id, e.plan.kvBytes, warm)
       .then(
         ({ kvBytes }) => {
           e.state = "resident";

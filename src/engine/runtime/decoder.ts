@@ -6,11 +6,13 @@ import * as ort from "onnxruntime-node";
 import { onnxFileName } from "../../onnx-dtypes.ts";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type TensorInfo } from "./decoder-spec.ts";
 import { planPositions, type RopePlan } from "./mrope.ts";
+import { LOGITS_START_INPUT } from "./last-logits.ts";
+import { NativeSession, type Fetches } from "./native-session.ts";
 import { prepareDecoderGraph } from "./load-graph.ts";
 import type { StepBlocks, StepKvOutputs } from "./step-kv-outputs.ts";
 import { copyHeads, type KvArray } from "../batching/kv.ts";
 import { floatInput, floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
-import { nativeCall } from "../../native-calls.ts";
+import { nativeCall, nativeCallSync } from "../../native-calls.ts";
 
 export interface SessionOptions {
   providers: ("cuda" | "cpu")[];
@@ -102,9 +104,9 @@ export interface StepKvLayout {
 
 export class DecoderSession {
   private constructor(
-    readonly session: ort.InferenceSession,
+    readonly session: NativeSession,
     /** The same decoder for runs of one token per row (fewer nodes), when made; see run(). */
-    readonly oneTokenSession: ort.InferenceSession | null,
+    readonly oneTokenSession: NativeSession | null,
     readonly spec: DecoderSpec,
     readonly provider: string,
     /** The embed_tokens graph of a split (vision-language) export: input_ids -> inputs_embeds. */
@@ -118,7 +120,15 @@ export class DecoderSession {
     readonly stepMode: StepKvOutputs["kind"] | null,
     /** What the operator should know about how the graph was loaded. */
     readonly notes: string[],
+    /**
+     * Whether the general session's logits are of the last position unless told otherwise (its
+     * LOGITS_START_INPUT); false when they cover every position of a run (the rewrite failed).
+     */
+    readonly trimmedLogits: boolean,
   ) {}
+
+  /** [-n] tensors for LOGITS_START_INPUT, by n (few distinct widths ever occur). */
+  private readonly logitStarts = new Map<number, ort.Tensor>();
 
   static async create(dir: string, opts: SessionOptions): Promise<DecoderSession> {
     const files = locateModelFiles(dir);
@@ -133,21 +143,23 @@ export class DecoderSession {
     const logitsName = files.genai?.model?.decoder?.outputs?.logits ?? "logits";
     const notes: string[] = [];
     let stepGraph: StepKvOutputs | null = null;
-    let session: ort.InferenceSession;
-    let oneTokenSession: ort.InferenceSession | null = null;
+    let session: NativeSession;
+    let oneTokenSession: NativeSession | null = null;
+    let trimmedLogits = false;
     try {
       const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files), small);
       // Loaded from memory: external weights are found next to the original file.
       const fromMemory = { ...sessionOptions, extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } } };
-      session = graph.bytes ? await ort.InferenceSession.create(graph.bytes, fromMemory) : await ort.InferenceSession.create(files.onnxPath, sessionOptions);
-      if (graph.oneTokenBytes) oneTokenSession = await ort.InferenceSession.create(graph.oneTokenBytes, fromMemory);
+      session = graph.bytes ? await NativeSession.create(graph.bytes, fromMemory) : await NativeSession.create(files.onnxPath, sessionOptions);
+      if (graph.oneTokenBytes) oneTokenSession = await NativeSession.create(graph.oneTokenBytes, fromMemory);
       stepGraph = graph.step;
+      trimmedLogits = graph.trimmedLogits;
     } catch (e) {
       // The rewrites only save work; an export they do not fit still runs as it is.
       notes.push(`the load-time graph rewrites failed (${(e as Error).message.split("\n")[0]}); running the graph as exported`);
       await oneTokenSession?.release();
       oneTokenSession = null;
-      session = await ort.InferenceSession.create(files.onnxPath, sessionOptions);
+      session = await NativeSession.create(files.onnxPath, sessionOptions);
     }
     const meta = (list: readonly ort.InferenceSession.ValueMetadata[]): TensorInfo[] =>
       list.map((m) => ({
@@ -166,13 +178,28 @@ export class DecoderSession {
       embedder = await ort.InferenceSession.create(path, sessionOptions);
     }
     if (oneTokenSession) notes.push("decode steps run a one-token graph (attention reshaped, not transposed: fewer nodes)");
-    return new DecoderSession(session, oneTokenSession, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null, notes);
+    return new DecoderSession(session, oneTokenSession, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null, notes, trimmedLogits);
   }
 
-  /** One run of `width` tokens per row, on the one-token graph when there is one and it fits. */
-  run(feeds: Record<string, ort.Tensor>, fetches: ort.InferenceSession.FetchesType, width: number): Promise<ort.InferenceSession.ReturnType> {
-    const session = width === 1 && this.oneTokenSession ? this.oneTokenSession : this.session;
-    return nativeCall(() => session.run(feeds, fetches));
+  /**
+   * One run of `width` tokens per row, on the one-token graph when there is one and it fits,
+   * unless `general`. `logitPositions`: the logits come for each row's last that many positions
+   * (at least; see positionLogits), for verifying speculated tokens.
+   */
+  async run(feeds: Record<string, ort.Tensor>, fetches: Fetches | undefined, width: number, logitPositions = 1, general = false): Promise<Record<string, ort.Tensor>> {
+    const one = this.oneTokenSession;
+    if (width === 1 && one && !general) return nativeCallSync(() => one.runSync(feeds, fetches));
+    return this.general(feeds, fetches, logitPositions);
+  }
+
+  /** A run of the general session, with its logits' start when it takes one. */
+  private general(feeds: Record<string, ort.Tensor>, fetches: Fetches | undefined, logitPositions: number): Record<string, ort.Tensor> | Promise<Record<string, ort.Tensor>> {
+    if (this.trimmedLogits) {
+      let start = this.logitStarts.get(logitPositions);
+      if (!start) this.logitStarts.set(logitPositions, (start = int64Tensor([-logitPositions], [1])));
+      feeds[LOGITS_START_INPUT] = start;
+    }
+    return nativeCallSync(() => this.session.runSync(feeds, fetches));
   }
 
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */
@@ -218,6 +245,20 @@ export class DecoderSession {
   }
 
   /**
+   * The logits of column `column` of row `row` of a run `width` tokens wide, from its output (the
+   * last dims[1] columns): a view of float32 output, no copy.
+   */
+  positionLogits(t: ort.Tensor, row: number, column: number, width: number): Float32Array {
+    const vocab = this.spec.vocabSize;
+    const kept = t.dims[1]!;
+    const at = column - (width - kept);
+    if (at < 0) throw new Error(`the run returned the logits of its last ${kept} positions, not of column ${column} of ${width}`);
+    const offset = (row * kept + at) * vocab;
+    if (t.type === "float16") return floatSlice(t, offset, vocab);
+    return (t.data as Float32Array).subarray(offset, offset + vocab);
+  }
+
+  /**
    * The simplest single-sequence path (a cache that ONNX Runtime re-creates each step), kept for
    * benchmarks and probes; the server batches through src/engine/batching instead.
    */
@@ -245,7 +286,7 @@ export class DecoderSession {
       feeds[l.pastKey] = kv.tensors[2 * i]!;
       feeds[l.pastValue] = kv.tensors[2 * i + 1]!;
     });
-    const out = await nativeCall(() => this.session.run(feeds));
+    const out = await this.general(feeds, undefined, 1);
     const step = this.stepKv;
     spec.layers.forEach((l, i) => {
       if (step) {

@@ -11,8 +11,15 @@
 // The projection is a MatMul by a constant, or ONNX Runtime's MatMulNBits (block-quantised
 // weights, as onnxruntime-genai's int4 CPU exports have their lm_head): both act on each position
 // alone.
+//
+// Verifying speculated tokens needs the logits of several trailing positions of a run: the
+// general graph takes the slice's start as an input, [-1] for the last position. (An initializer
+// that is also an input would make it optional, but ONNX Runtime warns about that at every load.)
 import type { onnx } from "onnx-proto";
-import { int64Constant, node } from "./graph-edit.ts";
+import { INT64, int64Constant, node } from "./graph-edit.ts";
+
+/** The input of a trimmed general graph: [-n] returns the logits of the last n positions of each row. */
+export const LOGITS_START_INPUT = "sluice_logits_start";
 
 /** Operators between the projection and the logits output that act on each position alone. */
 const PER_POSITION = new Set(["Identity", "Cast", "Tanh"]);
@@ -30,7 +37,7 @@ function isProjection(n: onnx.INodeProto, constant: (name: string) => boolean): 
  * Moves the logits' last-position selection before the output projection. Returns false (and
  * changes nothing) when the graph does not end in a recognisable projection.
  */
-export function trimLogitsToLastPosition(model: onnx.IModelProto, logits: string): boolean {
+export function trimLogitsToLastPosition(model: onnx.IModelProto, logits: string, positionsInput = false): boolean {
   const graph = model.graph;
   if (!graph?.node) return false;
   const rank = graph.output?.find((o) => o.name === logits)?.type?.tensorType?.shape?.dim?.length;
@@ -57,12 +64,14 @@ export function trimLogitsToLastPosition(model: onnx.IModelProto, logits: string
 
   const hidden = current.input[0];
   const p = "sluice_last";
+  const start = positionsInput ? LOGITS_START_INPUT : `${p}_start`;
   const added = [
-    int64Constant(`${p}_start`, [-1], [1]),
+    ...(positionsInput ? [] : [int64Constant(start, [-1], [1])]),
     int64Constant(`${p}_end`, [2 ** 62], [1]),
     int64Constant(`${p}_axis`, [1], [1]),
-    node("Slice", [hidden, `${p}_start`, `${p}_end`, `${p}_axis`], [`${p}_hidden`]),
+    node("Slice", [hidden, start, `${p}_end`, `${p}_axis`], [`${p}_hidden`]),
   ];
+  if (positionsInput) graph.input = [...(graph.input ?? []), { name: start, type: { tensorType: { elemType: INT64, shape: { dim: [{ dimValue: 1 }] } } } }];
   current.input[0] = `${p}_hidden`;
   graph.node.splice(graph.node.indexOf(current), 0, ...added);
   return true;

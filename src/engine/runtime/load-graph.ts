@@ -16,6 +16,8 @@ export interface PreparedGraph {
    * same inputs and outputs; null when not asked for or when the attention was not split.
    */
   oneTokenBytes: Uint8Array | null;
+  /** The general graph's logits are trimmed, with LOGITS_START_INPUT to ask for more positions. */
+  trimmedLogits: boolean;
 }
 
 /**
@@ -25,7 +27,8 @@ export interface PreparedGraph {
 export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuffer: boolean, oneToken = false): PreparedGraph {
   const file = readFileSync(onnxPath);
   const model = onnx.ModelProto.decode(file);
-  const trimmed = trimLogitsToLastPosition(model, logits);
+  // The general graph also serves verification runs, which read several positions' logits.
+  const trimmed = trimLogitsToLastPosition(model, logits, true);
   const step = sharedBuffer ? (splitAttention(model) ?? addStepKvOutputs(model)) : null;
   let oneTokenBytes: Uint8Array | null = null;
   if (oneToken && step?.kind === "split") {
@@ -35,5 +38,5 @@ export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuff
     oneTokenBytes = onnx.ModelProto.encode(decode).finish();
   }
   // Encoding a model with inline weights copies them all: only when something changed.
-  return { bytes: trimmed || step ? onnx.ModelProto.encode(model).finish() : null, step, oneTokenBytes };
+  return { bytes: trimmed || step ? onnx.ModelProto.encode(model).finish() : null, step, oneTokenBytes, trimmedLogits: trimmed };
 }

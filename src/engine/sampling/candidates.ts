@@ -158,7 +158,7 @@ export class Candidates {
     return total;
   }
 
-  /** Keeps the k heaviest candidates (exactly k; ties at the boundary broken arbitrarily). */
+  /** Keeps the k heaviest candidates (exactly k; among ties at the boundary, the lowest ids). */
   topK(k: number): void {
     if (k <= 0 || k >= this.n) return;
     let lo = 0;
@@ -166,8 +166,12 @@ export class Candidates {
     while (hi - lo > 1) {
       this.partition(lo, hi, this.pivot(lo, hi));
       if (k <= this.gt) hi = this.gt;
-      else if (k <= this.eq) break;
-      else lo = this.eq;
+      else if (k <= this.eq) {
+        // The boundary falls among equal weights: which of them stay must not depend on the
+        // partitions' order (see pick).
+        this.ids.subarray(this.gt, this.eq).sort();
+        break;
+      } else lo = this.eq;
     }
     this.n = k;
   }
@@ -235,8 +239,37 @@ export class Candidates {
     return this.pick(u * this.sum());
   }
 
-  /** The candidate at which the running sum of weights first exceeds `target`. */
+  /** Puts the candidates in ascending id order (nothing to do when they are: a pass over them). */
+  sortById(): void {
+    const n = this.n;
+    const ids = this.ids;
+    let i = 1;
+    while (i < n && ids[i - 1]! < ids[i]!) i++;
+    if (i >= n) return;
+    if (sortKeys.length < n) [sortKeys, sortWeights] = [new Float64Array(this.ids.length), new Float64Array(this.ids.length)];
+    // id · 2^21 + position: exact in a double (ids and positions below 2^21), sorted natively.
+    const keys = sortKeys.subarray(0, n);
+    for (let j = 0; j < n; j++) keys[j] = ids[j]! * 2097152 + j;
+    keys.sort();
+    sortWeights.set(this.weights.subarray(0, n));
+    for (let j = 0; j < n; j++) {
+      const at = keys[j]! % 2097152;
+      ids[j] = (keys[j]! - at) / 2097152;
+      this.weights[j] = sortWeights[at]!;
+    }
+  }
+
+  /**
+   * The candidate at which the running sum of weights, in the order of token ids, first exceeds
+   * `target`. The order must not depend on the weights: the heap and the partitions above order
+   * candidates by comparing them, so logits that differ in their last bits (the same position
+   * computed in a batch of another size, or in a speculative verification run) could reorder
+   * near-equal ones and move every later candidate's share of [0, total), and the same seeded
+   * draw would pick another token. In id order a draw changes only when it falls that close to a
+   * boundary.
+   */
   pick(target: number): number {
+    this.sortById();
     const w = this.weights;
     for (let i = 0; i < this.n; i++) {
       target -= w[i]!;
@@ -245,6 +278,10 @@ export class Candidates {
     return this.ids[this.n - 1]!;
   }
 }
+
+/** Scratch for Candidates.sortById: keys, and a copy of the weights. */
+let sortKeys = new Float64Array(0);
+let sortWeights = new Float64Array(0);
 
 /** Largest logit among allowed ids (-Infinity and id -1 when none is allowed). */
 export function maxLogit(logits: Float32Array, size: number, mask: TokenMask | null): { id: number; value: number } {

@@ -7,6 +7,7 @@ import { RoundBatcher } from "./round-batcher.ts";
 import { Scheduler } from "./scheduler.ts";
 import { ThreadedStructures } from "./structure-compiler.ts";
 import { modelStructure } from "./structured-support.ts";
+import { warmUp } from "./warm-up.ts";
 
 declare const self: Worker;
 
@@ -91,16 +92,20 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           maxQueue: runner.queueLimit ?? m.options.maxQueue,
           keyQueueShare: m.options.keyQueueShare,
           order: m.options.queueOrder,
+          speculate: m.options.speculate,
           structures,
         });
         // A failed loop ends the thread (see fatal): its requests get an error, not a hang.
         loop = scheduler.run().catch(fatal);
+        // Before the model is reported loaded: no request is sent to it until then.
+        const warm = await warmUp(runner, { budgetMs: m.options.warmupMs ?? 0, speculate: m.options.speculate ?? "ngram" });
         const s = scheduler.stats();
         const notes = [
           `model loaded on ${runner.info.provider}`,
           `KV cache: ${kvCacheMode(runner)}, ` +
             `budget ${Math.round(s.kvBudgetBytes / 2 ** 20)} MiB, queue of ${s.queueLimit}`,
         ];
+        if (warm.requests > 0) notes.push(`warmed up with ${warm.requests} synthetic requests (${warm.tokens} tokens) in ${Math.round(warm.ms)} ms`);
         post({ type: "loaded", model: runner.info, notes: [...notes, ...runner.decoder.notes], kvBudgetBytes: s.kvBudgetBytes });
       } catch (err) {
         post({ type: "load-failed", error: (err as Error).message });

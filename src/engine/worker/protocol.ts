@@ -2,7 +2,7 @@
 import type { CompileLimits } from "../../structured/index.ts";
 import type { Device } from "../providers.ts";
 import type { QueueOrder } from "./fair-queue.ts";
-import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats } from "../types.ts";
+import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats, SpeculateMode } from "../types.ts";
 
 export type WireRequest = Omit<GenerateRequest, "signal">;
 
@@ -21,6 +21,10 @@ export interface WorkerOptions {
   keyQueueShare?: number;
   /** Admission order (absent: fair). */
   queueOrder?: QueueOrder;
+  /** Speculative decoding (absent: "ngram"). */
+  speculate?: SpeculateMode;
+  /** Wall time to warm the worker's code with synthetic requests at load (see warm-up.ts); 0 = none. */
+  warmupMs?: number;
   /** What compiling one request's schemas may cost (see structured/compile-budget.ts). */
   compileLimits: CompileLimits;
   /** Memory for this model's cached grammars, bytes. */

@@ -21,13 +21,15 @@ import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
 import { NoAllowedTokenError } from "../sampling/index.ts";
 import { heapStats } from "bun:jsc";
-import { EngineBusyError, EngineRequestError, EngineUnavailableError, type GenerationEvent, type ModelStats } from "../types.ts";
+import { EngineBusyError, EngineRequestError, EngineUnavailableError, type GenerationEvent, type ModelStats, type SpeculateMode } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import { FairQueue, type QueueOrder, type Waiting } from "./fair-queue.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
 import { prefixKey } from "./prefix-key.ts";
+import { NgramDrafter } from "../speculation/ngram.ts";
+import { ChoiceSpeculation, MAX_DRAFT, SpeculationPlanner, type Plan, type PlanRow } from "../speculation/planner.ts";
 import { inlineStructures, type StructureSource } from "./structure-compiler.ts";
 
 export interface JobSink {
@@ -68,6 +70,12 @@ export interface SchedulerOptions {
   prefillChunk?: number;
   /** Prompts shorter than this are not kept in the prefix cache. */
   prefixMinTokens?: number;
+  /** Speculative decoding: "ngram" (prompt lookup, the default) or "off". */
+  speculate?: SpeculateMode;
+  /** When to speculate: as measured to pay (the default), or at every round (tests; see SpeculationPlanner). */
+  speculatePolicy?: "measured" | "always";
+  /** Wraps the KV cache the scheduler makes (the warm-up's, which skips most model runs). */
+  wrapBackend?: (backend: KvBackend) => KvBackend;
   /** Where grammars come from (absent: compiled in this thread, for tests and benchmarks). */
   structures?: StructureSource;
 }
@@ -77,6 +85,14 @@ interface ChoiceRun {
   seq: Sequence | null;
   /** The token to feed next, once sampled. */
   next: number | null;
+  /** Its text for draft lookups and how its drafts fared; made at its first decode round. */
+  spec?: ChoiceSpeculation;
+}
+
+/** A decoding choice of a request, as a row of a round's batch. */
+interface Row {
+  job: Job;
+  choice: ChoiceRun;
 }
 
 interface Job extends Waiting {
@@ -125,7 +141,13 @@ export class Scheduler {
     rejectedFull: 0,
     preemptions: 0,
     recomputedTokens: 0,
+    draftTokens: 0,
+    acceptedTokens: 0,
   };
+  /** Null when speculation is off or the KV cache cannot verify. */
+  readonly speculation: SpeculationPlanner | null;
+  /** The last decode round: when it began and ended, the prompt tokens computed by then, its batch, width (0: plain) and tokens. */
+  private lastRound = { begin: 0, end: 0, promptTokens: -1, rows: 0, width: 0, tokens: 0 };
   private lastStats = "";
   private lastStatsAt = 0;
   readonly structures: StructureSource;
@@ -144,12 +166,14 @@ export class Scheduler {
       budget = Math.min(budget, opts.kvCapSequences * decoder.spec.layers.length * 2 * model.info.contextLength * decoder.positionBytes);
     }
     this.budget = new KvBudget(budget);
-    this.backend = decoder.spec.sharedBuffer ? new FusedKvBackend(decoder, this.budget.totalBytes) : new PaddedKvBackend(decoder);
+    const backend = decoder.spec.sharedBuffer ? new FusedKvBackend(decoder, this.budget.totalBytes) : new PaddedKvBackend(decoder);
+    this.backend = opts.wrapBackend ? opts.wrapBackend(backend) : backend;
     this.prefix = new PrefixCache(this.budget, opts.prefixMinTokens ?? 16, Math.floor(this.budget.totalBytes / 2));
     this.maxQueue = opts.maxQueue || 64;
     this.keyQueueLimit = Math.max(1, Math.ceil(this.maxQueue * (opts.keyQueueShare ?? 0.75)));
     this.queue = new FairQueue(opts.order ?? "fair");
     this.prefillChunk = opts.prefillChunk ?? 256;
+    this.speculation = (opts.speculate ?? "ngram") === "ngram" && this.backend.canVerify ? new SpeculationPlanner(opts.speculatePolicy) : null;
     this.structures = opts.structures ?? inlineStructures(model);
   }
 
@@ -259,6 +283,8 @@ export class Scheduler {
       promptTokensComputed: this.counters.promptTokensComputed,
       generatedTokens: this.counters.generatedTokens,
       decodeSteps: this.counters.decodeSteps,
+      draftTokens: this.counters.draftTokens,
+      acceptedDraftTokens: this.counters.acceptedTokens,
       rejectedBusy: this.counters.rejectedBusy,
       rejectedFull: this.counters.rejectedFull,
       preemptions: this.counters.preemptions,
@@ -530,6 +556,8 @@ export class Scheduler {
     let snapshot: PrefixKv | null = null;
     const promptKv = () => (snapshot ??= keyed(this.backend.snapshot(first, job.prompt.length), job.key));
     if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.key)) this.prefix.insert(promptKv());
+    // Taken before the first choice samples: it may finish at once (max_tokens 1) and free its cache.
+    if (job.choices.length > 1) promptKv();
     job.choices.forEach((c, i) => {
       if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
       c.next = advanceChoice(c.stream, i === 0 ? logits : logits.slice(), job.out);
@@ -541,27 +569,83 @@ export class Scheduler {
     if (job.choices.every((c) => c.stream.finished)) this.retire(job);
   }
 
-  /** One batched forward pass: every decoding choice of every request advances one token. */
+  /**
+   * One batched forward pass: every decoding choice of every request advances one token, or, with
+   * speculation, verifies its draft and advances by the accepted part and one token more.
+   */
   private async decodeRound() {
-    const batch: { job: Job; choice: ChoiceRun }[] = [];
+    const batch: Row[] = [];
     for (const job of this.active) {
       if (job.state !== "decode") continue;
       for (const choice of job.choices) if (choice.next !== null && choice.seq) batch.push({ job, choice });
     }
     if (batch.length === 0) return;
-    let logits: Float32Array[];
+    const planner = this.speculation;
+    const begin = performance.now();
+    // The work between two decode rounds with nothing else in between (no prompt read, no wait),
+    // and the last round's whole cycle.
+    const last = this.lastRound;
+    if (planner && this.counters.promptTokensComputed === last.promptTokens && begin - last.end < 5) {
+      planner.observeOverhead(begin - last.end);
+      planner.observeCycle(last.rows, last.width, begin - last.begin, last.tokens);
+    }
+    const generated = this.counters.generatedTokens;
+    // A round's cost counts from here: the lookups of drafts are part of it.
+    const plan = planner?.speculating(batch.length) ? planner.plan(batch.map((r) => this.planRow(r))) : null;
+    // Requests whose token pipeline failed (e.g. nothing left allowed): they end, not the loop.
+    const failed = new Map<Job, unknown>();
+    const ran = plan ? await this.verifyRound(batch, plan, begin, failed) : await this.plainRound(batch, begin, failed);
+    // A failed run has ended its requests already.
+    if (!ran) return;
+    for (const [job, e] of failed) this.fail(job, e);
+    for (const job of new Set(batch.map((b) => b.job))) {
+      if (!failed.has(job) && job.choices.every((c) => c.stream.finished)) this.retire(job);
+    }
+    this.lastRound = {
+      begin,
+      end: performance.now(),
+      promptTokens: this.counters.promptTokensComputed,
+      rows: batch.length,
+      width: plan ? plan.width : 0,
+      tokens: this.counters.generatedTokens - generated,
+    };
+  }
+
+  /** The backend's run for the batch; null (the batch's requests failed) when it throws. */
+  private async tryRun<T>(batch: Row[], run: () => Promise<T>): Promise<T | null> {
     try {
-      logits = await this.backend.decode(
-        batch.map((b) => b.choice.seq!),
-        batch.map((b) => b.choice.next!),
-      );
+      const out = await run();
+      this.counters.decodeSteps++;
+      this.counters.lastBatchSize = batch.length;
+      return out;
     } catch (e) {
       for (const job of new Set(batch.map((b) => b.job))) this.fail(job, e);
-      return;
+      return null;
     }
-    this.counters.decodeSteps++;
-    this.counters.lastBatchSize = batch.length;
-    const failed = new Map<Job, unknown>();
+  }
+
+  /**
+   * A decode step. Now and then, with speculation on, a few rows first look up a one-token
+   * draft, to learn how drafts would fare without verifying any (see SpeculationPlanner).
+   */
+  private async plainRound(batch: Row[], begin: number, failed: Map<Job, unknown>): Promise<boolean> {
+    const planner = this.speculation;
+    const shadows = planner ? planner.shadowRows(batch.length) : 0;
+    const first = shadows > 0 ? this.counters.decodeSteps % batch.length : 0;
+    const guesses = [];
+    for (let k = 0; k < shadows; k++) {
+      const row = batch[(first + k) % batch.length]!;
+      guesses.push({ row, draft: this.planRow(row).spec.drafter.propose(1) });
+    }
+    const logits = await this.tryRun(batch, () =>
+      this.backend.decode(
+        batch.map((b) => b.choice.seq!),
+        batch.map((b) => b.choice.next!),
+      ),
+    );
+    if (!logits) return false;
+    const ran = performance.now();
+    let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
       if (job.cancelled || failed.has(job)) return;
       try {
@@ -570,13 +654,84 @@ export class Scheduler {
         failed.set(job, e);
         return;
       }
+      advanced++;
       this.counters.generatedTokens++;
       if (choice.next === null) this.endChoice(choice, job, true);
     });
-    for (const [job, e] of failed) this.fail(job, e);
-    for (const job of new Set(batch.map((b) => b.job))) {
-      if (!failed.has(job) && job.choices.every((c) => c.stream.finished)) this.retire(job);
+    if (!planner) return true;
+    planner.observeRound(batch.length, 0, ran - begin, performance.now() - ran, advanced);
+    for (const { row, draft } of guesses) {
+      if (draft.tokens.length > 0 && row.choice.next !== null && !failed.has(row.job)) planner.observeShadow(batch.length, row.choice.spec!, draft.match, draft.tokens[0] === row.choice.next);
     }
+    return true;
+  }
+
+  /**
+   * What the planner needs of a decoding choice. Its drafter holds the prompt and every token
+   * sampled for it: brought up to date here, from the cache past the prompt (the tokens fed, all
+   * of them kept ones) and the token about to be fed.
+   */
+  private planRow({ job, choice }: Row): PlanRow {
+    const seq = choice.seq!;
+    choice.spec ??= new ChoiceSpeculation(new NgramDrafter(job.prompt));
+    const drafter = choice.spec.drafter;
+    if (drafter.length < seq.tokens.length + 1) {
+      for (let i = Math.max(drafter.length, job.prompt.length); i < seq.tokens.length; i++) drafter.push(seq.tokens[i]!);
+      drafter.push(choice.next!);
+    }
+    const space = seq.capacity - seq.tokens.length;
+    return { spec: choice.spec, room: Math.min(MAX_DRAFT, job.maxNew - choice.stream.generated - 1, space - 1), space };
+  }
+
+  /**
+   * Feeds each choice's token and its draft in one run, then walks the positions in order,
+   * sampling each from its logits exactly as a plain step would and accepting the draft token
+   * only when the sample is that token. The first sample that differs is the choice's next token;
+   * the cache forgets the positions after it. Nothing but the cache needs undoing: the choice's
+   * sampler, grammar, penalties and stop matching only ever saw the tokens it kept.
+   */
+  private async verifyRound(batch: Row[], plan: Plan, begin: number, failed: Map<Job, unknown>): Promise<boolean> {
+    const planner = this.speculation!;
+    const lists = batch.map(({ choice }, i) => [choice.next!, ...plan.drafts[i]!]);
+    const logits = await this.tryRun(batch, () =>
+      this.backend.verify(
+        batch.map((b) => b.choice.seq!),
+        lists,
+      ),
+    );
+    if (!logits) return false;
+    const ran = performance.now();
+    let advanced = 0;
+    batch.forEach(({ job, choice }, i) => {
+      if (job.cancelled || failed.has(job)) return;
+      const list = lists[i]!;
+      const seq = choice.seq!;
+      const base = seq.tokens.length - list.length;
+      let used = 0;
+      let next: number | null = null;
+      try {
+        while (used < list.length) {
+          next = advanceChoice(choice.stream, logits[i]![used]!, job.out);
+          used++;
+          if (next === null || used === list.length || next !== list[used]) break;
+        }
+      } catch (e) {
+        // The request ends (its cache with it); what it kept before this position was reported.
+        failed.set(job, e);
+        return;
+      }
+      advanced += used;
+      this.counters.generatedTokens += used;
+      this.counters.draftTokens += list.length - 1;
+      this.counters.acceptedTokens += used - 1;
+      planner.observeDraft(choice.spec!, plan.matches[i]!, list.length - 1, used - 1, next !== null && used < list.length);
+      // The cache keeps the fed token and the accepted drafts.
+      this.backend.truncate(seq, base + used);
+      choice.next = next;
+      if (next === null) this.endChoice(choice, job, true);
+    });
+    planner.observeRound(batch.length, plan.width, ran - begin, performance.now() - ran, advanced);
+    return true;
   }
 
   /** Frees a choice's cache; a completed one first leaves its conversation in the prefix cache. */

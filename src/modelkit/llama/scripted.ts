@@ -9,6 +9,9 @@
 // chains "a is followed by b"; a token may appear in several chains only with the same successor,
 // and a chain that returns to an earlier token loops.
 //
+// A token may instead be followed by a distribution: its slot's logits are given (relative values,
+// placed far above every other token's), so a test knows the exact probabilities it samples from.
+//
 // Every slot (the fallback one included) also carries a fixed preference order at lower logits
 // (by default end of turn first, then `"`, `}`, `]`, `0`, `{`, `[`, `:`, `,`): where a grammar masks the
 // scripted successor, a constrained answer closes its strings, objects and arrays as soon as it
@@ -22,6 +25,8 @@ export interface TokenScript {
   chains: number[][];
   /** Preferred where the script says nothing (or its successor is not allowed), best first. */
   fallback: number[];
+  /** Tokens followed by a distribution: [successor, logit] pairs (softmax over them alone). */
+  distributions?: { after: number; next: [number, number][] }[];
 }
 
 /**
@@ -30,6 +35,8 @@ export interface TokenScript {
  */
 const SCRIPTED = 60;
 const PREFERRED = 30;
+/** Where a distribution's relative logits are placed: far above the fallback preferences. */
+const DISTRIBUTED = 60;
 
 /** The successor of each scripted token; throws where the script contradicts itself. */
 export function scriptTransitions(script: TokenScript): Map<number, number> {
@@ -47,9 +54,9 @@ export function scriptTransitions(script: TokenScript): Map<number, number> {
   return next;
 }
 
-/** Hidden dimensions a script needs: one per token that has a successor, plus the fallback's. */
+/** Hidden dimensions a script needs: one per token that has a successor or a distribution, plus the fallback's. */
 export function scriptDimensions(script: TokenScript): number {
-  return scriptTransitions(script).size + 1;
+  return scriptTransitions(script).size + (script.distributions?.length ?? 0) + 1;
 }
 
 export function scriptedWeights(c: LlamaConfig, script: TokenScript): LlamaWeights {
@@ -63,6 +70,12 @@ export function scriptedWeights(c: LlamaConfig, script: TokenScript): LlamaWeigh
   }
   const slot = new Map<number, number>();
   for (const id of next.keys()) slot.set(id, slot.size + 1);
+  for (const d of script.distributions ?? []) {
+    if (slot.has(d.after)) throw new Error(`token ${d.after} has both a scripted successor and a distribution (or two distributions)`);
+    for (const [id] of d.next) if (!Number.isInteger(id) || id < 0 || id >= V) throw new Error(`distribution token ${id} is outside the vocabulary of ${V}`);
+    slot.set(d.after, slot.size + 1);
+  }
+  if (slot.size + 1 > H) throw new Error(`the script needs ${slot.size + 1} hidden dimensions; hiddenSize is ${H}`);
 
   const embed = new Float32Array(V * H);
   for (let t = 0; t < V; t++) embed[t * H + (slot.get(t) ?? 0)] = 1;
@@ -73,6 +86,9 @@ export function scriptedWeights(c: LlamaConfig, script: TokenScript): LlamaWeigh
     script.fallback.forEach((id, rank) => (lmHead[s * V + id] = (PREFERRED - rank * 2) / gain));
   }
   for (const [from, to] of next) lmHead[slot.get(from)! * V + to] = SCRIPTED / gain;
+  for (const d of script.distributions ?? []) {
+    for (const [id, logit] of d.next) lmHead[slot.get(d.after)! * V + id] = (DISTRIBUTED + logit) / gain;
+  }
 
   const qDim = c.numHeads * c.headDim;
   const kvDim = c.numKvHeads * c.headDim;

@@ -76,11 +76,11 @@ describe("a decoding batch crossing a class boundary", () => {
       let logits = await Promise.all(prompts.map((p, r) => b.prefill(seqs[r]!, p)));
       const seen = new Set<number>();
       let runs = 0;
-      const run = decoder.session.run.bind(decoder.session);
-      decoder.session.run = ((...args: Parameters<typeof run>) => {
+      const run = decoder.run.bind(decoder);
+      decoder.run = ((...args: Parameters<typeof run>) => {
         runs++;
         return run(...args);
-      }) as typeof decoder.session.run;
+      }) as typeof decoder.run;
       try {
         for (let s = 0; s < steps; s++) {
           runs = 0;
@@ -96,7 +96,7 @@ describe("a decoding batch crossing a class boundary", () => {
           });
         }
       } finally {
-        decoder.session.run = run;
+        decoder.run = run;
       }
       // It went through the classes 64 → 80 → 96 on the way.
       expect([...seen]).toEqual([64, 80, 96]);

@@ -1,0 +1,495 @@
+// Speculative decoding and the warm start, side by side in one run:
+//  A. stories260K, greedy, one stream through HTTP: `serve` (speculation on, the default) against
+//     `serve --speculate off` on the same prompts (their texts compared), and llama2.c's run.c
+//     (-O3, one thread) built from ../shared/peers/llama2c with the machine's cc;
+//  B. a copy-heavy request: a model that answers by repeating the prompt's passage with a few
+//     words changed (a scripted model of the ~50M shape, so its runs cost what such a model's do);
+//  C. 16 concurrent streams of stories260K, with and without speculation;
+//  D. a freshly started server's first 1,000 tokens of single-stream traffic against its speed
+//     once warmed, with the default warm-up at load and without one (fresh starts alternating), and
+//     where the first tokens' extra CPU goes, thread by thread;
+//  E. why A is what it is: the cost of a verification run of each width against a decode step
+//     (ONNX Runtime through the engine's KV cache, in this process), and how many tokens prompt
+//     lookup gets per run on stories260K's own greedy stories at each width.
+// Writes `## Speculative decoding and warm start` of docs/BENCHMARKS.md.
+//
+//   bun bench/speculation.ts [--quick] [--only A,B,C,D]
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { FusedKvBackend } from "../src/engine/batching/fused-kv.ts";
+import { DecoderSession } from "../src/engine/runtime/decoder.ts";
+import { NgramDrafter } from "../src/engine/speculation/ngram.ts";
+import { renderChatPrompt } from "../src/engine/text/chat-template.ts";
+import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
+import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
+import { machine, median, table, writeSection } from "./report.ts";
+import { RunnerProcess } from "./runner-process.ts";
+import { startServerProcess, threadsCpu, type ServerProcess } from "./server-process.ts";
+import { streamChat } from "./stream-chat.ts";
+
+const args = process.argv.slice(2);
+const quick = args.includes("--quick");
+const only = args.includes("--only") ? new Set(args[args.indexOf("--only") + 1]!.split(",")) : new Set(["A", "B", "C", "D", "E"]);
+const REPO = join(import.meta.dir, "..");
+const ROOT = join(REPO, ".cache", "bench-speculation");
+const STORIES = join(REPO, "..", "shared", "models", "stories260k");
+const PEER = join(REPO, "..", "shared", "peers", "llama2c", "run.c");
+const hasStories = existsSync(join(STORIES, "stories260K.bin"));
+
+const STORY_PROMPTS = ["Once upon a time", "Lily and Tom", "One day, a little girl", "The dog was", "Tim had a red ball", "In the park", "Mom said", "The sun was hot"];
+const RUNS = quick ? 2 : 9;
+const TOKENS = 200;
+
+const sections: string[] = [];
+const note = (s: string) => {
+  console.log(s);
+  sections.push(s);
+};
+
+// ---------------------------------------------------------------- models
+
+async function storiesDir(): Promise<string> {
+  const dir = join(ROOT, "models", "stories260k");
+  if (!existsSync(join(dir, "sluice.json"))) {
+    await importLlama2c(join(STORIES, "stories260K.bin"), join(STORIES, "tok512.bin"), { id: "stories260k", outDir: dir, variant: "fused" });
+  }
+  return dir;
+}
+
+interface CopyTask {
+  dir: string;
+  id: string;
+  prompt: string;
+  /** The scripted answer's text. */
+  answer: string;
+}
+
+/**
+ * A model of the ~50M shape (9 layers, hidden 512, 32k vocabulary, fused graph) whose weights make
+ * it answer any prompt with a fixed text: a 240-word passage with every 20th word changed. The
+ * prompt holds the passage as it was and asks for it back corrected, as an editor agent would.
+ */
+async function copyTask(): Promise<CopyTask> {
+  const dir = join(ROOT, "models", "copy-50m");
+  // The words: distinct single tokens of the bench-50m tokenizer (one built with a one-layer body).
+  const probe = join(ROOT, "probe-tokenizer");
+  if (!existsSync(join(probe, "tokenizer.json"))) {
+    await buildSyntheticModel(probe, { preset: "bench-50m", shape: { numLayers: 1, hiddenSize: 32, intermediateSize: 32, numHeads: 2, numKvHeads: 1, headDim: 16 } });
+  }
+  const vocab = Object.keys((JSON.parse(readFileSync(join(probe, "tokenizer.json"), "utf8")) as { model: { vocab: Record<string, number> } }).model.vocab);
+  const tokenizer = TextTokenizer.load(probe);
+  // Words that the tokenizer reads as one token each (not every vocabulary entry is reachable).
+  const words: string[] = [];
+  for (const w of vocab.filter((w) => /^Ġ[a-z]{3,9}$/.test(w)).map((w) => ` ${w.slice(1)}`)) {
+    if ((await tokenizer.encode(w, { addSpecialTokens: false })).length === 1) words.push(w);
+    if (words.length >= 260) break;
+  }
+  const passage = words.slice(0, 240);
+  const edits = words.slice(240, 252);
+  const answer = passage.map((w, i) => (i % 20 === 7 ? edits[Math.floor(i / 20)]! : w));
+  const prompt = `Fix the spelling in this passage and write it out again:${passage.join("")}`;
+  if (!existsSync(join(dir, "sluice.json"))) {
+    await buildSyntheticModel(dir, {
+      preset: "bench-50m",
+      id: "bench/copy-50m",
+      variant: "fused",
+      shape: { numLayers: 9 },
+      script: { chains: [["\n", ...answer, "<|im_end|>"]] },
+    });
+  }
+  return { dir, id: "bench/copy-50m", prompt, answer: answer.join("") };
+}
+
+// ---------------------------------------------------------------- llama2.c's run.c
+
+/** run.c built with the machine's cc into a temporary directory; null (and why) without one. */
+function buildPeer(): { bin: string; remove: () => void } | string {
+  if (!existsSync(PEER)) return `${PEER} is absent`;
+  const dir = mkdtempSync(join(tmpdir(), "sluice-runc-"));
+  const bin = join(dir, "run");
+  const r = Bun.spawnSync(["cc", "-O3", "-o", bin, PEER, "-lm"]);
+  if (r.exitCode !== 0) {
+    rmSync(dir, { recursive: true, force: true });
+    return `cc failed: ${r.stderr.toString().trim().split("\n")[0]}`;
+  }
+  return { bin, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** run.c greedy on the prompt: its own "achieved tok/s" (forward passes after the first, prompt included). */
+function runPeer(bin: string, prompt: string): number {
+  const r = Bun.spawnSync([bin, join(STORIES, "stories260K.bin"), "-z", join(STORIES, "tok512.bin"), "-t", "0", "-n", "256", "-i", prompt]);
+  const m = /achieved tok\/s: ([\d.]+)/.exec(r.stderr.toString());
+  if (!m) throw new Error(`run.c printed no rate: ${r.stderr.toString().slice(0, 200)}`);
+  return Number(m[1]);
+}
+
+// ---------------------------------------------------------------- helpers
+
+async function metric(server: ServerProcess, name: string, model: string): Promise<number> {
+  const body = await (await fetch(`${server.url}/metrics`)).text();
+  const line = body.split("\n").find((l) => l.startsWith(`${name}{model="${model}"}`));
+  return line ? Number(line.split(" ")[1]) : 0;
+}
+
+/** Waits for the server's stats to settle (they reach /metrics a little after the work). */
+async function settled(server: ServerProcess, model: string): Promise<{ draft: number; accepted: number; generated: number; steps: number }> {
+  await Bun.sleep(400);
+  return {
+    draft: await metric(server, "sluice_draft_tokens_total", model),
+    accepted: await metric(server, "sluice_draft_accepted_tokens_total", model),
+    generated: await metric(server, "sluice_generated_tokens_total", model),
+    steps: await metric(server, "sluice_decode_steps_total", model),
+  };
+}
+
+const client = (s: ServerProcess) => new OpenAI({ apiKey: s.key, baseURL: `${s.url}/v1`, maxRetries: 0, timeout: 600_000 });
+
+async function greedyText(s: ServerProcess, model: string, content: string, maxTokens: number, eos: number[]): Promise<string> {
+  const r = await client(s).chat.completions.create({
+    model,
+    messages: [{ role: "user", content }],
+    temperature: 0,
+    max_tokens: maxTokens,
+    logit_bias: Object.fromEntries(eos.map((e) => [e, -100])),
+  });
+  return r.choices[0]!.message.content ?? "";
+}
+
+const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
+
+// ---------------------------------------------------------------- A. one stream of stories260K
+
+async function singleStream(on: ServerProcess, off: ServerProcess): Promise<void> {
+  // llama2.c's stories end with BOS (1) as well as EOS (2).
+  const eos = [1, 2];
+  const spec = (s: ServerProcess) => ({ kind: "http" as const, baseURL: `${s.url}/v1`, key: s.key, model: "stories260k", prompt: STORY_PROMPTS[0]!, prompts: STORY_PROMPTS, eos, tokens: TOKENS });
+  const runners: [string, RunnerProcess][] = [
+    ["sluice (speculation on, the default)", await RunnerProcess.start(spec(on))],
+    ["sluice --speculate off", await RunnerProcess.start(spec(off))],
+  ];
+  for (const [, r] of runners) for (let w = 0; w < (quick ? 2 : 100); w++) await r.run();
+  const peer = buildPeer();
+  const before = await settled(on, "stories260k");
+  const results: Record<string, number[]> = Object.fromEntries([...runners.map(([n]) => [n, []]), ["llama2.c run.c -O3"]].map((x) => [x[0], []]));
+  for (let i = 0; i < RUNS * STORY_PROMPTS.length; i++) {
+    for (const [name, r] of runners) results[name]!.push((await r.run()).tokPerS);
+    if (typeof peer !== "string") results["llama2.c run.c -O3"]!.push(runPeer(peer.bin, STORY_PROMPTS[i % STORY_PROMPTS.length]!));
+  }
+  const after = await settled(on, "stories260k");
+  for (const [, r] of runners) await r.close();
+  if (typeof peer !== "string") peer.remove();
+  // The same text, prompt by prompt.
+  let same = 0;
+  for (const p of STORY_PROMPTS) if ((await greedyText(on, "stories260k", p, TOKENS, eos)) === (await greedyText(off, "stories260k", p, TOKENS, eos))) same++;
+  const offRate = median(results["sluice --speculate off"]!);
+  const peerRate = typeof peer === "string" ? NaN : median(results["llama2.c run.c -O3"]!);
+  const rows = Object.entries(results)
+    .filter(([, v]) => v.length > 0)
+    .map(([name, v]) => [name, median(v).toFixed(0), ratio(median(v), offRate), Number.isNaN(peerRate) ? "—" : ratio(median(v), peerRate)]);
+  const drafted = after.draft - before.draft;
+  const accepted = after.accepted - before.accepted;
+  const generated = after.generated - before.generated;
+  const steps = after.steps - before.steps;
+  note(
+    `**A. stories260K, greedy, one stream through HTTP** (the openai client streaming, in a process of its own; ${STORY_PROMPTS.length} prompts in turn, ${TOKENS} tokens each with the end token banned, ` +
+      `${RUNS * STORY_PROMPTS.length} timed runs per runner, interleaved, after ${quick ? 2 : 100} untimed ones on top of the servers' own warm-up; medians). ` +
+      `run.c runs the same prompts (greedy, -n 256: its rate counts every forward pass, prompt included, up to the end of the story)` +
+      `${typeof peer === "string" ? ` — not run: ${peer}` : ""}. Same text with speculation on and off: ${same}/${STORY_PROMPTS.length} prompts.\n\n` +
+      table(["runner", "decode tok/s (median)", "vs --speculate off (target ≥ 1.3×)", "vs run.c (target ≥ 1.0×)"], rows) +
+      `\n\nOver the timed runs the server with speculation made ${generated} tokens in ${steps} model runs (${(generated / Math.max(1, steps)).toFixed(2)} per run); ` +
+      `${drafted} draft tokens checked, ${accepted} accepted (${((100 * accepted) / Math.max(1, drafted)).toFixed(0)}%).`,
+  );
+}
+
+// ---------------------------------------------------------------- B. a copy-heavy request
+
+async function copyHeavy(on: ServerProcess, off: ServerProcess, task: CopyTask): Promise<void> {
+  const runs = quick ? 2 : 7;
+  const measure = async (s: ServerProcess) => {
+    const r = await streamChat(client(s), task.id, task.prompt, 400);
+    const span = r.gaps.reduce((a, g) => a + g, 0);
+    return (r.tokens - 1) / (span / 1000);
+  };
+  for (const s of [on, off]) await measure(s);
+  const before = await settled(on, task.id);
+  const rates: Record<string, number[]> = { on: [], off: [] };
+  for (let i = 0; i < runs; i++) {
+    rates.on!.push(await measure(on));
+    rates.off!.push(await measure(off));
+  }
+  const after = await settled(on, task.id);
+  const [a, b] = [await greedyText(on, task.id, task.prompt, 400, []), await greedyText(off, task.id, task.prompt, 400, [])];
+  const drafted = after.draft - before.draft;
+  const accepted = after.accepted - before.accepted;
+  note(
+    `**B. A copy-heavy request**: the prompt holds a 240-word passage and the model answers with it again, every 20th word changed (a scripted model of the ~50M shape: 9 layers, hidden 512, 32k vocabulary, fused graph, ` +
+      `so its runs cost what such a model's do; its weights make it answer with exactly that text). Greedy, streamed, ${runs} runs each, interleaved, medians. ` +
+      `Same text on and off: ${a === b ? "yes" : "NO"}; the scripted answer: ${a === task.answer ? "yes" : "no"}.\n\n` +
+      table(
+        ["server", "decode tok/s (median)", "vs --speculate off (target ≥ 2×)"],
+        [
+          ["speculation on (default)", median(rates.on!).toFixed(1), ratio(median(rates.on!), median(rates.off!))],
+          ["--speculate off", median(rates.off!).toFixed(1), "1.00×"],
+        ],
+      ) +
+      `\n\n${drafted} draft tokens checked over the timed runs, ${accepted} accepted (${((100 * accepted) / Math.max(1, drafted)).toFixed(0)}%).`,
+  );
+}
+
+// ---------------------------------------------------------------- C. 16 streams
+
+async function sixteenStreams(on: ServerProcess, off: ServerProcess): Promise<void> {
+  const rounds = quick ? 1 : 7;
+  const round = async (s: ServerProcess, r: number) => {
+    const t0 = performance.now();
+    const results = await Promise.all(Array.from({ length: 16 }, (_, i) => streamChat(client(s), "stories260k", STORY_PROMPTS[(i + r) % STORY_PROMPTS.length]!, 128)));
+    return results.reduce((a, x) => a + x.tokens, 0) / ((performance.now() - t0) / 1000);
+  };
+  for (let w = 0; w < (quick ? 1 : 6); w++) for (const s of [on, off]) await round(s, w);
+  const before = await settled(on, "stories260k");
+  const rates: Record<string, number[]> = { on: [], off: [] };
+  for (let r = 0; r < rounds; r++) {
+    rates.on!.push(await round(on, r));
+    rates.off!.push(await round(off, r));
+  }
+  const after = await settled(on, "stories260k");
+  note(
+    `**C. 16 concurrent streams of stories260K** (greedy, 128 tokens each, different prompts; ${rounds} rounds per server, interleaved, after untimed ones; the median round's aggregate tokens/s):\n\n` +
+      table(
+        ["server", "aggregate tok/s (median round)", "vs --speculate off (target ≥ 1.0×)"],
+        [
+          ["speculation on (default)", median(rates.on!).toFixed(0), ratio(median(rates.on!), median(rates.off!))],
+          ["--speculate off", median(rates.off!).toFixed(0), "1.00×"],
+        ],
+      ) +
+      `\n\nDraft tokens checked during the timed rounds: ${after.draft - before.draft}, accepted ${after.accepted - before.accepted} (the planner keeps plain decode steps where verification measured slower; it tries it again now and then).`,
+  );
+}
+
+// ---------------------------------------------------------------- D. warm start
+
+/** The threads of a server process as part D tells them apart. */
+const THREAD_GROUPS = ["model worker threads", "HTTP thread", "JIT compiler threads", "other threads"] as const;
+type ThreadGroup = (typeof THREAD_GROUPS)[number];
+
+/** CPU microseconds of a server process's threads, by group. */
+function serverCpuUs(pid: number): Record<ThreadGroup, number> {
+  const out = Object.fromEntries(THREAD_GROUPS.map((g) => [g, 0])) as Record<ThreadGroup, number>;
+  for (const t of threadsCpu(pid)) {
+    // Model workers (and their compile threads) are Bun Worker threads; JavaScriptCore compiles in JITWorker threads.
+    const g: ThreadGroup = t.tid === pid ? "HTTP thread" : t.name === "Worker" ? "model worker threads" : t.name === "JITWorker" ? "JIT compiler threads" : "other threads";
+    out[g] += t.cpuNs / 1000;
+  }
+  return out;
+}
+
+const sumCpu = (c: Record<ThreadGroup, number>) => THREAD_GROUPS.reduce((a, g) => a + c[g], 0);
+
+async function warmStart(models: string): Promise<void> {
+  const total = quick ? 4000 : 24_000;
+  const zero = () => Object.fromEntries(THREAD_GROUPS.map((g) => [g, 0])) as Record<ThreadGroup, number>;
+  const trial = async (warmupMs: number | null) => {
+    const t0 = performance.now();
+    const s = await startServerProcess(models, ["--speculate", "off", ...(warmupMs === null ? [] : ["--warmup-ms", String(warmupMs)])]);
+    const startMs = performance.now() - t0;
+    const c = client(s);
+    let made = 0;
+    const first = { tokens: 0, ms: 0, cpu: zero() };
+    const late: number[] = [];
+    const lateCpu = { tokens: 0, cpu: zero() };
+    let cpu0 = serverCpuUs(s.pid);
+    for (let i = 0; made < total; i++) {
+      const r = await streamChat(c, "stories260k", STORY_PROMPTS[i % STORY_PROMPTS.length]!, 128, { logitBias: { 1: -100, 2: -100 } });
+      const span = r.gaps.reduce((a, g) => a + g, 0);
+      const cpu = serverCpuUs(s.pid);
+      const into = made < 1000 ? first.cpu : made >= total - 6000 ? lateCpu.cpu : null;
+      if (into) for (const g of THREAD_GROUPS) into[g] += cpu[g] - cpu0[g];
+      if (made < 1000) {
+        first.tokens += r.tokens - 1;
+        first.ms += span;
+      } else if (made >= total - 6000) {
+        late.push((r.tokens - 1) / (span / 1000));
+        lateCpu.tokens += r.tokens;
+      }
+      cpu0 = cpu;
+      made += r.tokens;
+    }
+    await s.stop();
+    const firstRate = first.tokens / (first.ms / 1000);
+    const warmed = median(late);
+    const perToken = (cpu: Record<ThreadGroup, number>, tokens: number) => Object.fromEntries(THREAD_GROUPS.map((g) => [g, cpu[g] / tokens])) as Record<ThreadGroup, number>;
+    return { startMs, firstRate, warmed, firstCpu: perToken(first.cpu, first.tokens), warmedCpu: perToken(lateCpu.cpu, lateCpu.tokens) };
+  };
+  // Fresh starts alternate between the two settings (the load of a shared machine drifts); medians over them.
+  const starts = quick ? 1 : 3;
+  const settings = [["default warm-up (2 s per model at most)", null], ["--warmup-ms 0", 0]] as const;
+  const trials = new Map<string, Awaited<ReturnType<typeof trial>>[]>(settings.map(([label]) => [label, []]));
+  for (let k = 0; k < starts; k++) for (const [label, w] of settings) trials.get(label)!.push(await trial(w));
+  const rows: (string | number)[][] = [];
+  const cpuRows: (string | number)[][] = [];
+  for (const [label] of settings) {
+    const ts = trials.get(label)!;
+    const med = (f: (t: (typeof ts)[number]) => number) => median(ts.map(f));
+    rows.push([
+      label,
+      med((t) => t.startMs).toFixed(0),
+      med((t) => t.firstRate).toFixed(0),
+      med((t) => t.warmed).toFixed(0),
+      `${med((t) => (100 * t.firstRate) / t.warmed).toFixed(0)}%`,
+      `${med((t) => (100 * sumCpu(t.warmedCpu)) / sumCpu(t.firstCpu)).toFixed(0)}%`,
+    ]);
+    for (const g of THREAD_GROUPS) cpuRows.push([label, g, med((t) => t.firstCpu[g]).toFixed(0), med((t) => t.warmedCpu[g]).toFixed(0), med((t) => t.firstCpu[g] - t.warmedCpu[g]).toFixed(0)]);
+  }
+  note(
+    `**D. A fresh server's first 1,000 tokens** (stories260K, one stream, greedy, 128-token requests with the end token banned, --speculate off so that only the warm-up differs; ` +
+      `${starts} fresh starts per setting, alternating, medians over them): ` +
+      `the rate over the first 1,000 tokens after start against the median rate of the requests after ${total - 6000} tokens of the same server; ` +
+      `CPU is the server process's (all threads, from /proc's schedstat) per token over the same spans: speed as CPU allows, steadier than wall time on a busy machine.\n\n` +
+      table(["start", "spawn → banner ms", "first 1,000 tokens tok/s", "warmed tok/s", "first 1,000 vs warmed (target ≥ 90%)", "by CPU per token"], rows) +
+      `\n\nWhere the first 1,000 tokens' extra CPU goes (µs of CPU per token, by thread): the warm-up at load warms the model worker's code; what it does not reach is the HTTP thread's per-token path ` +
+      `(the worker's messages, the SSE chunks, Bun's socket writes) and the JIT compiler threads, which keep compiling in the background while the first requests run.\n\n` +
+      table(["start", "threads", "first 1,000 tokens µs/token", "warmed µs/token", "extra"], cpuRows),
+  );
+}
+
+// ---------------------------------------------------------------- E. the economics on stories260K
+
+async function economics(dir: string): Promise<void> {
+  const decoder = await DecoderSession.create(dir, { providers: ["cpu"], threads: 1 });
+  const kv = new FusedKvBackend(decoder, 1 << 26);
+  const tokenizer = TextTokenizer.load(dir);
+  const argmax = (x: Float32Array) => {
+    let b = 0;
+    for (let i = 1; i < x.length; i++) if (x[i]! > x[b]!) b = i;
+    return b;
+  };
+  // Greedy stories from the prompts (the end tokens banned), as part A generates them.
+  const stories: { prompt: number[]; out: number[] }[] = [];
+  for (const p of STORY_PROMPTS) {
+    const prompt = await tokenizer.encode(renderChatPrompt(tokenizer, [{ role: "user", content: p }]), { addSpecialTokens: false });
+    const seq = kv.open(512);
+    let logits = await kv.prefill(seq, prompt);
+    const out: number[] = [];
+    for (let i = 0; i < TOKENS; i++) {
+      logits[1] = logits[2] = -Infinity;
+      out.push(argmax(logits));
+      [logits] = (await kv.decode([seq], [out.at(-1)!])) as [Float32Array];
+    }
+    kv.close(seq);
+    stories.push({ prompt, out });
+  }
+  // Tokens per run with drafts of up to w - 1 tokens, taken as they come (any match length).
+  const perRun = (w: number) => {
+    let runs = 0;
+    let made = 0;
+    for (const { prompt, out } of stories) {
+      const d = new NgramDrafter(prompt, [out[0]!]);
+      for (let i = 1; i < out.length; ) {
+        const draft = d.propose(w - 1).tokens;
+        let ok = 0;
+        while (ok < draft.length && i + ok < out.length && draft[ok] === out[i + ok]) ok++;
+        const n = Math.min(ok + 1, out.length - i);
+        for (let j = 0; j < n; j++) d.push(out[i + j]!);
+        i += n;
+        made += n;
+        runs++;
+      }
+    }
+    return made / runs;
+  };
+  // Each width in blocks of runs of that width alone (a graph run after another graph's runs pays
+  // for its cold caches: blocks measure each in its steady state), over 120 cached positions.
+  const seq = kv.open(512);
+  await kv.prefill(seq, stories[0]!.prompt.concat(stories[0]!.out).slice(0, 120));
+  const widths = [0, 1, 2, 3, 4, 5, 6, 8, 9];
+  const times = new Map<number, number[]>(widths.map((w) => [w, []]));
+  for (let round = 0; round < (quick ? 2 : 6); round++) {
+    for (const w of widths) {
+      for (let i = 0; i < 120; i++) {
+        const t0 = performance.now();
+        if (w === 0) await kv.decode([seq], [5]);
+        else await kv.verify([seq], [Array.from({ length: w }, (_, j) => 5 + j)]);
+        if (i >= 20) times.get(w)!.push(performance.now() - t0);
+        kv.truncate(seq, 120);
+      }
+    }
+  }
+  // Alternating the two graphs, as a round of verification among decode steps does.
+  const mixed: number[] = [];
+  for (let i = 0; i < (quick ? 60 : 600); i++) {
+    const t0 = performance.now();
+    if (i % 2) await kv.decode([seq], [5]);
+    else await kv.verify([seq], [[5, 6, 7, 8]]);
+    mixed.push(performance.now() - t0);
+    kv.truncate(seq, 120);
+  }
+  kv.close(seq);
+  await decoder.release();
+  const step = median(times.get(0)!);
+  const rows = widths.map((w) => {
+    const ms = median(times.get(w)!);
+    const tokens = w <= 1 ? 1 : perRun(w);
+    return [
+      w === 0 ? "decode step (one-token graph)" : `verification, ${w} per row (general graph)`,
+      (1000 * ms).toFixed(0),
+      `${(ms / step).toFixed(2)}×`,
+      tokens.toFixed(2),
+      `${(tokens / (ms / step)).toFixed(2)}×`,
+      `${((1.3 * ms) / step).toFixed(2)}`,
+    ];
+  });
+  note(
+    `**E. Why A is what it is** (stories260K's fused graph as the server loads it, one thread, 120 cached positions, ONNX Runtime through the engine's KV cache in this process; ` +
+      `each kind of run in blocks of its own, medians). "Tokens per run" replays prompt lookup over stories260K's own greedy stories of part A (the drafter of the server, drafts of up to w - 1 tokens): ` +
+      `what verification at that width would yield if it ran every round; the gain bounds what speculation can do for the model's runs alone.\n\n` +
+      table(["run", "µs (median)", "vs a decode step", "tokens per run (prompt lookup)", "tokens per decode step's time", "tokens per run needed for 1.3×"], rows) +
+      `\n\nA verification run of 4 alternating with decode steps (each graph's caches cold after the other's) took ${(1000 * median(mixed)).toFixed(0)} µs per run on average over both kinds, ` +
+      `against ${(500 * (step + median(times.get(4)!))).toFixed(0)} µs for the same runs in blocks: so the planner compares whole regimes (every round verifying, on the general graph, or none) rather than single rounds.`,
+  );
+}
+
+// ---------------------------------------------------------------- main
+
+async function main() {
+  mkdirSync(join(ROOT, "models"), { recursive: true });
+  if (!hasStories && (only.has("A") || only.has("C") || only.has("D"))) console.warn(`stories260K absent at ${STORIES}: parts A, C and D skipped`);
+  const dirs: string[] = [];
+  if (hasStories) dirs.push(await storiesDir());
+  const task = only.has("B") ? await copyTask() : null;
+  if (task) dirs.push(task.dir);
+  // Each server sees only the models of this run.
+  const models = mkdtempSync(join(tmpdir(), "sluice-bench-spec-"));
+  for (const d of dirs) symlinkSync(d, join(models, d.split("/").at(-1)!));
+  const storiesOnly = mkdtempSync(join(tmpdir(), "sluice-bench-spec-stories-"));
+  if (hasStories) symlinkSync(dirs[0]!, join(storiesOnly, "stories260k"));
+  const load = loadavg()[0]!.toFixed(1);
+  try {
+    if (only.has("A") || only.has("B") || only.has("C")) {
+      const on = await startServerProcess(models);
+      const off = await startServerProcess(models, ["--speculate", "off"]);
+      try {
+        if (hasStories && only.has("A")) await singleStream(on, off);
+        if (task) await copyHeavy(on, off, task);
+        if (hasStories && only.has("C")) await sixteenStreams(on, off);
+      } finally {
+        await on.stop();
+        await off.stop();
+      }
+    }
+    if (hasStories && only.has("D")) await warmStart(storiesOnly);
+    if (hasStories && only.has("E")) await economics(dirs[0]!);
+  } finally {
+    rmSync(models, { recursive: true, force: true });
+    rmSync(storiesOnly, { recursive: true, force: true });
+  }
+  writeSection(
+    "Speculative decoding and warm start (bench/speculation.ts)",
+    `${new Date().toISOString().slice(0, 10)} on ${machine()}; 1-minute load average ${load} at the start, ${loadavg()[0]!.toFixed(1)} at the end (${cpus().length} cores). ` +
+      "Two servers in processes of their own, one with speculation on (the default) and one with `--speculate off`, measured side by side in the same run; both warmed up at load as `serve` does by default." +
+      `${quick ? " A --quick run: few runs, for checking the script only." : ""}\n\n${sections.join("\n\n")}\n`,
+  );
+}
+
+await main();
