@@ -292,7 +292,8 @@ async function warmStart(models: string): Promise<void> {
   const zero = () => Object.fromEntries(THREAD_GROUPS.map((g) => [g, 0])) as Record<ThreadGroup, number>;
   const trial = async (warmupMs: number | null) => {
     const t0 = performance.now();
-    const s = await startServerProcess(models, ["--speculate", "off", ...(warmupMs === null ? [] : ["--warmup-ms", String(warmupMs)])]);
+    // Loaded at start (a model loaded on demand skips the warm-up: its first request waits).
+    const s = await startServerProcess(models, ["--preload", "all", "--speculate", "off", ...(warmupMs === null ? [] : ["--warmup-ms", String(warmupMs)])]);
     const startMs = performance.now() - t0;
     const c = client(s);
     let made = 0;
@@ -467,8 +468,8 @@ async function main() {
   const load = loadavg()[0]!.toFixed(1);
   try {
     if (only.has("A") || only.has("B") || only.has("C")) {
-      const on = await startServerProcess(models);
-      const off = await startServerProcess(models, ["--speculate", "off"]);
+      const on = await startServerProcess(models, ["--preload", "all"]);
+      const off = await startServerProcess(models, ["--preload", "all", "--speculate", "off"]);
       try {
         if (hasStories && only.has("A")) await singleStream(on, off);
         if (task) await copyHeavy(on, off, task);
@@ -487,7 +488,7 @@ async function main() {
   writeSection(
     "Speculative decoding and warm start (bench/speculation.ts)",
     `${new Date().toISOString().slice(0, 10)} on ${machine()}; 1-minute load average ${load} at the start, ${loadavg()[0]!.toFixed(1)} at the end (${cpus().length} cores). ` +
-      "Two servers in processes of their own, one with speculation on (the default) and one with `--speculate off`, measured side by side in the same run; both warmed up at load as `serve` does by default." +
+      "Two servers in processes of their own, one with speculation on (the default) and one with `--speculate off`, measured side by side in the same run; both loading their models at start (`--preload all`) and warming them up as `serve` then does by default." +
       `${quick ? " A --quick run: few runs, for checking the script only." : ""}\n\n${sections.join("\n\n")}\n`,
   );
 }
