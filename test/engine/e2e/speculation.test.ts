@@ -64,8 +64,9 @@ describe("serve --speculate", () => {
     expect(await metric(servers.off!.url, "sluice_draft_accepted_tokens_total")).toBe(0);
   }, 60_000);
 
-  test("--warmup-ms: the model is warmed at load with synthetic requests that leave no trace in its counters or output", async () => {
-    const warm = await spawnServe(["--data", join(dir.path, "data-warm"), "--models", dir.path, "--no-demo", "--device", "cpu", "--warmup-ms", "400"], { stderr: "pipe" });
+  test("--warmup-ms: a preloaded model is warmed at load with synthetic requests that leave no trace in its counters or output", async () => {
+    // Preloaded: a model loaded on demand skips the warm-up (its first request is waiting).
+    const warm = await spawnServe(["--data", join(dir.path, "data-warm"), "--models", dir.path, "--no-demo", "--device", "cpu", "--preload", "all", "--warmup-ms", "400"], { stderr: "pipe" });
     let log = "";
     try {
       // The warm-up ran before the model was reported loaded; none of it shows in /metrics.
