@@ -1,7 +1,7 @@
 // GET /metrics: HTTP traffic (requests by route and status, latency, time to first token, tokens,
 // errors, rate-limit refusals) and the engine's scheduler and KV gauges, in Prometheus' text format.
 // Unauthenticated like /health: it carries counts and bytes, never prompts, keys or accounts.
-import { heapStats } from "bun:jsc";
+import { heapSize } from "bun:jsc";
 import type { Engine, ModelResidency, ModelStats, WorkerHealth } from "../engine/types.ts";
 
 interface Metric {
@@ -227,7 +227,7 @@ export function metricsText(engine: Engine, http?: HttpMetrics): string {
       for (const r of residency.models) lines.push(`${m.name}{model="${label(r.model)}"} ${m.value(r)}`);
     }
   }
-  lines.push("# HELP sluice_process_heap_bytes JavaScript heap of the HTTP thread.", "# TYPE sluice_process_heap_bytes gauge", `sluice_process_heap_bytes ${heapStats().heapSize}`);
+  lines.push("# HELP sluice_process_heap_bytes JavaScript heap of the HTTP thread.", "# TYPE sluice_process_heap_bytes gauge", `sluice_process_heap_bytes ${heapSize()}`);
   for (const m of WORKER_METRICS) {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
     for (const w of stats?.workers ?? []) lines.push(`${m.name}{model="${label(w.model)}"} ${m.value(w)}`);

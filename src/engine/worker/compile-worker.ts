@@ -16,7 +16,7 @@ import {
   type Grammar,
   type TokenVocabulary,
 } from "../../structured/index.ts";
-import { heapStats } from "bun:jsc";
+import { heapSize } from "bun:jsc";
 import type { CompileFailure, CompileReply, CompileRequest } from "./compile-protocol.ts";
 import { compileStructureSpec, schemaRefusal, specParam } from "./structured-support.ts";
 import { lowerThreadPriority, threadCpuClock } from "./thread-priority.ts";
@@ -74,8 +74,8 @@ self.onmessage = (e: MessageEvent<CompileRequest>) => {
   const started = performance.now();
   try {
     const { grammar, budget } = withCompileBudget(m.limits, { flags, job: m.job }, () => compile(m), clock);
-    post({ type: "compiled", job: m.job, grammar, budget, ms: performance.now() - started, heapBytes: heapStats().heapSize }, grammar ? buffers(grammar, budget) : []);
+    post({ type: "compiled", job: m.job, grammar, budget, ms: performance.now() - started, heapBytes: heapSize() }, grammar ? buffers(grammar, budget) : []);
   } catch (err) {
-    post({ type: "failed", job: m.job, failure: failure(err, specParam(m.spec), m.limits.maxDepth), ms: performance.now() - started, heapBytes: heapStats().heapSize });
+    post({ type: "failed", job: m.job, failure: failure(err, specParam(m.spec), m.limits.maxDepth), ms: performance.now() - started, heapBytes: heapSize() });
   }
 };

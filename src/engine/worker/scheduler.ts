@@ -20,7 +20,7 @@ import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
 import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
 import { NoAllowedTokenError } from "../sampling/index.ts";
-import { heapStats } from "bun:jsc";
+import { heapSize } from "bun:jsc";
 import { EngineBusyError, EngineRequestError, EngineUnavailableError, type GenerationEvent, type ModelStats, type SpeculateMode } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
 import { FairQueue, type QueueOrder, type Waiting } from "./fair-queue.ts";
@@ -292,7 +292,7 @@ export class Scheduler {
       grammarCacheBytes: compiles?.cachedBytes ?? 0,
       schemasCompiled: compiles?.compiled ?? 0,
       schemasRefused: compiles?.refused ?? 0,
-      workerHeapBytes: heapStats().heapSize,
+      workerHeapBytes: heapSize(),
       compileHeapBytes: compiles?.heapBytes ?? 0,
     };
   }
