@@ -21,17 +21,23 @@ export function shareNativeCallFlags(buffer: SharedArrayBuffer): void {
   flags = new Int32Array(buffer);
 }
 
+/**
+ * Counts a call as in flight, unless the thread is stopping (then false, and nothing counted).
+ * Counted before the flag is read, so an owner that sets the flag and then sees no call in flight
+ * knows none will start (sequentially consistent atomics).
+ */
+function enter(f: Int32Array): boolean {
+  Atomics.add(f, IN_FLIGHT, 1);
+  if (Atomics.load(f, STOP) === 0) return true;
+  Atomics.sub(f, IN_FLIGHT, 1);
+  return false;
+}
+
 /** Runs `call` counted as in flight; once the thread is stopping, the call never starts (nor settles). */
 export async function nativeCall<T>(call: () => Promise<T>): Promise<T> {
   const f = flags;
   if (f === null) return call();
-  // Counted before the flag is read, so an owner that sets the flag and then sees no call in
-  // flight knows none will start (sequentially consistent atomics).
-  Atomics.add(f, IN_FLIGHT, 1);
-  if (Atomics.load(f, STOP) !== 0) {
-    Atomics.sub(f, IN_FLIGHT, 1);
-    return new Promise<T>(() => {});
-  }
+  if (!enter(f)) return new Promise<T>(() => {});
   try {
     return await call();
   } finally {
@@ -48,11 +54,7 @@ export async function nativeCall<T>(call: () => Promise<T>): Promise<T> {
 export function nativeCallSync<T>(call: () => T): T | Promise<T> {
   const f = flags;
   if (f === null) return call();
-  Atomics.add(f, IN_FLIGHT, 1);
-  if (Atomics.load(f, STOP) !== 0) {
-    Atomics.sub(f, IN_FLIGHT, 1);
-    return new Promise<T>(() => {});
-  }
+  if (!enter(f)) return new Promise<T>(() => {});
   try {
     return call();
   } finally {
