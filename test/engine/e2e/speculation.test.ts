@@ -88,6 +88,21 @@ describe("serve --speculate", () => {
     expect(Number(m![2])).toBeGreaterThan(0);
   }, 60_000);
 
+  test("--warmup-ms: a model loaded on demand skips the warm-up (its first request is waiting for the load)", async () => {
+    const cold = await spawnServe(["--data", join(dir.path, "data-cold"), "--models", dir.path, "--no-demo", "--device", "cpu", "--warmup-ms", "400"], { stderr: "pipe" });
+    let log = "";
+    try {
+      const c = new OpenAI({ apiKey: cold.key!, baseURL: `${cold.url}/v1`, maxRetries: 0 });
+      const r = await c.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 4 });
+      expect(r.choices[0]!.finish_reason).not.toBeNull();
+    } finally {
+      await cold.stop();
+      log = await new Response(cold.proc.stderr as ReadableStream).text();
+    }
+    expect(log).toContain("model loaded on");
+    expect(log).not.toContain("warmed up with");
+  }, 60_000);
+
   test("a value other than ngram or off is refused with a usage error", () => {
     const r = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "serve", "--speculate", "eagle", "--data", join(dir.path, "bad"), "--port", "0"], { cwd: REPO });
     expect(r.exitCode).not.toBe(0);
