@@ -37,7 +37,7 @@ export interface SyntheticSpec {
   readme?: string;
   externalDataThreshold?: number;
   genaiConfig?: boolean;
-  /** Fused variant: one packed q/k/v MatMul, as onnxruntime-genai's CPU exports (needs qkNorm off). */
+  /** Fused variant: one packed q/k/v MatMul, as onnxruntime-genai's CPU exports. */
   packedQkv?: boolean;
   /**
    * Scripted instead of random weights: the logits follow these chains (see llama/scripted.ts).

@@ -338,6 +338,32 @@ function dequantisedFromGraph(m: ImportedHfModel): Map<string, Float32Array> {
   return out;
 }
 
+/**
+ * The projections the fused graph packs (q, k and v in one product, gate and up in another), cut
+ * back into the checkpoint's matrices: their output rows one after another.
+ */
+function unpacked(dq: Map<string, Float32Array>, d: Dims): Map<string, Float32Array> {
+  const out = new Map(dq);
+  const parts: [RegExp, [string, number][]][] = [
+    [/\.qkv_proj\.weight$/, [["q_proj", d.heads * d.D], ["k_proj", d.kv * d.D], ["v_proj", d.kv * d.D]]],
+    [/\.gate_up_proj\.weight$/, [["gate_proj", d.I], ["up_proj", d.I]]],
+  ];
+  for (const [name, w] of dq) {
+    for (const [re, rows] of parts) {
+      if (!re.test(name)) continue;
+      const total = rows.reduce((n, [, r]) => n + r, 0);
+      const k = w.length / total;
+      let at = 0;
+      for (const [proj, r] of rows) {
+        out.set(name.replace(re, `.${proj}.weight`), w.slice(at * k, (at + r) * k));
+        at += r;
+      }
+      out.delete(name);
+    }
+  }
+  return out;
+}
+
 /** Cuts the padded columns of a dequantised [N, blocks * 32] matrix to [N, K]. */
 function cut(w: Float32Array, n: number, k: number): Float32Array {
   const padded = w.length / n;
@@ -458,7 +484,11 @@ describe("importHfCheckpoint: real configs, random weights, against a reference 
           const m = await imported("q4", { accuracyLevel: level });
           expect(m.onnxFile).toBe("onnx/model_q4.onnx");
           expect(m.sluice.graph?.quantization).toEqual({ method: "MatMulNBits", bits: 4, block_size: 32, accuracy_level: level });
-          const dq = dequantisedFromGraph(m);
+          const packed = dequantisedFromGraph(m);
+          // q, k and v are one product, gate and up another (fewer operator calls per step).
+          expect(packed.size).toBe(4 * d.L + (d.tied ? 1 : 2));
+          expect(packed.has("model.layers.0.self_attn.qkv_proj.weight") && packed.has("model.layers.0.mlp.gate_up_proj.weight")).toBe(true);
+          const dq = unpacked(packed, d);
           // Every projection and the head are quantised; a tied head shares the embedding's blocks.
           expect(dq.size).toBe(7 * d.L + (d.tied ? 1 : 2));
           const inCols: Record<string, number> = { q_proj: d.H, k_proj: d.H, v_proj: d.H, o_proj: d.heads * d.D, gate_proj: d.H, up_proj: d.H, down_proj: d.I };

@@ -168,6 +168,10 @@ export async function importHfCheckpoint(opts: ImportHfOptions): Promise<Importe
         variant,
         dtype: activations,
         rotaryCacheLength: context,
+        // One product for q, k and v and one for gate and up, as onnxruntime-genai's builder
+        // packs them: fewer operator calls per layer (see DecoderGraphOptions).
+        packedQkv: variant === "fused",
+        packedMlp: variant === "fused",
         externalData: external,
         ...(quantized ? { q4: { accuracyLevel } } : {}),
       }).model;

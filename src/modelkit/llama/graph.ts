@@ -42,11 +42,17 @@ export interface DecoderGraphOptions {
    */
   mropeSection?: [number, number, number];
   /**
-   * Fused variant only: one MatMul for q, k and v whose output feeds GroupQueryAttention as its
-   * query with key and value unset, as onnxruntime-genai's builder makes CPU models. Not with
-   * per-head q/k norms (which need q and k apart).
+   * Fused variant only: one MatMul for q, k and v, as onnxruntime-genai's builder makes CPU
+   * models. Its output feeds GroupQueryAttention as the query with key and value unset; with
+   * per-head q/k norms (which need q and k apart) it is split into the three first.
    */
   packedQkv?: boolean;
+  /**
+   * Fused variant only: one MatMul for the MLP's gate and up projections, split in two. A decode
+   * step of a model past a few MB reads its weights once whatever their grouping, but each
+   * product is an operator call (a thread-pool dispatch for MatMulNBits): one fewer per layer.
+   */
+  packedMlp?: boolean;
   /**
    * Fused variant only: every projection (the output head too) as ONNX Runtime's MatMulNBits
    * with 4-bit weights in blocks of 32 (see quant/q4.ts), and the token embedding as
@@ -145,10 +151,18 @@ function rmsNormStandard(ctx: Ctx, x: string, w: string): string {
   return g.op("Mul", [y, w]);
 }
 
-function swiglu(ctx: Ctx, x: string, l: LlamaLayerWeights, i: number): string {
+function swiglu(ctx: Ctx, x: string, l: LlamaLayerWeights, i: number, packed = false): string {
   const { g, c } = ctx;
-  const gate = matmul(ctx, x, `model.layers.${i}.mlp.gate_proj.weight`, l.gate, c.hiddenSize, c.intermediateSize);
-  const up = matmul(ctx, x, `model.layers.${i}.mlp.up_proj.weight`, l.up, c.hiddenSize, c.intermediateSize);
+  const I = c.intermediateSize;
+  let gate: string;
+  let up: string;
+  if (packed) {
+    const both = matmul(ctx, x, `model.layers.${i}.mlp.gate_up_proj.weight`, concatColumns(c.hiddenSize, [l.gate, l.up]), c.hiddenSize, 2 * I);
+    [gate, up] = g.node("Split", [both, g.i64([I, I])], 2, { axis: -1 }) as [string, string];
+  } else {
+    gate = matmul(ctx, x, `model.layers.${i}.mlp.gate_proj.weight`, l.gate, c.hiddenSize, I);
+    up = matmul(ctx, x, `model.layers.${i}.mlp.up_proj.weight`, l.up, c.hiddenSize, I);
+  }
   const act = g.op("Mul", [gate, g.op("Sigmoid", [gate])]);
   return matmul(ctx, g.op("Mul", [act, up]), `model.layers.${i}.mlp.down_proj.weight`, l.down, c.intermediateSize, c.hiddenSize);
 }
@@ -423,7 +437,7 @@ function concatColumns(rows: number, parts: Float32Array[]): Float32Array {
   return out;
 }
 
-function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packedQkv: boolean): void {
+function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packing: { qkv: boolean; mlp: boolean }): void {
   const { g, c } = ctx;
   const D = c.headDim;
   const Dp = gqaHeadDim(D);
@@ -482,9 +496,10 @@ function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packedQk
     let q: string;
     let k = "";
     let v = "";
-    if (packedQkv) {
+    if (packing.qkv) {
       const packed = matmul(ctx, n1, `${att}.qkv_proj.weight`, concatColumns(c.hiddenSize, [qw, kw, vw]), c.hiddenSize, qDim + 2 * kvDim);
       q = addBias(ctx, packed, `${att}.qkv_proj.bias`, qb && kb && vb ? concatColumns(1, [qb, kb, vb]) : undefined);
+      if (c.qkNorm) [q, k, v] = g.node("Split", [q, g.i64([qDim, kvDim, kvDim])], 3, { axis: -1 }) as [string, string, string];
     } else {
       q = addBias(ctx, matmul(ctx, n1, `${att}.q_proj.weight`, qw, c.hiddenSize, qDim), `${att}.q_proj.bias`, qb);
       k = addBias(ctx, matmul(ctx, n1, `${att}.k_proj.weight`, kw, c.hiddenSize, kvDim), `${att}.k_proj.bias`, kb);
@@ -510,7 +525,7 @@ function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packedQk
     const w2 = weight(ctx, `${pre}.post_attention_layernorm.weight`, [c.hiddenSize], l.postNorm);
     const [n2, sum] = skipNorm(ctx, o, residual, w2);
     residual = sum;
-    pending = swiglu(ctx, n2, l, i);
+    pending = swiglu(ctx, n2, l, i, packing.mlp);
   }
   const wf = weight(ctx, "model.norm.weight", [c.hiddenSize], finalNorm(ctx, src));
   const [final] = skipNorm(ctx, pending, residual, wf);
@@ -545,10 +560,10 @@ export function buildDecoderModel(c: LlamaConfig, w: LlamaWeights | LlamaWeightS
   };
   // GroupQueryAttention rotates by sequence offsets: it cannot take 3-D positions.
   if (ctx.mropeSection && opts.variant !== "standard") throw new Error("multimodal rotary (mrope) needs the standard variant");
-  if (opts.packedQkv && (opts.variant !== "fused" || c.qkNorm)) throw new Error("packed q/k/v needs the fused variant and no per-head q/k norms");
+  if ((opts.packedQkv || opts.packedMlp) && opts.variant !== "fused") throw new Error("packed projections need the fused variant");
   if (ctx.q4 && (opts.variant !== "fused" || ctx.inputsEmbeds)) throw new Error("4-bit weights need the fused variant and token ids as input");
   if (opts.variant === "standard") buildStandard(ctx, src);
-  else buildFused(ctx, src, opts.rotaryCacheLength ?? c.maxPositionEmbeddings, opts.packedQkv === true);
+  else buildFused(ctx, src, opts.rotaryCacheLength ?? c.maxPositionEmbeddings, { qkv: opts.packedQkv === true, mlp: opts.packedMlp === true });
   const plan = opts.externalDataFile ? new ExternalDataPlan(opts.externalDataFile, opts.externalMinBytes ?? 1024) : undefined;
   const metadata: Record<string, string> = { "sluice.variant": opts.variant, "sluice.dtype": opts.dtype };
   if (ctx.q4) metadata["sluice.weights"] = `q4 (MatMulNBits, block ${Q4_BLOCK}, accuracy_level ${ctx.q4.accuracyLevel})`;
