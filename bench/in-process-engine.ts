@@ -1,7 +1,7 @@
 // The model worker's own code driven in the benchmark's process, without the HTTP server, the
 // messages between threads and the client: what the engine alone does on this machine.
 import { DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
-import type { GenerateRequest, GenerationEvent } from "../src/engine/types.ts";
+import type { GenerateRequest, GenerationEvent, SpeculateMode } from "../src/engine/types.ts";
 import { ModelRunner } from "../src/engine/worker/model-runner.ts";
 import { Scheduler } from "../src/engine/worker/scheduler.ts";
 
@@ -27,13 +27,13 @@ export class InProcessEngine {
     private readonly runner: ModelRunner,
   ) {}
 
-  static async load(dir: string, id: string): Promise<InProcessEngine> {
+  static async load(dir: string, id: string, opts: { speculate?: SpeculateMode } = {}): Promise<InProcessEngine> {
     const runner = await ModelRunner.load({ id, dir, device: "cpu", threads: 0, kvBudgetBytes: 0, maxQueue: 0 });
     let self: InProcessEngine | null = null;
     const scheduler = new Scheduler(runner, {
       events: (rid, events) => self!.events(rid, events),
       done: (rid, error) => self!.waiting.get(rid)?.done(error),
-    });
+    }, { speculate: opts.speculate });
     self = new InProcessEngine(scheduler, runner);
     // How much of the engine's time is ONNX Runtime's own: the decoder's run, timed around.
     const decoder = runner.decoder;

@@ -105,3 +105,41 @@ describe("a decoding batch crossing a class boundary", () => {
     }
   });
 });
+
+describe("the split-attention graph's input shapes", () => {
+  test("stay the same from one decode step to the next within a pool: the attention mask spans its capacity", async () => {
+    // ONNX Runtime keeps a memory plan per set of input shapes; a mask that grew by one position
+    // per step made it plan every step's allocations anew.
+    const info = await buildSyntheticModel(join(root.path, "shapes"), { preset: "tiny-qwen3", variant: "fused", seed: 6 });
+    const decoder = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    try {
+      expect(decoder.stepMode).toBe("split");
+      const maskName = decoder.spec.attentionMask!;
+      const b = new FusedKvBackend(decoder, 1 << 26);
+      const seq = b.open(256);
+      let logits = await b.prefill(seq, Array.from({ length: 40 }, (_, i) => 10 + i));
+      const masks: { dims: readonly number[]; ones: number }[] = [];
+      const run = decoder.run.bind(decoder);
+      decoder.run = ((...args: Parameters<typeof run>) => {
+        const m = args[0][maskName]!;
+        masks.push({ dims: m.dims, ones: (m.data as BigInt64Array).reduce((n, x) => n + Number(x), 0) });
+        return run(...args);
+      }) as typeof decoder.run;
+      try {
+        for (let s = 0; s < 10; s++) [logits] = (await b.decode([seq], [argmax(logits)])) as [Float32Array];
+        // A verification run of 3 tokens: the capacity plus the run's padding past a row's end.
+        await b.verify([seq], [[argmax(logits), 5, 6]]);
+      } finally {
+        decoder.run = run;
+      }
+      const [capacity] = b.poolCapacities();
+      expect(capacity).toBe(64);
+      expect(masks.slice(0, 10).map((m) => m.dims)).toEqual(Array.from({ length: 10 }, () => [1, capacity]));
+      // Each row's count of ones is still its length: what the graph reads.
+      expect(masks.slice(0, 10).map((m) => m.ones)).toEqual(Array.from({ length: 10 }, (_, s) => 41 + s));
+      expect(masks[10]).toEqual({ dims: [1, capacity! + 2], ones: 53 });
+    } finally {
+      await decoder.release();
+    }
+  });
+});
