@@ -8,12 +8,13 @@
 // it for runs over IPC.
 import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
 import OpenAI from "openai";
+import type { SpeculateMode } from "../src/engine/types.ts";
 import { InProcessEngine, type Measure } from "./in-process-engine.ts";
 import { streamChat } from "./stream-chat.ts";
 
 export type RunnerSpec =
   | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number; prompts?: string[] }
-  | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number }
+  | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number; prompts?: string[]; speculate?: SpeculateMode }
   | { kind: "transformers"; root: string; dir: string; promptIds: number[]; threads: number; tokens: number; dtype?: "fp32" | "q4" };
 
 type Request = { op: "init"; spec: RunnerSpec } | { op: "run" } | { op: "generate"; prompts: string[]; maxTokens: number } | { op: "close" };
@@ -117,8 +118,10 @@ async function serve(): Promise<void> {
           let runs = 0;
           run = () => sluiceRun(client, spec, runs++);
         } else if (spec.kind === "engine") {
-          const e = (engine = await InProcessEngine.load(spec.dir, spec.id));
-          run = () => e.run(spec.prompt, spec.eos, spec.tokens);
+          const e = (engine = await InProcessEngine.load(spec.dir, spec.id, { speculate: spec.speculate }));
+          let runs = 0;
+          // With `prompts`, each run takes the next one (as sluiceRun).
+          run = () => e.run(spec.prompts ? spec.prompts[runs++ % spec.prompts.length]! : spec.prompt, spec.eos, spec.tokens);
           close = () => e.close();
         } else {
           env.allowRemoteModels = false;

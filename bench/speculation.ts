@@ -161,13 +161,19 @@ const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
 
 // ---------------------------------------------------------------- A. one stream of stories260K
 
-async function singleStream(on: ServerProcess, off: ServerProcess): Promise<void> {
+async function singleStream(on: ServerProcess, off: ServerProcess, storiesModel: string): Promise<void> {
   // llama2.c's stories end with BOS (1) as well as EOS (2).
   const eos = [1, 2];
   const spec = (s: ServerProcess) => ({ kind: "http" as const, baseURL: `${s.url}/v1`, key: s.key, model: "stories260k", prompt: STORY_PROMPTS[0]!, prompts: STORY_PROMPTS, eos, tokens: TOKENS });
+  // The model worker's own code in a process of its own, without the HTTP thread, the messages to
+  // it and the client: how much of the gap to run.c is the engine's and how much the way to the
+  // client's.
+  const engine = (speculate: "ngram" | "off") => ({ kind: "engine" as const, dir: storiesModel, id: "stories260k", prompt: STORY_PROMPTS[0]!, prompts: STORY_PROMPTS, eos, tokens: TOKENS, speculate });
   const runners: [string, RunnerProcess][] = [
     ["sluice (speculation on, the default)", await RunnerProcess.start(spec(on))],
     ["sluice --speculate off", await RunnerProcess.start(spec(off))],
+    ["sluice's engine in-process, no HTTP (speculation on)", await RunnerProcess.start(engine("ngram"))],
+    ["sluice's engine in-process, no HTTP (speculation off)", await RunnerProcess.start(engine("off"))],
   ];
   for (const [, r] of runners) for (let w = 0; w < (quick ? 2 : 100); w++) await r.run();
   const peer = buildPeer();
@@ -194,6 +200,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess): Promise<void
   const steps = after.steps - before.steps;
   note(
     `**A. stories260K, greedy, one stream through HTTP** (the openai client streaming, in a process of its own; ${STORY_PROMPTS.length} prompts in turn, ${TOKENS} tokens each with the end token banned, ` +
+      "and, for comparison, the model worker's own code (scheduler, KV cache, sampler, detokeniser) driven in a process of its own without the HTTP thread, the messages to it and the client; " +
       `${RUNS * STORY_PROMPTS.length} timed runs per runner, interleaved, after ${quick ? 2 : 100} untimed ones on top of the servers' own warm-up; medians). ` +
       `run.c runs the same prompts (greedy, -n 256: its rate counts every forward pass, prompt included, up to the end of the story)` +
       `${typeof peer === "string" ? ` — not run: ${peer}` : ""}. Same text with speculation on and off: ${same}/${STORY_PROMPTS.length} prompts.\n\n` +
@@ -471,7 +478,7 @@ async function main() {
       const on = await startServerProcess(models, ["--preload", "all"]);
       const off = await startServerProcess(models, ["--preload", "all", "--speculate", "off"]);
       try {
-        if (hasStories && only.has("A")) await singleStream(on, off);
+        if (hasStories && only.has("A")) await singleStream(on, off, dirs[0]!);
         if (task) await copyHeavy(on, off, task);
         if (hasStories && only.has("C")) await sixteenStreams(on, off);
       } finally {
