@@ -581,6 +581,22 @@ describe("importHfCheckpoint refuses what it cannot import exactly, and leaves n
     await refused(variant({}, int8), /model\.norm\.weight is I8; supported weight types: BF16, F16, F32/);
   });
 
+  test("a weight beyond float16's range: fp16 and q4f16 refused by name (fp32 and q4 import it)", async () => {
+    // 70000 fits bfloat16 and float32; as float16 it would be infinity, and every logit NaN.
+    const big = (t: RawTensor[]) =>
+      t.map((x) => (x.name === "model.layers.0.post_attention_layernorm.weight" ? { ...x, data: Float32Array.from(x.data as Float32Array, (v, i) => (i === 3 ? 70000 : v)) } : x));
+    const dir = variant({}, big);
+    await refused(dir, /model\.layers\.0\.post_attention_layernorm\.weight holds 70000\.0, beyond float16's range \(±65504\).*--dtype fp32/, { dtype: "fp16" });
+    // A 4-bit block holding it has a scale of about 70000 / 15: within range. Past 15 × 65504 it is not.
+    const huge = (t: RawTensor[]) =>
+      t.map((x) => (x.name === "model.layers.1.mlp.down_proj.weight" ? { ...x, data: Float32Array.from(x.data as Float32Array, (v, i) => (i === 0 ? 2e6 : v)) } : x));
+    await refused(variant({}, huge), /model\.layers\.1\.mlp\.down_proj\.weight_scales holds .*beyond float16's range.*--dtype q4/, { dtype: "q4f16" });
+    for (const dtype of ["fp32", "q4"] as const) {
+      const m = await importHfCheckpoint({ dir, out: join(root.path, `big-${dtype}-${n++}`), id: "test/big", dtype });
+      expect(m.onnxFile).toContain(dtype === "fp32" ? "model.onnx" : "model_q4.onnx");
+    }
+  });
+
   test("Mistral's sliding window caps the context, and says so", async () => {
     const lines: string[] = [];
     const m = await importHfCheckpoint({ dir: variant({ sliding_window: 40, max_position_embeddings: 4096 }), out: join(root.path, `sw-${n++}`), id: "test/sw", log: (l) => lines.push(l) });

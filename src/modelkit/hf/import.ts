@@ -145,13 +145,13 @@ export async function importHfCheckpoint(opts: ImportHfOptions): Promise<Importe
   const ckpt = SafetensorsCheckpoint.open(src);
   const notes = [...hf.notes];
   const staging = join(dirname(out), `.${basename(out)}.importing-${process.pid}`);
+  const activations: WeightDType = dtype === "fp16" || dtype === "q4f16" ? "float16" : "float32";
   try {
     checkCheckpoint(config, ckpt);
     for (const n of notes) log(n);
     rmSync(staging, { recursive: true, force: true });
     mkdirSync(join(staging, "onnx"), { recursive: true });
     const file = ONNX_FILES[dtype];
-    const activations: WeightDType = dtype === "fp16" || dtype === "q4f16" ? "float16" : "float32";
     const accuracyLevel = opts.accuracyLevel ?? DEFAULT_ACCURACY_LEVEL;
     log(`${hf.architecture}: ${config.numLayers} layers, hidden ${config.hiddenSize}, ${config.numHeads}/${config.numKvHeads} heads of ${config.headDim}, vocab ${config.vocabSize}; writing ${dtype}`);
     const external = new ExternalDataFile(join(staging, "onnx", `${file}_data`), `${file}_data`);
@@ -229,6 +229,9 @@ export async function importHfCheckpoint(opts: ImportHfOptions): Promise<Importe
     return { dir: out, sluice, config, architecture: hf.architecture, onnxFile: `onnx/${file}`, notes };
   } catch (e) {
     rmSync(staging, { recursive: true, force: true });
+    if (e instanceof RangeError && activations === "float16") {
+      throw new Error(`${e.message}; import this checkpoint with --dtype ${dtype === "q4f16" ? "q4" : "fp32"} (float32 activations) instead`);
+    }
     throw e;
   } finally {
     ckpt.close();

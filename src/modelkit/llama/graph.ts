@@ -5,6 +5,7 @@
 //   -> logits, present.{i}.key|value (KV cache [batch, kv_heads, seq, head_dim]).
 
 import { type Dim, type ExternalDataFile, ExternalDataPlan, GraphBuilder, MS_DOMAIN, type OpsetImport, type SerializedModel, serializeModel } from "../onnx/builder.ts";
+import { checkHalfRange } from "../onnx/dtype.ts";
 import { floatTensor, tensor } from "../onnx/tensor.ts";
 import { Q4_BLOCK, type Q4Matrix, quantizeQ4, quantizeQ4Rows } from "../quant/q4.ts";
 import { type GraphVariant, type LlamaConfig, type WeightDType, validateConfig } from "./config.ts";
@@ -103,7 +104,9 @@ interface Ctx {
   q4: { accuracyLevel: number } | null;
 }
 
+/** A float initializer in the activations' type; float16 refuses values it would make infinite. */
 function weight(ctx: Ctx, name: string, dims: number[], values: Float32Array): string {
+  if (ctx.dt === "float16") checkHalfRange(name, values);
   return ctx.g.initializer(name, floatTensor(ctx.dt, dims, values));
 }
 
@@ -117,7 +120,7 @@ function q4Initializers(ctx: Ctx, name: string, q: Q4Matrix): { data: string; sc
   const { g } = ctx;
   return {
     data: g.initializer(`${name}_Q4`, tensor("uint8", [q.n, q.blocks, Q4_BLOCK / 2], q.data)),
-    scales: g.initializer(`${name}_scales`, floatTensor(ctx.dt, [q.n * q.blocks], q.scales)),
+    scales: weight(ctx, `${name}_scales`, [q.n * q.blocks], q.scales),
     zeroPoints: g.initializer(`${name}_zero_points`, tensor("uint8", [q.zeroPoints.length], q.zeroPoints)),
   };
 }

@@ -70,6 +70,23 @@ export function fromHalfBits(h: number): number {
   return sign * (1 + mant / 1024) * 2 ** (exp - 15);
 }
 
+/** The largest finite float16; float32 values from 65520 on round to infinity. */
+export const HALF_MAX = 65504;
+
+/**
+ * Throws when a finite value of `values` has no float16 counterpart (it would become infinity):
+ * a bf16 or float32 checkpoint may hold weights past ±65504, which a float16 export would turn
+ * into inf silently, and every logit after them into NaN.
+ */
+export function checkHalfRange(name: string, values: Float32Array): void {
+  let worst = 0;
+  for (let i = 0; i < values.length; i++) {
+    const a = Math.abs(values[i]!);
+    if (a > worst && a !== Infinity) worst = a;
+  }
+  if (worst >= 65520) throw new RangeError(`${name} holds ${worst.toPrecision(6)}, beyond float16's range (±${HALF_MAX}): it cannot be stored as float16`);
+}
+
 export function float32ToHalf(values: Float32Array): Uint16Array {
   const out = new Uint16Array(values.length);
   for (let i = 0; i < values.length; i++) out[i] = toHalfBits(values[i]);
