@@ -1,7 +1,7 @@
 // Hugging Face checkpoint imports and 4-bit weights, side by side in one run:
 //   1. the ~50M synthetic model written as an HF checkpoint (bf16 safetensors, 2 shards) and
 //      imported with `sluice models import hf` in fp32 and q4: wall time and peak RSS of the
-//      import process (it streams: about a layer and the embedding in memory, not the model);
+//      import process (it streams: about a layer in memory, the embedding a block of rows at a time);
 //   2. single-stream decode through HTTP (the openai client, streaming) of the q4 import against
 //      its fp32 import, and transformers.js loading the same q4 directory with dtype "q4";
 //   3. the resident memory of each served model (server RSS minus a server with no model) and
@@ -238,9 +238,9 @@ async function main(): Promise<void> {
       `The ~50M synthetic model (bench-50m: 9 layers, hidden 512, tied 32k vocabulary; random weights from a fixed seed) written as a Hugging Face checkpoint ` +
       `(bf16 safetensors in 2 shards) and imported with \`sluice models import hf\` in fp32 and q4 (MatMulNBits, 4 bits, blocks of 32, accuracy_level 4; ` +
       `GatherBlockQuantized embedding sharing the tied head's blocks). Each import runs as a process of its own; its peak RSS is the kernel's maxrss. ` +
-      `The import streams: it reads each tensor when the graph takes it and writes each weight to the external data file as the graph is built, so what it holds ` +
-      `above the process's own footprint is bounded by its largest tensor and a matrix or two, not the model: here the largest is the embedding (16.4M of the 52M parameters, ` +
-      `${(32000 * 512 * 4) / 2 ** 20} MiB in float32), against ${weightsMb} MiB of float32 weights in all:\n\n${importTable}\n\n` +
+      `The import streams: it reads each tensor when the graph takes it and writes each weight to the external data file as the graph is built, and the largest tensors ` +
+      `(the embedding and an untied head) 2,048 rows at a time, so what it holds above the process's own footprint is bounded by a layer's matrices, not the model ` +
+      `(the embedding alone is 16.4M of the 52M parameters, ${(32000 * 512 * 4) / 2 ** 20} MiB in float32), against ${weightsMb} MiB of float32 weights in all:\n\n${importTable}\n\n` +
       `Single stream, greedy, ${TOKENS} generated tokens (EOS banned), ${RUNS} timed runs each after 2 untimed ones, interleaved, medians. ` +
       `Each Sluice model is served by a server process of its own and measured through its HTTP API with the openai client (streaming); ` +
       `transformers.js 4.3.1 loads the same q4 directory with \`dtype: "q4"\` (onnx/model_q4.onnx) and runs generate() on the same prompt ids, in a process of its own, ` +

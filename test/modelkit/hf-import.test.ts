@@ -11,6 +11,11 @@ import { join } from "node:path";
 import { onnx } from "onnx-proto";
 import * as ort from "onnxruntime-node";
 import { type HfImportDType, type ImportedHfModel, importHfCheckpoint } from "../../src/modelkit/index.ts";
+import { readHfModelConfig } from "../../src/modelkit/hf/config.ts";
+import { SafetensorsCheckpoint } from "../../src/modelkit/hf/safetensors.ts";
+import { checkpointSource } from "../../src/modelkit/hf/weights.ts";
+import { buildDecoderModel } from "../../src/modelkit/llama/graph.ts";
+import { ExternalDataFile } from "../../src/modelkit/onnx/builder.ts";
 import { Prng } from "../../src/modelkit/prng.ts";
 import { tempDir } from "../helpers/paths.ts";
 import { float16Tensor } from "./greedy.ts";
@@ -531,6 +536,52 @@ describe("importHfCheckpoint: real configs, random weights, against a reference 
       });
     });
   });
+});
+
+describe("embedding and head tables written a block of rows at a time", () => {
+  // A checkpoint's largest tensors (the embedding, an untied head) are read, converted and
+  // written STREAM_ROWS (2048) rows at a time: the graph and its external data must be the bytes
+  // the tables give when read whole. 4500 rows: three blocks, the last one short.
+  const build = (k: Case, dtype: HfImportDType, streamed: boolean, dir: string) => {
+    const ckpt = SafetensorsCheckpoint.open(dir);
+    try {
+      const { config } = readHfModelConfig(k.config);
+      const full = checkpointSource(config, ckpt);
+      const source = streamed ? full : { ...full, embedRows: undefined, lmHeadRows: undefined };
+      const out = join(dir, `${dtype}-${streamed ? "streamed" : "whole"}.onnx_data`);
+      const external = new ExternalDataFile(out, "m.onnx_data");
+      try {
+        const quantized = dtype === "q4" || dtype === "q4f16";
+        const model = buildDecoderModel(config, source, {
+          variant: "fused",
+          dtype: dtype === "fp16" || dtype === "q4f16" ? "float16" : "float32",
+          rotaryCacheLength: CONTEXT,
+          packedQkv: true,
+          packedMlp: true,
+          externalData: external,
+          ...(quantized ? { q4: { accuracyLevel: 4 } } : {}),
+        }).model;
+        return { model, data: readFileSync(out) };
+      } finally {
+        external.close();
+      }
+    } finally {
+      ckpt.close();
+    }
+  };
+  for (const k of [CASES[0]!, CASES[1]!]) {
+    test(`${k.label.split(" (")[0]} (${k.config.tie_word_embeddings ? "tied" : "separate head"}): fp32, fp16, q4 and q4f16 the same bytes as whole tables`, () => {
+      const big = { ...k, config: { ...k.config, vocab_size: 4500 } };
+      const dir = join(root.path, `stream-${k.config.model_type}`);
+      writeCheckpoint(dir, big, randomTensors(big.config, big.dtype, 31));
+      for (const dtype of ["fp32", "fp16", "q4", "q4f16"] as const) {
+        const [a, b] = [build(big, dtype, true, dir), build(big, dtype, false, dir)];
+        expect(a.data.length).toBeGreaterThan(4500 * (dims(big.config).H / 2));
+        expect(Buffer.compare(a.data, b.data)).toBe(0);
+        expect(Buffer.compare(Buffer.from(a.model), Buffer.from(b.model))).toBe(0);
+      }
+    });
+  }
 });
 
 describe("importHfCheckpoint refuses what it cannot import exactly, and leaves nothing behind", () => {

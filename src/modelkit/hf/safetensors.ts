@@ -181,12 +181,35 @@ export class SafetensorsCheckpoint {
 
   /** The tensor as float32, after checking its shape; F32, F16 and BF16 are read. */
   readFloat32(name: string, shape?: number[]): Float32Array {
+    const t = this.floatTensor(name, shape);
+    return this.readElements(t, name, 0, (t.end - t.start) / FLOAT_DTYPES[t.dtype as keyof typeof FLOAT_DTYPES]);
+  }
+
+  /**
+   * Rows [start, start + count) of a 2-D tensor of `shape`, as float32: a part of a large
+   * tensor (an embedding table) without the rest in memory.
+   */
+  readFloat32Rows(name: string, shape: [number, number], start: number, count: number): Float32Array {
+    const t = this.floatTensor(name, shape);
+    if (!Number.isInteger(start) || !Number.isInteger(count) || start < 0 || count < 0 || start + count > shape[0]) {
+      throw new Error(`rows ${start}..${start + count} of ${name} are outside its ${shape[0]} rows`);
+    }
+    return this.readElements(t, name, start * shape[1], count * shape[1]);
+  }
+
+  /** The entry of a float tensor, its shape checked. */
+  private floatTensor(name: string, shape?: number[]): SafetensorsTensor {
     const t = this.byName.get(name);
     if (!t) throw new Error(`the checkpoint has no tensor ${name}`);
     if (shape && (shape.length !== t.shape.length || shape.some((d, i) => d !== t.shape[i]))) {
       throw new Error(`tensor ${name} has shape [${t.shape.join(", ")}], expected [${shape.join(", ")}]`);
     }
     if (!(t.dtype in FLOAT_DTYPES)) throw new Error(`tensor ${name} is ${t.dtype}; only ${Object.keys(FLOAT_DTYPES).join(", ")} weights can be imported`);
+    return t;
+  }
+
+  /** `count` elements of the tensor from element `first` on, as float32. */
+  private readElements(t: SafetensorsTensor, name: string, first: number, count: number): Float32Array {
     let fd = this.fds.get(t.file);
     if (fd === undefined) {
       fd = openSync(t.file, "r");
@@ -194,18 +217,18 @@ export class SafetensorsCheckpoint {
     }
     const what = `${t.file} (${name})`;
     if (t.dtype === "F32") {
-      const bytes = new Uint8Array(t.end - t.start);
-      readExactly(fd, bytes, t.start, what);
+      const bytes = new Uint8Array(4 * count);
+      readExactly(fd, bytes, t.start + 4 * first, what);
       return new Float32Array(bytes.buffer);
     }
     // Half-width types are read a chunk at a time into the float32 result: no second copy of
     // the tensor's raw bytes (an embedding can be a large share of a model).
-    const out = new Float32Array((t.end - t.start) / 2);
+    const out = new Float32Array(count);
     const chunk = new Uint16Array(Math.min(out.length, READ_CHUNK));
     const chunkBytes = new Uint8Array(chunk.buffer);
     for (let at = 0; at < out.length; at += chunk.length) {
       const n = Math.min(chunk.length, out.length - at);
-      readExactly(fd, chunkBytes.subarray(0, 2 * n), t.start + 2 * at, what);
+      readExactly(fd, chunkBytes.subarray(0, 2 * n), t.start + 2 * (first + at), what);
       if (t.dtype === "F16") halfToFloat32Into(chunk.subarray(0, n), out, at);
       else bf16ToFloat32Into(chunk.subarray(0, n), out, at);
     }

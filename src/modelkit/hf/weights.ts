@@ -107,6 +107,8 @@ export function checkpointSource(c: LlamaConfig, ckpt: SafetensorsCheckpoint, on
     },
     finalNorm: () => ckpt.readFloat32("model.norm.weight", [c.hiddenSize]),
     lmHead: () => (c.tieWordEmbeddings ? undefined : matrix({ name: "lm_head.weight", shape: [c.vocabSize, c.hiddenSize] })),
+    embedRows: (start, count) => ckpt.readFloat32Rows("model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], start, count),
+    lmHeadRows: (start, count) => ckpt.readFloat32Rows("lm_head.weight", [c.vocabSize, c.hiddenSize], start, count),
   };
 }
 

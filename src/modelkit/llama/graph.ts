@@ -5,9 +5,9 @@
 //   -> logits, present.{i}.key|value (KV cache [batch, kv_heads, seq, head_dim]).
 
 import { type Dim, type ExternalDataFile, ExternalDataPlan, GraphBuilder, MS_DOMAIN, type OpsetImport, type SerializedModel, serializeModel } from "../onnx/builder.ts";
-import { checkHalfRange } from "../onnx/dtype.ts";
+import { checkHalfRange, float32ToHalf } from "../onnx/dtype.ts";
 import { floatTensor, tensor } from "../onnx/tensor.ts";
-import { Q4_BLOCK, type Q4Matrix, quantizeQ4, quantizeQ4Rows } from "../quant/q4.ts";
+import { Q4_BLOCK, type Q4Matrix, q4Blocks, quantizeQ4, quantizeQ4Rows } from "../quant/q4.ts";
 import { type GraphVariant, type LlamaConfig, type WeightDType, validateConfig } from "./config.ts";
 import {
   type LlamaLayerWeights,
@@ -115,8 +115,17 @@ function matmul(ctx: Ctx, x: string, name: string, w: Float32Array, rows: number
   return ctx.g.op("MatMul", [x, weight(ctx, name, [rows, cols], w)]);
 }
 
+/** What MatMulNBits' attributes need of a quantised weight. */
+type Q4Shape = Pick<Q4Matrix, "k" | "n" | "blocks">;
+/** A quantised weight's initializers. */
+interface Q4Names {
+  data: string;
+  scales: string;
+  zeroPoints: string;
+}
+
 /** The initializers of a quantised weight, named as ONNX Runtime's quantiser names them. */
-function q4Initializers(ctx: Ctx, name: string, q: Q4Matrix): { data: string; scales: string; zeroPoints: string } {
+function q4Initializers(ctx: Ctx, name: string, q: Q4Matrix): Q4Names {
   const { g } = ctx;
   return {
     data: g.initializer(`${name}_Q4`, tensor("uint8", [q.n, q.blocks, Q4_BLOCK / 2], q.data)),
@@ -125,7 +134,7 @@ function q4Initializers(ctx: Ctx, name: string, q: Q4Matrix): { data: string; sc
   };
 }
 
-function nbits(ctx: Ctx, x: string, q: Q4Matrix, init: { data: string; scales: string; zeroPoints: string }): string {
+function nbits(ctx: Ctx, x: string, q: Q4Shape, init: Q4Names): string {
   const level = ctx.q4?.accuracyLevel ?? 0;
   const attrs = { K: q.k, N: q.n, bits: 4, block_size: Q4_BLOCK, ...(level ? { accuracy_level: level } : {}) };
   return ctx.g.op("MatMulNBits", [x, init.data, init.scales, init.zeroPoints], attrs, MS_DOMAIN);
@@ -170,10 +179,75 @@ function swiglu(ctx: Ctx, x: string, l: LlamaLayerWeights, i: number, packed = f
   return matmul(ctx, g.op("Mul", [act, up]), `model.layers.${i}.mlp.down_proj.weight`, l.down, c.intermediateSize, c.hiddenSize);
 }
 
+/** Rows of a streamed table read, converted and written at a time (see LlamaWeightSource.embedRows). */
+const STREAM_ROWS = 2048;
+
+type ReadRows = (start: number, count: number) => Float32Array;
+
+/** Reads `total` rows with `read`, STREAM_ROWS at a time, and hands each block to `each`. */
+function forEachBlock(total: number, read: ReadRows, each: (start: number, count: number, values: Float32Array) => void): void {
+  for (let start = 0; start < total; start += STREAM_ROWS) {
+    const count = Math.min(STREAM_ROWS, total - start);
+    each(start, count, read(start, count));
+  }
+}
+
+/** A float tensor's part in the activations' type (float16 refusing values it would make infinite). */
+function activationsPart(ctx: Ctx, name: string, values: Float32Array): Float32Array | Uint16Array {
+  if (ctx.dt !== "float16") return values;
+  checkHalfRange(name, values);
+  return float32ToHalf(values);
+}
+
+/**
+ * A [vocab, hidden] table (nn.Linear's layout of a head) written a block of rows at a time,
+ * transposed to [hidden, vocab] when `transposed`; null when the source reads it only whole or
+ * the graph keeps its weights in memory.
+ */
+function streamedTable(ctx: Ctx, name: string, read: ReadRows | undefined, transposed = false): string | null {
+  const { c } = ctx;
+  const [V, H] = [c.vocabSize, c.hiddenSize];
+  const parts = read ? ctx.g.partInitializer(name, ctx.dt, transposed ? [H, V] : [V, H]) : null;
+  if (!read || !parts) return null;
+  const put = parts.put as (first: number, values: Float32Array | Uint16Array) => void;
+  forEachBlock(V, read, (start, count, values) => {
+    if (!transposed) return put(start * H, activationsPart(ctx, name, values));
+    // Row h of [hidden, vocab] holds column h of these rows: `count` values at h * V + start.
+    const t = new Float32Array(count * H);
+    for (let r = 0; r < count; r++) for (let h = 0; h < H; h++) t[h * count + r] = values[r * H + h]!;
+    const converted = activationsPart(ctx, name, t);
+    for (let h = 0; h < H; h++) put(h * V + start, converted.subarray(h * count, (h + 1) * count));
+  });
+  parts.done();
+  return name;
+}
+
+/** A [vocab, hidden] table quantised row by row (see quantizeQ4Rows) a block of rows at a time; null as streamedTable. */
+function streamedQ4Rows(ctx: Ctx, name: string, read: ReadRows | undefined): { q: Q4Shape; init: Q4Names } | null {
+  const { g, c } = ctx;
+  const [V, H] = [c.vocabSize, c.hiddenSize];
+  const blocks = q4Blocks(H);
+  const zpRow = Math.ceil(blocks / 2);
+  const data = read ? g.partInitializer(`${name}_Q4`, "uint8", [V, blocks, Q4_BLOCK / 2]) : null;
+  if (!read || !data) return null;
+  const scales = g.partInitializer(`${name}_scales`, ctx.dt, [V * blocks])!;
+  const zeroPoints = g.partInitializer(`${name}_zero_points`, "uint8", [V * zpRow])!;
+  const putScales = scales.put as (first: number, values: Float32Array | Uint16Array) => void;
+  forEachBlock(V, read, (start, count, values) => {
+    const q = quantizeQ4Rows(values, count, H);
+    data.put(start * blocks * (Q4_BLOCK / 2), q.data);
+    putScales(start * blocks, activationsPart(ctx, scales.name, q.scales));
+    zeroPoints.put(start * zpRow, q.zeroPoints);
+  });
+  for (const p of [data, scales, zeroPoints]) p.done();
+  return { q: { k: H, n: V, blocks }, init: { data: data.name, scales: scales.name, zeroPoints: zeroPoints.name } };
+}
+
 /**
  * The token embedding: `{ hidden }` the embedded ids, and `project` the output head applied to
  * the final hidden states. Quantised, the table is GatherBlockQuantized over 4-bit rows and the
- * head MatMulNBits; a tied pair shares one set of bytes.
+ * head MatMulNBits; a tied pair shares one set of bytes. A source that reads rows (a checkpoint)
+ * has its tables written a block of rows at a time: the largest tensors are never whole.
  */
 function embedding(ctx: Ctx, ids: string, src: LlamaWeightSource): { hidden: string; project: (final: string) => string } {
   const { g, c } = ctx;
@@ -184,22 +258,30 @@ function embedding(ctx: Ctx, ids: string, src: LlamaWeightSource): { hidden: str
     checkEmbed(c, embed);
     return embed;
   };
+  const embedRows = src.embedRows?.bind(src);
+  const headRows = src.lmHeadRows?.bind(src);
   if (!ctx.q4) {
-    const table = weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], readEmbed());
+    const table = streamedTable(ctx, "model.embed_tokens.weight", embedRows) ?? weight(ctx, "model.embed_tokens.weight", [c.vocabSize, c.hiddenSize], readEmbed());
     const hidden = ctx.inputsEmbeds ? ids : g.op("Gather", [table, ids], { axis: 0 });
     const project = (final: string) => {
       // Transposing the shared table in-graph keeps one copy on disk; ORT folds it at load time.
       const head = c.tieWordEmbeddings
         ? g.op("Transpose", [table], { perm: [1, 0] })
-        : weight(ctx, "lm_head.weight", [c.hiddenSize, c.vocabSize], checkLmHead(c, src.lmHead()));
+        : (streamedTable(ctx, "lm_head.weight", headRows, true) ?? weight(ctx, "lm_head.weight", [c.hiddenSize, c.vocabSize], checkLmHead(c, src.lmHead())));
       return g.op("MatMul", [final, head]);
     };
     return { hidden, project };
   }
   // The table's rows are the tied head's columns: one quantisation serves both.
-  const rows = quantizeQ4Rows(readEmbed(), c.vocabSize, c.hiddenSize);
-  const tiedHead = c.tieWordEmbeddings ? q4Initializers(ctx, "lm_head.weight", rows) : null;
-  const init = tiedHead ?? q4Initializers(ctx, "model.embed_tokens.weight", rows);
+  const tableName = c.tieWordEmbeddings ? "lm_head.weight" : "model.embed_tokens.weight";
+  const streamed = streamedQ4Rows(ctx, tableName, embedRows);
+  let rows: Q4Shape;
+  let init: Q4Names;
+  if (streamed) ({ q: rows, init } = streamed);
+  else {
+    const whole = quantizeQ4Rows(readEmbed(), c.vocabSize, c.hiddenSize);
+    [rows, init] = [whole, q4Initializers(ctx, tableName, whole)];
+  }
   const V = c.vocabSize;
   const data = g.op("Reshape", [init.data, g.i64([V, rows.blocks * (Q4_BLOCK / 2)])]);
   const scales = g.op("Reshape", [init.scales, g.i64([V, rows.blocks])]);
@@ -208,7 +290,10 @@ function embedding(ctx: Ctx, ids: string, src: LlamaWeightSource): { hidden: str
   // Rows padded to whole blocks come back padded (with exact zeros): cut to the hidden size.
   if (rows.blocks * Q4_BLOCK !== c.hiddenSize) hidden = g.op("Slice", [hidden, g.i64([0]), g.i64([c.hiddenSize]), g.i64([-1])]);
   const project = (final: string) => {
-    if (tiedHead) return nbits(ctx, final, rows, tiedHead);
+    if (c.tieWordEmbeddings) return nbits(ctx, final, rows, init);
+    // An untied head's nn.Linear rows are MatMulNBits' output columns: quantised the same way.
+    const head = streamedQ4Rows(ctx, "lm_head.weight", headRows);
+    if (head) return nbits(ctx, final, head.q, head.init);
     return matmul(ctx, final, "lm_head.weight", checkLmHead(c, src.lmHead()), c.hiddenSize, c.vocabSize);
   };
   return { hidden, project };

@@ -44,6 +44,14 @@ export interface LlamaWeightSource {
   finalNorm(): Float32Array;
   /** [hidden, vocab]; undefined when the embedding is tied. */
   lmHead(): Float32Array | undefined;
+  /**
+   * Sources that read a part at a time (a checkpoint on disk, its sizes checked): rows
+   * [start, start + count) of the embedding [vocab, hidden], and of an untied output head in
+   * nn.Linear's layout [vocab, hidden]. The graph then writes these tables, a model's largest
+   * tensors, a block of rows at a time (with an external data file).
+   */
+  embedRows?(start: number, count: number): Float32Array;
+  lmHeadRows?(start: number, count: number): Float32Array;
 }
 
 /** A source over weights that are all in memory. */

@@ -3,7 +3,7 @@
 
 import { closeSync, openSync, writeSync } from "node:fs";
 import { onnx } from "onnx-proto";
-import { type DType, ONNX_DTYPE } from "./dtype.ts";
+import { type DType, DTYPE_BYTES, type DTypeArray, ONNX_DTYPE } from "./dtype.ts";
 import { type TensorData, elementCount, int64Tensor, rawBytes, tensor } from "./tensor.ts";
 
 /** A dimension: a fixed size, or a symbolic name such as "batch_size". */
@@ -75,6 +75,15 @@ export interface ExternalPlacement {
   length: number;
 }
 
+/** An initializer being written a part at a time (GraphBuilder.partInitializer). */
+export interface InitializerParts<D extends DType> {
+  readonly name: string;
+  /** Writes `values` as the elements from index `first` on. */
+  put(first: number, values: DTypeArray[D]): void;
+  /** Throws unless every element has been written. */
+  done(): void;
+}
+
 /** An initializer whose bytes are already in an external data file. */
 interface SpilledTensor {
   dtype: DType;
@@ -137,6 +146,32 @@ export class GraphBuilder {
     const placed = this.spill?.place(t);
     this.inits.set(this.claim(name), placed ? { dtype: t.dtype, dims: t.dims, placed } : t);
     return name;
+  }
+
+  /**
+   * An initializer written to the external data file a part at a time: `put` writes elements
+   * from a given index on, and `done` checks that every element was written. Null when the
+   * graph has no external data file (build the tensor whole then). A checkpoint's largest tensor
+   * (the embedding table) is then never whole in memory.
+   */
+  partInitializer<D extends DType>(name: string, dtype: D, dims: number[]): InitializerParts<D> | null {
+    const spill = this.spill;
+    if (!spill) return null;
+    const width = DTYPE_BYTES[dtype];
+    const total = elementCount(dims);
+    const placed = spill.reserve(total * width);
+    this.inits.set(this.claim(name), { dtype, dims, placed });
+    let written = 0;
+    return {
+      name,
+      put(first, values) {
+        spill.write(placed, first * width, new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+        written += values.length;
+      },
+      done() {
+        if (written !== total) throw new Error(`${name}: ${written} of ${total} elements were written`);
+      },
+    };
   }
 
   /** A deduplicated small constant initializer. */
@@ -252,11 +287,23 @@ export class ExternalDataFile {
   place(t: TensorData): ExternalPlacement | null {
     const bytes = rawBytes(t);
     if (bytes.length < this.minBytes) return null;
+    const placed = this.reserve(bytes.length);
+    this.write(placed, 0, bytes);
+    return placed;
+  }
+
+  /** Room for `length` bytes, written later part by part (see write). */
+  reserve(length: number): ExternalPlacement {
     const offset = Math.ceil(this.size / EXTERNAL_ALIGN) * EXTERNAL_ALIGN;
-    let at = 0;
-    while (at < bytes.length) at += writeSync(this.fd, bytes, at, bytes.length - at, offset + at);
-    this.size = offset + bytes.length;
-    return { location: this.location, offset, length: bytes.length };
+    this.size = offset + length;
+    return { location: this.location, offset, length };
+  }
+
+  /** Writes `bytes` at byte `at` of a reserved place. */
+  write(placed: ExternalPlacement, at: number, bytes: Uint8Array): void {
+    if (at < 0 || at + bytes.length > placed.length) throw new Error(`bytes ${at}..${at + bytes.length} are outside a place of ${placed.length}`);
+    let done = 0;
+    while (done < bytes.length) done += writeSync(this.fd, bytes, done, bytes.length - done, placed.offset + at + done);
   }
 
   get bytes(): number {
