@@ -33,6 +33,9 @@ import type { Grammar } from "./grammar.ts";
 import { Configs, type Stack, type StackPool, simpleStates } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { classRun, classRuns } from "./class-runs.ts";
+import { type ChainContext, type ChainExits, chainDependencies, solveChain } from "./chain-solver.ts";
+import { contentBelow, contentClasses, ENDS_INSIDE, PARTIAL_FIELDS } from "./content-below.ts";
+import { chainFrom, chainPosition, chainUnits, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
 import { contentRun, Levels } from "./token-walk.ts";
 import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
@@ -244,8 +247,8 @@ const PROFILE_LIMIT = 4096;
 export interface NextProfile {
   /** The largest distance (UNREACHABLE when some token leads where no token sequence finishes). */
   readonly max: number;
-  /** Distance to ranges [lo, hi) of trie.sortedIds, flat pairs. */
-  readonly groups: ReadonlyMap<number, readonly number[]>;
+  /** Distance to lists of ranges [lo, hi) of trie.sortedIds, flat pairs. */
+  readonly groups: ReadonlyMap<number, readonly (readonly number[])[]>;
 }
 
 /**
@@ -306,6 +309,8 @@ export class CompletionBudget {
   private readonly rootRule: number;
   /** Nothing calls the root rule (see Origin.cap). */
   private readonly rootAlone: boolean;
+  /** The grammar's content chains have their positions' exits (see solveChains). */
+  private chainsSolved = false;
 
   constructor(
     readonly grammar: Grammar,
@@ -427,10 +432,62 @@ export class CompletionBudget {
     if (this.origins.length >= MEMO_LIMIT) {
       this.origins = [];
       this.originIds = new Map();
+      this.chainsSolved = false;
+    }
+    if (!this.chainsSolved) {
+      this.chainsSolved = true;
+      this.solveChains();
+      const solved = this.frozenExits(s, node);
+      if (solved) return solved;
     }
     id = this.origin(s, node);
     this.run();
     return this.origins[id].frozen!;
+  }
+
+  private frozenExits(s: number, node: number): Exits | null {
+    const id = this.originIds.get(s * this.nodes + node);
+    return id === undefined ? null : this.origins[id].frozen;
+  }
+
+  /**
+   * The exits of every position of the grammar's counted string contents, each chain at once
+   * (content-chains.ts): the searches they continue into first, then the positions from the end of
+   * the chain back. Run before the first search, so that searches reaching a position find it
+   * finished instead of searching it as a state of its own.
+   */
+  private solveChains(): void {
+    const g = this.grammar;
+    const cx: ChainContext = {
+      grammar: g,
+      vocab: this.vocab,
+      lengths: this.facts.contentTokenChars,
+      exits: this.facts.exits,
+      skipped: (s, b) => skipped(this.skipByte[s], b),
+    };
+    for (const chain of contentChains(g)) {
+      const units = chainUnits(g, chain);
+      const states = [...chain.positions];
+      if (units) for (let k = 0; k < chain.positions.length; k++) states.push(...units.mid.subarray(k * 8 + 1, k * 8 + 8), units.escape[k]);
+      if (states.every((s) => s < 0 || this.frozenExits(s, ROOT) !== null)) continue;
+      chainDependencies(cx, chain, units, (state, node) => void this.origin(state, node));
+      this.run();
+      const solved = solveChain(cx, chain, units, (state, node) => this.frozenExits(state, node)!, (state) => this.frozenExits(state, ROOT));
+      solved.forEach((p, k) => {
+        this.freeze(chain.positions[k], p.boundary);
+        if (!units) return;
+        for (let q = 1; q < 8; q++) if (p.mid[q]) this.freeze(units.mid[k * 8 + q], p.mid[q]!);
+        if (p.escape) this.freeze(units.escape[k], p.escape);
+      });
+    }
+  }
+
+  /** Records the exits of (state, no token in progress) found without a search of its own. */
+  private freeze(state: number, exits: ChainExits): void {
+    const key = state * this.nodes + ROOT;
+    if (this.originIds.has(key)) return;
+    this.originIds.set(key, this.origins.length);
+    this.origins.push({ state, node: ROOT, exits: new Map(), waiters: [], items: null, frozen: exits, cap: UNREACHABLE });
   }
 
   private origin(s: number, node: number): number {
@@ -553,6 +610,10 @@ export class CompletionBudget {
       this.runMoves(o, s, c, run, 0x20, f.contentTokenChars, f.exits);
       return;
     }
+    if (run > 0) {
+      this.runMovesBelow(o, s, node, c, run);
+      return;
+    }
     const classes = classRuns(g);
     let classRun_ = 0;
     if (run === 0) {
@@ -621,10 +682,61 @@ export class CompletionBudget {
   }
 
   /**
+   * The rest of a token in progress (at trie node `node`) from a state that reads `run`
+   * characters alike, from the lists of content below that node (content-chains.ts
+   * contentBelow): a token ending after j whole characters (to the state j on, at a token
+   * boundary), a byte that is not content after j of them (continued from where it leads), and a
+   * token ending inside a character or a byte breaking one off (read from the state j on). What a
+   * search of the subtree byte by byte would find, but the subtree is listed once per vocabulary
+   * instead of walked per state.
+   */
+  private runMovesBelow(o: number, s: number, node: number, c: number, run: number): void {
+    const g = this.grammar;
+    const t = this.trie;
+    const below = contentBelow(this.vocab, node);
+    const chain = this.chain(s, run, 0x20);
+    const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
+    for (const k of below.lengths) {
+      if (k > run) break;
+      this.relax(o, at(k), ROOT, c + 1);
+    }
+    for (let b = 0; b < 256; b++) {
+      const list = below.exits[b];
+      if (!list) continue;
+      for (let j = 0; j < list.length; j += 2) {
+        const k = list[j + 1];
+        if (k > run) break;
+        const x = at(k);
+        const to = g.next[x * 256 + b];
+        if (to >= 0 && !skipped(this.skipByte[x], b)) this.relax(o, to, list[j], c);
+      }
+    }
+    const p = below.partial;
+    const path: number[] = [];
+    for (let j = 0; j < p.length; j += PARTIAL_FIELDS) {
+      const end = p[j];
+      const k = p[j + 1];
+      if (k >= run) continue;
+      path.length = 0;
+      for (let n = end; n !== p[j + 2]; n = t.parent[n]) path.push(t.byte[n]);
+      path.push(t.byte[p[j + 2]]);
+      let x = at(k);
+      for (let i = path.length - 1; i >= 0 && x >= 0; i--) x = g.next[x * 256 + path[i]];
+      if (x < 0) continue;
+      // A token ending here is a token boundary; a byte breaking the character off goes on in the token.
+      if (p[j + 3] === ENDS_INSIDE) this.relax(o, x, ROOT, c + 1);
+      else this.relax(o, x, end, c);
+    }
+  }
+
+  /**
    * States after 0, 1, 2, ... characters from s (at most run + 1 of them). A chain that loops
    * ends with its first repeated state, and loopIndex maps a longer count into the loop.
    */
   private chain(s: number, run: number, unit: number): Int32Array {
+    // A position of a counted string: a view of its chain (one array per chain, not per position).
+    const counted = unit === 0x20 ? chainFrom(this.grammar, s) : null;
+    if (counted) return counted;
     let ch = this.chains.get(s);
     if (!ch) {
       const g = this.grammar;
@@ -763,17 +875,25 @@ export class CompletionBudget {
    * distance (judged by the states k characters on) are taken at once.
    */
   private walk(start: Configs): NextProfile {
-    const groups = new Map<number, number[]>();
+    const groups = new Map<number, number[][]>();
     let worst = 0;
     const add = (d: number, lo: number, hi: number) => {
       if (hi <= lo) return;
       worst = Math.max(worst, d);
-      let r = groups.get(d);
-      if (!r) groups.set(d, (r = []));
+      let lists = groups.get(d);
+      if (!lists) groups.set(d, (lists = [[]]));
+      const r = lists[0]!;
       // Walks visit tokens in trie order: neighbouring ranges of one distance are merged.
       if (r.length && r[r.length - 1] === lo) r[r.length - 1] = hi;
       else r.push(lo, hi);
     };
+    const addList = (d: number, ranges: readonly number[]) => {
+      worst = Math.max(worst, d);
+      let lists = groups.get(d);
+      if (!lists) groups.set(d, (lists = [[]]));
+      lists.push(ranges as number[]);
+    };
+    const content = this.contentByClass(start, addList);
     const g = this.grammar;
     const t = this.trie;
     const pool = this.pool;
@@ -788,8 +908,14 @@ export class CompletionBudget {
     while (i < stop) {
       const d = t.depth[i];
       const prev = ref[d - 1];
+      // Tokens of string content from the start are grouped by class already: walked only on the way to other bytes.
+      const classed = content && t.pathChars[i] > 0;
+      if (classed && t.maxPathChars[i] > 0) {
+        i = t.end[i];
+        continue;
+      }
       const cc = t.contentChars[i];
-      if (cc > 0 && prev.size === 1 && !prev.bottom && simple[prev.states[0]] && !midChar[i]) {
+      if (!classed && cc > 0 && prev.size === 1 && !prev.bottom && simple[prev.states[0]] && !midChar[i]) {
         const s = prev.states[0];
         const run = contentRun(g, s);
         if (run >= cc) {
@@ -815,10 +941,40 @@ export class CompletionBudget {
         i = t.end[i];
         continue;
       }
-      if (t.tokCount[i] > 0) add(this.distance(cur, cur !== scratch), t.tokStart[i], t.tokStart[i] + t.tokCount[i]);
+      if (t.tokCount[i] > 0 && !classed) add(this.distance(cur, cur !== scratch), t.tokStart[i], t.tokStart[i] + t.tokCount[i]);
       i = cur.size === 0 ? t.end[i] : i + 1;
     }
     return { max: worst, groups };
+  }
+
+  /**
+   * At a position of a counted string (one configuration, its chain's states inside characters
+   * following the decoding states, see content-chains.ts): its tokens of string content by class
+   * (whole characters, decoding state at the end), each class taken at once with the distance of
+   * the state it leads to, instead of walking a hundred thousand tokens per position. True when
+   * it did; the walk then skips those tokens.
+   */
+  private contentByClass(start: Configs, addList: (d: number, ranges: readonly number[]) => void): boolean {
+    const g = this.grammar;
+    if (start.size !== 1 || start.bottom) return false;
+    const s = start.states[0];
+    const at = chainPosition(g, s);
+    const units = at && chainUnits(g, at.chain);
+    if (!at || !units) return false;
+    const { chain, k } = at;
+    const st = start.stacks[0];
+    const run = runAt(g, chain, k);
+    const count = chain.positions.length;
+    const classes = contentClasses(this.vocab);
+    for (let c = 0; c < classes.keys.length; c++) {
+      const j = classes.keys[c] >>> 3;
+      const q = classes.keys[c] & 7;
+      // The grammar refuses the others: a count past the run, or a character it cannot start there.
+      if (q === 0 ? j < 1 || j > run : j >= run) continue;
+      const state = q === 0 ? stateAfter(chain, k, j) : units.mid[Math.min(k + j, count) * 8 + q];
+      if (state >= 0) addList(this.stateDistance(state, st), classes.ranges[c]);
+    }
+    return true;
   }
 }
 

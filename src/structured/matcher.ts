@@ -170,12 +170,14 @@ export class GrammarMatcher {
     const profile = budget.nextProfile(cur, this.stateKey());
     if (profile.max <= limit) return;
     const ids = this.vocab.trie.sortedIds;
-    for (const [d, ranges] of profile.groups) {
+    for (const [d, lists] of profile.groups) {
       if (d <= limit) continue;
-      for (let k = 0; k < ranges.length; k += 2) {
-        for (let j = ranges[k]; j < ranges[k + 1]; j++) {
-          const id = ids[j];
-          if (id >>> 5 < mask.length) mask[id >>> 5] &= ~(1 << (id & 31));
+      for (const ranges of lists) {
+        for (let k = 0; k < ranges.length; k += 2) {
+          for (let j = ranges[k]; j < ranges[k + 1]; j++) {
+            const id = ids[j];
+            if (id >>> 5 < mask.length) mask[id >>> 5] &= ~(1 << (id & 31));
+          }
         }
       }
     }

@@ -1,0 +1,199 @@
+// Counted string content (a string's minLength/maxLength) as one object rather than one state per
+// count. Such a string compiles to a chain of states C[0], C[1], ... where C[k] is "k characters
+// read": every character leads from C[k] to C[k + 1], and the states differ only by what the count
+// allows next (the closing quote from minLength on, no more content at maxLength). A string of 400
+// to 2,000 characters is 2,000 such states.
+//
+// The fewest tokens that finish the document from C[k] (completion-budget.ts) follow from the same
+// few facts for every k: from a token boundary at C[k], a token is either j characters of content
+// (to C[k + j] at a token boundary, for each j some token of the vocabulary has) or j characters
+// and then a byte that is not content (a quote, a backslash), read by C[k + j] and continued from
+// the state it leads to with the token still open. The second kind leads out of the chain to the
+// same few places for every k (after the closing quote: the same state whatever the count), so
+// their searches are done once and shared, and each position is then a minimum over its lengths
+// and its exits, from the end of the chain back to its start (solveChain). Searching each
+// position separately instead meant, per position, the whole list of tokens that end a string
+// (and the label-correcting search passing every improvement along 92 lengths of Qwen3's
+// vocabulary): about 5 s for 2,000 positions, against tens of milliseconds this way.
+
+import { budgetTick } from "./compile-budget.ts";
+import type { Grammar } from "./grammar.ts";
+import { simpleStates } from "./parser-state.ts";
+import { contentRun } from "./token-walk.ts";
+import { CONTENT_STEP } from "./trie.ts";
+
+/** A run of distinct content states, C[0] first. */
+export interface ContentChain {
+  readonly positions: Int32Array;
+  /** The state after the last position (one that reads no content alike, or a loop reading it forever): searched on its own. */
+  readonly beyond: number;
+  /** `beyond` reads any number of characters (a minLength without maxLength ends in a loop). */
+  readonly endless: boolean;
+  /**
+   * The states after 0, 1, 2, ... characters from the first position: the positions, then
+   * `beyond`, then `beyond` again when it loops (the form of completion-budget.ts's chains).
+   */
+  readonly states: Int32Array;
+}
+
+/** Chains shorter than this are left to the general search (a name of up to 12 characters costs it little). */
+const MIN_POSITIONS = 8;
+/** contentRun's "reads content forever". */
+const ENDLESS = 1 << 20;
+/** Any character of content (a space): every content state sends all of them to one state. */
+const CHARACTER = 0x20;
+
+const chainCache = new WeakMap<Grammar, readonly ContentChain[]>();
+
+/**
+ * The grammar's content chains: each starts at a content state that no content state leads to,
+ * and follows the characters while they reach new states.
+ */
+export function contentChains(g: Grammar): readonly ContentChain[] {
+  let chains = chainCache.get(g);
+  if (chains) return chains;
+  const n = g.stateCount;
+  const reached = new Uint8Array(n);
+  const isContent = new Uint8Array(n);
+  for (let s = 0; s < n; s++) {
+    budgetTick();
+    if (!g.hasBytes[s] || contentRun(g, s) === 0) continue;
+    isContent[s] = 1;
+    const t = g.next[s * 256 + CHARACTER];
+    if (t !== s) reached[t] = 1;
+  }
+  const out: ContentChain[] = [];
+  for (let head = 0; head < n; head++) {
+    if (!isContent[head] || reached[head]) continue;
+    const positions: number[] = [];
+    const seen = new Set<number>();
+    let x = head;
+    while (isContent[x] && !seen.has(x)) {
+      budgetTick();
+      seen.add(x);
+      positions.push(x);
+      x = g.next[x * 256 + CHARACTER];
+    }
+    // A chain that comes back to a state before its last one loops over several states: left to the general search.
+    if (seen.has(x) && x !== positions[positions.length - 1]) continue;
+    const endless = seen.has(x);
+    if (endless) positions.pop();
+    if (positions.length < MIN_POSITIONS) continue;
+    const states = Int32Array.from(endless ? [...positions, x, x] : [...positions, x]);
+    out.push({ positions: states.subarray(0, positions.length), beyond: x, endless, states });
+  }
+  chains = out;
+  chainCache.set(g, chains);
+  return chains;
+}
+
+const indexCache = new WeakMap<Grammar, { chain: Int32Array; position: Int32Array }>();
+
+/** The chain state s is a position of, and which position, or null. */
+export function chainPosition(g: Grammar, s: number): { chain: ContentChain; k: number } | null {
+  let index = indexCache.get(g);
+  if (!index) {
+    const chain = new Int32Array(g.stateCount).fill(-1);
+    const position = new Int32Array(g.stateCount);
+    contentChains(g).forEach((c, n) => c.positions.forEach((x, k) => ((chain[x] = n), (position[x] = k))));
+    indexCache.set(g, (index = { chain, position }));
+  }
+  const n = index.chain[s]!;
+  return n < 0 ? null : { chain: contentChains(g)[n]!, k: index.position[s]! };
+}
+
+/**
+ * The states after 0, 1, 2, ... characters from state s when s is a position of a content chain
+ * (a view of the chain's states, see ContentChain.states), else null.
+ */
+export function chainFrom(g: Grammar, s: number): Int32Array | null {
+  const at = chainPosition(g, s);
+  return at && at.chain.states.subarray(at.k);
+}
+
+/** Where the token boundary or the byte after j characters from position k is read: a position's state, or `beyond`. */
+export function stateAfter(chain: ContentChain, k: number, j: number): number {
+  const i = k + j;
+  return i < chain.positions.length ? chain.positions[i]! : chain.beyond;
+}
+
+/** Characters readable from position k (run of its state): all of them for an endless chain. */
+export function runAt(g: Grammar, chain: ContentChain, k: number): number {
+  const r = contentRun(g, chain.positions[k]!);
+  return r >= ENDLESS ? ENDLESS : r;
+}
+
+/**
+ * The states inside one character at each position, when the grammar's follow the decoding
+ * states (trie.ts CONTENT_STEP) exactly, as a counted string's do: then a token's state is known
+ * from its class (whole characters, decoding state at its end) without reading its bytes, and
+ * lists per vocabulary (content-below.ts) stand for every position.
+ */
+export interface ChainUnits {
+  /** mid[i * 8 + q]: the state at position i (0 .. positions, the last being `beyond`) in decoding state q, -1 when none. */
+  readonly mid: Int32Array;
+  /** Per position (and `beyond`): the state after a backslash, -1 when none; it leads to the next position by single bytes. */
+  readonly escape: Int32Array;
+}
+
+const unitCache = new WeakMap<ContentChain, ChainUnits | null>();
+const UNSET = -2;
+
+/** The chain's ChainUnits, or null when some position's states do not follow the decoding states. */
+export function chainUnits(g: Grammar, chain: ContentChain): ChainUnits | null {
+  let u = unitCache.get(chain);
+  if (u !== undefined) return u;
+  const count = chain.positions.length;
+  const mid = new Int32Array((count + 1) * 8).fill(-1);
+  const escape = new Int32Array(count + 1).fill(-1);
+  u = { mid, escape };
+  for (let i = 0; i <= count && u; i++) if (!unitsAt(g, chain, i, mid, escape)) u = null;
+  unitCache.set(chain, u);
+  return u;
+}
+
+/** Decoding states by the bytes still to come (1, then 2, then 3): a state's successors come before it. */
+const BY_REMAINING = [1, 2, 3, 4, 5, 6, 7];
+
+function unitsAt(g: Grammar, chain: ContentChain, i: number, mid: Int32Array, escape: Int32Array): boolean {
+  const next = g.next;
+  const x = stateAfter(chain, i, 0);
+  if (i === chain.positions.length && !chain.endless) {
+    // At maxLength: nothing that starts a character may be read (tokens longer than the run are not followed).
+    for (let b = 0; b < 256; b++) if ((CONTENT_STEP[b]! >= 0 || b === 0x5c) && next[x * 256 + b]! >= 0) return false;
+    return true;
+  }
+  const after = stateAfter(chain, i, 1);
+  const simple = simpleStates(g);
+  const m = new Int32Array(8).fill(UNSET);
+  for (let b = 0x80; b < 0x100; b++) {
+    const q = CONTENT_STEP[b]!;
+    if (q <= 0) continue;
+    const y = next[x * 256 + b]!;
+    if (m[q] === UNSET) m[q] = y;
+    else if (m[q] !== y) return false;
+  }
+  for (const q of [...BY_REMAINING].reverse()) {
+    budgetTick();
+    const y = m[q]!;
+    if (y < 0) continue;
+    if (!simple[y]) return false;
+    for (let b = 0; b < 256; b++) {
+      const q2 = CONTENT_STEP[q * 256 + b]!;
+      const z = next[y * 256 + b]!;
+      if (q2 < 0 ? z >= 0 : q2 === 0 ? z !== after : m[q2] !== UNSET && m[q2] !== z) return false;
+      if (q2 > 0 && m[q2] === UNSET) m[q2] = z;
+    }
+  }
+  for (let q = 1; q < 8; q++) mid[i * 8 + q] = m[q] === UNSET ? -1 : m[q]!;
+  const e = next[x * 256 + 0x5c]!;
+  if (e >= 0) {
+    if (!simple[e]) return false;
+    for (let b = 0; b < 256; b++) if (next[e * 256 + b]! >= 0 && next[e * 256 + b] !== after) return false;
+    escape[i] = e;
+  }
+  return true;
+}
+
+/** Decoding states in the order a solver fills them: those with fewer bytes to come first. */
+export const MID_ORDER: readonly number[] = BY_REMAINING;
