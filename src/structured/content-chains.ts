@@ -147,7 +147,8 @@ export function chainUnits(g: Grammar, chain: ContentChain): ChainUnits | null {
   const mid = new Int32Array((count + 1) * 8).fill(-1);
   const escape = new Int32Array(count + 1).fill(-1);
   u = { mid, escape };
-  for (let i = 0; i <= count && u; i++) if (!unitsAt(g, chain, i, mid, escape)) u = null;
+  const escaped: EscapedBytes = { bytes: null };
+  for (let i = 0; i <= count && u; i++) if (!unitsAt(g, chain, i, mid, escape, escaped)) u = null;
   unitCache.set(chain, u);
   return u;
 }
@@ -155,7 +156,12 @@ export function chainUnits(g: Grammar, chain: ContentChain): ChainUnits | null {
 /** Decoding states by the bytes still to come (1, then 2, then 3): a state's successors come before it. */
 const BY_REMAINING = [1, 2, 3, 4, 5, 6, 7];
 
-function unitsAt(g: Grammar, chain: ContentChain, i: number, mid: Int32Array, escape: Int32Array): boolean {
+/** The bytes every state after a backslash of a chain reads (one set for the chain, or its units are not used). */
+interface EscapedBytes {
+  bytes: string | null;
+}
+
+function unitsAt(g: Grammar, chain: ContentChain, i: number, mid: Int32Array, escape: Int32Array, escaped: EscapedBytes): boolean {
   const next = g.next;
   const x = stateAfter(chain, i, 0);
   if (i === chain.positions.length && !chain.endless) {
@@ -189,7 +195,15 @@ function unitsAt(g: Grammar, chain: ContentChain, i: number, mid: Int32Array, es
   const e = next[x * 256 + 0x5c]!;
   if (e >= 0) {
     if (!simple[e]) return false;
-    for (let b = 0; b < 256; b++) if (next[e * 256 + b]! >= 0 && next[e * 256 + b] !== after) return false;
+    const read: number[] = [];
+    for (let b = 0; b < 256; b++) {
+      if (next[e * 256 + b]! < 0) continue;
+      if (next[e * 256 + b] !== after) return false;
+      read.push(b);
+    }
+    const key = read.join(",");
+    if (escaped.bytes !== null && escaped.bytes !== key) return false;
+    escaped.bytes = key;
     escape[i] = e;
   }
   return true;
@@ -197,3 +211,65 @@ function unitsAt(g: Grammar, chain: ContentChain, i: number, mid: Int32Array, es
 
 /** Decoding states in the order a solver fills them: those with fewer bytes to come first. */
 export const MID_ORDER: readonly number[] = BY_REMAINING;
+
+const windowCache = new WeakMap<ContentChain, Int32Array>();
+
+/**
+ * Per position (and `beyond`), a number standing for what it does besides reading the next
+ * character: where each byte that is not content leads (the closing quote from minLength on),
+ * whether it reads content, which states inside a character and after a backslash it has.
+ * Positions with equal numbers over a token's reach allow the same tokens (chainWindowKey).
+ */
+function windowSignatures(g: Grammar, chain: ContentChain, units: ChainUnits): Int32Array {
+  let sig = windowCache.get(chain);
+  if (sig) return sig;
+  const count = chain.positions.length;
+  sig = new Int32Array(count + 1);
+  const ids = new Map<string, number>();
+  for (let i = 0; i <= count; i++) {
+    budgetTick();
+    const y = stateAfter(chain, i, 0);
+    let key = i < count || chain.endless ? "c" : "";
+    for (let q = 1; q < 8; q++) key += units.mid[i * 8 + q]! >= 0 ? "m" : "-";
+    key += units.escape[i]! >= 0 ? "e" : "-";
+    for (let b = 0; b < 256; b++) {
+      if (b === 0x5c || CONTENT_STEP[b]! >= 0) continue;
+      const t = g.next[y * 256 + b]!;
+      if (t >= 0) key += `,${b}>${t}`;
+    }
+    let id = ids.get(key);
+    if (id === undefined) ids.set(key, (id = ids.size));
+    sig[i] = id;
+  }
+  windowCache.set(chain, sig);
+  return sig;
+}
+
+/**
+ * For a position of a counted string whose units follow the decoding states: a key equal for
+ * positions that allow the same tokens whatever the stack (the same signatures over the next
+ * `width` characters, width being the longest token's bytes), so their masks are computed once.
+ * A string of 400 to 2,000 characters has a few hundred distinct ones (near minLength and
+ * maxLength), not 2,000. Null for other states.
+ */
+export function chainWindowKey(g: Grammar, s: number, width: number): string | null {
+  const at = chainPosition(g, s);
+  const units = at && chainUnits(g, at.chain);
+  if (!at || !units) return null;
+  const sig = windowSignatures(g, at.chain, units);
+  const count = at.chain.positions.length;
+  // Run-length encoded signatures of positions k .. k + width (past the last one, `beyond`).
+  let key = `${contentChains(g).indexOf(at.chain)}:`;
+  let prev = -1;
+  let run = 0;
+  for (let j = 0; j <= width; j++) {
+    const id = sig[Math.min(at.k + j, count)]!;
+    if (id === prev) run++;
+    else {
+      if (prev >= 0) key += `${prev}*${run},`;
+      prev = id;
+      run = 1;
+    }
+  }
+  return `${key}${prev}*${run}`;
+}

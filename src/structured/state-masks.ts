@@ -3,6 +3,7 @@
 // rule's automaton), so string contents, numbers and formats are walked once per vocabulary.
 
 import { contentBase } from "./content-base.ts";
+import { chainWindowKey } from "./content-chains.ts";
 import type { RuleDfa } from "./automaton.ts";
 import type { Grammar } from "./grammar.ts";
 import { Configs, StackPool } from "./parser-state.ts";
@@ -104,10 +105,14 @@ const LEAF_BYTES_LIMIT = 16 * 1024 * 1024;
 const SHARED_MASK_BYTES_LIMIT = 32 * 1024 * 1024;
 const sharedMaskBytes = new WeakMap<TokenVocabulary, { bytes: number }>();
 
+const counted = new WeakSet<StateMask>();
 const maskBytes = (m: StateMask) => (m.accepted?.byteLength ?? m.acceptedIds?.byteLength ?? 0) + m.boundaries.byteLength + 64;
 
 /** Counts a mask kept across grammars; past the bound, every such mask of the vocabulary is dropped. */
 function keepShared(vocab: TokenVocabulary, m: StateMask): void {
+  // Positions of a counted string share masks (chainWindowKey): each is counted once.
+  if (counted.has(m)) return;
+  counted.add(m);
   let used = sharedMaskBytes.get(vocab);
   if (!used) sharedMaskBytes.set(vocab, (used = { bytes: 0 }));
   used.bytes += maskBytes(m);
@@ -196,6 +201,16 @@ function signature(g: Grammar, s: number): string | null {
  */
 function sharedInsideString(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
   if (contentRun(g, s) === 0) return computeStateMask(g, vocab, s);
+  const window = chainWindowKey(g, s, vocab.trie.maxDepth);
+  if (window !== null) {
+    let byVocab = windowMasks.get(g);
+    if (!byVocab) windowMasks.set(g, (byVocab = new WeakMap()));
+    let masks = byVocab.get(vocab);
+    if (!masks) byVocab.set(vocab, (masks = new Map()));
+    let m = masks.get(window);
+    if (!m) masks.set(window, (m = computeStateMask(g, vocab, s)));
+    return m;
+  }
   const sig = signature(g, s);
   if (sig === null) return computeStateMask(g, vocab, s);
   let map = bySignature.get(vocab);
@@ -209,6 +224,9 @@ function sharedInsideString(g: Grammar, vocab: TokenVocabulary, s: number): Stat
   }
   return m;
 }
+
+/** Masks of counted strings' positions by window (content-chains.ts chainWindowKey), per grammar and vocabulary. */
+const windowMasks = new WeakMap<Grammar, WeakMap<TokenVocabulary, Map<string, StateMask>>>();
 
 const SPARSE_LIMIT = 1024;
 
