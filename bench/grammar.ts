@@ -173,9 +173,9 @@ async function main() {
         const times: number[] = [];
         const budget = pass === "4096" ? 4096 : pass.startsWith("tight") ? ids.length + 1 : undefined;
         if (pass === "4096") {
-          // The engine does this when it admits a budgeted request, before decoding (not a step's time).
+          // The engine's compile thread does this with the grammar (the model worker adopts the tables).
           const s = performance.now();
-          m.prepareBudget();
+          m.prepareBudgetTables();
           prepareMsByCase.set(`${label}/${style}`, performance.now() - s);
         }
         for (const [k, id] of [...ids, STOP[1]].entries()) {

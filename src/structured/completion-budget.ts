@@ -28,13 +28,13 @@
 // so it never promises a finish that does not exist: after any token it allows, one that keeps
 // the promise is allowed again (the tests check it against every token of small vocabularies).
 
-import { budgetTick } from "./compile-budget.ts";
+import { budgetTick, budgetTimeLeft } from "./compile-budget.ts";
 import type { Grammar } from "./grammar.ts";
 import { Configs, type Stack, type StackPool, simpleStates } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { classRun, classRuns } from "./class-runs.ts";
 import { type ChainContext, type ChainExits, chainDependencies, solveChain } from "./chain-solver.ts";
-import { contentBelow, contentClasses, ENDS_INSIDE, PARTIAL_FIELDS } from "./content-below.ts";
+import { contentBelow, contentClasses, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
 import { chainFrom, chainPosition, chainUnits, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
 import { contentRun, Levels } from "./token-walk.ts";
@@ -67,6 +67,7 @@ const vocabFacts = new WeakMap<TokenVocabulary, VocabFacts>();
 /** Computes the per-vocabulary tables now (at model load) rather than on the first budgeted step. */
 export function prepareCompletionFacts(vocab: TokenVocabulary): void {
   factsOf(vocab);
+  prepareContentLists(vocab);
 }
 
 function factsOf(vocab: TokenVocabulary): VocabFacts {
@@ -443,6 +444,45 @@ export class CompletionBudget {
     id = this.origin(s, node);
     this.run();
     return this.origins[id].frozen!;
+  }
+
+  /**
+   * Searches every resting state at a token boundary (in state order) while `ms` milliseconds
+   * last: the states a budget mask meets after a token that its first searches did not reach
+   * (inside a key, after a newline). Done where the grammar is compiled, so that a tight first
+   * request does not search them on the loop that decodes (275 ms in one step for json_object on
+   * Qwen3's vocabulary). Each search runs whole; the time only decides whether to start the next,
+   * and under a compile budget none starts once half its time limit is spent (so that no schema is
+   * refused for these: they are a cache).
+   */
+  searchStates(ms: number): void {
+    const g = this.grammar;
+    const stop = performance.now() + ms;
+    const late = () => performance.now() > stop || budgetTimeLeft() < 0.5;
+    for (let s = 0; s < g.stateCount; s++) {
+      if (!g.hasBytes[s] || this.frozenExits(s, ROOT) !== null) continue;
+      if (late()) return;
+      this.exits(s, ROOT);
+    }
+    // Then where a rule ends with a token in progress, each caller's return state goes on with it
+    // (what distances of states with a stack fold in, see pop).
+    const returns: number[][] = Array.from({ length: g.ruleBase.length }, () => []);
+    for (let j = 0; j < g.callStart.length; j++) returns[g.ruleOf[g.callStart[j]]].push(g.callReturn[j]);
+    const seen = new Set<number>();
+    for (let o = 0; o < this.origins.length; o++) {
+      const { state, frozen } = this.origins[o];
+      if (!frozen) continue;
+      for (const node of frozen.nodes) {
+        if (node === ROOT) continue;
+        for (const r of returns[g.ruleOf[state]]) {
+          const key = r * this.nodes + node;
+          if (seen.has(key) || this.frozenExits(r, node) !== null) continue;
+          seen.add(key);
+          if (late()) return;
+          this.exits(r, node);
+        }
+      }
+    }
   }
 
   private frozenExits(s: number, node: number): Exits | null {
@@ -934,6 +974,14 @@ export class CompletionBudget {
           }
         }
       }
+      if (!classed && t.height[i] > 1 && prev.size === 1 && !prev.bottom && simple[prev.states[0]]) {
+        const same = this.classSubtreeDistance(prev.states[0], prev.stacks[0], i);
+        if (same >= 0) {
+          add(same, t.subLo[i], t.subHi[i]);
+          i = t.end[i];
+          continue;
+        }
+      }
       const scratch = levels.at(d);
       const cur = prev.advance(g, pool, t.byte[i], scratch);
       ref[d] = cur;
@@ -945,6 +993,39 @@ export class CompletionBudget {
       i = cur.size === 0 ? t.end[i] : i + 1;
     }
     return { max: worst, groups };
+  }
+
+  /**
+   * When state s reads the bytes of a class alike (class-runs.ts: an email's letters, a
+   * pattern's digits) for at least the height of the subtree at trie node i, every byte below i
+   * is in the class, and the states 1 .. height bytes on all leave the same distance: that
+   * distance (the subtree's tokens are taken at once, as the mask walk accepts them), else -1.
+   */
+  private classSubtreeDistance(s: number, st: Stack | null, i: number): number {
+    const g = this.grammar;
+    const t = this.trie;
+    if (contentRun(g, s) > 0) return -1;
+    const classes = classRuns(g);
+    let run = classes.run[s];
+    if (run === UNKNOWN_RUN) run = classRun(g, classes, s);
+    const h = t.height[i];
+    if (run < h) return -1;
+    const outside = classes.outside;
+    const sb = t.subtreeBytes;
+    let first = -1;
+    for (let w = 0; w < 8; w++) {
+      if ((sb[i * 8 + w] & outside[s * 8 + w]) !== 0) return -1;
+      const inside = ~outside[s * 8 + w];
+      if (first < 0 && inside !== 0) first = w * 32 + (31 - Math.clz32(inside & -inside));
+    }
+    const chain = this.chain(s, run, first);
+    let d = -1;
+    for (let k = 1; k <= h; k++) {
+      const v = this.stateDistance(chain[k < chain.length ? k : loopIndex(chain, k)], st);
+      if (d >= 0 && v !== d) return -1;
+      d = v;
+    }
+    return d;
   }
 
   /**

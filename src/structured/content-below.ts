@@ -156,3 +156,15 @@ export function contentClasses(vocab: TokenVocabulary): ContentClasses {
   classCache.set(vocab, c);
   return c;
 }
+
+/**
+ * Lists every budget over string content needs first, computed at model load rather than on a
+ * request's first tight step: the content classes, the lists from inside a character, and those
+ * below each single byte (the character after a backslash, a first byte read in a search).
+ */
+export function prepareContentLists(vocab: TokenVocabulary): void {
+  contentClasses(vocab);
+  for (let q = 1; q < 8; q++) contentFrom(vocab, q);
+  const t = vocab.trie;
+  for (let child = 1; child < t.end[0]!; child = t.end[child]!) contentBelow(vocab, child);
+}

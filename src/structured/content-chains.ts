@@ -99,7 +99,28 @@ export function chainPosition(g: Grammar, s: number): { chain: ContentChain; k: 
     indexCache.set(g, (index = { chain, position }));
   }
   const n = index.chain[s]!;
-  return n < 0 ? null : { chain: contentChains(g)[n]!, k: index.position[s]! };
+  if (n >= 0) return { chain: contentChains(g)[n]!, k: index.position[s]! };
+  const loop = loopChain(g, s);
+  return loop && { chain: loop, k: 0 };
+}
+
+const loopCache = new WeakMap<Grammar, Map<number, ContentChain | null>>();
+
+/**
+ * A state that reads any number of characters, each back to itself (a string without
+ * minLength or maxLength), as a chain of no positions that is all `beyond`: its units and
+ * content classes work as at a counted string's positions.
+ */
+function loopChain(g: Grammar, s: number): ContentChain | null {
+  let byState = loopCache.get(g);
+  if (!byState) loopCache.set(g, (byState = new Map()));
+  let c = byState.get(s);
+  if (c !== undefined) return c;
+  c = g.hasBytes[s] && contentRun(g, s) >= ENDLESS && g.next[s * 256 + CHARACTER] === s
+    ? { positions: new Int32Array(0), beyond: s, endless: true, states: Int32Array.of(s, s) }
+    : null;
+  byState.set(s, c);
+  return c;
 }
 
 /**
@@ -119,7 +140,7 @@ export function stateAfter(chain: ContentChain, k: number, j: number): number {
 
 /** Characters readable from position k (run of its state): all of them for an endless chain. */
 export function runAt(g: Grammar, chain: ContentChain, k: number): number {
-  const r = contentRun(g, chain.positions[k]!);
+  const r = contentRun(g, stateAfter(chain, k, 0));
   return r >= ENDLESS ? ENDLESS : r;
 }
 
@@ -132,7 +153,10 @@ export function runAt(g: Grammar, chain: ContentChain, k: number): number {
 export interface ChainUnits {
   /** mid[i * 8 + q]: the state at position i (0 .. positions, the last being `beyond`) in decoding state q, -1 when none. */
   readonly mid: Int32Array;
-  /** Per position (and `beyond`): the state after a backslash, -1 when none; it leads to the next position by single bytes. */
+  /**
+   * Per position (and `beyond`): the state after a backslash when it leads to the next position
+   * by single bytes (a counted string's short escapes), else -1.
+   */
   readonly escape: Int32Array;
 }
 
@@ -196,15 +220,18 @@ function unitsAt(g: Grammar, chain: ContentChain, i: number, mid: Int32Array, es
   if (e >= 0) {
     if (!simple[e]) return false;
     const read: number[] = [];
+    let single = true;
     for (let b = 0; b < 256; b++) {
       if (next[e * 256 + b]! < 0) continue;
-      if (next[e * 256 + b] !== after) return false;
+      if (next[e * 256 + b] !== after) single = false;
       read.push(b);
     }
-    const key = read.join(",");
+    // Escapes of more than one byte after the backslash (\uXXXX, in strings without counts) are
+    // searched and walked as any other bytes: the chain has no escape units then.
+    const key = single ? read.join(",") : "long";
     if (escaped.bytes !== null && escaped.bytes !== key) return false;
     escaped.bytes = key;
-    escape[i] = e;
+    if (single) escape[i] = e;
   }
   return true;
 }
@@ -233,7 +260,8 @@ function windowSignatures(g: Grammar, chain: ContentChain, units: ChainUnits): I
     for (let q = 1; q < 8; q++) key += units.mid[i * 8 + q]! >= 0 ? "m" : "-";
     key += units.escape[i]! >= 0 ? "e" : "-";
     for (let b = 0; b < 256; b++) {
-      if (b === 0x5c || CONTENT_STEP[b]! >= 0) continue;
+      // A backslash's escape unit is relative to the position (checked); any other is named by its state.
+      if ((b === 0x5c && units.escape[i]! >= 0) || CONTENT_STEP[b]! >= 0) continue;
       const t = g.next[y * 256 + b]!;
       if (t >= 0) key += `,${b}>${t}`;
     }
@@ -254,12 +282,13 @@ function windowSignatures(g: Grammar, chain: ContentChain, units: ChainUnits): I
  */
 export function chainWindowKey(g: Grammar, s: number, width: number): string | null {
   const at = chainPosition(g, s);
-  const units = at && chainUnits(g, at.chain);
+  // A string without counts is one state: its mask is shared across grammars by what it reads (state-masks.ts).
+  const units = at && at.chain.positions.length > 0 && chainUnits(g, at.chain);
   if (!at || !units) return null;
   const sig = windowSignatures(g, at.chain, units);
   const count = at.chain.positions.length;
-  // Run-length encoded signatures of positions k .. k + width (past the last one, `beyond`).
-  let key = `${contentChains(g).indexOf(at.chain)}:`;
+  // Run-length encoded signatures of positions k .. k + width (past the last one, `beyond`), per chain.
+  let key = `${at.chain.positions[0]}:`;
   let prev = -1;
   let run = 0;
   for (let j = 0; j <= width; j++) {
