@@ -28,10 +28,6 @@ export interface ChainExits {
 export interface ChainContext {
   readonly grammar: Grammar;
   readonly vocab: TokenVocabulary;
-  /** Token lengths in characters of pure content from a token boundary, ascending (the vocabulary's). */
-  readonly lengths: Int32Array;
-  /** Per byte that is not content, from a token boundary: flat (trie node, characters before the byte), by characters. */
-  readonly exits: readonly (Int32Array | null)[];
   /** Whether the search leaves out byte b at state s (an optional newline or escape, see completion-budget.ts). */
   readonly skipped: (s: number, b: number) => boolean;
 }
@@ -45,7 +41,15 @@ interface RelativeMoves {
   /** Flat (offset, q) pairs, each once: one token to position k + offset, at a boundary (q 0) or inside a character. */
   readonly land: Int32Array;
   /** Bytes that are not content after `offset` characters from k, with the trie nodes of the tokens that read them there. */
-  readonly leave: readonly { readonly byte: number; readonly offset: number; readonly nodes: Int32Array }[];
+  readonly leave: readonly LeavingGroup[];
+}
+
+interface LeavingGroup {
+  /** Unique among a chain's groups (groups of different kinds of state have other nodes for the same byte and offset). */
+  readonly id: number;
+  readonly byte: number;
+  readonly offset: number;
+  readonly nodes: Int32Array;
 }
 
 class MoveTable {
@@ -73,9 +77,10 @@ class MoveTable {
     for (let i = 0; i < p.length; i += PARTIAL_FIELDS) if (p[i + 3] === ENDS_INSIDE) this.addLand(offset + p[i + 1]!, p[i + 4]!);
     this.addExits(below.exits, offset);
   }
-  moves(): RelativeMoves {
+  /** The table's moves; `ids` numbers the groups of all tables of a chain. */
+  moves(ids: { next: number }): RelativeMoves {
     const land = Int32Array.from([...this.land].sort((a, b) => a - b).flatMap((x) => [x >>> 3, x & 7]));
-    const leave = [...this.leave].map(([key, nodes]) => ({ byte: Math.floor(key / 65536), offset: key % 65536, nodes: Int32Array.from(nodes) }));
+    const leave = [...this.leave].map(([key, nodes]) => ({ id: ids.next++, byte: Math.floor(key / 65536), offset: key % 65536, nodes: Int32Array.from(nodes) }));
     return { land, leave };
   }
 }
@@ -84,7 +89,7 @@ class MoveTable {
 interface MoveSink {
   position(index: number, q: number): void;
   /** The searches from `state` with each of the group's nodes in progress (group: an index into the chain's leaving groups). */
-  leave(state: number, group: RelativeMoves["leave"][number]): void;
+  leave(state: number, group: LeavingGroup): void;
 }
 
 /** The relative moves of each kind of state of one chain. */
@@ -92,15 +97,15 @@ class ChainMoves {
   readonly boundary: RelativeMoves;
   readonly mid: (RelativeMoves | null)[] = [];
   private readonly escapes = new Map<string, RelativeMoves>();
+  private readonly ids = { next: 0 };
   constructor(private readonly cx: ChainContext) {
     const b = new MoveTable();
-    for (const j of cx.lengths) b.addLand(j, 0);
-    b.addExits(cx.exits, 0);
-    this.boundary = b.moves();
+    b.addListed(contentBelow(cx.vocab, ROOT), 0);
+    this.boundary = b.moves(this.ids);
     for (let q = 1; q < 8; q++) {
       const m = new MoveTable();
       m.addListed(contentFrom(cx.vocab, q), 0);
-      this.mid[q] = m.moves();
+      this.mid[q] = m.moves(this.ids);
     }
   }
   /** After the backslash of state `escape`: each escaped character's token (one character), and the tokens below it. */
@@ -120,7 +125,7 @@ class ChainMoves {
         if (t.tokCount[child]! > 0) m.addLand(1, 0);
         m.addListed(contentBelow(vocab, child), 1);
       }
-      this.escapes.set(key, (moves = m.moves()));
+      this.escapes.set(key, (moves = m.moves(this.ids)));
     }
     return moves;
   }
@@ -151,12 +156,12 @@ export function chainDependencies(cx: ChainContext, chain: ContentChain, units: 
   const seen = new Set<number>();
   const sink: MoveSink = {
     position(index, q) {
-      if (index < count) return;
+      if (index < count || (q > 0 && !units)) return;
       const state = q === 0 ? chain.beyond : units!.mid[count * 8 + q]!;
       if (state >= 0) need(state, 0);
     },
     leave(state, group) {
-      const key = state * 2 ** 24 + group.byte * 65536 + group.offset;
+      const key = state * 2 ** 24 + group.id;
       if (seen.has(key)) return;
       seen.add(key);
       for (const node of group.nodes) need(state, node);
@@ -166,16 +171,21 @@ export function chainDependencies(cx: ChainContext, chain: ContentChain, units: 
   for (let k = 0; k < count; k++) eachKind(cx, chain, units, moves, k, (m) => forEach(cx, chain, k, m, sink));
 }
 
-/** The moves of each state at position k (the boundary, then those of the units). */
+/**
+ * The moves of each state at position k: those inside a character and after a backslash first
+ * (a token from the boundary may end inside the position's first character, so the boundary
+ * reads them), then the boundary's.
+ */
 function eachKind(cx: ChainContext, chain: ContentChain, units: ChainUnits | null, moves: ChainMoves, k: number, visit: (m: RelativeMoves, state: number, q: number) => void): void {
-  visit(moves.boundary, chain.positions[k]!, 0);
-  if (!units) return;
-  for (const q of MID_ORDER) {
-    const state = units.mid[k * 8 + q]!;
-    if (state >= 0) visit(moves.mid[q]!, state, q);
+  if (units) {
+    for (const q of MID_ORDER) {
+      const state = units.mid[k * 8 + q]!;
+      if (state >= 0) visit(moves.mid[q]!, state, q);
+    }
+    const e = units.escape[k]!;
+    if (e >= 0) visit(moves.escape(e), e, ESCAPE);
   }
-  const e = units.escape[k]!;
-  if (e >= 0) visit(moves.escape(e), e, ESCAPE);
+  visit(moves.boundary, chain.positions[k]!, 0);
 }
 
 /** eachKind's q for the state after a backslash. */
@@ -214,7 +224,7 @@ export function solveChain(
     },
     leave(state, group) {
       // Merged once per (state, group): most moves out of the chain lead to the same few searches.
-      const key = state * 2 ** 24 + group.byte * 65536 + group.offset;
+      const key = state * 2 ** 24 + group.id;
       let e = merged.get(key);
       if (!e) {
         for (const node of group.nodes) groupMin.take(searched(state, node), 0);
@@ -224,6 +234,7 @@ export function solveChain(
     },
   };
   const searchedAt = (q: number): ChainExits | null => {
+    if (q > 0 && !units) return null;
     const state = q === 0 ? chain.beyond : units!.mid[count * 8 + q]!;
     return state >= 0 ? searched(state, 0) : null;
   };
@@ -247,6 +258,8 @@ export function solveChain(
 }
 
 const EMPTY: ChainExits = { nodes: new Int32Array(0), costs: new Int32Array(0) };
+/** The trie's root: no token in progress. */
+const ROOT = 0;
 
 /** The least cost per exit node over the exits taken since the last result (a vocabulary-sized scratch table). */
 class ExitMinimum {

@@ -501,8 +501,6 @@ export class CompletionBudget {
     const cx: ChainContext = {
       grammar: g,
       vocab: this.vocab,
-      lengths: this.facts.contentTokenChars,
-      exits: this.facts.exits,
       skipped: (s, b) => skipped(this.skipByte[s], b),
     };
     for (const chain of contentChains(g)) {
@@ -1076,9 +1074,20 @@ function optionalBytes(g: Grammar): Uint8Array {
   for (let s = 0; s < g.stateCount; s++) {
     const others = g.final[s] || g.callOffset[s + 1] > g.callOffset[s];
     if (g.next[s * 256 + 0x0a] >= 0 && (others || g.byteCount[s] > 1)) out[s] |= NEWLINE;
-    if (g.next[s * 256 + 0x5c] >= 0 && (others || g.byteCount[s] > 1)) out[s] |= BACKSLASH;
+    if (g.next[s * 256 + 0x5c] >= 0 && (others || g.byteCount[s] > 1) && startsEscape(g, s)) out[s] |= BACKSLASH;
   }
   return out;
+}
+
+/**
+ * Whether a backslash at s starts an escape: it leads where no other byte does. After a
+ * backslash, the backslash is the escaped character itself (as `n` or a quote are), and a
+ * completion may well take it.
+ */
+function startsEscape(g: Grammar, s: number): boolean {
+  const t = g.next[s * 256 + 0x5c];
+  for (let b = 0; b < 256; b++) if (b !== 0x5c && g.next[s * 256 + b] === t) return false;
+  return true;
 }
 
 const skipped = (flags: number, b: number): boolean => (b === 0x0a ? (flags & NEWLINE) !== 0 : b === 0x5c && (flags & BACKSLASH) !== 0);

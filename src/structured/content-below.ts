@@ -44,6 +44,8 @@ const BELOW_LIMIT = 4096;
  * them once per state.
  */
 export function contentBelow(vocab: TokenVocabulary, node: number): ContentBelow {
+  // From the root: the lists from a character boundary, kept with those from inside one.
+  if (node === 0) return contentFrom(vocab, 0);
   let byNode = belowCache.get(vocab);
   if (!byNode) belowCache.set(vocab, (byNode = new Map()));
   let f = byNode.get(node);
@@ -57,8 +59,8 @@ export function contentBelow(vocab: TokenVocabulary, node: number): ContentBelow
 const fromCache = new WeakMap<TokenVocabulary, ContentBelow[]>();
 
 /**
- * Tokens read from inside a character (decoding state q != 0, the first bytes of the character
- * read already): the same lists, the character they complete counted among the whole ones.
+ * Tokens read from decoding state q: inside a character (the first bytes of the character read
+ * already; the character they complete is counted among the whole ones), or from a boundary (q 0).
  */
 export function contentFrom(vocab: TokenVocabulary, q: number): ContentBelow {
   let byState = fromCache.get(vocab);
@@ -164,7 +166,7 @@ export function contentClasses(vocab: TokenVocabulary): ContentClasses {
  */
 export function prepareContentLists(vocab: TokenVocabulary): void {
   contentClasses(vocab);
-  for (let q = 1; q < 8; q++) contentFrom(vocab, q);
+  for (let q = 0; q < 8; q++) contentFrom(vocab, q);
   const t = vocab.trie;
   for (let child = 1; child < t.end[0]!; child = t.end[child]!) contentBelow(vocab, child);
 }
