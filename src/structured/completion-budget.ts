@@ -516,13 +516,30 @@ export class CompletionBudget {
       chainDependencies(cx, chain, units, (state, node) => void this.origin(state, node));
       this.run();
       const solved = solveChain(cx, chain, units, (state, node) => this.frozenExits(state, node)!, (state) => this.frozenExits(state, ROOT));
+      const keep = this.rootAlone && g.ruleOf[chain.positions[0]] === this.rootRule ? (e: ChainExits) => this.cheapestEnds(e) : (e: ChainExits) => e;
       solved.forEach((p, k) => {
-        this.freeze(chain.positions[k], p.boundary);
+        this.freeze(chain.positions[k], keep(p.boundary));
         if (!units) return;
-        for (let q = 1; q < 8; q++) if (p.mid[q]) this.freeze(units.mid[k * 8 + q], p.mid[q]!);
-        if (p.escape) this.freeze(units.escape[k], p.escape);
+        for (let q = 1; q < 8; q++) if (p.mid[q]) this.freeze(units.mid[k * 8 + q], keep(p.mid[q]!));
+        if (p.escape) this.freeze(units.escape[k], keep(p.escape));
       });
     }
+  }
+
+  /**
+   * In the root rule, when nothing calls it, an exit ends the document: only those that end it
+   * in the fewest tokens matter (a token in progress is one more; see pop and Origin.cap). The
+   * rest only fill the tables (megabytes for the 2,000 positions of a long string).
+   */
+  private cheapestEnds(e: ChainExits): ChainExits {
+    const t = this.trie;
+    const total = (i: number) => e.costs[i] + (e.nodes[i] === ROOT ? 0 : t.tokCount[e.nodes[i]] > 0 ? 1 : UNREACHABLE);
+    let least = UNREACHABLE;
+    for (let i = 0; i < e.nodes.length; i++) least = Math.min(least, total(i));
+    const kept: number[] = [];
+    for (let i = 0; i < e.nodes.length; i++) if (total(i) === least) kept.push(i);
+    if (kept.length === e.nodes.length) return e;
+    return { nodes: Int32Array.from(kept, (i) => e.nodes[i]), costs: Int32Array.from(kept, (i) => e.costs[i]) };
   }
 
   /** Records the exits of (state, no token in progress) found without a search of its own. */

@@ -30,11 +30,12 @@ const COUNTED: Record<string, Counted> = {
   "exactly 8": { schema: inObject({ minLength: 8, maxLength: 8 }), min: 8, max: 8 },
   "at least 10": { schema: inObject({ minLength: 10 }), min: 10, max: Infinity },
   "at most 12": { schema: inObject({ maxLength: 12 }), min: 0, max: 12 },
+  "a document that is a string of 9 to 12": { schema: { type: "string", minLength: 9, maxLength: 12 }, min: 9, max: 12 },
   "items of at most 10": { schema: { type: "array", items: { type: "string", maxLength: 10 }, minItems: 1, maxItems: 2 }, min: 0, max: 10 },
 };
 
 /** The strings of a document of one of COUNTED's schemas. */
-const stringsOf = (value: unknown): string[] => (Array.isArray(value) ? value : [(value as { s: string }).s]);
+const stringsOf = (value: unknown): string[] => (Array.isArray(value) ? value : typeof value === "string" ? [value] : [(value as { s: string }).s]);
 
 const vocabularies: Array<[string, TokenVocabulary, number[]]> = [
   // Fragments of UTF-8 characters, escapes, quotes and long runs of multi-byte text; id 0 (no bytes) is the stop token.
