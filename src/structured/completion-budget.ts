@@ -39,7 +39,7 @@ import { Configs, type Stack, type StackPool, simpleStates } from "./parser-stat
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { classRun, classRuns } from "./class-runs.ts";
 import { type ChainContext, type ChainExits, chainDependencies, solveChain } from "./chain-solver.ts";
-import { contentBelow, contentClasses, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
+import { contentBelow, contentClasses, contentFrom, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
 import { chainFrom, chainPosition, chainUnits, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
 import { contentRun, Levels } from "./token-walk.ts";
@@ -953,7 +953,26 @@ export class CompletionBudget {
       if (!lists) groups.set(d, (lists = [[]]));
       lists.push(ranges as number[]);
     };
-    const content = this.contentByClass(start, addList);
+    // At a position of a counted string: its content by class, and only the subtrees that leave the content walked.
+    const leaving = this.contentByClass(start, addList);
+    if (leaving) {
+      for (let k = 0; k < leaving.length; k += 2) {
+        const node = leaving[k] as number;
+        const config = leaving[k + 1] as Configs;
+        const t = this.trie;
+        if (t.tokCount[node] > 0) add(this.distance(config), t.tokStart[node], t.tokStart[node] + t.tokCount[node]);
+        this.walkBelow(node, config, add);
+      }
+    } else this.walkBelow(ROOT, start, add);
+    return { max: worst, groups };
+  }
+
+  /**
+   * Walks the tokens below trie node `root` (its bytes read already, leading to `start`) and adds
+   * each with the distance it leaves. Subtrees of string content or of a byte class whose tokens
+   * all leave the same distance (judged by the states k characters or bytes on) are taken at once.
+   */
+  private walkBelow(root: number, start: Configs, add: (d: number, lo: number, hi: number) => void): void {
     const g = this.grammar;
     const t = this.trie;
     const pool = this.pool;
@@ -962,20 +981,14 @@ export class CompletionBudget {
     const midChar = this.facts.midCharEnd;
     levels.at(t.maxDepth + 1);
     const ref = levels.ref;
-    ref[0] = start;
-    const stop = t.end[ROOT];
-    let i = 1;
+    ref[t.depth[root]] = start;
+    const stop = t.end[root];
+    let i = root + 1;
     while (i < stop) {
       const d = t.depth[i];
       const prev = ref[d - 1];
-      // Tokens of string content from the start are grouped by class already: walked only on the way to other bytes.
-      const classed = content && t.pathChars[i] > 0;
-      if (classed && t.maxPathChars[i] > 0) {
-        i = t.end[i];
-        continue;
-      }
       const cc = t.contentChars[i];
-      if (!classed && cc > 0 && prev.size === 1 && !prev.bottom && simple[prev.states[0]] && !midChar[i]) {
+      if (cc > 0 && prev.size === 1 && !prev.bottom && simple[prev.states[0]] && !midChar[i]) {
         const s = prev.states[0];
         const run = contentRun(g, s);
         if (run >= cc) {
@@ -994,7 +1007,7 @@ export class CompletionBudget {
           }
         }
       }
-      if (!classed && t.height[i] > 1 && prev.size === 1 && !prev.bottom && simple[prev.states[0]]) {
+      if (t.height[i] > 1 && prev.size === 1 && !prev.bottom && simple[prev.states[0]]) {
         const same = this.classSubtreeDistance(prev.states[0], prev.stacks[0], i);
         if (same >= 0) {
           add(same, t.subLo[i], t.subHi[i]);
@@ -1009,10 +1022,9 @@ export class CompletionBudget {
         i = t.end[i];
         continue;
       }
-      if (t.tokCount[i] > 0 && !classed) add(this.distance(cur, cur !== scratch), t.tokStart[i], t.tokStart[i] + t.tokCount[i]);
+      if (t.tokCount[i] > 0) add(this.distance(cur, cur !== scratch), t.tokStart[i], t.tokStart[i] + t.tokCount[i]);
       i = cur.size === 0 ? t.end[i] : i + 1;
     }
-    return { max: worst, groups };
   }
 
   /**
@@ -1052,16 +1064,18 @@ export class CompletionBudget {
    * At a position of a counted string (one configuration, its chain's states inside characters
    * following the decoding states, see content-chains.ts): its tokens of string content by class
    * (whole characters, decoding state at the end), each class taken at once with the distance of
-   * the state it leads to, instead of walking a hundred thousand tokens per position. True when
-   * it did; the walk then skips those tokens.
+   * the state it leads to, instead of walking a hundred thousand tokens per position. Returns
+   * the rest to walk, flat (trie node, configuration there) pairs: where a byte that is not
+   * content follows whole characters (a closing quote, a backslash), the lists of content-below.ts
+   * name the nodes. Null when the start is no such position (the whole vocabulary is walked).
    */
-  private contentByClass(start: Configs, addList: (d: number, ranges: readonly number[]) => void): boolean {
+  private contentByClass(start: Configs, addList: (d: number, ranges: readonly number[]) => void): (number | Configs)[] | null {
     const g = this.grammar;
-    if (start.size !== 1 || start.bottom) return false;
+    if (start.size !== 1 || start.bottom) return null;
     const s = start.states[0];
     const at = chainPosition(g, s);
     const units = at && chainUnits(g, at.chain);
-    if (!at || !units) return false;
+    if (!at || !units) return null;
     const { chain, k } = at;
     const st = start.stacks[0];
     const run = runAt(g, chain, k);
@@ -1075,7 +1089,22 @@ export class CompletionBudget {
       const state = q === 0 ? stateAfter(chain, k, j) : units.mid[Math.min(k + j, count) * 8 + q];
       if (state >= 0) addList(this.stateDistance(state, st), classes.ranges[c]);
     }
-    return true;
+    // Bytes breaking a character off are refused by the states inside it (chainUnits checks it).
+    const leaving: (number | Configs)[] = [];
+    const exits = contentFrom(this.vocab, 0).exits;
+    for (let b = 0; b < 256; b++) {
+      const list = exits[b];
+      if (!list) continue;
+      for (let e = 0; e < list.length; e += 2) {
+        const j = list[e + 1];
+        if (j > run) break;
+        const to = g.next[stateAfter(chain, k, j) * 256 + b];
+        if (to < 0) continue;
+        const config = this.pool.closure(g, to, st);
+        if (config.size > 0 || config.bottom) leaving.push(list[e], config);
+      }
+    }
+    return leaving;
   }
 }
 

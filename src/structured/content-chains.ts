@@ -43,15 +43,60 @@ const ENDLESS = 1 << 20;
 /** Any character of content (a space): every content state sends all of them to one state. */
 const CHARACTER = 0x20;
 
-const chainCache = new WeakMap<Grammar, readonly ContentChain[]>();
+/** What this module derives from one grammar: its chains, which position each state is, its loops. */
+interface GrammarChains {
+  readonly chains: readonly ContentChain[];
+  /** Per state: its chain's number (-1: none) and its position there. */
+  readonly chain: Int32Array;
+  readonly position: Int32Array;
+  readonly loops: Map<number, ContentChain | null>;
+}
+
+const byGrammar = new WeakMap<Grammar, GrammarChains>();
+/**
+ * The same by the grammar's content: a model worker may get a new grammar object for the same
+ * schema per request (one larger than --grammar-cache-mb is compiled again each time), and the
+ * chains, their units and windows then stay (some tens of milliseconds per request for a string of
+ * 2,000 characters). Small: arrays per state, a few grammars.
+ */
+const byContent = new Map<string, { fingerprint: number; chains: GrammarChains }>();
+const BY_CONTENT_KEPT = 16;
+
+/** Enough of a grammar's tables to tell two grammars of one key apart if they ever differed. */
+function fingerprint(g: Grammar): number {
+  let h = g.stateCount ^ (g.start << 16);
+  for (let i = 0; i < g.next.length; i += 251) h = Math.imul(h ^ g.next[i]!, 0x01000193);
+  return h;
+}
+
+function chainsOf(g: Grammar): GrammarChains {
+  let c = byGrammar.get(g);
+  if (c) return c;
+  const print = fingerprint(g);
+  const known = byContent.get(g.key);
+  if (known && known.fingerprint === print) c = known.chains;
+  else {
+    const chains = findChains(g);
+    const chain = new Int32Array(g.stateCount).fill(-1);
+    const position = new Int32Array(g.stateCount);
+    chains.forEach((ch, n) => ch.positions.forEach((x, k) => ((chain[x] = n), (position[x] = k))));
+    c = { chains, chain, position, loops: new Map() };
+    if (byContent.size >= BY_CONTENT_KEPT) byContent.delete(byContent.keys().next().value!);
+    byContent.set(g.key, { fingerprint: print, chains: c });
+  }
+  byGrammar.set(g, c);
+  return c;
+}
 
 /**
  * The grammar's content chains: each starts at a content state that no content state leads to,
  * and follows the characters while they reach new states.
  */
 export function contentChains(g: Grammar): readonly ContentChain[] {
-  let chains = chainCache.get(g);
-  if (chains) return chains;
+  return chainsOf(g).chains;
+}
+
+function findChains(g: Grammar): ContentChain[] {
   const n = g.stateCount;
   const reached = new Uint8Array(n);
   const isContent = new Uint8Array(n);
@@ -59,7 +104,7 @@ export function contentChains(g: Grammar): readonly ContentChain[] {
     budgetTick();
     if (!g.hasBytes[s] || contentRun(g, s) === 0) continue;
     isContent[s] = 1;
-    const t = g.next[s * 256 + CHARACTER];
+    const t = g.next[s * 256 + CHARACTER]!;
     if (t !== s) reached[t] = 1;
   }
   const out: ContentChain[] = [];
@@ -72,7 +117,7 @@ export function contentChains(g: Grammar): readonly ContentChain[] {
       budgetTick();
       seen.add(x);
       positions.push(x);
-      x = g.next[x * 256 + CHARACTER];
+      x = g.next[x * 256 + CHARACTER]!;
     }
     // A chain that comes back to a state before its last one loops over several states: left to the general search.
     if (seen.has(x) && x !== positions[positions.length - 1]) continue;
@@ -82,44 +127,30 @@ export function contentChains(g: Grammar): readonly ContentChain[] {
     const states = Int32Array.from(endless ? [...positions, x, x] : [...positions, x]);
     out.push({ positions: states.subarray(0, positions.length), beyond: x, endless, states });
   }
-  chains = out;
-  chainCache.set(g, chains);
-  return chains;
+  return out;
 }
-
-const indexCache = new WeakMap<Grammar, { chain: Int32Array; position: Int32Array }>();
 
 /** The chain state s is a position of, and which position, or null. */
 export function chainPosition(g: Grammar, s: number): { chain: ContentChain; k: number } | null {
-  let index = indexCache.get(g);
-  if (!index) {
-    const chain = new Int32Array(g.stateCount).fill(-1);
-    const position = new Int32Array(g.stateCount);
-    contentChains(g).forEach((c, n) => c.positions.forEach((x, k) => ((chain[x] = n), (position[x] = k))));
-    indexCache.set(g, (index = { chain, position }));
-  }
-  const n = index.chain[s]!;
-  if (n >= 0) return { chain: contentChains(g)[n]!, k: index.position[s]! };
-  const loop = loopChain(g, s);
+  const c = chainsOf(g);
+  const n = c.chain[s]!;
+  if (n >= 0) return { chain: c.chains[n]!, k: c.position[s]! };
+  const loop = loopChain(g, c.loops, s);
   return loop && { chain: loop, k: 0 };
 }
-
-const loopCache = new WeakMap<Grammar, Map<number, ContentChain | null>>();
 
 /**
  * A state that reads any number of characters, each back to itself (a string without
  * minLength or maxLength), as a chain of no positions that is all `beyond`: its units and
  * content classes work as at a counted string's positions.
  */
-function loopChain(g: Grammar, s: number): ContentChain | null {
-  let byState = loopCache.get(g);
-  if (!byState) loopCache.set(g, (byState = new Map()));
-  let c = byState.get(s);
+function loopChain(g: Grammar, loops: Map<number, ContentChain | null>, s: number): ContentChain | null {
+  let c = loops.get(s);
   if (c !== undefined) return c;
   c = g.hasBytes[s] && contentRun(g, s) >= ENDLESS && g.next[s * 256 + CHARACTER] === s
     ? { positions: new Int32Array(0), beyond: s, endless: true, states: Int32Array.of(s, s) }
     : null;
-  byState.set(s, c);
+  loops.set(s, c);
   return c;
 }
 
