@@ -40,7 +40,7 @@ import type { TokenVocabulary } from "./token-bytes.ts";
 import { classRun, classRuns } from "./class-runs.ts";
 import { type ChainContext, type ChainExits, chainDependencies, solveChain } from "./chain-solver.ts";
 import { contentBelow, contentClasses, contentFrom, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
-import { chainFrom, chainPosition, chainUnits, contentChains, runAt, stateAfter } from "./content-chains.ts";
+import { chainFrom, chainPosition, chainUnits, chainUnitsAt, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
 import { contentRun, Levels } from "./token-walk.ts";
 import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
@@ -1074,7 +1074,8 @@ export class CompletionBudget {
     if (start.size !== 1 || start.bottom) return null;
     const s = start.states[0];
     const at = chainPosition(g, s);
-    const units = at && chainUnits(g, at.chain);
+    // The positions a token can reach from here (at most the longest token's bytes in characters).
+    const units = at && chainUnitsAt(g, at.chain, at.k, at.k + this.trie.maxDepth);
     if (!at || !units) return null;
     const { chain, k } = at;
     const st = start.stacks[0];

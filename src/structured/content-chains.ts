@@ -40,6 +40,8 @@ export interface ContentChain {
 const MIN_POSITIONS = 8;
 /** contentRun's "reads content forever". */
 const ENDLESS = 1 << 20;
+/** Bytes a content state reads at least: the printable ASCII characters but the quote and backslash. */
+const MIN_CONTENT_BYTES = 0x7f - 0x20 - 2;
 /** Any character of content (a space): every content state sends all of them to one state. */
 const CHARACTER = 0x20;
 
@@ -102,7 +104,9 @@ function findChains(g: Grammar): ContentChain[] {
   const isContent = new Uint8Array(n);
   for (let s = 0; s < n; s++) {
     budgetTick();
-    if (!g.hasBytes[s] || contentRun(g, s) === 0) continue;
+    // A state reading every character alike reads at least the printable ASCII ones: most states
+    // are ruled out by their byte count before the costlier look at their targets.
+    if (g.byteCount[s] < MIN_CONTENT_BYTES || contentRun(g, s) === 0) continue;
     isContent[s] = 1;
     const t = g.next[s * 256 + CHARACTER]!;
     if (t !== s) reached[t] = 1;
@@ -191,21 +195,35 @@ export interface ChainUnits {
   readonly escape: Int32Array;
 }
 
-const unitCache = new WeakMap<ContentChain, ChainUnits | null>();
+/** A chain's units as checked so far: positions are checked when first asked about (a long string's first step need not check 2,000). */
+interface UnitCheck {
+  readonly units: ChainUnits;
+  /** Per position: 0 not checked yet, 1 follows the decoding states, 2 does not. */
+  readonly status: Uint8Array;
+  readonly escaped: EscapedBytes;
+}
+
+const unitCache = new WeakMap<ContentChain, UnitCheck>();
 const UNSET = -2;
 
 /** The chain's ChainUnits, or null when some position's states do not follow the decoding states. */
 export function chainUnits(g: Grammar, chain: ContentChain): ChainUnits | null {
-  let u = unitCache.get(chain);
-  if (u !== undefined) return u;
+  return chainUnitsAt(g, chain, 0, chain.positions.length);
+}
+
+/** The chain's ChainUnits when positions from .. to (clamped to the chain and `beyond`) follow the decoding states, else null. */
+export function chainUnitsAt(g: Grammar, chain: ContentChain, from: number, to: number): ChainUnits | null {
+  let c = unitCache.get(chain);
   const count = chain.positions.length;
-  const mid = new Int32Array((count + 1) * 8).fill(-1);
-  const escape = new Int32Array(count + 1).fill(-1);
-  u = { mid, escape };
-  const escaped: EscapedBytes = { bytes: null };
-  for (let i = 0; i <= count && u; i++) if (!unitsAt(g, chain, i, mid, escape, escaped)) u = null;
-  unitCache.set(chain, u);
-  return u;
+  if (!c) {
+    const units = { mid: new Int32Array((count + 1) * 8).fill(-1), escape: new Int32Array(count + 1).fill(-1) };
+    unitCache.set(chain, (c = { units, status: new Uint8Array(count + 1), escaped: { bytes: null } }));
+  }
+  for (let i = Math.min(from, count); i <= Math.min(to, count); i++) {
+    if (c.status[i] === 0) c.status[i] = unitsAt(g, chain, i, c.units.mid, c.units.escape, c.escaped) ? 1 : 2;
+    if (c.status[i] === 2) return null;
+  }
+  return c.units;
 }
 
 /** Decoding states by the bytes still to come (1, then 2, then 3): a state's successors come before it. */
@@ -270,38 +288,31 @@ function unitsAt(g: Grammar, chain: ContentChain, i: number, mid: Int32Array, es
 /** Decoding states in the order a solver fills them: those with fewer bytes to come first. */
 export const MID_ORDER: readonly number[] = BY_REMAINING;
 
-const windowCache = new WeakMap<ContentChain, Int32Array>();
+/** Per chain: each position's signature number once computed (-1 before), and the numbers by signature. */
+const windowCache = new WeakMap<ContentChain, { sig: Int32Array; ids: Map<string, number> }>();
 
 /**
- * Per position (and `beyond`), a number standing for what it does besides reading the next
+ * A number per position (and `beyond`) standing for what it does besides reading the next
  * character: where each byte that is not content leads (the closing quote from minLength on),
  * whether it reads content, which states inside a character and after a backslash it has.
  * Positions with equal numbers over a token's reach allow the same tokens (chainWindowKey).
+ * Positions whose units are checked only.
  */
-function windowSignatures(g: Grammar, chain: ContentChain, units: ChainUnits): Int32Array {
-  let sig = windowCache.get(chain);
-  if (sig) return sig;
-  const count = chain.positions.length;
-  sig = new Int32Array(count + 1);
-  const ids = new Map<string, number>();
-  for (let i = 0; i <= count; i++) {
-    budgetTick();
-    const y = stateAfter(chain, i, 0);
-    let key = i < count || chain.endless ? "c" : "";
-    for (let q = 1; q < 8; q++) key += units.mid[i * 8 + q]! >= 0 ? "m" : "-";
-    key += units.escape[i]! >= 0 ? "e" : "-";
-    for (let b = 0; b < 256; b++) {
-      // A backslash's escape unit is relative to the position (checked); any other is named by its state.
-      if ((b === 0x5c && units.escape[i]! >= 0) || CONTENT_STEP[b]! >= 0) continue;
-      const t = g.next[y * 256 + b]!;
-      if (t >= 0) key += `,${b}>${t}`;
-    }
-    let id = ids.get(key);
-    if (id === undefined) ids.set(key, (id = ids.size));
-    sig[i] = id;
+function windowSignature(g: Grammar, chain: ContentChain, units: ChainUnits, w: { sig: Int32Array; ids: Map<string, number> }, i: number): number {
+  const y = stateAfter(chain, i, 0);
+  let key = i < chain.positions.length || chain.endless ? "c" : "";
+  for (let q = 1; q < 8; q++) key += units.mid[i * 8 + q]! >= 0 ? "m" : "-";
+  key += units.escape[i]! >= 0 ? "e" : "-";
+  for (let b = 0; b < 256; b++) {
+    // A backslash's escape unit is relative to the position (checked); any other is named by its state.
+    if ((b === 0x5c && units.escape[i]! >= 0) || CONTENT_STEP[b]! >= 0) continue;
+    const t = g.next[y * 256 + b]!;
+    if (t >= 0) key += `,${b}>${t}`;
   }
-  windowCache.set(chain, sig);
-  return sig;
+  let id = w.ids.get(key);
+  if (id === undefined) w.ids.set(key, (id = w.ids.size));
+  w.sig[i] = id;
+  return id;
 }
 
 /**
@@ -314,16 +325,19 @@ function windowSignatures(g: Grammar, chain: ContentChain, units: ChainUnits): I
 export function chainWindowKey(g: Grammar, s: number, width: number): string | null {
   const at = chainPosition(g, s);
   // A string without counts is one state: its mask is shared across grammars by what it reads (state-masks.ts).
-  const units = at && at.chain.positions.length > 0 && chainUnits(g, at.chain);
+  const units = at && at.chain.positions.length > 0 && chainUnitsAt(g, at.chain, at.k, at.k + width);
   if (!at || !units) return null;
-  const sig = windowSignatures(g, at.chain, units);
   const count = at.chain.positions.length;
+  let w = windowCache.get(at.chain);
+  if (!w) windowCache.set(at.chain, (w = { sig: new Int32Array(count + 1).fill(-1), ids: new Map() }));
+  const signatures = w;
+  const sig = (i: number) => (signatures.sig[i]! >= 0 ? signatures.sig[i]! : windowSignature(g, at.chain, units, signatures, i));
   // Run-length encoded signatures of positions k .. k + width (past the last one, `beyond`), per chain.
   let key = `${at.chain.positions[0]}:`;
   let prev = -1;
   let run = 0;
   for (let j = 0; j <= width; j++) {
-    const id = sig[Math.min(at.k + j, count)]!;
+    const id = sig(Math.min(at.k + j, count));
     if (id === prev) run++;
     else {
       if (prev >= 0) key += `${prev}*${run},`;
