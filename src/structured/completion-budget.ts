@@ -39,7 +39,7 @@ import { Configs, type Stack, type StackPool, simpleStates } from "./parser-stat
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { classRun, classRuns } from "./class-runs.ts";
 import { type ChainContext, type ChainExits, chainDependencies, solveChain } from "./chain-solver.ts";
-import { contentBelow, contentClasses, contentFrom, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
+import { byCharacters, contentBelow, contentClasses, contentFrom, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
 import { chainFrom, chainPosition, chainUnits, chainUnitsAt, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
 import { contentRun, Levels } from "./token-walk.ts";
@@ -103,13 +103,7 @@ function factsOf(vocab: TokenVocabulary): VocabFacts {
     q[i] = q2;
     if (t.tokCount[i] > 0 && q2 === 0) tokenChars.add(chars[i]);
   }
-  const exits = exitLists.map((l) => {
-    if (l.length === 0) return null;
-    const order = Array.from({ length: l.length / 2 }, (_, k) => k).sort((a, b) => l[2 * a + 1] - l[2 * b + 1]);
-    const out = new Int32Array(l.length);
-    order.forEach((k, j) => ((out[2 * j] = l[2 * k]), (out[2 * j + 1] = l[2 * k + 1])));
-    return out;
-  });
+  const exits = exitLists.map((l) => (l.length === 0 ? null : byCharacters(l)));
   // midCharEnd and exitBelow, bottom-up over (node, decoding state): children come after their parent.
   const Q = CONTENT_STATES;
   const below = new Uint8Array(n * Q);
@@ -152,6 +146,8 @@ interface ClassFacts {
   readonly lengths: Int32Array;
   readonly exits: (Int32Array | null)[];
   readonly exitBelow: Uint8Array;
+  /** Tokens made only of the class, by length: ranges [lo, hi) of trie.sortedIds, flat pairs. */
+  readonly tokens: ReadonlyMap<number, readonly number[]>;
 }
 
 const classFactCache = new WeakMap<TokenVocabulary, Map<string, ClassFacts>>();
@@ -168,7 +164,7 @@ function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
   const n = t.nodeCount;
   const pure = new Uint8Array(n);
   pure[ROOT] = 1;
-  const lengths = new Set<number>();
+  const tokens = new Map<number, number[]>();
   const lists: number[][] = Array.from({ length: 256 }, () => []);
   for (let i = 1; i < n; i++) {
     const p = t.parent[i];
@@ -176,7 +172,13 @@ function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
     const b = t.byte[i];
     if (inC(b)) {
       pure[i] = 1;
-      if (t.tokCount[i] > 0) lengths.add(t.depth[i]);
+      if (t.tokCount[i] === 0) continue;
+      let r = tokens.get(t.depth[i]);
+      if (!r) tokens.set(t.depth[i], (r = []));
+      // Nodes come in trie order: a length's tokens ascend, and neighbouring ranges merge.
+      const lo = t.tokStart[i];
+      if (r.length && r[r.length - 1] === lo) r[r.length - 1] = lo + t.tokCount[i];
+      else r.push(lo, lo + t.tokCount[i]);
     } else lists[b].push(i, t.depth[p]);
   }
   const exitBelow = new Uint8Array(n);
@@ -188,15 +190,10 @@ function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
   while (!inC(first)) first++;
   f = {
     first,
-    lengths: Int32Array.from([...lengths].sort((a, b) => a - b)),
-    exits: lists.map((l) => {
-      if (l.length === 0) return null;
-      const order = Array.from({ length: l.length / 2 }, (_, k) => k).sort((a, b) => l[2 * a + 1] - l[2 * b + 1]);
-      const out = new Int32Array(l.length);
-      order.forEach((k, j) => ((out[2 * j] = l[2 * k]), (out[2 * j + 1] = l[2 * k + 1])));
-      return out;
-    }),
+    lengths: Int32Array.from([...tokens.keys()].sort((a, b) => a - b)),
+    exits: lists.map((l) => (l.length === 0 ? null : byCharacters(l))),
     exitBelow,
+    tokens,
   };
   if (byClass.size >= CLASS_FACTS_LIMIT) byClass.delete(byClass.keys().next().value!);
   byClass.set(key, f);
@@ -954,7 +951,7 @@ export class CompletionBudget {
       lists.push(ranges as number[]);
     };
     // At a position of a counted string: its content by class, and only the subtrees that leave the content walked.
-    const leaving = this.contentByClass(start, addList);
+    const leaving = this.contentByClass(start, addList) ?? this.classByLength(start, addList);
     if (leaving) {
       for (let k = 0; k < leaving.length; k += 2) {
         const node = leaving[k] as number;
@@ -1058,6 +1055,45 @@ export class CompletionBudget {
       d = v;
     }
     return d;
+  }
+
+  /**
+   * At a state that reads a byte class alike (class-runs.ts: an email's letters, a pattern's
+   * digits; one configuration) for longer than any token made of the class: those tokens by
+   * length, each length at once with the distance of the state that many bytes on, and the rest
+   * to walk (flat (trie node, configuration there) pairs, where a byte outside the class follows
+   * class bytes), as contentByClass does for string content. Null for other states.
+   */
+  private classByLength(start: Configs, addList: (d: number, ranges: readonly number[]) => void): (number | Configs)[] | null {
+    const g = this.grammar;
+    if (start.size !== 1 || start.bottom) return null;
+    const s = start.states[0];
+    if (!simpleStates(g)[s] || contentRun(g, s) > 0) return null;
+    const classes = classRuns(g);
+    let run = classes.run[s];
+    if (run === UNKNOWN_RUN) run = classRun(g, classes, s);
+    if (run <= 0) return null;
+    const cls = this.classFacts(classes.outside, s);
+    // Longer tokens would be read past the run, by states that treat the class otherwise: walked then.
+    if (cls.lengths.length === 0 || cls.lengths[cls.lengths.length - 1] > run) return null;
+    const st = start.stacks[0];
+    const chain = this.chain(s, run, cls.first);
+    const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
+    for (const [k, ranges] of cls.tokens) addList(this.stateDistance(at(k), st), ranges);
+    const leaving: (number | Configs)[] = [];
+    for (let b = 0; b < 256; b++) {
+      const list = cls.exits[b];
+      if (!list) continue;
+      for (let e = 0; e < list.length; e += 2) {
+        const k = list[e + 1];
+        if (k > run) break;
+        const to = g.next[at(k) * 256 + b];
+        if (to < 0) continue;
+        const config = this.pool.closure(g, to, st);
+        if (config.size > 0 || config.bottom) leaving.push(list[e], config);
+      }
+    }
+    return leaving;
   }
 
   /**

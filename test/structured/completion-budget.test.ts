@@ -25,6 +25,8 @@ const GRAMMARS: Record<string, () => Grammar> = {
   "minLength and minItems": () => compileJsonSchema({ type: "object", properties: { s: { type: "string", minLength: 7, maxLength: 9 }, n: { type: "array", items: { type: "integer" }, minItems: 2 } }, required: ["s", "n"], additionalProperties: false }),
   recursive: () => compileJsonSchema({ $defs: { node: { type: "object", properties: { v: { type: "integer", minimum: 0, maximum: 9 }, kids: { type: "array", items: { $ref: "#/$defs/node" }, maxItems: 2 } }, required: ["v", "kids"], additionalProperties: false } }, $ref: "#/$defs/node" }),
   "email, uuid and a pattern": () => compileJsonSchema({ type: "object", properties: { m: { type: "string", format: "email" }, u: { type: "string", format: "uuid" }, z: { type: "string", pattern: "^[a-c]{2,5}x?$" }, n: { type: "number" } }, required: ["m", "u", "z", "n"], additionalProperties: false }),
+  // States reading a byte class alike for longer than any token of it: budget walks take such tokens by length.
+  "a pattern of letters and digits": () => compileJsonSchema({ type: "object", properties: { p: { type: "string", pattern: "^[a-z0-9]{3,}$" } }, required: ["p"], additionalProperties: false }),
   "format and non-ASCII enum": () => compileJsonSchema({ type: "object", properties: { d: { type: "string", format: "date" }, e: { enum: ["café", "naïve"] } }, required: ["d", "e"], additionalProperties: false }),
   "hermes required": () => toolCallGrammar({ tools: [weather], toolChoice: "required", syntax: "hermes" })!,
   "hermes auto": () => toolCallGrammar({ tools: [weather], toolChoice: "auto", syntax: "hermes" })!,
