@@ -241,6 +241,10 @@ interface Origin {
   cap: number;
 }
 
+/** The exits and waiters of searches found finished (adopted, or solved per chain): never written. */
+const NO_EXITS = new Map<number, number>();
+const NO_WAITERS: number[] = [];
+
 /** Past this many cached entries a table starts over (values are recomputed on demand). */
 const MEMO_LIMIT = 400_000;
 /** Parser states whose next-token profile is kept (oldest dropped first). */
@@ -378,7 +382,8 @@ export class CompletionBudget {
       const node = t.origins[2 * i + 1];
       const frozen = { nodes: t.exitNodes.subarray(t.offsets[i], t.offsets[i + 1]), costs: t.exitCosts.subarray(t.offsets[i], t.offsets[i + 1]) };
       this.originIds.set(state * this.nodes + node, this.origins.length);
-      this.origins.push({ state, node, exits: new Map(), waiters: [], items: null, frozen, cap: UNREACHABLE });
+      // A finished search's exits and waiters are never touched again: shared empty ones (tens of thousands for a long string).
+      this.origins.push({ state, node, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen, cap: UNREACHABLE });
     }
     if (t.reach) this.reach = t.reach;
   }
@@ -544,7 +549,7 @@ export class CompletionBudget {
     const key = state * this.nodes + ROOT;
     if (this.originIds.has(key)) return;
     this.originIds.set(key, this.origins.length);
-    this.origins.push({ state, node: ROOT, exits: new Map(), waiters: [], items: null, frozen: exits, cap: UNREACHABLE });
+    this.origins.push({ state, node: ROOT, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen: exits, cap: UNREACHABLE });
   }
 
   private origin(s: number, node: number): number {

@@ -17,7 +17,7 @@
 // vocabulary): about 5 s for 2,000 positions, against tens of milliseconds this way.
 
 import { budgetTick } from "./compile-budget.ts";
-import type { Grammar } from "./grammar.ts";
+import { type Grammar, grammarFingerprint } from "./grammar.ts";
 import { simpleStates } from "./parser-state.ts";
 import { contentRun } from "./token-walk.ts";
 import { CONTENT_STEP } from "./trie.ts";
@@ -64,17 +64,11 @@ const byGrammar = new WeakMap<Grammar, GrammarChains>();
 const byContent = new Map<string, { fingerprint: number; chains: GrammarChains }>();
 const BY_CONTENT_KEPT = 16;
 
-/** Enough of a grammar's tables to tell two grammars of one key apart if they ever differed. */
-function fingerprint(g: Grammar): number {
-  let h = g.stateCount ^ (g.start << 16);
-  for (let i = 0; i < g.next.length; i += 251) h = Math.imul(h ^ g.next[i]!, 0x01000193);
-  return h;
-}
 
 function chainsOf(g: Grammar): GrammarChains {
   let c = byGrammar.get(g);
   if (c) return c;
-  const print = fingerprint(g);
+  const print = grammarFingerprint(g);
   const known = byContent.get(g.key);
   if (known && known.fingerprint === print) c = known.chains;
   else {

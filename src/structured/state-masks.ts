@@ -5,7 +5,7 @@
 import { contentBase } from "./content-base.ts";
 import { chainWindowKey } from "./content-chains.ts";
 import type { RuleDfa } from "./automaton.ts";
-import type { Grammar } from "./grammar.ts";
+import { type Grammar, grammarFingerprint } from "./grammar.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { CONTENT_STEP } from "./trie.ts";
@@ -119,6 +119,7 @@ function keepShared(vocab: TokenVocabulary, m: StateMask): void {
   if (used.bytes > SHARED_MASK_BYTES_LIMIT) {
     sharedMasks.get(vocab)?.clear();
     bySignature.get(vocab)?.clear();
+    windowMasks.get(vocab)?.clear();
     used.bytes = 0;
   }
 }
@@ -203,12 +204,17 @@ function sharedInsideString(g: Grammar, vocab: TokenVocabulary, s: number): Stat
   if (contentRun(g, s) === 0) return computeStateMask(g, vocab, s);
   const window = chainWindowKey(g, s, vocab.trie.maxDepth);
   if (window !== null) {
-    let byVocab = windowMasks.get(g);
-    if (!byVocab) windowMasks.set(g, (byVocab = new WeakMap()));
-    let masks = byVocab.get(vocab);
-    if (!masks) byVocab.set(vocab, (masks = new Map()));
-    let m = masks.get(window);
-    if (!m) masks.set(window, (m = computeStateMask(g, vocab, s)));
+    // By the grammar's content key: a grammar larger than the model's grammar cache comes anew
+    // with each request, and its masks would be computed again each time (with the same tokens).
+    let masks = windowMasks.get(vocab);
+    if (!masks) windowMasks.set(vocab, (masks = new Map()));
+    const key = `${g.key}\n${grammarFingerprint(g)}\n${window}`;
+    let m = masks.get(key);
+    if (!m) {
+      masks.set(key, (m = computeStateMask(g, vocab, s)));
+      keepShared(vocab, m);
+      if (masks.size > WINDOW_MASKS_LIMIT) masks.delete(masks.keys().next().value!);
+    }
     return m;
   }
   const sig = signature(g, s);
@@ -225,8 +231,10 @@ function sharedInsideString(g: Grammar, vocab: TokenVocabulary, s: number): Stat
   return m;
 }
 
-/** Masks of counted strings' positions by window (content-chains.ts chainWindowKey), per grammar and vocabulary. */
-const windowMasks = new WeakMap<Grammar, WeakMap<TokenVocabulary, Map<string, StateMask>>>();
+/** Masks of counted strings' positions by grammar content and window (content-chains.ts chainWindowKey), per vocabulary. */
+const windowMasks = new WeakMap<TokenVocabulary, Map<string, StateMask>>();
+/** Window masks kept per vocabulary (besides the bound in bytes of keepShared). */
+const WINDOW_MASKS_LIMIT = 2048;
 
 const SPARSE_LIMIT = 1024;
 
