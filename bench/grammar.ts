@@ -247,6 +247,12 @@ async function main() {
       `(the model's worker adopts the tables, and admitting a request searches nothing more): distances from the start, the byte bound, every ` +
       `counted string's positions at once, then, for at most 250 ms and while less than half of --max-schema-seconds is spent, the distances ` +
       `from every other state, which is why the second row of json_object still has some to do:\n\n${budgetMasks}\n\n` +
+      `The first tight walk ("tight") is still one to three orders of magnitude above the second ("tight again") in its slowest steps. ` +
+      `Measured per step (scratch instrumentation, not this table): nested object's email-format states cost 2 to 4 ms each, a walk that ` +
+      `visits their tokens one by one (the local part's class run, at most 64 characters, is shorter than the longest token of its ` +
+      `letters, so its tokens cannot be taken by length as string content and unbounded classes are); json_object's slowest step ` +
+      `(15 to 30 ms, inside the first key) searches some 370 (return state, token in progress) pairs the compile thread's 250 ms did not ` +
+      `reach (all of them take about 0.5 s more). The median tight step is 5 to 90 µs, and a counted string's positions 50 to 90 µs.\n\n` +
       `Counted string content (minLength/maxLength: one grammar state per count, 2,000 for the story schema) is handled per content class, not per ` +
       `count. Its chain of positions is solved at once (chain-solver.ts): the searches its tokens continue into after leaving the string (after the ` +
       `closing quote: the same few for every count) are done first, then each position, from the last back to the first, is the least over moves ` +
@@ -258,7 +264,13 @@ async function main() {
       `default limit), a tight step at a new position 3 to 26 ms, and generation with the schema ran at 38% of free text.\n\n` +
       `Generation with and without a schema through the HTTP API (tiny-qwen3 widened: 4 layers, hidden 256, vocab 151,936, fused graph; ` +
       `greedy, streamed, max_tokens 160; per-token time from the first to the last token, median of runs; the schema is the story schema above, ` +
-      `compiled with its tables under the default --max-schema-seconds 1; 1-minute load average ${generationLoad.toFixed(1)} before it):\n\n${speed}\n\n` +
+      `compiled with its tables under the default --max-schema-seconds 1; nine alternating runs of each; 1-minute load average ${generationLoad.toFixed(1)} before it). ` +
+      `The last two rows send the same requests to the model worker's own code in the benchmark's process (bench/in-process-engine.ts: no HTTP ` +
+      `thread, no messages between threads), which separates what the grammar and its budget masks cost the engine from how a shared ` +
+      `two-core machine schedules the server's threads. The story grammar (18,000 states, 18 MB of transitions) is larger than the default ` +
+      `--grammar-cache-mb 16: each request compiles it again on the compile thread, before its first token, and the model worker gets a new ` +
+      `grammar object, whose chains, position masks and character runs it finds by the grammar's content key (before they were, generation ` +
+      `through the server ran at 71% to 89% of free text in scratch runs):\n\n${speed}\n\n` +
       `stories260K (a real model that knows no JSON) at temperature 1, the schema of issue 20 (name maxLength 12, age 0..120, up to 3 pets, mood), ` +
       `seeds 1..${STORY_SEEDS} per row, in process. "before" is the grammar as it was (up to 20 whitespace bytes before, between and after all tokens, ` +
       `the budget not looked at), "after" the layout of layout.ts and the budget masks:\n\n${stories}\n`,
@@ -308,7 +320,8 @@ async function generationSpeed(): Promise<string> {
   const schemaRuns: number[] = [];
   try {
     await run(true); // compile and warm the grammar's masks once, as a server does after the first request
-    for (let i = 0; i < 5; i++) {
+    // Alternating, nine of each: on a shared two-core machine single runs vary by ±10%.
+    for (let i = 0; i < 9; i++) {
       plain.push(await run(false));
       schemaRuns.push(await run(true));
     }
@@ -316,6 +329,7 @@ async function generationSpeed(): Promise<string> {
     await server.stop();
     rmSync(models, { recursive: true, force: true });
   }
+  const alone = await engineAlone(dir, schema);
   const p = median(plain);
   const c = median(schemaRuns);
   return table(
@@ -323,8 +337,40 @@ async function generationSpeed(): Promise<string> {
     [
       ["free text", p.toFixed(0), (1e6 / p).toFixed(1), "100%"],
       ["json_schema", c.toFixed(0), (1e6 / c).toFixed(1), `${((p / c) * 100).toFixed(0)}% (target ≥ 90%)`],
+      ["free text, engine alone", alone.free.toFixed(0), (1e6 / alone.free).toFixed(1), "100%"],
+      ["json_schema, engine alone", alone.schema.toFixed(0), (1e6 / alone.schema).toFixed(1), `${((alone.free / alone.schema) * 100).toFixed(0)}%`],
     ],
   );
+}
+
+/**
+ * The same two requests in the benchmark's process (the model worker's code without the HTTP
+ * thread, the messages between threads and the client): what the grammar and its budget masks
+ * cost the engine itself, apart from how the threads of a shared machine are scheduled.
+ */
+async function engineAlone(dir: string, schema: Record<string, unknown>): Promise<{ free: number; schema: number }> {
+  const engine = await InProcessEngine.load(dir, "bench/tiny-qwen3-wide");
+  const run = async (constrained: boolean) => {
+    const w = await engine.complete({
+      messages: [{ role: "user", content: "Tell a story." }],
+      sampling: { ...DEFAULT_SAMPLING, temperature: 0, logitBias: constrained ? {} : { 151643: -100, 151645: -100 } },
+      maxTokens: 160,
+      ...(constrained ? { responseFormat: { type: "json_schema" as const, json_schema: { name: "story", schema } } } : {}),
+    });
+    return ((w.times.at(-1)! - w.times[0]!) / Math.max(1, w.tokens - 1)) * 1000;
+  };
+  const free: number[] = [];
+  const constrained: number[] = [];
+  try {
+    await run(true);
+    for (let i = 0; i < 9; i++) {
+      free.push(await run(false));
+      constrained.push(await run(true));
+    }
+  } finally {
+    await engine.close();
+  }
+  return { free: median(free), schema: median(constrained) };
 }
 
 const STORY_SEEDS = 20;

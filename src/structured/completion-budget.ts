@@ -762,17 +762,9 @@ export class CompletionBudget {
       if (k > run) break;
       this.relax(o, at(k), ROOT, c + 1);
     }
-    for (let b = 0; b < 256; b++) {
-      const list = below.exits[b];
-      if (!list) continue;
-      for (let j = 0; j < list.length; j += 2) {
-        const k = list[j + 1];
-        if (k > run) break;
-        const x = at(k);
-        const to = g.next[x * 256 + b];
-        if (to >= 0 && !skipped(this.skipByte[x], b)) this.relax(o, to, list[j], c);
-      }
-    }
+    forEachExit(g, below.exits, run, at, (exit, to, from, b) => {
+      if (!skipped(this.skipByte[from], b)) this.relax(o, to, exit, c);
+    });
     const p = below.partial;
     const path: number[] = [];
     for (let j = 0; j < p.length; j += PARTIAL_FIELDS) {
@@ -1085,20 +1077,7 @@ export class CompletionBudget {
     const chain = this.chain(s, run, cls.first);
     const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
     for (const [k, ranges] of cls.tokens) addList(this.stateDistance(at(k), st), ranges);
-    const leaving: (number | Configs)[] = [];
-    for (let b = 0; b < 256; b++) {
-      const list = cls.exits[b];
-      if (!list) continue;
-      for (let e = 0; e < list.length; e += 2) {
-        const k = list[e + 1];
-        if (k > run) break;
-        const to = g.next[at(k) * 256 + b];
-        if (to < 0) continue;
-        const config = this.pool.closure(g, to, st);
-        if (config.size > 0 || config.bottom) leaving.push(list[e], config);
-      }
-    }
-    return leaving;
+    return this.leavingSubtrees(cls.exits, run, at, st);
   }
 
   /**
@@ -1132,21 +1111,42 @@ export class CompletionBudget {
       if (state >= 0) addList(this.stateDistance(state, st), classes.ranges[c]);
     }
     // Bytes breaking a character off are refused by the states inside it (chainUnits checks it).
+    return this.leavingSubtrees(contentFrom(this.vocab, 0).exits, run, (j) => stateAfter(chain, k, j), st);
+  }
+
+  /** The subtrees below an exits list's nodes (see forEachExit) to walk, with the configurations there: flat pairs. */
+  private leavingSubtrees(exits: readonly (Int32Array | null)[], run: number, at: (k: number) => number, st: Stack | null): (number | Configs)[] {
     const leaving: (number | Configs)[] = [];
-    const exits = contentFrom(this.vocab, 0).exits;
-    for (let b = 0; b < 256; b++) {
-      const list = exits[b];
-      if (!list) continue;
-      for (let e = 0; e < list.length; e += 2) {
-        const j = list[e + 1];
-        if (j > run) break;
-        const to = g.next[stateAfter(chain, k, j) * 256 + b];
-        if (to < 0) continue;
-        const config = this.pool.closure(g, to, st);
-        if (config.size > 0 || config.bottom) leaving.push(list[e], config);
-      }
-    }
+    forEachExit(this.grammar, exits, run, at, (exit, to) => {
+      const config = this.pool.closure(this.grammar, to, st);
+      if (config.size > 0 || config.bottom) leaving.push(exit, config);
+    });
     return leaving;
+  }
+}
+
+/**
+ * Each way out of a run of `run` units (characters or class bytes) that an exits list names (per
+ * byte: flat (trie node, units before the byte), by units): the byte read by the state that many
+ * units on (`from`, given by `at`), where it leads (`to`) when it leads anywhere.
+ */
+function forEachExit(
+  g: Grammar,
+  exits: readonly (Int32Array | null)[],
+  run: number,
+  at: (k: number) => number,
+  visit: (exit: number, to: number, from: number, b: number) => void,
+): void {
+  for (let b = 0; b < 256; b++) {
+    const list = exits[b];
+    if (!list) continue;
+    for (let e = 0; e < list.length; e += 2) {
+      const k = list[e + 1];
+      if (k > run) break;
+      const from = at(k);
+      const to = g.next[from * 256 + b];
+      if (to >= 0) visit(list[e], to, from, b);
+    }
   }
 }
 
