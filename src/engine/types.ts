@@ -74,6 +74,8 @@ export type ReasoningEffort = "none" | "minimal" | "low" | "medium" | "high";
 
 export const REASONING_EFFORTS: readonly ReasoningEffort[] = ["none", "minimal", "low", "medium", "high"];
 
+export type MaxTokensSource = "max_tokens" | "max_completion_tokens" | "max_tokens_cap";
+
 export interface GenerateRequest {
   requestId: string;
   modelId: string;
@@ -85,6 +87,11 @@ export interface GenerateRequest {
   sampling: SamplingParams;
   /** Upper bound on generated tokens per choice; undefined means up to the context length. */
   maxTokens?: number;
+  /**
+   * What set maxTokens: the client's max_tokens or max_completion_tokens, or the operator's
+   * --max-tokens-cap filled in for a request that named none (a refusal names what to change).
+   */
+  maxTokensFrom?: MaxTokensSource;
   stop: string[];
   n: number;
   logprobs: boolean;

@@ -109,7 +109,7 @@ class Budget {
   constructor(
     readonly limits: CompileLimits,
     private readonly cancel: { flags: Int32Array; job: number } | null,
-    private readonly clock: () => number,
+    readonly clock: () => number,
   ) {
     this.deadline = clock() + limits.maxMillis;
   }
@@ -148,6 +148,14 @@ export function withCompileBudget<T>(
   } finally {
     active = outer;
   }
+}
+
+/**
+ * The share of the running compilation's time limit still left (1 when none runs): work that is
+ * only worth doing while it cannot push a schema over its limit asks first.
+ */
+export function budgetTimeLeft(): number {
+  return active === null ? 1 : (active.deadline - active.clock()) / active.limits.maxMillis;
 }
 
 /** The limits of the compilation running on this thread, if any. */

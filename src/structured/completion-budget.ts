@@ -20,19 +20,27 @@
 // Moves left out, because they only lengthen a completion (no vocabulary we know makes them
 // shorter) and would take the search through most of the vocabulary: string content read inside
 // a token that does not go on past the string's end, string content tokens ending inside a UTF-8
-// character or longer than the state reads alike, and an optional newline or backslash (layout,
-// escapes) where the state has another way on. String contents are not walked byte by byte: a
-// state that reads every character alike (see token-walk.ts contentRun) is left through tokens of
-// k characters, or through the first byte after k characters that is not content (a closing
-// quote), listed once per vocabulary. The distance is the exact minimum over the moves followed,
-// so it never promises a finish that does not exist: after any token it allows, one that keeps
-// the promise is allowed again (the tests check it against every token of small vocabularies).
+// character (outside counted strings) or longer than the state reads alike, an optional newline
+// (layout) and a backslash that starts an escape where the state has another way on. String
+// contents are not walked byte by byte: a state that reads every character alike (see
+// token-walk.ts contentRun) is left through tokens of k characters, or through the first byte
+// after k characters that is not content (a closing quote), listed once per vocabulary
+// (content-below.ts; also below any trie node, for a token in progress). The positions of a
+// counted string (minLength/maxLength: one state per count) are solved all at once per string
+// before the first search (chain-solver.ts), and a budget mask at one of them takes its tokens of
+// content by class (whole characters, decoding state at the end) rather than one by one. The
+// distance is the exact minimum over the moves followed, so it never promises a finish that does
+// not exist: after any token it allows, one that keeps the promise is allowed again (the tests
+// check it against every token of small vocabularies).
 
-import { budgetTick } from "./compile-budget.ts";
+import { budgetTick, budgetTimeLeft } from "./compile-budget.ts";
 import type { Grammar } from "./grammar.ts";
 import { Configs, type Stack, type StackPool, simpleStates } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { classRun, classRuns } from "./class-runs.ts";
+import { type ChainContext, type ChainExits, chainDependencies, solveChain } from "./chain-solver.ts";
+import { byCharacters, contentBelow, contentClasses, contentFrom, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
+import { chainFrom, chainPosition, chainUnits, chainUnitsAt, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
 import { contentRun, Levels } from "./token-walk.ts";
 import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
@@ -64,6 +72,7 @@ const vocabFacts = new WeakMap<TokenVocabulary, VocabFacts>();
 /** Computes the per-vocabulary tables now (at model load) rather than on the first budgeted step. */
 export function prepareCompletionFacts(vocab: TokenVocabulary): void {
   factsOf(vocab);
+  prepareContentLists(vocab);
 }
 
 function factsOf(vocab: TokenVocabulary): VocabFacts {
@@ -94,13 +103,7 @@ function factsOf(vocab: TokenVocabulary): VocabFacts {
     q[i] = q2;
     if (t.tokCount[i] > 0 && q2 === 0) tokenChars.add(chars[i]);
   }
-  const exits = exitLists.map((l) => {
-    if (l.length === 0) return null;
-    const order = Array.from({ length: l.length / 2 }, (_, k) => k).sort((a, b) => l[2 * a + 1] - l[2 * b + 1]);
-    const out = new Int32Array(l.length);
-    order.forEach((k, j) => ((out[2 * j] = l[2 * k]), (out[2 * j + 1] = l[2 * k + 1])));
-    return out;
-  });
+  const exits = exitLists.map((l) => (l.length === 0 ? null : byCharacters(l)));
   // midCharEnd and exitBelow, bottom-up over (node, decoding state): children come after their parent.
   const Q = CONTENT_STATES;
   const below = new Uint8Array(n * Q);
@@ -143,6 +146,8 @@ interface ClassFacts {
   readonly lengths: Int32Array;
   readonly exits: (Int32Array | null)[];
   readonly exitBelow: Uint8Array;
+  /** Tokens made only of the class, by length: ranges [lo, hi) of trie.sortedIds, flat pairs. */
+  readonly tokens: ReadonlyMap<number, readonly number[]>;
 }
 
 const classFactCache = new WeakMap<TokenVocabulary, Map<string, ClassFacts>>();
@@ -159,7 +164,7 @@ function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
   const n = t.nodeCount;
   const pure = new Uint8Array(n);
   pure[ROOT] = 1;
-  const lengths = new Set<number>();
+  const tokens = new Map<number, number[]>();
   const lists: number[][] = Array.from({ length: 256 }, () => []);
   for (let i = 1; i < n; i++) {
     const p = t.parent[i];
@@ -167,7 +172,13 @@ function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
     const b = t.byte[i];
     if (inC(b)) {
       pure[i] = 1;
-      if (t.tokCount[i] > 0) lengths.add(t.depth[i]);
+      if (t.tokCount[i] === 0) continue;
+      let r = tokens.get(t.depth[i]);
+      if (!r) tokens.set(t.depth[i], (r = []));
+      // Nodes come in trie order: a length's tokens ascend, and neighbouring ranges merge.
+      const lo = t.tokStart[i];
+      if (r.length && r[r.length - 1] === lo) r[r.length - 1] = lo + t.tokCount[i];
+      else r.push(lo, lo + t.tokCount[i]);
     } else lists[b].push(i, t.depth[p]);
   }
   const exitBelow = new Uint8Array(n);
@@ -179,15 +190,10 @@ function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
   while (!inC(first)) first++;
   f = {
     first,
-    lengths: Int32Array.from([...lengths].sort((a, b) => a - b)),
-    exits: lists.map((l) => {
-      if (l.length === 0) return null;
-      const order = Array.from({ length: l.length / 2 }, (_, k) => k).sort((a, b) => l[2 * a + 1] - l[2 * b + 1]);
-      const out = new Int32Array(l.length);
-      order.forEach((k, j) => ((out[2 * j] = l[2 * k]), (out[2 * j + 1] = l[2 * k + 1])));
-      return out;
-    }),
+    lengths: Int32Array.from([...tokens.keys()].sort((a, b) => a - b)),
+    exits: lists.map((l) => (l.length === 0 ? null : byCharacters(l))),
     exitBelow,
+    tokens,
   };
   if (byClass.size >= CLASS_FACTS_LIMIT) byClass.delete(byClass.keys().next().value!);
   byClass.set(key, f);
@@ -235,6 +241,10 @@ interface Origin {
   cap: number;
 }
 
+/** The exits and waiters of searches found finished (adopted, or solved per chain): never written. */
+const NO_EXITS = new Map<number, number>();
+const NO_WAITERS: number[] = [];
+
 /** Past this many cached entries a table starts over (values are recomputed on demand). */
 const MEMO_LIMIT = 400_000;
 /** Parser states whose next-token profile is kept (oldest dropped first). */
@@ -244,8 +254,8 @@ const PROFILE_LIMIT = 4096;
 export interface NextProfile {
   /** The largest distance (UNREACHABLE when some token leads where no token sequence finishes). */
   readonly max: number;
-  /** Distance to ranges [lo, hi) of trie.sortedIds, flat pairs. */
-  readonly groups: ReadonlyMap<number, readonly number[]>;
+  /** Distance to lists of ranges [lo, hi) of trie.sortedIds, flat pairs. */
+  readonly groups: ReadonlyMap<number, readonly (readonly number[])[]>;
 }
 
 /**
@@ -306,6 +316,8 @@ export class CompletionBudget {
   private readonly rootRule: number;
   /** Nothing calls the root rule (see Origin.cap). */
   private readonly rootAlone: boolean;
+  /** The grammar's content chains have their positions' exits (see solveChains). */
+  private chainsSolved = false;
 
   constructor(
     readonly grammar: Grammar,
@@ -370,7 +382,8 @@ export class CompletionBudget {
       const node = t.origins[2 * i + 1];
       const frozen = { nodes: t.exitNodes.subarray(t.offsets[i], t.offsets[i + 1]), costs: t.exitCosts.subarray(t.offsets[i], t.offsets[i + 1]) };
       this.originIds.set(state * this.nodes + node, this.origins.length);
-      this.origins.push({ state, node, exits: new Map(), waiters: [], items: null, frozen, cap: UNREACHABLE });
+      // A finished search's exits and waiters are never touched again: shared empty ones (tens of thousands for a long string).
+      this.origins.push({ state, node, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen, cap: UNREACHABLE });
     }
     if (t.reach) this.reach = t.reach;
   }
@@ -427,10 +440,116 @@ export class CompletionBudget {
     if (this.origins.length >= MEMO_LIMIT) {
       this.origins = [];
       this.originIds = new Map();
+      this.chainsSolved = false;
+    }
+    if (!this.chainsSolved) {
+      this.chainsSolved = true;
+      this.solveChains();
+      const solved = this.frozenExits(s, node);
+      if (solved) return solved;
     }
     id = this.origin(s, node);
     this.run();
     return this.origins[id].frozen!;
+  }
+
+  /**
+   * Searches every resting state at a token boundary (in state order) while `ms` milliseconds
+   * last: the states a budget mask meets after a token that its first searches did not reach
+   * (inside a key, after a newline). Done where the grammar is compiled, so that a tight first
+   * request does not search them on the loop that decodes (275 ms in one step for json_object on
+   * Qwen3's vocabulary). Each search runs whole; the time only decides whether to start the next,
+   * and under a compile budget none starts once half its time limit is spent (so that no schema is
+   * refused for these: they are a cache).
+   */
+  searchStates(ms: number): void {
+    const g = this.grammar;
+    const stop = performance.now() + ms;
+    const late = () => performance.now() > stop || budgetTimeLeft() < 0.5;
+    for (let s = 0; s < g.stateCount; s++) {
+      if (!g.hasBytes[s] || this.frozenExits(s, ROOT) !== null) continue;
+      if (late()) return;
+      this.exits(s, ROOT);
+    }
+    // Then where a rule ends with a token in progress, each caller's return state goes on with it
+    // (what distances of states with a stack fold in, see pop).
+    const returns: number[][] = Array.from({ length: g.ruleBase.length }, () => []);
+    for (let j = 0; j < g.callStart.length; j++) returns[g.ruleOf[g.callStart[j]]].push(g.callReturn[j]);
+    const seen = new Set<number>();
+    for (let o = 0; o < this.origins.length; o++) {
+      const { state, frozen } = this.origins[o];
+      if (!frozen) continue;
+      for (const node of frozen.nodes) {
+        if (node === ROOT) continue;
+        for (const r of returns[g.ruleOf[state]]) {
+          const key = r * this.nodes + node;
+          if (seen.has(key) || this.frozenExits(r, node) !== null) continue;
+          seen.add(key);
+          if (late()) return;
+          this.exits(r, node);
+        }
+      }
+    }
+  }
+
+  private frozenExits(s: number, node: number): Exits | null {
+    const id = this.originIds.get(s * this.nodes + node);
+    return id === undefined ? null : this.origins[id].frozen;
+  }
+
+  /**
+   * The exits of every position of the grammar's counted string contents, each chain at once
+   * (content-chains.ts): the searches they continue into first, then the positions from the end of
+   * the chain back. Run before the first search, so that searches reaching a position find it
+   * finished instead of searching it as a state of its own.
+   */
+  private solveChains(): void {
+    const g = this.grammar;
+    const cx: ChainContext = {
+      grammar: g,
+      vocab: this.vocab,
+      skipped: (s, b) => skipped(this.skipByte[s], b),
+    };
+    for (const chain of contentChains(g)) {
+      const units = chainUnits(g, chain);
+      const states = [...chain.positions];
+      if (units) for (let k = 0; k < chain.positions.length; k++) states.push(...units.mid.subarray(k * 8 + 1, k * 8 + 8), units.escape[k]);
+      if (states.every((s) => s < 0 || this.frozenExits(s, ROOT) !== null)) continue;
+      chainDependencies(cx, chain, units, (state, node) => void this.origin(state, node));
+      this.run();
+      const solved = solveChain(cx, chain, units, (state, node) => this.frozenExits(state, node)!, (state) => this.frozenExits(state, ROOT));
+      const keep = this.rootAlone && g.ruleOf[chain.positions[0]] === this.rootRule ? (e: ChainExits) => this.cheapestEnds(e) : (e: ChainExits) => e;
+      solved.forEach((p, k) => {
+        this.freeze(chain.positions[k], keep(p.boundary));
+        if (!units) return;
+        for (let q = 1; q < 8; q++) if (p.mid[q]) this.freeze(units.mid[k * 8 + q], keep(p.mid[q]!));
+        if (p.escape) this.freeze(units.escape[k], keep(p.escape));
+      });
+    }
+  }
+
+  /**
+   * In the root rule, when nothing calls it, an exit ends the document: only those that end it
+   * in the fewest tokens matter (a token in progress is one more; see pop and Origin.cap). The
+   * rest only fill the tables (megabytes for the 2,000 positions of a long string).
+   */
+  private cheapestEnds(e: ChainExits): ChainExits {
+    const t = this.trie;
+    const total = (i: number) => e.costs[i] + (e.nodes[i] === ROOT ? 0 : t.tokCount[e.nodes[i]] > 0 ? 1 : UNREACHABLE);
+    let least = UNREACHABLE;
+    for (let i = 0; i < e.nodes.length; i++) least = Math.min(least, total(i));
+    const kept: number[] = [];
+    for (let i = 0; i < e.nodes.length; i++) if (total(i) === least) kept.push(i);
+    if (kept.length === e.nodes.length) return e;
+    return { nodes: Int32Array.from(kept, (i) => e.nodes[i]), costs: Int32Array.from(kept, (i) => e.costs[i]) };
+  }
+
+  /** Records the exits of (state, no token in progress) found without a search of its own. */
+  private freeze(state: number, exits: ChainExits): void {
+    const key = state * this.nodes + ROOT;
+    if (this.originIds.has(key)) return;
+    this.originIds.set(key, this.origins.length);
+    this.origins.push({ state, node: ROOT, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen: exits, cap: UNREACHABLE });
   }
 
   private origin(s: number, node: number): number {
@@ -553,6 +672,10 @@ export class CompletionBudget {
       this.runMoves(o, s, c, run, 0x20, f.contentTokenChars, f.exits);
       return;
     }
+    if (run > 0) {
+      this.runMovesBelow(o, s, node, c, run);
+      return;
+    }
     const classes = classRuns(g);
     let classRun_ = 0;
     if (run === 0) {
@@ -621,10 +744,53 @@ export class CompletionBudget {
   }
 
   /**
+   * The rest of a token in progress (at trie node `node`) from a state that reads `run`
+   * characters alike, from the lists of content below that node (content-chains.ts
+   * contentBelow): a token ending after j whole characters (to the state j on, at a token
+   * boundary), a byte that is not content after j of them (continued from where it leads), and a
+   * token ending inside a character or a byte breaking one off (read from the state j on). What a
+   * search of the subtree byte by byte would find, but the subtree is listed once per vocabulary
+   * instead of walked per state.
+   */
+  private runMovesBelow(o: number, s: number, node: number, c: number, run: number): void {
+    const g = this.grammar;
+    const t = this.trie;
+    const below = contentBelow(this.vocab, node);
+    const chain = this.chain(s, run, 0x20);
+    const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
+    for (const k of below.lengths) {
+      if (k > run) break;
+      this.relax(o, at(k), ROOT, c + 1);
+    }
+    forEachExit(g, below.exits, run, at, (exit, to, from, b) => {
+      if (!skipped(this.skipByte[from], b)) this.relax(o, to, exit, c);
+    });
+    const p = below.partial;
+    const path: number[] = [];
+    for (let j = 0; j < p.length; j += PARTIAL_FIELDS) {
+      const end = p[j];
+      const k = p[j + 1];
+      if (k >= run) continue;
+      path.length = 0;
+      for (let n = end; n !== p[j + 2]; n = t.parent[n]) path.push(t.byte[n]);
+      path.push(t.byte[p[j + 2]]);
+      let x = at(k);
+      for (let i = path.length - 1; i >= 0 && x >= 0; i--) x = g.next[x * 256 + path[i]];
+      if (x < 0) continue;
+      // A token ending here is a token boundary; a byte breaking the character off goes on in the token.
+      if (p[j + 3] === ENDS_INSIDE) this.relax(o, x, ROOT, c + 1);
+      else this.relax(o, x, end, c);
+    }
+  }
+
+  /**
    * States after 0, 1, 2, ... characters from s (at most run + 1 of them). A chain that loops
    * ends with its first repeated state, and loopIndex maps a longer count into the loop.
    */
   private chain(s: number, run: number, unit: number): Int32Array {
+    // A position of a counted string: a view of its chain (one array per chain, not per position).
+    const counted = unit === 0x20 ? chainFrom(this.grammar, s) : null;
+    if (counted) return counted;
     let ch = this.chains.get(s);
     if (!ch) {
       const g = this.grammar;
@@ -763,17 +929,44 @@ export class CompletionBudget {
    * distance (judged by the states k characters on) are taken at once.
    */
   private walk(start: Configs): NextProfile {
-    const groups = new Map<number, number[]>();
+    const groups = new Map<number, number[][]>();
     let worst = 0;
     const add = (d: number, lo: number, hi: number) => {
       if (hi <= lo) return;
       worst = Math.max(worst, d);
-      let r = groups.get(d);
-      if (!r) groups.set(d, (r = []));
+      let lists = groups.get(d);
+      if (!lists) groups.set(d, (lists = [[]]));
+      const r = lists[0]!;
       // Walks visit tokens in trie order: neighbouring ranges of one distance are merged.
       if (r.length && r[r.length - 1] === lo) r[r.length - 1] = hi;
       else r.push(lo, hi);
     };
+    const addList = (d: number, ranges: readonly number[]) => {
+      worst = Math.max(worst, d);
+      let lists = groups.get(d);
+      if (!lists) groups.set(d, (lists = [[]]));
+      lists.push(ranges as number[]);
+    };
+    // At a position of a counted string: its content by class, and only the subtrees that leave the content walked.
+    const leaving = this.contentByClass(start, addList) ?? this.classByLength(start, addList);
+    if (leaving) {
+      for (let k = 0; k < leaving.length; k += 2) {
+        const node = leaving[k] as number;
+        const config = leaving[k + 1] as Configs;
+        const t = this.trie;
+        if (t.tokCount[node] > 0) add(this.distance(config), t.tokStart[node], t.tokStart[node] + t.tokCount[node]);
+        this.walkBelow(node, config, add);
+      }
+    } else this.walkBelow(ROOT, start, add);
+    return { max: worst, groups };
+  }
+
+  /**
+   * Walks the tokens below trie node `root` (its bytes read already, leading to `start`) and adds
+   * each with the distance it leaves. Subtrees of string content or of a byte class whose tokens
+   * all leave the same distance (judged by the states k characters or bytes on) are taken at once.
+   */
+  private walkBelow(root: number, start: Configs, add: (d: number, lo: number, hi: number) => void): void {
     const g = this.grammar;
     const t = this.trie;
     const pool = this.pool;
@@ -782,9 +975,9 @@ export class CompletionBudget {
     const midChar = this.facts.midCharEnd;
     levels.at(t.maxDepth + 1);
     const ref = levels.ref;
-    ref[0] = start;
-    const stop = t.end[ROOT];
-    let i = 1;
+    ref[t.depth[root]] = start;
+    const stop = t.end[root];
+    let i = root + 1;
     while (i < stop) {
       const d = t.depth[i];
       const prev = ref[d - 1];
@@ -808,6 +1001,14 @@ export class CompletionBudget {
           }
         }
       }
+      if (t.height[i] > 1 && prev.size === 1 && !prev.bottom && simple[prev.states[0]]) {
+        const same = this.classSubtreeDistance(prev.states[0], prev.stacks[0], i);
+        if (same >= 0) {
+          add(same, t.subLo[i], t.subHi[i]);
+          i = t.end[i];
+          continue;
+        }
+      }
       const scratch = levels.at(d);
       const cur = prev.advance(g, pool, t.byte[i], scratch);
       ref[d] = cur;
@@ -818,7 +1019,134 @@ export class CompletionBudget {
       if (t.tokCount[i] > 0) add(this.distance(cur, cur !== scratch), t.tokStart[i], t.tokStart[i] + t.tokCount[i]);
       i = cur.size === 0 ? t.end[i] : i + 1;
     }
-    return { max: worst, groups };
+  }
+
+  /**
+   * When state s reads the bytes of a class alike (class-runs.ts: an email's letters, a
+   * pattern's digits) for at least the height of the subtree at trie node i, every byte below i
+   * is in the class, and the states 1 .. height bytes on all leave the same distance: that
+   * distance (the subtree's tokens are taken at once, as the mask walk accepts them), else -1.
+   */
+  private classSubtreeDistance(s: number, st: Stack | null, i: number): number {
+    const g = this.grammar;
+    const t = this.trie;
+    if (contentRun(g, s) > 0) return -1;
+    const classes = classRuns(g);
+    let run = classes.run[s];
+    if (run === UNKNOWN_RUN) run = classRun(g, classes, s);
+    const h = t.height[i];
+    if (run < h) return -1;
+    const outside = classes.outside;
+    const sb = t.subtreeBytes;
+    let first = -1;
+    for (let w = 0; w < 8; w++) {
+      if ((sb[i * 8 + w] & outside[s * 8 + w]) !== 0) return -1;
+      const inside = ~outside[s * 8 + w];
+      if (first < 0 && inside !== 0) first = w * 32 + (31 - Math.clz32(inside & -inside));
+    }
+    const chain = this.chain(s, run, first);
+    let d = -1;
+    for (let k = 1; k <= h; k++) {
+      const v = this.stateDistance(chain[k < chain.length ? k : loopIndex(chain, k)], st);
+      if (d >= 0 && v !== d) return -1;
+      d = v;
+    }
+    return d;
+  }
+
+  /**
+   * At a state that reads a byte class alike (class-runs.ts: an email's letters, a pattern's
+   * digits; one configuration) for longer than any token made of the class: those tokens by
+   * length, each length at once with the distance of the state that many bytes on, and the rest
+   * to walk (flat (trie node, configuration there) pairs, where a byte outside the class follows
+   * class bytes), as contentByClass does for string content. Null for other states.
+   */
+  private classByLength(start: Configs, addList: (d: number, ranges: readonly number[]) => void): (number | Configs)[] | null {
+    const g = this.grammar;
+    if (start.size !== 1 || start.bottom) return null;
+    const s = start.states[0];
+    if (!simpleStates(g)[s] || contentRun(g, s) > 0) return null;
+    const classes = classRuns(g);
+    let run = classes.run[s];
+    if (run === UNKNOWN_RUN) run = classRun(g, classes, s);
+    if (run <= 0) return null;
+    const cls = this.classFacts(classes.outside, s);
+    // Longer tokens would be read past the run, by states that treat the class otherwise: walked then.
+    if (cls.lengths.length === 0 || cls.lengths[cls.lengths.length - 1] > run) return null;
+    const st = start.stacks[0];
+    const chain = this.chain(s, run, cls.first);
+    const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
+    for (const [k, ranges] of cls.tokens) addList(this.stateDistance(at(k), st), ranges);
+    return this.leavingSubtrees(cls.exits, run, at, st);
+  }
+
+  /**
+   * At a position of a counted string (one configuration, its chain's states inside characters
+   * following the decoding states, see content-chains.ts): its tokens of string content by class
+   * (whole characters, decoding state at the end), each class taken at once with the distance of
+   * the state it leads to, instead of walking a hundred thousand tokens per position. Returns
+   * the rest to walk, flat (trie node, configuration there) pairs: where a byte that is not
+   * content follows whole characters (a closing quote, a backslash), the lists of content-below.ts
+   * name the nodes. Null when the start is no such position (the whole vocabulary is walked).
+   */
+  private contentByClass(start: Configs, addList: (d: number, ranges: readonly number[]) => void): (number | Configs)[] | null {
+    const g = this.grammar;
+    if (start.size !== 1 || start.bottom) return null;
+    const s = start.states[0];
+    const at = chainPosition(g, s);
+    // The positions a token can reach from here (at most the longest token's bytes in characters).
+    const units = at && chainUnitsAt(g, at.chain, at.k, at.k + this.trie.maxDepth);
+    if (!at || !units) return null;
+    const { chain, k } = at;
+    const st = start.stacks[0];
+    const run = runAt(g, chain, k);
+    const count = chain.positions.length;
+    const classes = contentClasses(this.vocab);
+    for (let c = 0; c < classes.keys.length; c++) {
+      const j = classes.keys[c] >>> 3;
+      const q = classes.keys[c] & 7;
+      // The grammar refuses the others: a count past the run, or a character it cannot start there.
+      if (q === 0 ? j < 1 || j > run : j >= run) continue;
+      const state = q === 0 ? stateAfter(chain, k, j) : units.mid[Math.min(k + j, count) * 8 + q];
+      if (state >= 0) addList(this.stateDistance(state, st), classes.ranges[c]);
+    }
+    // Bytes breaking a character off are refused by the states inside it (chainUnits checks it).
+    return this.leavingSubtrees(contentFrom(this.vocab, 0).exits, run, (j) => stateAfter(chain, k, j), st);
+  }
+
+  /** The subtrees below an exits list's nodes (see forEachExit) to walk, with the configurations there: flat pairs. */
+  private leavingSubtrees(exits: readonly (Int32Array | null)[], run: number, at: (k: number) => number, st: Stack | null): (number | Configs)[] {
+    const leaving: (number | Configs)[] = [];
+    forEachExit(this.grammar, exits, run, at, (exit, to) => {
+      const config = this.pool.closure(this.grammar, to, st);
+      if (config.size > 0 || config.bottom) leaving.push(exit, config);
+    });
+    return leaving;
+  }
+}
+
+/**
+ * Each way out of a run of `run` units (characters or class bytes) that an exits list names (per
+ * byte: flat (trie node, units before the byte), by units): the byte read by the state that many
+ * units on (`from`, given by `at`), where it leads (`to`) when it leads anywhere.
+ */
+function forEachExit(
+  g: Grammar,
+  exits: readonly (Int32Array | null)[],
+  run: number,
+  at: (k: number) => number,
+  visit: (exit: number, to: number, from: number, b: number) => void,
+): void {
+  for (let b = 0; b < 256; b++) {
+    const list = exits[b];
+    if (!list) continue;
+    for (let e = 0; e < list.length; e += 2) {
+      const k = list[e + 1];
+      if (k > run) break;
+      const from = at(k);
+      const to = g.next[from * 256 + b];
+      if (to >= 0) visit(list[e], to, from, b);
+    }
   }
 }
 
@@ -839,9 +1167,20 @@ function optionalBytes(g: Grammar): Uint8Array {
   for (let s = 0; s < g.stateCount; s++) {
     const others = g.final[s] || g.callOffset[s + 1] > g.callOffset[s];
     if (g.next[s * 256 + 0x0a] >= 0 && (others || g.byteCount[s] > 1)) out[s] |= NEWLINE;
-    if (g.next[s * 256 + 0x5c] >= 0 && (others || g.byteCount[s] > 1)) out[s] |= BACKSLASH;
+    if (g.next[s * 256 + 0x5c] >= 0 && (others || g.byteCount[s] > 1) && startsEscape(g, s)) out[s] |= BACKSLASH;
   }
   return out;
+}
+
+/**
+ * Whether a backslash at s starts an escape: it leads where no other byte does. After a
+ * backslash, the backslash is the escaped character itself (as `n` or a quote are), and a
+ * completion may well take it.
+ */
+function startsEscape(g: Grammar, s: number): boolean {
+  const t = g.next[s * 256 + 0x5c];
+  for (let b = 0; b < 256; b++) if (b !== 0x5c && g.next[s * 256 + b] === t) return false;
+  return true;
 }
 
 const skipped = (flags: number, b: number): boolean => (b === 0x0a ? (flags & NEWLINE) !== 0 : b === 0x5c && (flags & BACKSLASH) !== 0);

@@ -35,6 +35,23 @@ export interface Grammar {
 
 export class GrammarError extends Error {}
 
+const fingerprints = new WeakMap<Grammar, number>();
+
+/**
+ * A hash of a grammar's tables: caches kept by content key across grammar objects (a grammar
+ * compiled again for each request, see content-chains.ts) check it too, so that two grammars
+ * of one key are never taken for each other should they ever differ.
+ */
+export function grammarFingerprint(g: Grammar): number {
+  let h = fingerprints.get(g);
+  if (h === undefined) {
+    h = g.stateCount ^ (g.start << 16);
+    for (let i = 0; i < g.next.length; i += 251) h = Math.imul(h ^ g.next[i]!, 0x01000193);
+    fingerprints.set(g, h);
+  }
+  return h;
+}
+
 /** Collects rules (which may refer to each other by id, recursively) and flattens them. */
 export class GrammarBuilder {
   private readonly rules: (RuleDfa | null)[] = [];

@@ -14,6 +14,13 @@ import { type StateMask, stateMask, stateMasks } from "./state-masks.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { Levels, rangesToIds, setBit, walk } from "./token-walk.ts";
 
+/**
+ * Time the compile thread gives the distances from every state (prepareBudgetTables), past the
+ * ones a budget needs at admission (a search already started finishes; they are a cache, and
+ * none starts past half the compile time limit).
+ */
+const STATE_SEARCH_MS = 250;
+
 /** tokensToFinish when nothing finishes the document. */
 export const UNREACHABLE_TOKENS = UNREACHABLE;
 
@@ -170,12 +177,14 @@ export class GrammarMatcher {
     const profile = budget.nextProfile(cur, this.stateKey());
     if (profile.max <= limit) return;
     const ids = this.vocab.trie.sortedIds;
-    for (const [d, ranges] of profile.groups) {
+    for (const [d, lists] of profile.groups) {
       if (d <= limit) continue;
-      for (let k = 0; k < ranges.length; k += 2) {
-        for (let j = ranges[k]; j < ranges[k + 1]; j++) {
-          const id = ids[j];
-          if (id >>> 5 < mask.length) mask[id >>> 5] &= ~(1 << (id & 31));
+      for (const ranges of lists) {
+        for (let k = 0; k < ranges.length; k += 2) {
+          for (let j = ranges[k]; j < ranges[k + 1]; j++) {
+            const id = ids[j];
+            if (id >>> 5 < mask.length) mask[id >>> 5] &= ~(1 << (id & 31));
+          }
         }
       }
     }
@@ -200,6 +209,16 @@ export class GrammarMatcher {
     const budget = completionBudget(this.grammar, this.vocab, this.pool);
     budget.distance(this.current);
     budget.byteBound(this.current);
+  }
+
+  /**
+   * prepareBudget and, within `ms` milliseconds more, the distances from every state of the
+   * grammar (see CompletionBudget.searchStates): what the thread that compiles a grammar does
+   * before budgetTables, so that budget masks of its first requests find them.
+   */
+  prepareBudgetTables(ms = STATE_SEARCH_MS): void {
+    this.prepareBudget();
+    completionBudget(this.grammar, this.vocab, this.pool).searchStates(ms);
   }
 
   /**

@@ -3,8 +3,9 @@
 // rule's automaton), so string contents, numbers and formats are walked once per vocabulary.
 
 import { contentBase } from "./content-base.ts";
+import { chainWindowKey } from "./content-chains.ts";
 import type { RuleDfa } from "./automaton.ts";
-import type { Grammar } from "./grammar.ts";
+import { type Grammar, grammarFingerprint } from "./grammar.ts";
 import { Configs, StackPool } from "./parser-state.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { CONTENT_STEP } from "./trie.ts";
@@ -104,16 +105,21 @@ const LEAF_BYTES_LIMIT = 16 * 1024 * 1024;
 const SHARED_MASK_BYTES_LIMIT = 32 * 1024 * 1024;
 const sharedMaskBytes = new WeakMap<TokenVocabulary, { bytes: number }>();
 
+const counted = new WeakSet<StateMask>();
 const maskBytes = (m: StateMask) => (m.accepted?.byteLength ?? m.acceptedIds?.byteLength ?? 0) + m.boundaries.byteLength + 64;
 
 /** Counts a mask kept across grammars; past the bound, every such mask of the vocabulary is dropped. */
 function keepShared(vocab: TokenVocabulary, m: StateMask): void {
+  // Positions of a counted string share masks (chainWindowKey): each is counted once.
+  if (counted.has(m)) return;
+  counted.add(m);
   let used = sharedMaskBytes.get(vocab);
   if (!used) sharedMaskBytes.set(vocab, (used = { bytes: 0 }));
   used.bytes += maskBytes(m);
   if (used.bytes > SHARED_MASK_BYTES_LIMIT) {
     sharedMasks.get(vocab)?.clear();
     bySignature.get(vocab)?.clear();
+    windowMasks.get(vocab)?.clear();
     used.bytes = 0;
   }
 }
@@ -196,6 +202,21 @@ function signature(g: Grammar, s: number): string | null {
  */
 function sharedInsideString(g: Grammar, vocab: TokenVocabulary, s: number): StateMask {
   if (contentRun(g, s) === 0) return computeStateMask(g, vocab, s);
+  const window = chainWindowKey(g, s, vocab.trie.maxDepth);
+  if (window !== null) {
+    // By the grammar's content key: a grammar larger than the model's grammar cache comes anew
+    // with each request, and its masks would be computed again each time (with the same tokens).
+    let masks = windowMasks.get(vocab);
+    if (!masks) windowMasks.set(vocab, (masks = new Map()));
+    const key = `${g.key}\n${grammarFingerprint(g)}\n${window}`;
+    let m = masks.get(key);
+    if (!m) {
+      masks.set(key, (m = computeStateMask(g, vocab, s)));
+      keepShared(vocab, m);
+      if (masks.size > WINDOW_MASKS_LIMIT) masks.delete(masks.keys().next().value!);
+    }
+    return m;
+  }
   const sig = signature(g, s);
   if (sig === null) return computeStateMask(g, vocab, s);
   let map = bySignature.get(vocab);
@@ -209,6 +230,11 @@ function sharedInsideString(g: Grammar, vocab: TokenVocabulary, s: number): Stat
   }
   return m;
 }
+
+/** Masks of counted strings' positions by grammar content and window (content-chains.ts chainWindowKey), per vocabulary. */
+const windowMasks = new WeakMap<TokenVocabulary, Map<string, StateMask>>();
+/** Window masks kept per vocabulary (besides the bound in bytes of keepShared). */
+const WINDOW_MASKS_LIMIT = 2048;
 
 const SPARSE_LIMIT = 1024;
 

@@ -21,6 +21,8 @@ export async function startTestServer(opts: {
   hub?: ServeOptions["hub"];
   /** Engine settings beyond the defaults (memory budget, keep-alive, queue, scheduling, …). */
   engine?: Partial<Omit<CreateEngineOptions, "log">>;
+  /** The operator's request limits (serve's --max-tokens-cap and the like). */
+  limits?: ServeOptions["limits"];
 }): Promise<TestServer> {
   const data = tempDir("sluice-data-");
   const log = opts.log ?? (process.env.SLUICE_TEST_LOGS ? createLogger({ level: "debug" }) : silentLogger());
@@ -37,6 +39,7 @@ export async function startTestServer(opts: {
     engine,
     watchModels: opts.watchModels,
     hub: opts.hub,
+    limits: opts.limits,
   });
   return {
     ...server,

@@ -1,8 +1,6 @@
 // Token-level distances to the end of a document and the budget masks built on them
 // (completion-budget.ts), checked against brute force over whole vocabularies.
 import { describe, expect, test } from "bun:test";
-import { join } from "node:path";
-import { llama2cToTokenizerJson, readLlama2cTokenizer } from "../../src/modelkit/llama2c/tokenizer.ts";
 import {
   adoptCompletionTables,
   compileJsonSchema,
@@ -10,7 +8,6 @@ import {
   GrammarMatcher,
   jsonObjectGrammar,
   shareVocabulary,
-  tokenVocabulary,
   toolCallGrammar,
   type TokenVocabulary,
   UNREACHABLE_TOKENS,
@@ -18,8 +15,7 @@ import {
   vocabularyFromShared,
 } from "../../src/structured/index.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
-import { hasStories, STORIES_DIR } from "../helpers/paths.ts";
-import { allowedIds, ISSUE_SCHEMA, makeAjv, QWEN_EOS, qwenVocab, SP_EOS, sentencePieceTokenizerJson } from "./helpers.ts";
+import { allowedIds, budgetVocabularies, ISSUE_SCHEMA, makeAjv, maskHas, QWEN_EOS, qwenVocab, tokensAfter } from "./helpers.ts";
 
 const weather = { type: "function" as const, function: { name: "get_weather", strict: true, parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"], additionalProperties: false } } };
 
@@ -29,6 +25,8 @@ const GRAMMARS: Record<string, () => Grammar> = {
   "minLength and minItems": () => compileJsonSchema({ type: "object", properties: { s: { type: "string", minLength: 7, maxLength: 9 }, n: { type: "array", items: { type: "integer" }, minItems: 2 } }, required: ["s", "n"], additionalProperties: false }),
   recursive: () => compileJsonSchema({ $defs: { node: { type: "object", properties: { v: { type: "integer", minimum: 0, maximum: 9 }, kids: { type: "array", items: { $ref: "#/$defs/node" }, maxItems: 2 } }, required: ["v", "kids"], additionalProperties: false } }, $ref: "#/$defs/node" }),
   "email, uuid and a pattern": () => compileJsonSchema({ type: "object", properties: { m: { type: "string", format: "email" }, u: { type: "string", format: "uuid" }, z: { type: "string", pattern: "^[a-c]{2,5}x?$" }, n: { type: "number" } }, required: ["m", "u", "z", "n"], additionalProperties: false }),
+  // States reading a byte class alike for longer than any token of it: budget walks take such tokens by length.
+  "a pattern of letters and digits": () => compileJsonSchema({ type: "object", properties: { p: { type: "string", pattern: "^[a-z0-9]{3,}$" } }, required: ["p"], additionalProperties: false }),
   "format and non-ASCII enum": () => compileJsonSchema({ type: "object", properties: { d: { type: "string", format: "date" }, e: { enum: ["café", "naïve"] } }, required: ["d", "e"], additionalProperties: false }),
   "hermes required": () => toolCallGrammar({ tools: [weather], toolChoice: "required", syntax: "hermes" })!,
   "hermes auto": () => toolCallGrammar({ tools: [weather], toolChoice: "auto", syntax: "hermes" })!,
@@ -36,22 +34,11 @@ const GRAMMARS: Record<string, () => Grammar> = {
   "llama3 named": () => toolCallGrammar({ tools: [weather], toolChoice: { type: "function", function: { name: "get_weather" } }, syntax: "llama3" })!,
 };
 
-const vocabularies: Array<[string, TokenVocabulary, number[]]> = [["SentencePiece (test)", tokenVocabulary(sentencePieceTokenizerJson()), [SP_EOS]]];
-if (hasStories) {
-  const tok = readLlama2cTokenizer(join(STORIES_DIR, "tok512.bin"), 512);
-  vocabularies.push(["stories260K", tokenVocabulary(llama2cToTokenizerJson(tok).tokenizerJson), [2, 1]]);
-} else console.warn(`stories260K's vocabulary is absent (${STORIES_DIR}): its budget checks are skipped`);
+const vocabularies = budgetVocabularies();
 
 const decoder = new TextDecoder();
-const has = (mask: Uint32Array, id: number) => (mask[id >>> 5] & (1 << (id & 31))) !== 0;
-
-/** The fewest tokens to finish after `id`, its own step counted (1 for a stop token). */
-function after(m: GrammarMatcher, id: number, stops: number[]): number {
-  if (stops.includes(id)) return 1;
-  const c = m.clone();
-  c.acceptToken(id);
-  return 1 + c.tokensToFinish();
-}
+const has = maskHas;
+const after = tokensAfter;
 
 describe("budget tables computed in another thread (the engine's compile thread)", () => {
   for (const [vname, original, stops] of vocabularies) {

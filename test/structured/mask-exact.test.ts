@@ -1,46 +1,11 @@
 import { describe, expect, test } from "bun:test";
-import { compileJsonSchema, GrammarMatcher, type Grammar, jsonObjectGrammar, vocabularyFromBytes, type TokenVocabulary } from "../../src/structured/index.ts";
+import { compileJsonSchema, GrammarMatcher, type Grammar, jsonObjectGrammar, type TokenVocabulary } from "../../src/structured/index.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
-import { allowedIds, qwenVocab } from "./helpers.ts";
+import { allowedIds, qwenVocab, trickyVocabulary } from "./helpers.ts";
 
 // The mask is built from shortcuts (whole trie subtrees accepted by byte class, by UTF-8 string
 // content and by a per-vocabulary bitmask of pure-content tokens). These tests compare every
 // token of the mask with acceptToken's byte-by-byte answer, in states reached by random walks.
-
-const encoder = new TextEncoder();
-
-/** Byte strings that stress the shortcuts: UTF-8 fragments, quotes, escapes, long pure text. */
-function trickyVocabulary(seed: number): TokenVocabulary {
-  const rand = mulberry32(seed);
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)];
-  const pieces = [
-    "a", "b", "z", "A", "Z", "0", "5", "9", "_", "-", ".", "@", " ", "!", "~", "{", "}", "[", "]", ":", ",", '"', "\\",
-    "\\n", '\\"', "\\u00", "\\u0041", "é", "ß", "日", "本", "語", "€", "😀", "\u007f", "\n", "\t",
-  ];
-  const fragments = [[0xc3], [0xa9], [0xe6, 0x97], [0xa5], [0xf0, 0x9f], [0x98, 0x80], [0xed, 0xa0, 0x80], [0xc0, 0x80], [0xff], [0x80]];
-  const bytes: (Uint8Array | null)[] = [null];
-  const seen = new Set<string>();
-  const add = (b: Uint8Array) => {
-    const k = b.join(",");
-    if (b.length === 0 || seen.has(k)) return;
-    seen.add(k);
-    bytes.push(b);
-  };
-  for (let b = 0; b < 256; b++) add(Uint8Array.of(b));
-  for (const p of pieces) add(encoder.encode(p));
-  for (let n = 0; n < 2500; n++) {
-    const parts: number[] = [];
-    const len = 1 + Math.floor(rand() * (rand() < 0.1 ? 30 : 6));
-    for (let k = 0; k < len; k++) {
-      if (rand() < 0.08) parts.push(...pick(fragments));
-      else parts.push(...encoder.encode(pick(pieces)));
-    }
-    add(Uint8Array.from(parts));
-  }
-  // Long pure-text tokens (more characters than the cumulative content bitmasks hold).
-  for (let n = 0; n < 40; n++) add(encoder.encode(pick(["abc", "日本", "é", "x"]).repeat(5 + n)));
-  return vocabularyFromBytes(bytes);
-}
 
 function checkState(m: GrammarMatcher, vocab: TokenVocabulary, mask: Uint32Array, stride: number, offset: number): string[] {
   m.fillNextTokenBitmask(mask);

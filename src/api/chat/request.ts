@@ -114,6 +114,7 @@ export function planChat(body: ChatCompletionRequest, model: CatalogModel): Chat
       seed: body.seed ?? undefined,
     },
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+    maxTokensFrom: body.max_completion_tokens != null ? "max_completion_tokens" : body.max_tokens != null ? "max_tokens" : undefined,
     stop,
     n: body.n ?? 1,
     logprobs: body.logprobs === true,

@@ -1,4 +1,5 @@
 // Limits on one request's shape and run time, set by the operator (serve flags / SLUICE_* env).
+import type { MaxTokensSource } from "../../engine/types.ts";
 import { badRequest } from "../errors.ts";
 
 export interface RequestLimits {
@@ -45,7 +46,7 @@ export function checkBodyLimits(body: Record<string, unknown>, limits: RequestLi
 }
 
 /** Refuses what is over a limit; fills in the server's cap when the request names no max_tokens. */
-export function applyRequestLimits<P extends { messages: unknown[]; maxTokens?: number; stop?: string[] }>(plan: P, limits: RequestLimits): P {
+export function applyRequestLimits<P extends { messages: unknown[]; maxTokens?: number; maxTokensFrom?: MaxTokensSource; stop?: string[] }>(plan: P, limits: RequestLimits): P {
   if (limits.maxMessages > 0 && plan.messages.length > limits.maxMessages) {
     throw badRequest(
       `Too many messages: ${plan.messages.length}; this server accepts at most ${limits.maxMessages} in one request.`,
@@ -63,13 +64,14 @@ export function applyRequestLimits<P extends { messages: unknown[]; maxTokens?: 
   }
   if (limits.maxTokensCap > 0) {
     if (plan.maxTokens !== undefined && plan.maxTokens > limits.maxTokensCap) {
+      const name = plan.maxTokensFrom === "max_completion_tokens" ? "max_completion_tokens" : "max_tokens";
       throw badRequest(
-        `max_tokens is too large: ${plan.maxTokens}; this server allows at most ${limits.maxTokensCap} completion tokens per request.`,
-        "max_tokens",
+        `${name} is too large: ${plan.maxTokens}; this server allows at most ${limits.maxTokensCap} completion tokens per request.`,
+        name,
         "max_tokens_too_large",
       );
     }
-    if (plan.maxTokens === undefined) return { ...plan, maxTokens: limits.maxTokensCap };
+    if (plan.maxTokens === undefined) return { ...plan, maxTokens: limits.maxTokensCap, maxTokensFrom: "max_tokens_cap" };
   }
   return plan;
 }

@@ -47,7 +47,7 @@ function compile(m: Extract<CompileRequest, { type: "compile" }>): { grammar: Gr
   const grammar = compileStructureSpec(m.spec);
   if (!grammar || !vocab) return { grammar, budget: null };
   const matcher = new GrammarMatcher(grammar, vocab);
-  matcher.prepareBudget();
+  matcher.prepareBudgetTables();
   return { grammar, budget: matcher.budgetTables() };
 }
 

@@ -157,6 +157,46 @@ describe.skipIf(!hasStories)("structured output within the budget (stories260K)"
   }, 60_000);
 });
 
+describe.skipIf(!hasStories)("a budget too small for the shortest document: the 400 names what set it", () => {
+  // The operator caps completions at 5 tokens, fewer than the issue's schema needs at least.
+  const fx = serverFixture(
+    async (dir) => {
+      await importLlama2c(join(STORIES_DIR, "stories260K.bin"), join(STORIES_DIR, "tok512.bin"), { id: MODEL, outDir: join(dir, "stories"), variant: "fused" });
+    },
+    { limits: { maxTokensCap: 5 } },
+  );
+  const refusal = async (budget: Record<string, number>) => {
+    const r = await fetch(`${fx.server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "x" }], response_format: FORMAT, ...budget }),
+    });
+    expect(r.status).toBe(400);
+    const { error } = (await r.json()) as { error: { message: string; param: string | null; code: string } };
+    expect(error.code).toBe("max_tokens_too_small");
+    return error;
+  };
+
+  test("no max_tokens: the operator's --max-tokens-cap set it, which is no parameter of the request", async () => {
+    const err = await refusal({});
+    expect(err.param).toBeNull();
+    expect(err.message).toContain("at most 5 completion tokens");
+    expect(err.message).toContain("--max-tokens-cap");
+    expect(err.message).not.toContain("Set max_tokens");
+  });
+
+  test("max_completion_tokens is named as such, max_tokens as such", async () => {
+    const completion = await refusal({ max_completion_tokens: 4 });
+    expect(completion.param).toBe("max_completion_tokens");
+    expect(completion.message).toStartWith("max_completion_tokens is 4,");
+    expect(completion.message).toMatch(/Set max_completion_tokens to at least \d+\./);
+    const legacy = await refusal({ max_tokens: 5 });
+    expect(legacy.param).toBe("max_tokens");
+    expect(legacy.message).toStartWith("max_tokens is 5,");
+    expect(legacy.message).not.toContain("--max-tokens-cap");
+  });
+});
+
 /**
  * Blanks outside strings are one space after ':' or ',', or a newline followed by the indent
  * unit (fixed by the first newline) times the depth there.

@@ -98,6 +98,33 @@ describe("response_format", () => {
     expect(finished).toBe(6);
   }, 60_000);
 
+  test("a string of 400 to 2,000 characters compiles with its token budget at the default --max-schema-seconds: a budget at the shortest answer ends in one, one token less is a 400", async () => {
+    const schema = { type: "object", properties: { story: { type: "string", minLength: 400, maxLength: 2000 } }, required: ["story"], additionalProperties: false };
+    const format = { type: "json_schema" as const, json_schema: { name: "story", schema, strict: true } };
+    const ask = (maxTokens: number, seed = 1) =>
+      fetch(`${fx.server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${fx.server.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "Tell a story." }], temperature: 1, seed, max_tokens: maxTokens, reasoning_effort: "none", response_format: format }),
+      });
+    // Its budget tables were refused past the time limit (schema_too_complex) before counted strings were solved per chain.
+    const refused = await ask(3);
+    expect(refused.status).toBe(400);
+    const err = ((await refused.json()) as { error: { message: string; code: string } }).error;
+    expect(err.code).toBe("max_tokens_too_small");
+    const least = Number(/takes (\d+) tokens/.exec(err.message)![1]);
+    expect(least).toBeGreaterThan(3);
+    expect((await ask(least - 1)).status).toBe(400);
+    for (const [seed, budget] of [[1, least], [2, least], [3, 160]] as const) {
+      const r = (await (await ask(budget, seed)).json()) as { choices: { message: { content: string }; finish_reason: string }[]; usage: { completion_tokens: number } };
+      expect(r.choices[0]!.finish_reason).toBe("stop");
+      expect(r.usage.completion_tokens).toBeLessThanOrEqual(budget);
+      const story: string = JSON.parse(r.choices[0]!.message.content).story;
+      expect([...story].length).toBeGreaterThanOrEqual(400);
+      expect([...story].length).toBeLessThanOrEqual(2000);
+    }
+  }, 60_000);
+
   test("unsupported constraining keywords are a 400 naming them; annotations are accepted", async () => {
     const res = await fetch(`${fx.server.url}/v1/chat/completions`, {
       method: "POST",
