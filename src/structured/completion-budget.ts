@@ -148,6 +148,10 @@ interface ClassFacts {
   readonly exitBelow: Uint8Array;
   /** Tokens made only of the class, by length: ranges [lo, hi) of trie.sortedIds, flat pairs. */
   readonly tokens: ReadonlyMap<number, readonly number[]>;
+  /** The bytes outside the class (8 words of bits). */
+  readonly outside: Int32Array;
+  /** Per depth, the nodes spelled in the class that have children (see prefixesAt): filled on first need. */
+  prefixes: Map<number, Int32Array> | null;
 }
 
 const classFactCache = new WeakMap<TokenVocabulary, Map<string, ClassFacts>>();
@@ -194,11 +198,40 @@ function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
     exits: lists.map((l) => (l.length === 0 ? null : byCharacters(l))),
     exitBelow,
     tokens,
+    outside: outside.slice(),
+    prefixes: null,
   };
   if (byClass.size >= CLASS_FACTS_LIMIT) byClass.delete(byClass.keys().next().value!);
   byClass.set(key, f);
   return f;
 }
+
+/**
+ * The nodes at `depth` whose bytes are all of the class and that have children: where tokens
+ * longer than a bounded run of the class go on (an email's local part is read alike for at most
+ * 24 bytes, and the class has longer tokens). Listed by depth for every depth on first need.
+ */
+function prefixesAt(vocab: TokenVocabulary, f: ClassFacts, depth: number): Int32Array {
+  if (!f.prefixes) {
+    const t = vocab.trie;
+    const pure = new Uint8Array(t.nodeCount);
+    pure[ROOT] = 1;
+    const byDepth = new Map<number, number[]>();
+    for (let i = 1; i < t.nodeCount; i++) {
+      const b = t.byte[i];
+      if (!pure[t.parent[i]] || (f.outside[b >>> 5] & (1 << (b & 31))) !== 0) continue;
+      pure[i] = 1;
+      if (t.end[i] === i + 1) continue;
+      let list = byDepth.get(t.depth[i]);
+      if (!list) byDepth.set(t.depth[i], (list = []));
+      list.push(i);
+    }
+    f.prefixes = new Map([...byDepth].map(([d, list]) => [d, Int32Array.from(list)]));
+  }
+  return f.prefixes.get(depth) ?? NO_NODES;
+}
+
+const NO_NODES = new Int32Array(0);
 
 /** Whether state s, reading its class, could also do something else here (a byte outside it, a call, an end). */
 function canLeave(g: Grammar, s: number, outside: Int32Array): boolean {
@@ -948,7 +981,7 @@ export class CompletionBudget {
       lists.push(ranges as number[]);
     };
     // At a position of a counted string: its content by class, and only the subtrees that leave the content walked.
-    const leaving = this.contentByClass(start, addList) ?? this.classByLength(start, addList);
+    const leaving = this.contentByClass(start, addList) ?? this.classByLength(start, addList, add);
     if (leaving) {
       for (let k = 0; k < leaving.length; k += 2) {
         const node = leaving[k] as number;
@@ -1056,12 +1089,20 @@ export class CompletionBudget {
 
   /**
    * At a state that reads a byte class alike (class-runs.ts: an email's letters, a pattern's
-   * digits; one configuration) for longer than any token made of the class: those tokens by
-   * length, each length at once with the distance of the state that many bytes on, and the rest
-   * to walk (flat (trie node, configuration there) pairs, where a byte outside the class follows
-   * class bytes), as contentByClass does for string content. Null for other states.
+   * digits; one configuration) for a run of bytes: the tokens made of the class no longer than
+   * the run by length, each length at once with the distance of the state that many bytes on,
+   * and the rest to walk (flat (trie node, configuration there) pairs, where a byte outside the
+   * class follows class bytes), as contentByClass does for string content. Tokens longer than a
+   * bounded run (an email's local part of at most 24 bytes, a uuid's 8 hex digits) go on past
+   * it in the state the run ends in: when that state reads no byte of the class they are
+   * refused (as the grammar mask refuses them), else they are walked from the nodes of the
+   * run's length (walkBelow, with `add`). Null for other states.
    */
-  private classByLength(start: Configs, addList: (d: number, ranges: readonly number[]) => void): (number | Configs)[] | null {
+  private classByLength(
+    start: Configs,
+    addList: (d: number, ranges: readonly number[]) => void,
+    add: (d: number, lo: number, hi: number) => void,
+  ): (number | Configs)[] | null {
     const g = this.grammar;
     if (start.size !== 1 || start.bottom) return null;
     const s = start.states[0];
@@ -1071,13 +1112,19 @@ export class CompletionBudget {
     if (run === UNKNOWN_RUN) run = classRun(g, classes, s);
     if (run <= 0) return null;
     const cls = this.classFacts(classes.outside, s);
-    // Longer tokens would be read past the run, by states that treat the class otherwise: walked then.
-    if (cls.lengths.length === 0 || cls.lengths[cls.lengths.length - 1] > run) return null;
+    if (cls.lengths.length === 0) return null;
     const st = start.stacks[0];
     const chain = this.chain(s, run, cls.first);
     const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
-    for (const [k, ranges] of cls.tokens) addList(this.stateDistance(at(k), st), ranges);
-    return this.leavingSubtrees(cls.exits, run, at, st);
+    for (const [k, ranges] of cls.tokens) if (k <= run) addList(this.stateDistance(at(k), st), ranges);
+    if (cls.lengths[cls.lengths.length - 1] <= run) return this.leavingSubtrees(cls.exits, run, at, st);
+    // A bounded run: what the state after it does with more bytes of the class.
+    const after = this.pool.closure(g, at(run), st);
+    if (!readsAny(g, after, cls.outside)) return this.leavingSubtrees(cls.exits, run, at, st);
+    // Paths longer than the run are walked from its length on (a byte outside the class right
+    // after the run's last byte included): the lists give the shorter ones.
+    for (const node of prefixesAt(this.vocab, cls, run)) this.walkBelow(node, after, add);
+    return this.leavingSubtrees(cls.exits, run - 1, at, st);
   }
 
   /**
@@ -1123,6 +1170,14 @@ export class CompletionBudget {
     });
     return leaving;
   }
+}
+
+/** Whether a state of `c` reads some byte that is not in `outside` (8 words of bits). */
+function readsAny(g: Grammar, c: Configs, outside: Int32Array): boolean {
+  for (const x of c.states) {
+    for (let b = 0; b < 256; b++) if ((outside[b >>> 5] & (1 << (b & 31))) === 0 && g.next[x * 256 + b] >= 0) return true;
+  }
+  return false;
 }
 
 /**

@@ -173,3 +173,58 @@ describe("tokens to finish", () => {
     expect(m.tokensToFinish()).toBe(UNREACHABLE_TOKENS);
   });
 });
+
+describe("bounded runs of a byte class (a budget mask takes the class's tokens by length)", () => {
+  // An email's local part reads its class alike for at most 24 bytes, a uuid's groups for 8, a
+  // date's year for 4: this vocabulary has tokens of those classes longer than the runs, tokens
+  // that leave a class after many of its bytes, and every byte alone (so anything can be spelt).
+  const encoder = new TextEncoder();
+  const letters = "abcdefghijklmnopqrstuvwxyz".repeat(2);
+  const pieces = [
+    ...[2, 3, 5, 8, 13, 16, 17, 21, 23, 24, 25, 30, 40].map((n) => letters.slice(0, n)),
+    "x".repeat(24), "x".repeat(25), "y".repeat(16), "y".repeat(17), "john", "smith", "johnsmith",
+    "2024", "0123456789", "deadbeef", "deadbeefcafe", "0123456789abcdef0123", "cafe", "9a",
+    "john.", ".doe", "@example", "example.", ".com", "a@b.c", "abc-def", "ab-", "deadbeef-", "-cafe", "x".repeat(24) + "@",
+    "2024-", "-03", "T15", ":09", "Z", "abcd\"", "\"", "{\"", "\":\"", "\",\"", "\"}", "\":", "\",",
+  ];
+  const bytes: (Uint8Array | null)[] = [null, ...Array.from({ length: 256 }, (_, b) => Uint8Array.of(b)), ...pieces.map((p) => encoder.encode(p))];
+  const vocab = vocabularyFromBytes(bytes);
+  const stops = [0];
+  const field = (s: Record<string, unknown>) => compileJsonSchema({ type: "object", properties: { m: s }, required: ["m"], additionalProperties: false });
+  const grammars: Record<string, Grammar> = {
+    email: field({ type: "string", format: "email" }),
+    uuid: field({ type: "string", format: "uuid" }),
+    "date-time": field({ type: "string", format: "date-time" }),
+    // Three bytes of [a-z0-9], then one of [a-f]: the state after the run reads more bytes of the
+    // class (some of them), so tokens longer than the run are walked on from it.
+    "a run followed by a narrower class": field({ type: "string", pattern: "^([a-z0-9]{3}[a-f]){1,6}$" }),
+  };
+
+  test("along random walks that take long tokens, a budget at the minimum and just above it keeps exactly the tokens that leave room", () => {
+    for (const [name, g] of Object.entries(grammars)) {
+      for (let seed = 1; seed <= 8; seed++) {
+        const rand = mulberry32(seed);
+        const m = new GrammarMatcher(g, vocab, { stopTokenIds: stops });
+        const plain = new Uint32Array(m.maskWords);
+        const budgeted = new Uint32Array(m.maskWords);
+        let text = "";
+        for (let step = 0; step < 60 && !m.isTerminated(); step++) {
+          m.fillNextTokenBitmask(plain);
+          const allowed = allowedIds(plain, vocab.size);
+          const left = m.tokensToFinish() + (step % 3);
+          m.fillNextTokenBitmask(budgeted, left);
+          for (const id of allowed) {
+            if (has(budgeted, id) !== after(m, id, stops) <= left) throw new Error(`${name} after ${JSON.stringify(text)} with ${left} left: token ${JSON.stringify(decoder.decode(vocab.bytes[id] ?? new Uint8Array()))} masked wrongly`);
+          }
+          const words = allowed.filter((id) => !stops.includes(id));
+          const long = words.filter((id) => vocab.bytes[id]!.length > 1);
+          const from = long.length > 0 && rand() < 0.7 ? long : words;
+          if (from.length === 0) break;
+          const pick = from[Math.floor(rand() * from.length)]!;
+          m.acceptToken(pick);
+          text += decoder.decode(vocab.bytes[pick]!);
+        }
+      }
+    }
+  }, 60_000);
+});
