@@ -42,6 +42,8 @@ import { type ChainContext, type ChainExits, chainDependencies, solveChain } fro
 import { byCharacters, contentBelow, contentClasses, contentFrom, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
 import { chainFrom, chainPosition, chainUnits, chainUnitsAt, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
+import { ruleKey, ruleShapes } from "./rule-keys.ts";
+import { type RuleTable, type RuleTableData, type RuleTables, ruleTableRegistry } from "./rule-tables.ts";
 import { contentRun, Levels } from "./token-walk.ts";
 import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
 
@@ -272,6 +274,8 @@ interface Origin {
    * cheapest exit found so far; items costing as much are not searched further.
    */
   cap: number;
+  /** Taken from a rule's table (rule-tables.ts): not exported with this grammar's own. */
+  readonly shared: boolean;
 }
 
 /** The exits and waiters of searches found finished (adopted, or solved per chain): never written. */
@@ -343,6 +347,9 @@ export class CompletionBudget {
   private readonly chains = new Map<number, Int32Array>();
   private reach: Float64Array | undefined;
   private readonly follow: Uint32Array;
+  /** Per rule, the tables of other grammars that serve it (rule-tables.ts), as of registry version sharedVersion. */
+  private sharedRules: (readonly RuleTable[] | null | undefined)[] = [];
+  private sharedVersion = 0;
   private readonly skipByte: Uint8Array;
   private readonly bytesLeft: Float64Array;
   private readonly levels = new Levels();
@@ -352,10 +359,16 @@ export class CompletionBudget {
   /** The grammar's content chains have their positions' exits (see solveChains). */
   private chainsSolved = false;
 
+  /**
+   * `open`: searches as though any byte could follow every rule and something called the root
+   * (no exit left out, no cap), for tables that serve the same rules in any grammar (see
+   * rule-tables.ts and built-in-tables.ts).
+   */
   constructor(
     readonly grammar: Grammar,
     readonly vocab: TokenVocabulary,
     private readonly pool: StackPool,
+    open = false,
   ) {
     this.facts = factsOf(vocab);
     this.trie = vocab.trie;
@@ -372,14 +385,16 @@ export class CompletionBudget {
       const skip = this.skipByte;
       this.bytesLeft = byteDistancesWhere(grammar, (state, b) => !skipped(skip[state], b));
     }
+    if (open) this.follow = new Uint32Array(this.follow.length).fill(0xffffffff);
     this.rootRule = grammar.ruleOf[grammar.start];
-    this.rootAlone = !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
+    this.rootAlone = !open && !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
     if (tables) this.adopt(tables);
   }
 
   /** The tables this budget computed so far (see CompletionTables); their buffers may be transferred. */
   exportTables(): CompletionTables {
-    const done = this.origins.filter((o) => o.frozen !== null);
+    // Those taken from rule tables: the thread that adopts these has the same rule tables.
+    const done = this.origins.filter((o) => o.frozen !== null && !o.shared);
     const origins = new Int32Array(2 * done.length);
     const offsets = new Int32Array(done.length + 1);
     let total = 0;
@@ -416,7 +431,7 @@ export class CompletionBudget {
       const frozen = { nodes: t.exitNodes.subarray(t.offsets[i], t.offsets[i + 1]), costs: t.exitCosts.subarray(t.offsets[i], t.offsets[i + 1]) };
       this.originIds.set(state * this.nodes + node, this.origins.length);
       // A finished search's exits and waiters are never touched again: shared empty ones (tens of thousands for a long string).
-      this.origins.push({ state, node, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen, cap: UNREACHABLE });
+      this.origins.push({ state, node, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen, cap: UNREACHABLE, shared: false });
     }
     if (t.reach) this.reach = t.reach;
   }
@@ -467,9 +482,8 @@ export class CompletionBudget {
 
   /** The exits of (state, partial token), searched for (with all they wait on) when first asked. */
   private exits(s: number, node: number): Exits {
-    const key = s * this.nodes + node;
-    let id = this.originIds.get(key);
-    if (id !== undefined && this.origins[id].frozen) return this.origins[id].frozen!;
+    const found = this.frozenExits(s, node);
+    if (found) return found;
     if (this.origins.length >= MEMO_LIMIT) {
       this.origins = [];
       this.originIds = new Map();
@@ -481,7 +495,7 @@ export class CompletionBudget {
       const solved = this.frozenExits(s, node);
       if (solved) return solved;
     }
-    id = this.origin(s, node);
+    const id = this.origin(s, node);
     this.run();
     return this.origins[id].frozen!;
   }
@@ -496,16 +510,24 @@ export class CompletionBudget {
    * refused for these: they are a cache).
    */
   searchStates(ms: number): void {
-    const g = this.grammar;
     const stop = performance.now() + ms;
-    const late = () => performance.now() > stop || budgetTimeLeft() < 0.5;
+    for (const _ of this.searches()) if (performance.now() > stop || budgetTimeLeft() < 0.5) return;
+  }
+
+  /**
+   * Every search the budget can need, one by one: it yields before each (the caller decides
+   * whether to go on, see searchStates) and ends when all are done. First every resting state at
+   * a token boundary (in state order), then where a rule ends with a token in progress, each
+   * caller's return state going on with it (what distances of states with a stack fold in, see
+   * pop), also for the searches those add, until none is left.
+   */
+  *searches(): Generator<void, void, void> {
+    const g = this.grammar;
     for (let s = 0; s < g.stateCount; s++) {
       if (!g.hasBytes[s] || this.frozenExits(s, ROOT) !== null) continue;
-      if (late()) return;
+      yield;
       this.exits(s, ROOT);
     }
-    // Then where a rule ends with a token in progress, each caller's return state goes on with it
-    // (what distances of states with a stack fold in, see pop).
     const returns: number[][] = Array.from({ length: g.ruleBase.length }, () => []);
     for (let j = 0; j < g.callStart.length; j++) returns[g.ruleOf[g.callStart[j]]].push(g.callReturn[j]);
     const seen = new Set<number>();
@@ -518,16 +540,105 @@ export class CompletionBudget {
           const key = r * this.nodes + node;
           if (seen.has(key) || this.frozenExits(r, node) !== null) continue;
           seen.add(key);
-          if (late()) return;
+          yield;
           this.exits(r, node);
         }
       }
     }
   }
 
+  /** The exits of (s, node) when a search found them, or a rule table has them (taken now), else null. */
   private frozenExits(s: number, node: number): Exits | null {
-    const id = this.originIds.get(s * this.nodes + node);
+    const id = this.originIds.get(s * this.nodes + node) ?? this.fromRuleTables(s, node);
     return id === undefined ? null : this.origins[id].frozen;
+  }
+
+  /**
+   * The exits of (s, node) from a table of s's rule kept for another grammar (rule-tables.ts),
+   * those whose token can go on with a byte that may follow the rule here, recorded as a finished
+   * search of this grammar; undefined when no table has them.
+   */
+  private fromRuleTables(s: number, node: number): number | undefined {
+    const g = this.grammar;
+    const rule = g.ruleOf[s];
+    const tables = this.rulesTables(rule);
+    if (!tables) return undefined;
+    const local = s - g.ruleBase[rule];
+    for (const table of tables) {
+      const e = table.exits(local, node);
+      if (!e) continue;
+      let nodes = e.nodes;
+      let costs = e.costs;
+      const follow = this.follow.subarray(rule * 8, rule * 8 + 8);
+      if (follow.some((w, i) => w !== table.data.follow[i])) {
+        const kept: number[] = [];
+        for (let k = 0; k < nodes.length; k++) if (nodes[k] === ROOT || this.goesOn(nodes[k], rule)) kept.push(k);
+        nodes = Int32Array.from(kept, (k) => e.nodes[k]);
+        costs = Int32Array.from(kept, (k) => e.costs[k]);
+      }
+      const id = this.origins.length;
+      this.originIds.set(s * this.nodes + node, id);
+      this.origins.push({ state: s, node, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen: { nodes, costs }, cap: UNREACHABLE, shared: true });
+      return id;
+    }
+    return undefined;
+  }
+
+  /** The rule tables that serve `rule` of this grammar (rule-tables.ts), or null. */
+  private rulesTables(rule: number): readonly RuleTable[] | null {
+    const registry = ruleTableRegistry(this.vocab);
+    if (!registry || registry.nodeCount !== this.nodes) return null;
+    if (this.sharedVersion !== registry.version) {
+      this.sharedVersion = registry.version;
+      this.sharedRules = new Array(this.grammar.ruleBase.length);
+    }
+    let tables = this.sharedRules[rule];
+    if (tables === undefined) {
+      const key = ruleKey(this.grammar, rule, (shape) => registry.shapes.has(shape));
+      const follow = this.follow.subarray(rule * 8, rule * 8 + 8);
+      const capped = this.rootAlone && rule === this.rootRule;
+      const serving = key === null ? [] : (registry.byKey.get(key) ?? []).filter((t) => t.serves(follow, capped));
+      tables = this.sharedRules[rule] = serving.length > 0 ? serving : null;
+    }
+    return tables;
+  }
+
+  /**
+   * This grammar's finished searches per rule, as tables for other grammars with the same rules
+   * (rule-tables.ts); those taken from such tables are left out.
+   */
+  exportRuleTables(): RuleTables {
+    const g = this.grammar;
+    const byRule = new Map<number, Origin[]>();
+    for (const o of this.origins) {
+      if (!o.frozen || o.shared) continue;
+      const rule = g.ruleOf[o.state];
+      let list = byRule.get(rule);
+      if (!list) byRule.set(rule, (list = []));
+      list.push(o);
+    }
+    const rules: RuleTableData[] = [];
+    for (const [rule, list] of byRule) {
+      const origins = new Int32Array(2 * list.length);
+      const offsets = new Int32Array(list.length + 1);
+      let total = 0;
+      list.forEach((o, i) => {
+        origins[2 * i] = o.state - g.ruleBase[rule];
+        origins[2 * i + 1] = o.node;
+        offsets[i] = total;
+        total += o.frozen!.nodes.length;
+      });
+      offsets[list.length] = total;
+      const exitNodes = new Int32Array(total);
+      const exitCosts = new Int32Array(total);
+      list.forEach((o, i) => {
+        exitNodes.set(o.frozen!.nodes, offsets[i]);
+        exitCosts.set(o.frozen!.costs, offsets[i]);
+      });
+      const key = ruleKey(g, rule)!;
+      rules.push({ key, follow: this.follow.slice(rule * 8, rule * 8 + 8), capped: this.rootAlone && rule === this.rootRule, origins, offsets, exitNodes, exitCosts });
+    }
+    return { nodeCount: this.nodes, rules, shapes: [...new Set(ruleShapes(g))] };
   }
 
   /**
@@ -582,15 +693,15 @@ export class CompletionBudget {
     const key = state * this.nodes + ROOT;
     if (this.originIds.has(key)) return;
     this.originIds.set(key, this.origins.length);
-    this.origins.push({ state, node: ROOT, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen: exits, cap: UNREACHABLE });
+    this.origins.push({ state, node: ROOT, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen: exits, cap: UNREACHABLE, shared: false });
   }
 
   private origin(s: number, node: number): number {
     const key = s * this.nodes + node;
-    let id = this.originIds.get(key);
+    let id = this.originIds.get(key) ?? this.fromRuleTables(s, node);
     if (id === undefined) {
       id = this.origins.length;
-      this.origins.push({ state: s, node, exits: new Map(), waiters: [], items: new Map(), frozen: null, cap: UNREACHABLE });
+      this.origins.push({ state: s, node, exits: new Map(), waiters: [], items: new Map(), frozen: null, cap: UNREACHABLE, shared: false });
       this.originIds.set(key, id);
       this.relax(id, s, node, 0);
     }
@@ -627,18 +738,9 @@ export class CompletionBudget {
 
   private addExit(o: number, node: number, c: number): void {
     const origin = this.origins[o];
-    if (node !== ROOT) {
-      // A token that cannot go on with a byte that may follow the rule is cut at its end (that
-      // path is an exit at the root, one token later).
-      const t = this.trie;
-      const fo = this.grammar.ruleOf[origin.state] * 8;
-      let goesOn = false;
-      for (let child = node + 1; child < t.end[node] && !goesOn; child = t.end[child]) {
-        const b = t.byte[child];
-        goesOn = (this.follow[fo + (b >>> 5)] & (1 << (b & 31))) !== 0;
-      }
-      if (!goesOn) return;
-    }
+    // A token that cannot go on with a byte that may follow the rule is cut at its end (that
+    // path is an exit at the root, one token later).
+    if (node !== ROOT && !this.goesOn(node, this.grammar.ruleOf[origin.state])) return;
     const old = origin.exits.get(node);
     if (old !== undefined && old <= c) return;
     origin.exits.set(node, c);
@@ -647,6 +749,17 @@ export class CompletionBudget {
     }
     const w = origin.waiters;
     for (let k = 0; k < w.length; k += 3) this.deliver(w[k], w[k + 1], node, w[k + 2] + c);
+  }
+
+  /** Whether the token in progress at `node` can go on with a byte that may follow `rule`. */
+  private goesOn(node: number, rule: number): boolean {
+    const t = this.trie;
+    const fo = rule * 8;
+    for (let child = node + 1; child < t.end[node]; child = t.end[child]) {
+      const b = t.byte[child];
+      if ((this.follow[fo + (b >>> 5)] & (1 << (b & 31))) !== 0) return true;
+    }
+    return false;
   }
 
   /**

@@ -3,7 +3,11 @@
 import { describe, expect, test } from "bun:test";
 import {
   adoptCompletionTables,
+  adoptRuleTables,
+  type BuiltInPart,
+  builtInSearches,
   compileJsonSchema,
+  prepareBuiltInTables,
   type Grammar,
   GrammarMatcher,
   jsonObjectGrammar,
@@ -14,6 +18,10 @@ import {
   vocabularyFromBytes,
   vocabularyFromShared,
 } from "../../src/structured/index.ts";
+import { call, lit, seq } from "../../src/structured/automaton.ts";
+import { GrammarBuilder } from "../../src/structured/grammar.ts";
+import { FLAT } from "../../src/structured/layout.ts";
+import { SchemaCompiler } from "../../src/structured/schema.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
 import { allowedIds, budgetVocabularies, ISSUE_SCHEMA, makeAjv, maskHas, QWEN_EOS, qwenVocab, tokensAfter } from "./helpers.ts";
 
@@ -227,4 +235,114 @@ describe("bounded runs of a byte class (a budget mask takes the class's tokens b
       }
     }
   }, 60_000);
+});
+
+describe("built-in budget tables (json_object's and the formats', computed once per model)", () => {
+  const GRAMMARS_USING_THEM: Record<string, () => Grammar> = {
+    json_object: () => jsonObjectGrammar(),
+    issue: GRAMMARS.issue!,
+    "email, uuid and a pattern": GRAMMARS["email, uuid and a pattern"]!,
+    "format and non-ASCII enum": GRAMMARS["format and non-ASCII enum"]!,
+    "untyped values and plain strings": () => compileJsonSchema({ type: "object", properties: { a: {}, b: { type: "array", items: { type: "string" } }, c: { type: "number" } }, required: ["a", "b", "c"], additionalProperties: false }),
+    "hermes auto": GRAMMARS["hermes auto"]!,
+  };
+  /** The same vocabulary as another object: budgets on it see only the tables adopted on it. */
+  const twin = (v: TokenVocabulary) => vocabularyFromShared(shareVocabulary(v).data);
+
+  test("a rule of json_object's that another grammar lets other bytes follow (a ';' here) does not take json_object's tables of it: its tokens that go on with them count", () => {
+    // Every byte, and tokens that end a value and go on with ';' (which json_object never has after a value).
+    const pieces = ["};", "];", '";', "1;", "l;", "e;", "{}", "[]", '{"', '":', '",', '"}', '"]', "[1", "12", "null", "true", ": ", ", "];
+    const bytes: (Uint8Array | null)[] = [null, ...Array.from({ length: 256 }, (_, b) => Uint8Array.of(b)), ...pieces.map((p) => new TextEncoder().encode(p))];
+    const original = vocabularyFromBytes(bytes);
+    const withTables = vocabularyFromShared(shareVocabulary(original).data);
+    prepareBuiltInTables(withTables);
+    // Any JSON value written flat (the rule json_object's members have), then ';'.
+    const builder = new GrammarBuilder();
+    const value = new SchemaCompiler(builder).anyValueRule(FLAT);
+    const g = builder.build(builder.add(seq(call(value), lit(";"))), "test: a flat value and ';'");
+    const stops = [0];
+    for (let seed = 1; seed <= 6; seed++) {
+      const rand = mulberry32(seed);
+      const a = new GrammarMatcher(structuredClone(g), withTables, { stopTokenIds: stops });
+      const f = new GrammarMatcher(structuredClone(g), original, { stopTokenIds: stops });
+      const am = new Uint32Array(a.maskWords);
+      const fm = new Uint32Array(f.maskWords);
+      for (let used = 0; !f.isTerminated() && used < 30; used++) {
+        expect(a.tokensToFinish()).toBe(f.tokensToFinish());
+        const left = f.tokensToFinish() + (used % 2);
+        a.fillNextTokenBitmask(am, left);
+        f.fillNextTokenBitmask(fm, left);
+        if (am.some((w, i) => w !== fm[i])) throw new Error(`masks differ after ${used} tokens`);
+        const allowed = allowedIds(fm, original.size).filter((id) => !stops.includes(id) || used > 20);
+        const pick = allowed[Math.floor(rand() * allowed.length)]!;
+        a.acceptToken(pick);
+        f.acceptToken(pick);
+      }
+    }
+  });
+
+  for (const [vname, original, stops] of vocabularies) {
+    test(`${vname}: grammars that take them mask and count exactly as grammars that search on demand, and json_object searches nothing of its own`, () => {
+      const withTables = twin(original);
+      const parts = prepareBuiltInTables(withTables);
+      expect(parts.map((p) => p.name)).toContain("json_object");
+      expect(parts.map((p) => p.name)).toContain("format email");
+      // A json_object grammar compiled apart (as each request's is, on the compile thread) finds every search it needs.
+      const adopted = new GrammarMatcher(structuredClone(jsonObjectGrammar()), withTables, { stopTokenIds: stops });
+      adopted.prepareBudgetTables(Infinity);
+      expect(adopted.budgetTables().offsets.length).toBe(1);
+      const own = new GrammarMatcher(structuredClone(jsonObjectGrammar()), original, { stopTokenIds: stops });
+      own.prepareBudgetTables(Infinity);
+      expect(own.budgetTables().offsets.length).toBeGreaterThan(100);
+      for (const [gname, make] of Object.entries(GRAMMARS_USING_THEM)) {
+        for (let seed = 1; seed <= 4; seed++) {
+          const rand = mulberry32(seed);
+          const g = make();
+          const a = new GrammarMatcher(structuredClone(g), withTables, { stopTokenIds: stops });
+          const f = new GrammarMatcher(structuredClone(g), original, { stopTokenIds: stops });
+          expect(a.tokensToFinish()).toBe(f.tokensToFinish());
+          const budget = f.tokensToFinish() + (seed % 3);
+          const am = new Uint32Array(a.maskWords);
+          const fm = new Uint32Array(f.maskWords);
+          for (let used = 0; !f.isTerminated() && used < budget; used++) {
+            if (a.tokensToFinish() !== f.tokensToFinish()) throw new Error(`${gname}: ${a.tokensToFinish()} tokens to finish with the tables, ${f.tokensToFinish()} without, after ${used}`);
+            a.fillNextTokenBitmask(am, budget - used);
+            f.fillNextTokenBitmask(fm, budget - used);
+            if (am.some((w, i) => w !== fm[i])) throw new Error(`${gname}: masks differ after ${used} tokens`);
+            const allowed = allowedIds(fm, original.size);
+            const pick = allowed[Math.floor(rand() * allowed.length)]!;
+            a.acceptToken(pick);
+            f.acceptToken(pick);
+          }
+          expect(f.isTerminated()).toBe(true);
+        }
+      }
+    }, 120_000);
+
+    test(`${vname}: a budget made before the tables arrive (a request before they are done) takes them mid-walk and masks as before`, () => {
+      const late = twin(original);
+      const g = jsonObjectGrammar();
+      const rand = mulberry32(9);
+      const a = new GrammarMatcher(structuredClone(g), late, { stopTokenIds: stops });
+      const f = new GrammarMatcher(structuredClone(g), original, { stopTokenIds: stops });
+      const budget = f.tokensToFinish() + 3;
+      const am = new Uint32Array(a.maskWords);
+      const fm = new Uint32Array(f.maskWords);
+      // The parts arrive one at a time, a step apart, as the compile thread finishes them.
+      const parts: BuiltInPart[] = [];
+      for (const _ of builtInSearches(late, (p) => parts.push(p)));
+      for (let used = 0; !f.isTerminated(); used++) {
+        const part = parts.shift();
+        if (part) adoptRuleTables(late, part.tables);
+        expect(a.tokensToFinish()).toBe(f.tokensToFinish());
+        a.fillNextTokenBitmask(am, budget - used);
+        f.fillNextTokenBitmask(fm, budget - used);
+        if (am.some((w, i) => w !== fm[i])) throw new Error(`masks differ after ${used} tokens`);
+        const allowed = allowedIds(fm, original.size);
+        const pick = allowed[Math.floor(rand() * allowed.length)]!;
+        a.acceptToken(pick);
+        f.acceptToken(pick);
+      }
+    }, 60_000);
+  }
 });
