@@ -17,7 +17,7 @@ import { buildSyntheticModel } from "../src/modelkit/index.ts";
 import { startServer } from "../src/server.ts";
 import { machine, median, table, writeSection } from "./report.ts";
 import { Tokenizer } from "tokenizers";
-import { compileJsonSchema, GrammarMatcher, jsonObjectGrammar, prepareVocabulary, tokenVocabulary, type Grammar } from "../src/structured/index.ts";
+import { compileJsonSchema, GrammarMatcher, jsonObjectGrammar, prepareBuiltInTables, prepareVocabulary, ruleTablesBytes, tokenVocabulary, type Grammar } from "../src/structured/index.ts";
 import { alt, call, lit, opt, rep, seq } from "../src/structured/automaton.ts";
 import { canonicalJson } from "../src/structured/canonical.ts";
 import { cached } from "../src/structured/compile.ts";
@@ -163,6 +163,13 @@ async function main() {
   prepareVocabulary(vocab);
   const prepareMs = performance.now() - t;
   console.log(`prepareVocabulary (shared string/number/format masks, json_object, once per model): ${prepareMs.toFixed(1)} ms`);
+  // The engine's compile thread computes these in the background after load (built-in-tables.ts).
+  t = performance.now();
+  const builtIns = prepareBuiltInTables(vocab);
+  const builtInMs = performance.now() - t;
+  const builtInMiB = builtIns.reduce((n, p) => n + ruleTablesBytes(p.tables), 0) / 2 ** 20;
+  const jsonObjectMs = builtIns.find((p) => p.name === "json_object")?.ms ?? 0;
+  console.log(`built-in budget tables (json_object, strings, numbers, formats; once per model): ${builtInMs.toFixed(0)} ms, ${builtInMiB.toFixed(1)} MiB`);
   const compiled = cases.map(([, build]) => {
     const s = performance.now();
     const grammar = build();

@@ -342,6 +342,7 @@ export class CompletionBudget {
   private low = 0;
   private readonly d1Memo = new Map<number, number>();
   private readonly popMemo = new Map<number, number>();
+  private readonly sameMemo = new Map<number, { readonly d: number; readonly upTo: number }>();
   private readonly profiles = new Map<string, NextProfile>();
   private readonly configMemo = new WeakMap<Configs, number>();
   private readonly chains = new Map<number, Int32Array>();
@@ -1184,20 +1185,34 @@ export class CompletionBudget {
     if (run < h) return -1;
     const outside = classes.outside;
     const sb = t.subtreeBytes;
-    let first = -1;
-    for (let w = 0; w < 8; w++) {
-      if ((sb[i * 8 + w] & outside[s * 8 + w]) !== 0) return -1;
-      const inside = ~outside[s * 8 + w];
-      if (first < 0 && inside !== 0) first = w * 32 + (31 - Math.clz32(inside & -inside));
+    for (let w = 0; w < 8; w++) if ((sb[i * 8 + w] & outside[s * 8 + w]) !== 0) return -1;
+    const same = this.sameAlongRun(s, st, run);
+    return h <= same.upTo ? same.d : -1;
+  }
+
+  /**
+   * For state s reading its class for `run` bytes, with stack st: the distance of the state one
+   * byte on, and up to how many bytes on (at most the longest token) the distance stays the same.
+   * Kept per (state, stack): a walk below a node such as "." (thousands of subtrees spelt in an
+   * email's class) asks it for each subtree.
+   */
+  private sameAlongRun(s: number, st: Stack | null, run: number): { readonly d: number; readonly upTo: number } {
+    const key = (st ? st.id : 0) * this.grammar.stateCount + s;
+    let same = this.sameMemo.get(key);
+    if (!same) {
+      const outside = classRuns(this.grammar).outside;
+      let first = 0;
+      while ((outside[s * 8 + (first >>> 5)] & (1 << (first & 31))) !== 0) first++;
+      const chain = this.chain(s, run, first);
+      const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
+      const d = this.stateDistance(at(1), st);
+      const limit = Math.min(run, this.trie.maxDepth);
+      let upTo = 1;
+      while (upTo < limit && this.stateDistance(at(upTo + 1), st) === d) upTo++;
+      if (this.sameMemo.size >= MEMO_LIMIT) this.sameMemo.clear();
+      this.sameMemo.set(key, (same = { d, upTo }));
     }
-    const chain = this.chain(s, run, first);
-    let d = -1;
-    for (let k = 1; k <= h; k++) {
-      const v = this.stateDistance(chain[k < chain.length ? k : loopIndex(chain, k)], st);
-      if (d >= 0 && v !== d) return -1;
-      d = v;
-    }
-    return d;
+    return same;
   }
 
   /**
