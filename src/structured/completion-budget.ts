@@ -396,28 +396,9 @@ export class CompletionBudget {
   exportTables(): CompletionTables {
     // Those taken from rule tables: the thread that adopts these has the same rule tables.
     const done = this.origins.filter((o) => o.frozen !== null && !o.shared);
-    const origins = new Int32Array(2 * done.length);
-    const offsets = new Int32Array(done.length + 1);
-    let total = 0;
-    done.forEach((o, i) => {
-      origins[2 * i] = o.state;
-      origins[2 * i + 1] = o.node;
-      offsets[i] = total;
-      total += o.frozen!.nodes.length;
-    });
-    offsets[done.length] = total;
-    const exitNodes = new Int32Array(total);
-    const exitCosts = new Int32Array(total);
-    done.forEach((o, i) => {
-      exitNodes.set(o.frozen!.nodes, offsets[i]);
-      exitCosts.set(o.frozen!.costs, offsets[i]);
-    });
     return {
       nodeCount: this.nodes,
-      origins,
-      offsets,
-      exitNodes,
-      exitCosts,
+      ...flatExits(done, 0),
       reach: this.reach ? this.reach.slice() : null,
       follow: this.follow.slice(),
       skipByte: this.skipByte.slice(),
@@ -620,24 +601,8 @@ export class CompletionBudget {
     }
     const rules: RuleTableData[] = [];
     for (const [rule, list] of byRule) {
-      const origins = new Int32Array(2 * list.length);
-      const offsets = new Int32Array(list.length + 1);
-      let total = 0;
-      list.forEach((o, i) => {
-        origins[2 * i] = o.state - g.ruleBase[rule];
-        origins[2 * i + 1] = o.node;
-        offsets[i] = total;
-        total += o.frozen!.nodes.length;
-      });
-      offsets[list.length] = total;
-      const exitNodes = new Int32Array(total);
-      const exitCosts = new Int32Array(total);
-      list.forEach((o, i) => {
-        exitNodes.set(o.frozen!.nodes, offsets[i]);
-        exitCosts.set(o.frozen!.costs, offsets[i]);
-      });
       const key = ruleKey(g, rule)!;
-      rules.push({ key, follow: this.follow.slice(rule * 8, rule * 8 + 8), capped: this.rootAlone && rule === this.rootRule, origins, offsets, exitNodes, exitCosts });
+      rules.push({ key, follow: this.follow.slice(rule * 8, rule * 8 + 8), capped: this.rootAlone && rule === this.rootRule, ...flatExits(list, g.ruleBase[rule]) });
     }
     return { nodeCount: this.nodes, rules, shapes: [...new Set(ruleShapes(g))] };
   }
@@ -1298,6 +1263,30 @@ export class CompletionBudget {
     });
     return leaving;
   }
+}
+
+/**
+ * Finished searches as flat arrays (see CompletionTables): states less `base` (a rule's first
+ * state, for rule tables) and partial tokens, flat pairs, and their exits one after another.
+ */
+function flatExits(done: readonly Origin[], base: number): { origins: Int32Array; offsets: Int32Array; exitNodes: Int32Array; exitCosts: Int32Array } {
+  const origins = new Int32Array(2 * done.length);
+  const offsets = new Int32Array(done.length + 1);
+  let total = 0;
+  done.forEach((o, i) => {
+    origins[2 * i] = o.state - base;
+    origins[2 * i + 1] = o.node;
+    offsets[i] = total;
+    total += o.frozen!.nodes.length;
+  });
+  offsets[done.length] = total;
+  const exitNodes = new Int32Array(total);
+  const exitCosts = new Int32Array(total);
+  done.forEach((o, i) => {
+    exitNodes.set(o.frozen!.nodes, offsets[i]);
+    exitCosts.set(o.frozen!.costs, offsets[i]);
+  });
+  return { origins, offsets, exitNodes, exitCosts };
 }
 
 /** Whether a state of `c` reads some byte that is not in `outside` (8 words of bits). */

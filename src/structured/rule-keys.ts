@@ -13,7 +13,7 @@
 // of a rule that has tables.
 
 import { createHash } from "node:crypto";
-import { type Grammar, grammarFingerprint } from "./grammar.ts";
+import { byGrammarContent, type Grammar } from "./grammar.ts";
 
 /** What is known of one grammar's rules, filled on first need. */
 interface RuleNames {
@@ -26,33 +26,19 @@ interface RuleNames {
   readonly callees: readonly (readonly number[])[];
 }
 
-const byGrammar = new WeakMap<Grammar, RuleNames>();
-/** By the grammar's content key too: a model worker gets a new grammar object per compile. */
-const byContent = new Map<string, { fingerprint: number; names: RuleNames }>();
-const BY_CONTENT_KEPT = 16;
-
-function namesOf(g: Grammar): RuleNames {
-  let n = byGrammar.get(g);
-  if (n) return n;
-  const known = byContent.get(g.key);
-  if (known && known.fingerprint === grammarFingerprint(g)) n = known.names;
-  else {
-    const rules = g.ruleBase.length;
-    const shapes: string[] = [];
-    const callees: number[][] = [];
-    for (let r = 0; r < rules; r++) {
-      shapes.push(shapeOf(g, r));
-      const list: number[] = [];
-      for (let c = g.callOffset[g.ruleBase[r]]; c < g.callOffset[end(g, r)]; c++) list.push(g.ruleOf[g.callStart[c]]);
-      callees.push(list);
-    }
-    n = { shapes, content: new Array(rules), keys: new Array(rules), callees };
-    if (byContent.size >= BY_CONTENT_KEPT) byContent.delete(byContent.keys().next().value!);
-    byContent.set(g.key, { fingerprint: grammarFingerprint(g), names: n });
+/** By grammar and by content key: a model worker gets a new grammar object per compile. */
+const namesOf = byGrammarContent(16, (g): RuleNames => {
+  const rules = g.ruleBase.length;
+  const shapes: string[] = [];
+  const callees: number[][] = [];
+  for (let r = 0; r < rules; r++) {
+    shapes.push(shapeOf(g, r));
+    const list: number[] = [];
+    for (let c = g.callOffset[g.ruleBase[r]]; c < g.callOffset[end(g, r)]; c++) list.push(g.ruleOf[g.callStart[c]]);
+    callees.push(list);
   }
-  byGrammar.set(g, n);
-  return n;
-}
+  return { shapes, content: new Array(rules), keys: new Array(rules), callees };
+});
 
 const end = (g: Grammar, r: number) => (r + 1 < g.ruleBase.length ? g.ruleBase[r + 1] : g.stateCount);
 

@@ -23,7 +23,7 @@ import { GrammarBuilder } from "../../src/structured/grammar.ts";
 import { FLAT } from "../../src/structured/layout.ts";
 import { SchemaCompiler } from "../../src/structured/schema.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
-import { allowedIds, budgetVocabularies, ISSUE_SCHEMA, makeAjv, maskHas, QWEN_EOS, qwenVocab, tokensAfter } from "./helpers.ts";
+import { allowedIds, budgetVocabularies, ISSUE_SCHEMA, makeAjv, maskHas, QWEN_EOS, qwenVocab, tokensAfter, wronglyMasked } from "./helpers.ts";
 
 const weather = { type: "function" as const, function: { name: "get_weather", strict: true, parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"], additionalProperties: false } } };
 
@@ -213,18 +213,14 @@ describe("bounded runs of a byte class (a budget mask takes the class's tokens b
       for (let seed = 1; seed <= 8; seed++) {
         const rand = mulberry32(seed);
         const m = new GrammarMatcher(g, vocab, { stopTokenIds: stops });
-        const plain = new Uint32Array(m.maskWords);
-        const budgeted = new Uint32Array(m.maskWords);
+        const mask = new Uint32Array(m.maskWords);
         let text = "";
         for (let step = 0; step < 60 && !m.isTerminated(); step++) {
-          m.fillNextTokenBitmask(plain);
-          const allowed = allowedIds(plain, vocab.size);
           const left = m.tokensToFinish() + (step % 3);
-          m.fillNextTokenBitmask(budgeted, left);
-          for (const id of allowed) {
-            if (has(budgeted, id) !== after(m, id, stops) <= left) throw new Error(`${name} after ${JSON.stringify(text)} with ${left} left: token ${JSON.stringify(decoder.decode(vocab.bytes[id] ?? new Uint8Array()))} masked wrongly`);
-          }
-          const words = allowed.filter((id) => !stops.includes(id));
+          const wrong = wronglyMasked(m, vocab, stops, left);
+          if (wrong !== null) throw new Error(`${name} after ${JSON.stringify(text)} with ${left} left: token ${JSON.stringify(decoder.decode(vocab.bytes[wrong] ?? new Uint8Array()))} masked wrongly`);
+          m.fillNextTokenBitmask(mask);
+          const words = allowedIds(mask, vocab.size).filter((id) => !stops.includes(id));
           const long = words.filter((id) => vocab.bytes[id]!.length > 1);
           const from = long.length > 0 && rand() < 0.7 ? long : words;
           if (from.length === 0) break;
