@@ -246,20 +246,31 @@ async function main() {
       `grammars seen before: string contents, numbers and the built-in formats are prepared with the vocabulary, ` +
       `json_object's grammar entirely), "warm" a second walk. Compile time is for the schema alone once the vocabulary is prepared ` +
       `(prepareVocabulary: ${prepareMs.toFixed(0)} ms once per model, when its vocabulary is first built, which also compiles the built-in formats; ` +
-      `the process's first compile, unrelated, took ${firstCompileMs.toFixed(0)} ms). Vocabulary: ${vocabMs.toFixed(0)} ms once per model.\n\n${masks}\n\n` +
+      `the process's first compile, unrelated, took ${firstCompileMs.toFixed(0)} ms). Vocabulary: ${vocabMs.toFixed(0)} ms once per model. ` +
+      `The built-in budget tables (every search json_object's grammar can need, and every state's of plain strings, numbers and the built-in ` +
+      `formats as rules any grammar may call; built-in-tables.ts) took ${builtInMs.toFixed(0)} ms here, ${jsonObjectMs.toFixed(0)} ms of it json_object's, ` +
+      `and keep ${builtInMiB.toFixed(1)} MiB: the engine computes them once per model on its compile thread, in the background after load, a search at ` +
+      `a time between compile jobs, and shares them with the model's worker; a grammar with those rules (found by what they read, rule-keys.ts) ` +
+      `takes them, a request that comes before they are done searches as before.\n\n${masks}\n\n` +
       `The same walks (after the two above) with a token budget, as the engine masks every constrained step: max_tokens 4096, where a bound from byte ` +
       `distances settles most steps, and a budget of exactly the document's tokens and its end token, where every step must keep room to finish ` +
       `(the next tokens are grouped per parser state by the tokens each leaves to the end: computed on the first walk, reused on the second). ` +
       `"prepare ms" is GrammarMatcher.prepareBudgetTables, which the engine's compile thread runs with the grammar, under its compile limits ` +
       `(the model's worker adopts the tables, and admitting a request searches nothing more): distances from the start, the byte bound, every ` +
       `counted string's positions at once, then, for at most 250 ms and while less than half of --max-schema-seconds is spent, the distances ` +
-      `from every other state, which is why the second row of json_object still has some to do:\n\n${budgetMasks}\n\n` +
-      `The first tight walk ("tight") is still one to three orders of magnitude above the second ("tight again") in its slowest steps. ` +
-      `Measured per step (scratch instrumentation, not this table): nested object's email-format states cost 2 to 4 ms each, a walk that ` +
-      `visits their tokens one by one (the local part's class run, at most 64 characters, is shorter than the longest token of its ` +
-      `letters, so its tokens cannot be taken by length as string content and unbounded classes are); json_object's slowest step ` +
-      `(15 to 30 ms, inside the first key) searches some 370 (return state, token in progress) pairs the compile thread's 250 ms did not ` +
-      `reach (all of them take about 0.5 s more). The median tight step is 5 to 90 µs, and a counted string's positions 50 to 90 µs.\n\n` +
+      `from every other state; the searches of rules that have built-in tables are taken from them (json_object's grammar searches nothing of ` +
+      `its own, the others' strings, numbers and formats nothing):\n\n${budgetMasks}\n\n` +
+      `The first tight walk ("tight") pays, once per parser state, for grouping the next tokens by the distance each leaves; its slowest steps ` +
+      `(scratch instrumentation, not this table) are the first visit of a state whose tokens leave a content or a class in thousands of ways, ` +
+      `each walked with its distance: the start (every token that begins with "{"), a string's first position (every token with a quote after ` +
+      `content), a key inside an object of json_object at a new depth, an email's states (the tokens below "." and "@"), 0.3 to 1.5 ms each and ` +
+      `a few milliseconds for json_object's first key in a process that has not run such walks before (here it comes after four other ` +
+      `schemas). Before this, json_object's slowest tight step (15 to 30 ms, inside the first key) searched some 370 (return state, token in ` +
+      `progress) pairs that its compile's 250 ms had not reached (tight p99 13 to 27 ms in runs of this benchmark), and nested object's ` +
+      `email-format states cost 2 to 4 ms each (tight p99 4 to 9 ms), a walk over their tokens one by one: the local part's class ` +
+      `is read alike for at most 24 bytes, fewer than the longest token of its letters. Such a bounded run now takes the class's tokens up to ` +
+      `its length by length, as unbounded ones are, and refuses the longer ones where the state after the run reads no more of the class ` +
+      `(else walks them from the nodes of the run's length).\n\n` +
       `Counted string content (minLength/maxLength: one grammar state per count, 2,000 for the story schema) is handled per content class, not per ` +
       `count. Its chain of positions is solved at once (chain-solver.ts): the searches its tokens continue into after leaving the string (after the ` +
       `closing quote: the same few for every count) are done first, then each position, from the last back to the first, is the least over moves ` +

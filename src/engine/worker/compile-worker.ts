@@ -100,13 +100,16 @@ self.onmessage = (e: MessageEvent<CompileRequest>) => {
   const m = e.data;
   if (m.type === "init") {
     flags = new Int32Array(m.cancel);
-    if (m.vocab) {
-      vocab = vocabularyFromShared(m.vocab);
-      // Per vocabulary, once per thread: not counted against any one schema's time.
-      prepareCompletionFacts(vocab);
-      if (m.builtInsDone) for (const part of m.builtIns) adoptRuleTables(vocab, part.tables);
-      else computeBuiltIns(vocab, m.builtIns);
+    if (!m.vocab) {
+      // No vocabulary, no budgets: nothing to compute.
+      post({ type: "built-ins-done", heapBytes: heapSize() });
+      return;
     }
+    vocab = vocabularyFromShared(m.vocab);
+    // Per vocabulary, once per thread: not counted against any one schema's time.
+    prepareCompletionFacts(vocab);
+    if (m.builtInsDone) for (const part of m.builtIns) adoptRuleTables(vocab, part.tables);
+    else computeBuiltIns(vocab, m.builtIns);
     return;
   }
   const started = performance.now();
