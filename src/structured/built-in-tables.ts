@@ -23,6 +23,12 @@ import { inSharedMemory, type TokenVocabulary } from "./token-bytes.ts";
  */
 export const BUILT_IN_TABLES_LIMIT = 32 * 1024 * 1024;
 
+/**
+ * Search items between two yields (a few milliseconds): one search of json_object's waits on
+ * thousands of others (a quarter of a second whole), and a compile job would wait for it.
+ */
+const SEARCH_ITEMS = 2048;
+
 /** One part of the built-in tables: its name and the grammar searched for it. */
 interface Part {
   readonly name: string;
@@ -63,7 +69,7 @@ export function* builtInSearches(vocab: TokenVocabulary, done: (part: BuiltInPar
     const budget = new CompletionBudget(g, vocab, new StackPool(g.stateCount), part.open);
     let ms = 0;
     let t = performance.now();
-    for (const _ of budget.searches()) {
+    for (const _ of budget.searches(SEARCH_ITEMS)) {
       ms += performance.now() - t;
       yield;
       t = performance.now();

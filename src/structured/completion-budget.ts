@@ -337,6 +337,8 @@ export class CompletionBudget {
   private readonly nodes: number;
   private origins: Origin[] = [];
   private originIds = new Map<number, number>();
+  /** Origins whose searches run (unfrozen), frozen together when nothing is left to search (see run). */
+  private readonly pending: number[] = [];
   /** Pending search items per cost, flat triples (origin, state, node); see run. */
   private readonly buckets: number[][] = [];
   private low = 0;
@@ -464,11 +466,21 @@ export class CompletionBudget {
 
   /** The exits of (state, partial token), searched for (with all they wait on) when first asked. */
   private exits(s: number, node: number): Exits {
+    const started = this.start(s, node);
+    if (typeof started !== "number") return started;
+    this.run();
+    return this.origins[started].frozen!;
+  }
+
+  /** The exits of (s, node) when known, else the origin whose search is now pending (see run). */
+  private start(s: number, node: number): Exits | number {
     const found = this.frozenExits(s, node);
     if (found) return found;
-    if (this.origins.length >= MEMO_LIMIT) {
+    // Not while a search is under way (see searches): its items name origins by number.
+    if (this.origins.length >= MEMO_LIMIT && this.buckets.length === 0) {
       this.origins = [];
       this.originIds = new Map();
+      this.pending.length = 0;
       this.chainsSolved = false;
     }
     if (!this.chainsSolved) {
@@ -477,9 +489,7 @@ export class CompletionBudget {
       const solved = this.frozenExits(s, node);
       if (solved) return solved;
     }
-    const id = this.origin(s, node);
-    this.run();
-    return this.origins[id].frozen!;
+    return this.origin(s, node);
   }
 
   /**
@@ -498,17 +508,22 @@ export class CompletionBudget {
 
   /**
    * Every search the budget can need, one by one: it yields before each (the caller decides
-   * whether to go on, see searchStates) and ends when all are done. First every resting state at
-   * a token boundary (in state order), then where a rule ends with a token in progress, each
-   * caller's return state going on with it (what distances of states with a stack fold in, see
-   * pop), also for the searches those add, until none is left.
+   * whether to go on, see searchStates) and, with `items`, also within one every that many search
+   * items (one search may wait on thousands of others and take a quarter of a second: a thread
+   * that answers other work in between yields there too); it ends when all are done. First every
+   * resting state at a token boundary (in state order), then where a rule ends with a token in
+   * progress, each caller's return state going on with it (what distances of states with a stack
+   * fold in, see pop), also for the searches those add, until none is left.
    */
-  *searches(): Generator<void, void, void> {
+  *searches(items = Infinity): Generator<void, void, void> {
     const g = this.grammar;
+    const search = function* (budget: CompletionBudget, s: number, node: number): Generator<void, void, void> {
+      if (typeof budget.start(s, node) === "number") while (!budget.run(items)) yield;
+    };
     for (let s = 0; s < g.stateCount; s++) {
       if (!g.hasBytes[s] || this.frozenExits(s, ROOT) !== null) continue;
       yield;
-      this.exits(s, ROOT);
+      yield* search(this, s, ROOT);
     }
     const returns: number[][] = Array.from({ length: g.ruleBase.length }, () => []);
     for (let j = 0; j < g.callStart.length; j++) returns[g.ruleOf[g.callStart[j]]].push(g.callReturn[j]);
@@ -523,7 +538,7 @@ export class CompletionBudget {
           if (seen.has(key) || this.frozenExits(r, node) !== null) continue;
           seen.add(key);
           yield;
-          this.exits(r, node);
+          yield* search(this, r, node);
         }
       }
     }
@@ -669,6 +684,7 @@ export class CompletionBudget {
       id = this.origins.length;
       this.origins.push({ state: s, node, exits: new Map(), waiters: [], items: new Map(), frozen: null, cap: UNREACHABLE, shared: false });
       this.originIds.set(key, id);
+      this.pending.push(id);
       this.relax(id, s, node, 0);
     }
     return id;
@@ -733,15 +749,20 @@ export class CompletionBudget {
    * cheapest first; an exit found late can still lower items already taken in a waiting origin
    * (recursive rules wait on each other), which are then taken again: this is a label-correcting
    * shortest path, exact once nothing is pending. Searches that have ended keep only their exits.
+   * With `items`, it stops after that many items and returns false (the next call goes on);
+   * true once nothing is pending.
    */
-  private run(): void {
+  private run(items = Infinity): boolean {
     const b = this.buckets;
+    let left = items;
     while (this.low < b.length) {
       const bucket = b[this.low];
       if (!bucket || bucket.length === 0) {
         this.low++;
         continue;
       }
+      // Stopped here, the search goes on at the next call (the items wait in their buckets).
+      if (left-- <= 0) return false;
       const c = this.low;
       // Under a compile budget (the compile thread prepares these tables): its time limit and cancellation.
       budgetTick();
@@ -753,8 +774,8 @@ export class CompletionBudget {
     }
     b.length = 0;
     this.low = 0;
-    for (const origin of this.origins) {
-      if (origin.frozen) continue;
+    for (const o of this.pending) {
+      const origin = this.origins[o];
       const nodes = new Int32Array(origin.exits.size);
       const costs = new Int32Array(origin.exits.size);
       let k = 0;
@@ -762,6 +783,8 @@ export class CompletionBudget {
       origin.frozen = { nodes, costs };
       origin.items = null;
     }
+    this.pending.length = 0;
+    return true;
   }
 
   private expand(o: number, s: number, node: number, c: number): void {
