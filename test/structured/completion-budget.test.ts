@@ -22,6 +22,8 @@ import { call, lit, seq } from "../../src/structured/automaton.ts";
 import { GrammarBuilder } from "../../src/structured/grammar.ts";
 import { FLAT } from "../../src/structured/layout.ts";
 import { SchemaCompiler } from "../../src/structured/schema.ts";
+import { CompletionBudget } from "../../src/structured/completion-budget.ts";
+import { StackPool } from "../../src/structured/parser-state.ts";
 import { mulberry32 } from "../engine/text/fixtures.ts";
 import { allowedIds, budgetVocabularies, ISSUE_SCHEMA, makeAjv, maskHas, QWEN_EOS, qwenVocab, tokensAfter, wronglyMasked } from "./helpers.ts";
 
@@ -275,6 +277,29 @@ describe("built-in budget tables (json_object's and the formats', computed once 
         f.acceptToken(pick);
       }
     }
+  });
+
+  test("searches stopped after every item and resumed (as the compile thread runs them between jobs) find the same tables as whole ones", () => {
+    const [, vocab] = vocabularies[0]!;
+    const tables = (items: number) => {
+      const g = jsonObjectGrammar();
+      const budget = new CompletionBudget(g, twin(vocab), new StackPool(g.stateCount));
+      let steps = 0;
+      for (const _ of budget.searches(items)) steps++;
+      const byKey = Object.fromEntries(budget.exportRuleTables().rules.map((r) => {
+        const searches = new Map<string, string>();
+        for (let i = 0; i < r.offsets.length - 1; i++) {
+          const exits = [...r.exitNodes.subarray(r.offsets[i], r.offsets[i + 1])].map((n, k) => `${n}:${r.exitCosts[r.offsets[i] + k]}`).sort();
+          searches.set(`${r.origins[2 * i]}/${r.origins[2 * i + 1]}`, exits.join(","));
+        }
+        return [r.key, [...searches].sort()];
+      }));
+      return { byKey, steps };
+    };
+    const whole = tables(Infinity);
+    const stepwise = tables(1);
+    expect(stepwise.steps).toBeGreaterThan(whole.steps * 10);
+    expect(stepwise.byKey).toEqual(whole.byKey);
   });
 
   for (const [vname, original, stops] of vocabularies) {
