@@ -31,7 +31,9 @@
 // content by class (whole characters, decoding state at the end) rather than one by one. The
 // distance is the exact minimum over the moves followed, so it never promises a finish that does
 // not exist: after any token it allows, one that keeps the promise is allowed again (the tests
-// check it against every token of small vocabularies).
+// check it against every token of small vocabularies). A search that the same rule had done in
+// another grammar is taken from that rule's table instead (rule-tables.ts): json_object's whole
+// grammar and the built-in formats have theirs computed once per model (built-in-tables.ts).
 
 import { budgetTick, budgetTimeLeft } from "./compile-budget.ts";
 import type { Grammar } from "./grammar.ts";
@@ -43,7 +45,7 @@ import { byCharacters, contentBelow, contentClasses, contentFrom, ENDS_INSIDE, P
 import { chainFrom, chainPosition, chainUnits, chainUnitsAt, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
 import { ruleKey, ruleShapes } from "./rule-keys.ts";
-import { type RuleTable, type RuleTableData, type RuleTables, ruleTableRegistry } from "./rule-tables.ts";
+import { type RuleTableData, type RuleTables, ServedRules } from "./rule-tables.ts";
 import { contentRun, Levels } from "./token-walk.ts";
 import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
 
@@ -350,9 +352,8 @@ export class CompletionBudget {
   private readonly chains = new Map<number, Int32Array>();
   private reach: Float64Array | undefined;
   private readonly follow: Uint32Array;
-  /** Per rule, the tables of other grammars that serve it (rule-tables.ts), as of registry version sharedVersion. */
-  private sharedRules: (readonly RuleTable[] | null | undefined)[] = [];
-  private sharedVersion = 0;
+  /** Which rule tables of other grammars serve this grammar's rules (rule-tables.ts). */
+  private readonly served: ServedRules;
   private readonly skipByte: Uint8Array;
   private readonly bytesLeft: Float64Array;
   private readonly levels = new Levels();
@@ -391,6 +392,7 @@ export class CompletionBudget {
     if (open) this.follow = new Uint32Array(this.follow.length).fill(0xffffffff);
     this.rootRule = grammar.ruleOf[grammar.start];
     this.rootAlone = !open && !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
+    this.served = new ServedRules(grammar, vocab, this.follow, (rule) => this.rootAlone && rule === this.rootRule);
     if (tables) this.adopt(tables);
   }
 
@@ -558,7 +560,7 @@ export class CompletionBudget {
   private fromRuleTables(s: number, node: number): number | undefined {
     const g = this.grammar;
     const rule = g.ruleOf[s];
-    const tables = this.rulesTables(rule);
+    const tables = this.served.tables(rule);
     if (!tables) return undefined;
     const local = s - g.ruleBase[rule];
     for (const table of tables) {
@@ -579,25 +581,6 @@ export class CompletionBudget {
       return id;
     }
     return undefined;
-  }
-
-  /** The rule tables that serve `rule` of this grammar (rule-tables.ts), or null. */
-  private rulesTables(rule: number): readonly RuleTable[] | null {
-    const registry = ruleTableRegistry(this.vocab);
-    if (!registry || registry.nodeCount !== this.nodes) return null;
-    if (this.sharedVersion !== registry.version) {
-      this.sharedVersion = registry.version;
-      this.sharedRules = new Array(this.grammar.ruleBase.length);
-    }
-    let tables = this.sharedRules[rule];
-    if (tables === undefined) {
-      const key = ruleKey(this.grammar, rule, (shape) => registry.shapes.has(shape));
-      const follow = this.follow.subarray(rule * 8, rule * 8 + 8);
-      const capped = this.rootAlone && rule === this.rootRule;
-      const serving = key === null ? [] : (registry.byKey.get(key) ?? []).filter((t) => t.serves(follow, capped));
-      tables = this.sharedRules[rule] = serving.length > 0 ? serving : null;
-    }
-    return tables;
   }
 
   /**

@@ -12,6 +12,8 @@
 // go on with one of its bytes), and tables computed under the cap only a grammar whose rule has
 // the same cap.
 
+import type { Grammar } from "./grammar.ts";
+import { ruleKey } from "./rule-keys.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 
 /** One rule's finished searches, as plain data another thread can take (buffers may be shared). */
@@ -76,7 +78,7 @@ export class RuleTable {
 }
 
 /** The tables a vocabulary has, by rule key. */
-export interface RuleTableRegistry {
+interface RuleTableRegistry {
   readonly nodeCount: number;
   /** Changes whenever tables are added: caches of which table serves which rule start over. */
   readonly version: number;
@@ -109,7 +111,38 @@ export function adoptRuleTables(vocab: TokenVocabulary, tables: RuleTables): voi
   });
 }
 
-/** The tables adopted on `vocab` so far, or null. */
-export function ruleTableRegistry(vocab: TokenVocabulary): RuleTableRegistry | null {
-  return registries.get(vocab) ?? null;
+/** Which of the adopted tables serve each rule of one grammar, found on first need per rule. */
+export class ServedRules {
+  private version = 0;
+  private byRule: (readonly RuleTable[] | null | undefined)[] = [];
+
+  /**
+   * `follow`: per rule, 8 words of the bytes that may follow it in the grammar; `capped`: whether
+   * the rule is a root nothing calls, searched under the cheapest-end cap.
+   */
+  constructor(
+    private readonly grammar: Grammar,
+    private readonly vocab: TokenVocabulary,
+    private readonly follow: Uint32Array,
+    private readonly capped: (rule: number) => boolean,
+  ) {}
+
+  /** The tables that serve `rule` (see RuleTable.serves), or null. */
+  tables(rule: number): readonly RuleTable[] | null {
+    const registry = registries.get(this.vocab);
+    if (!registry) return null;
+    // Tables adopted since: what serves which rule is looked at again.
+    if (this.version !== registry.version) {
+      this.version = registry.version;
+      this.byRule = new Array(this.grammar.ruleBase.length);
+    }
+    let tables = this.byRule[rule];
+    if (tables === undefined) {
+      const key = ruleKey(this.grammar, rule, (shape) => registry.shapes.has(shape));
+      const follow = this.follow.subarray(rule * 8, rule * 8 + 8);
+      const serving = key === null ? [] : (registry.byKey.get(key) ?? []).filter((t) => t.serves(follow, this.capped(rule)));
+      tables = this.byRule[rule] = serving.length > 0 ? serving : null;
+    }
+    return tables;
+  }
 }
