@@ -185,6 +185,42 @@ describe("tokens to finish", () => {
 });
 
 describe("bounded runs of a byte class (a budget mask takes the class's tokens by length)", () => {
+  test("Qwen3's vocabulary: along a document of an email, a uuid and a date-time, a budget at the least and one over it keeps exactly the tokens that leave room (every 53rd of the grammar's tokens, rotating)", async () => {
+    const vocab = await qwenVocab();
+    const doc = { m: "ada.lovelace+notes@mail.example.org", u: "3f2c1a9e-8b7d-4c6e-9f10-2a3b4c5d6e7f", d: "2024-03-14T15:09:26.535Z" };
+    const g = compileJsonSchema({
+      type: "object",
+      properties: { m: { type: "string", format: "email" }, u: { type: "string", format: "uuid" }, d: { type: "string", format: "date-time" } },
+      required: ["m", "u", "d"],
+      additionalProperties: false,
+    });
+    const text = new TextEncoder().encode(JSON.stringify(doc));
+    for (const extra of [0, 1]) {
+      const m = new GrammarMatcher(g, vocab, { stopTokenIds: QWEN_EOS });
+      let checked = 0;
+      const mask = new Uint32Array(m.maskWords);
+      // The document's bytes, a token at a time: the longest token of the mask that spells what comes next.
+      for (let at = 0, step = 0; at < text.length; step++) {
+        const left = m.tokensToFinish() + extra;
+        const wrong = wronglyMasked(m, vocab, QWEN_EOS, left, 53, step);
+        if (wrong !== null) throw new Error(`after ${JSON.stringify(decoder.decode(text.subarray(0, at)))} with ${left} left: token ${JSON.stringify(decoder.decode(vocab.bytes[wrong]!))} masked wrongly`);
+        checked++;
+        // On along the document (the grammar's mask: the budget may not hold all of it).
+        m.fillNextTokenBitmask(mask);
+        let best = -1;
+        for (const id of allowedIds(mask, vocab.size)) {
+          const b = vocab.bytes[id];
+          if (b && b.length > (best < 0 ? 0 : vocab.bytes[best]!.length) && at + b.length <= text.length && b.every((x, i) => x === text[at + i])) best = id;
+        }
+        expect(best).toBeGreaterThanOrEqual(0);
+        m.acceptToken(best);
+        at += vocab.bytes[best]!.length;
+      }
+      expect(m.isComplete()).toBe(true);
+      expect(checked).toBeGreaterThan(20);
+    }
+  }, 120_000);
+
   // An email's local part reads its class alike for at most 24 bytes, a uuid's groups for 8, a
   // date's year for 4: this vocabulary has tokens of those classes longer than the runs, tokens
   // that leave a class after many of its bytes, and every byte alone (so anything can be spelt).
