@@ -268,7 +268,7 @@ async function main() {
       `(the model's worker adopts the tables, and admitting a request searches nothing more): distances from the start, the byte bound, every ` +
       `counted string's positions at once, then, for at most 250 ms and while less than half of --max-schema-seconds is spent, the distances ` +
       `from every other state; the searches of rules that have built-in tables are taken from them (json_object's grammar searches nothing of ` +
-      `its own, the others' strings, numbers and formats nothing):\n\n${budgetMasks}\n\n` +
+      `its own; the other schemas search in their strings, numbers and formats only where a token in progress enters them):\n\n${budgetMasks}\n\n` +
       `The first tight walk ("tight") has a p99 of ${range(p99s.tight)} here, against ${range(p99s.cold)} for the cold walk without a budget. ` +
       `It pays, once per parser state, for grouping the next tokens by the distance each leaves; its slowest steps (scratch instrumentation, ` +
       `not this table) are the first visit of a state whose tokens leave a content or a class in thousands of ways, each walked with its ` +
