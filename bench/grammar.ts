@@ -17,7 +17,7 @@ import { buildSyntheticModel } from "../src/modelkit/index.ts";
 import { startServer } from "../src/server.ts";
 import { machine, median, table, writeSection } from "./report.ts";
 import { Tokenizer } from "tokenizers";
-import { compileJsonSchema, GrammarMatcher, jsonObjectGrammar, prepareVocabulary, tokenVocabulary, type Grammar } from "../src/structured/index.ts";
+import { compileJsonSchema, GrammarMatcher, jsonObjectGrammar, prepareBuiltInTables, prepareVocabulary, ruleTablesBytes, tokenVocabulary, type Grammar } from "../src/structured/index.ts";
 import { alt, call, lit, opt, rep, seq } from "../src/structured/automaton.ts";
 import { canonicalJson } from "../src/structured/canonical.ts";
 import { cached } from "../src/structured/compile.ts";
@@ -163,6 +163,13 @@ async function main() {
   prepareVocabulary(vocab);
   const prepareMs = performance.now() - t;
   console.log(`prepareVocabulary (shared string/number/format masks, json_object, once per model): ${prepareMs.toFixed(1)} ms`);
+  // The engine's compile thread computes these in the background after load (built-in-tables.ts).
+  t = performance.now();
+  const builtIns = prepareBuiltInTables(vocab);
+  const builtInMs = performance.now() - t;
+  const builtInMiB = builtIns.reduce((n, p) => n + ruleTablesBytes(p.tables), 0) / 2 ** 20;
+  const jsonObjectMs = builtIns.find((p) => p.name === "json_object")?.ms ?? 0;
+  console.log(`built-in budget tables (json_object, strings, numbers, formats; once per model): ${builtInMs.toFixed(0)} ms, ${builtInMiB.toFixed(1)} MiB`);
   const compiled = cases.map(([, build]) => {
     const s = performance.now();
     const grammar = build();
@@ -170,6 +177,8 @@ async function main() {
   });
   const rows: string[][] = [];
   const budgetRows: string[][] = [];
+  /** p99 of each cold walk and of each first tight walk, µs: the section compares them. */
+  const p99s: Record<"cold" | "tight", number[]> = { cold: [], tight: [] };
   const prepareMsByCase = new Map<string, number>();
   for (const [n, [label, , doc]] of cases.entries()) {
     const { grammar, compileMs } = compiled[n];
@@ -198,6 +207,7 @@ async function main() {
         }
         if (!m.isTerminated()) throw new Error(`${label}: document did not complete`);
         times.sort((a, b) => a - b);
+        if (pass === "cold" || pass === "tight") p99s[pass].push(pct(times, 0.99));
         (pass === "cold" || pass === "warm" ? rows : budgetRows).push([
           label,
           style === "compact" && pass === "cold" ? `${compileMs.toFixed(2)}${doc === "jsonObject" ? " (built at load)" : ""}` : "",
@@ -219,6 +229,7 @@ async function main() {
     budgetRows.map((r) => [r[0]!, r[3] === "4096" ? prepareMsByCase.get(`${r[0]}/${r[2]}`)!.toFixed(1) : "", ...r.slice(2)]),
   );
   const maskLoad = loadavg()[0];
+  const range = (xs: number[]) => `${(Math.min(...xs) / 1000).toFixed(2)} to ${(Math.max(...xs) / 1000).toFixed(2)} ms`;
   console.log(masks);
   console.log(budgetMasks);
   // --masks-only: measure the masks without the HTTP generation part and leave the docs alone.
@@ -239,20 +250,37 @@ async function main() {
       `grammars seen before: string contents, numbers and the built-in formats are prepared with the vocabulary, ` +
       `json_object's grammar entirely), "warm" a second walk. Compile time is for the schema alone once the vocabulary is prepared ` +
       `(prepareVocabulary: ${prepareMs.toFixed(0)} ms once per model, when its vocabulary is first built, which also compiles the built-in formats; ` +
-      `the process's first compile, unrelated, took ${firstCompileMs.toFixed(0)} ms). Vocabulary: ${vocabMs.toFixed(0)} ms once per model.\n\n${masks}\n\n` +
+      `the process's first compile, unrelated, took ${firstCompileMs.toFixed(0)} ms). Vocabulary: ${vocabMs.toFixed(0)} ms once per model. ` +
+      `The built-in budget tables (every search json_object's grammar can need, and every state's of plain strings, numbers and the built-in ` +
+      `formats as rules any grammar may call; built-in-tables.ts) took ${builtInMs.toFixed(0)} ms here, ${jsonObjectMs.toFixed(0)} ms of it json_object's, ` +
+      `and keep ${builtInMiB.toFixed(1)} MiB (in memory the model's threads share, at most 32 MiB; a thread that looks them up adds an index of ` +
+      `about 1.6 MB). The engine computes them once per model on its compile thread, in the background from load on, in steps between compile ` +
+      `jobs (a job waits for one step at most: p99 under 2 ms, the longest 50 to 60 ms, compiling json_object's grammar and the first search ` +
+      `while the thread's code is new), and hands each part ` +
+      `to the model's worker; a grammar with those rules (found by what they read, rule-keys.ts) takes them, a request that comes before they ` +
+      `are done searches as before. In scratch runs of the server on tiny-qwen3 (this vocabulary), loading the model and a first json_object ` +
+      `request took as long as before (medians of eight interleaved runs: load 2.18 s against 2.14 s, first request with the load 3.03 s ` +
+      `against 3.09 s) and a second request while the tables were computed 73 ms against 67 ms.\n\n${masks}\n\n` +
       `The same walks (after the two above) with a token budget, as the engine masks every constrained step: max_tokens 4096, where a bound from byte ` +
       `distances settles most steps, and a budget of exactly the document's tokens and its end token, where every step must keep room to finish ` +
       `(the next tokens are grouped per parser state by the tokens each leaves to the end: computed on the first walk, reused on the second). ` +
       `"prepare ms" is GrammarMatcher.prepareBudgetTables, which the engine's compile thread runs with the grammar, under its compile limits ` +
       `(the model's worker adopts the tables, and admitting a request searches nothing more): distances from the start, the byte bound, every ` +
       `counted string's positions at once, then, for at most 250 ms and while less than half of --max-schema-seconds is spent, the distances ` +
-      `from every other state, which is why the second row of json_object still has some to do:\n\n${budgetMasks}\n\n` +
-      `The first tight walk ("tight") is still one to three orders of magnitude above the second ("tight again") in its slowest steps. ` +
-      `Measured per step (scratch instrumentation, not this table): nested object's email-format states cost 2 to 4 ms each, a walk that ` +
-      `visits their tokens one by one (the local part's class run, at most 64 characters, is shorter than the longest token of its ` +
-      `letters, so its tokens cannot be taken by length as string content and unbounded classes are); json_object's slowest step ` +
-      `(15 to 30 ms, inside the first key) searches some 370 (return state, token in progress) pairs the compile thread's 250 ms did not ` +
-      `reach (all of them take about 0.5 s more). The median tight step is 5 to 90 µs, and a counted string's positions 50 to 90 µs.\n\n` +
+      `from every other state; the searches of rules that have built-in tables are taken from them (json_object's grammar searches nothing of ` +
+      `its own; the other schemas search in their strings, numbers and formats only where a token in progress enters them):\n\n${budgetMasks}\n\n` +
+      `The first tight walk ("tight") has a p99 of ${range(p99s.tight)} here, against ${range(p99s.cold)} for the cold walk without a budget. ` +
+      `It pays, once per parser state, for grouping the next tokens by the distance each leaves; its slowest steps (scratch instrumentation, ` +
+      `not this table) are the first visit of a state whose tokens leave a content or a class in thousands of ways, each walked with its ` +
+      `distance: the start (every token that begins with "{"), a string's first position (every token with a quote after content), a key ` +
+      `inside an object of json_object at a new depth, an email's states (the tokens below "." and "@"): 0.3 to 1.5 ms each once the process ` +
+      `has run such walks, a few milliseconds in the first ones (nested object's compact row comes first, json_object's first key on its own ` +
+      `in a new process). Before this, json_object's slowest tight step (15 to 30 ms, inside the first key) searched some 370 (return state, token in ` +
+      `progress) pairs that its compile's 250 ms had not reached (tight p99 13 to 27 ms in runs of this benchmark), and nested object's ` +
+      `email-format states cost 2 to 4 ms each (tight p99 4 to 9 ms), a walk over their tokens one by one: the local part's class ` +
+      `is read alike for at most 24 bytes, fewer than the longest token of its letters. Such a bounded run now takes the class's tokens up to ` +
+      `its length by length, as unbounded ones are, and refuses the longer ones where the state after the run reads no more of the class ` +
+      `(else walks them from the nodes of the run's length).\n\n` +
       `Counted string content (minLength/maxLength: one grammar state per count, 2,000 for the story schema) is handled per content class, not per ` +
       `count. Its chain of positions is solved at once (chain-solver.ts): the searches its tokens continue into after leaving the string (after the ` +
       `closing quote: the same few for every count) are done first, then each position, from the last back to the first, is the least over moves ` +
@@ -271,6 +299,9 @@ async function main() {
       `--grammar-cache-mb 16: each request compiles it again on the compile thread, before its first token, and the model worker gets a new ` +
       `grammar object, whose chains, position masks and character runs it finds by the grammar's content key (before they were, generation ` +
       `through the server ran at 71% to 89% of free text in scratch runs):\n\n${speed}\n\n` +
+      `Through the server the json_schema row moves between runs on this shared two-core machine (82% to 111% of free text in runs with the ` +
+      `built-in tables; interleaved in one process with servers of the code before them, 97% and 106% against 95% and 114%): the engine-alone ` +
+      `rows are the steadier measure of what the grammar costs.\n\n` +
       `stories260K (a real model that knows no JSON) at temperature 1, the schema of issue 20 (name maxLength 12, age 0..120, up to 3 pets, mood), ` +
       `seeds 1..${STORY_SEEDS} per row, in process. "before" is the grammar as it was (up to 20 whitespace bytes before, between and after all tokens, ` +
       `the budget not looked at), "after" the layout of layout.ts and the budget masks:\n\n${stories}\n`,

@@ -37,6 +37,7 @@ const METRICS: Metric[] = [
   { name: "sluice_schemas_refused_total", type: "counter", help: "Schemas refused: unsupported, or over a compile limit.", value: (s) => s.schemasRefused },
   { name: "sluice_worker_heap_bytes", type: "gauge", help: "JavaScript heap of the model's worker thread.", value: (s) => s.workerHeapBytes },
   { name: "sluice_compile_heap_bytes", type: "gauge", help: "JavaScript heap of the model's schema compile thread.", value: (s) => s.compileHeapBytes },
+  { name: "sluice_built_in_budget_tables_bytes", type: "gauge", help: "Token budget tables of json_object and the built-in formats, computed once per model.", value: (s) => s.builtInTablesBytes },
 ];
 
 interface ResidencyMetric {

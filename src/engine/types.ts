@@ -257,6 +257,8 @@ export interface ModelStats {
   /** JavaScript heap of the model's worker thread, and of its compile thread (as last reported), bytes. */
   workerHeapBytes: number;
   compileHeapBytes: number;
+  /** Token budget tables of json_object and the built-in formats, computed once per model (shared by its threads), bytes. */
+  builtInTablesBytes: number;
 }
 
 /** A model's place in memory, as the engine's residency sees it. */

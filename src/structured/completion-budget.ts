@@ -31,7 +31,9 @@
 // content by class (whole characters, decoding state at the end) rather than one by one. The
 // distance is the exact minimum over the moves followed, so it never promises a finish that does
 // not exist: after any token it allows, one that keeps the promise is allowed again (the tests
-// check it against every token of small vocabularies).
+// check it against every token of small vocabularies). A search that the same rule had done in
+// another grammar is taken from that rule's table instead (rule-tables.ts): json_object's whole
+// grammar and the built-in formats have theirs computed once per model (built-in-tables.ts).
 
 import { budgetTick, budgetTimeLeft } from "./compile-budget.ts";
 import type { Grammar } from "./grammar.ts";
@@ -42,6 +44,8 @@ import { type ChainContext, type ChainExits, chainDependencies, solveChain } fro
 import { byCharacters, contentBelow, contentClasses, contentFrom, ENDS_INSIDE, PARTIAL_FIELDS, prepareContentLists } from "./content-below.ts";
 import { chainFrom, chainPosition, chainUnits, chainUnitsAt, contentChains, runAt, stateAfter } from "./content-chains.ts";
 import { byteDistancesWhere } from "./distances.ts";
+import { ruleKey, ruleShapes } from "./rule-keys.ts";
+import { type RuleTableData, type RuleTables, ServedRules } from "./rule-tables.ts";
 import { contentRun, Levels } from "./token-walk.ts";
 import { CONTENT_STATES, CONTENT_STEP, type TokenTrie } from "./trie.ts";
 
@@ -148,6 +152,10 @@ interface ClassFacts {
   readonly exitBelow: Uint8Array;
   /** Tokens made only of the class, by length: ranges [lo, hi) of trie.sortedIds, flat pairs. */
   readonly tokens: ReadonlyMap<number, readonly number[]>;
+  /** The bytes outside the class (8 words of bits). */
+  readonly outside: Int32Array;
+  /** Per depth, the nodes spelled in the class that have children (see prefixesAt): filled on first need. */
+  prefixes: Map<number, Int32Array> | null;
 }
 
 const classFactCache = new WeakMap<TokenVocabulary, Map<string, ClassFacts>>();
@@ -194,11 +202,40 @@ function classFactsOf(vocab: TokenVocabulary, outside: Int32Array): ClassFacts {
     exits: lists.map((l) => (l.length === 0 ? null : byCharacters(l))),
     exitBelow,
     tokens,
+    outside: outside.slice(),
+    prefixes: null,
   };
   if (byClass.size >= CLASS_FACTS_LIMIT) byClass.delete(byClass.keys().next().value!);
   byClass.set(key, f);
   return f;
 }
+
+/**
+ * The nodes at `depth` whose bytes are all of the class and that have children: where tokens
+ * longer than a bounded run of the class go on (an email's local part is read alike for at most
+ * 24 bytes, and the class has longer tokens). Listed by depth for every depth on first need.
+ */
+function prefixesAt(vocab: TokenVocabulary, f: ClassFacts, depth: number): Int32Array {
+  if (!f.prefixes) {
+    const t = vocab.trie;
+    const pure = new Uint8Array(t.nodeCount);
+    pure[ROOT] = 1;
+    const byDepth = new Map<number, number[]>();
+    for (let i = 1; i < t.nodeCount; i++) {
+      const b = t.byte[i];
+      if (!pure[t.parent[i]] || (f.outside[b >>> 5] & (1 << (b & 31))) !== 0) continue;
+      pure[i] = 1;
+      if (t.end[i] === i + 1) continue;
+      let list = byDepth.get(t.depth[i]);
+      if (!list) byDepth.set(t.depth[i], (list = []));
+      list.push(i);
+    }
+    f.prefixes = new Map([...byDepth].map(([d, list]) => [d, Int32Array.from(list)]));
+  }
+  return f.prefixes.get(depth) ?? NO_NODES;
+}
+
+const NO_NODES = new Int32Array(0);
 
 /** Whether state s, reading its class, could also do something else here (a byte outside it, a call, an end). */
 function canLeave(g: Grammar, s: number, outside: Int32Array): boolean {
@@ -239,6 +276,8 @@ interface Origin {
    * cheapest exit found so far; items costing as much are not searched further.
    */
   cap: number;
+  /** Taken from a rule's table (rule-tables.ts): not exported with this grammar's own. */
+  readonly shared: boolean;
 }
 
 /** The exits and waiters of searches found finished (adopted, or solved per chain): never written. */
@@ -300,16 +339,21 @@ export class CompletionBudget {
   private readonly nodes: number;
   private origins: Origin[] = [];
   private originIds = new Map<number, number>();
+  /** Origins whose searches run (unfrozen), frozen together when nothing is left to search (see run). */
+  private readonly pending: number[] = [];
   /** Pending search items per cost, flat triples (origin, state, node); see run. */
   private readonly buckets: number[][] = [];
   private low = 0;
   private readonly d1Memo = new Map<number, number>();
   private readonly popMemo = new Map<number, number>();
+  private readonly sameMemo = new Map<number, { readonly d: number; readonly upTo: number }>();
   private readonly profiles = new Map<string, NextProfile>();
   private readonly configMemo = new WeakMap<Configs, number>();
   private readonly chains = new Map<number, Int32Array>();
   private reach: Float64Array | undefined;
   private readonly follow: Uint32Array;
+  /** Which rule tables of other grammars serve this grammar's rules (rule-tables.ts). */
+  private readonly served: ServedRules;
   private readonly skipByte: Uint8Array;
   private readonly bytesLeft: Float64Array;
   private readonly levels = new Levels();
@@ -319,10 +363,16 @@ export class CompletionBudget {
   /** The grammar's content chains have their positions' exits (see solveChains). */
   private chainsSolved = false;
 
+  /**
+   * `open`: searches as though any byte could follow every rule and something called the root
+   * (no exit left out, no cap), for tables that serve the same rules in any grammar (see
+   * rule-tables.ts and built-in-tables.ts).
+   */
   constructor(
     readonly grammar: Grammar,
     readonly vocab: TokenVocabulary,
     private readonly pool: StackPool,
+    open = false,
   ) {
     this.facts = factsOf(vocab);
     this.trie = vocab.trie;
@@ -339,36 +389,20 @@ export class CompletionBudget {
       const skip = this.skipByte;
       this.bytesLeft = byteDistancesWhere(grammar, (state, b) => !skipped(skip[state], b));
     }
+    if (open) this.follow = new Uint32Array(this.follow.length).fill(0xffffffff);
     this.rootRule = grammar.ruleOf[grammar.start];
-    this.rootAlone = !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
+    this.rootAlone = !open && !grammar.callStart.some((x) => grammar.ruleOf[x] === this.rootRule);
+    this.served = new ServedRules(grammar, vocab, this.follow, (rule) => this.rootAlone && rule === this.rootRule);
     if (tables) this.adopt(tables);
   }
 
   /** The tables this budget computed so far (see CompletionTables); their buffers may be transferred. */
   exportTables(): CompletionTables {
-    const done = this.origins.filter((o) => o.frozen !== null);
-    const origins = new Int32Array(2 * done.length);
-    const offsets = new Int32Array(done.length + 1);
-    let total = 0;
-    done.forEach((o, i) => {
-      origins[2 * i] = o.state;
-      origins[2 * i + 1] = o.node;
-      offsets[i] = total;
-      total += o.frozen!.nodes.length;
-    });
-    offsets[done.length] = total;
-    const exitNodes = new Int32Array(total);
-    const exitCosts = new Int32Array(total);
-    done.forEach((o, i) => {
-      exitNodes.set(o.frozen!.nodes, offsets[i]);
-      exitCosts.set(o.frozen!.costs, offsets[i]);
-    });
+    // Those taken from rule tables: the thread that adopts these has the same rule tables.
+    const done = this.origins.filter((o) => o.frozen !== null && !o.shared);
     return {
       nodeCount: this.nodes,
-      origins,
-      offsets,
-      exitNodes,
-      exitCosts,
+      ...flatExits(done, 0),
       reach: this.reach ? this.reach.slice() : null,
       follow: this.follow.slice(),
       skipByte: this.skipByte.slice(),
@@ -383,7 +417,7 @@ export class CompletionBudget {
       const frozen = { nodes: t.exitNodes.subarray(t.offsets[i], t.offsets[i + 1]), costs: t.exitCosts.subarray(t.offsets[i], t.offsets[i + 1]) };
       this.originIds.set(state * this.nodes + node, this.origins.length);
       // A finished search's exits and waiters are never touched again: shared empty ones (tens of thousands for a long string).
-      this.origins.push({ state, node, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen, cap: UNREACHABLE });
+      this.origins.push({ state, node, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen, cap: UNREACHABLE, shared: false });
     }
     if (t.reach) this.reach = t.reach;
   }
@@ -434,12 +468,21 @@ export class CompletionBudget {
 
   /** The exits of (state, partial token), searched for (with all they wait on) when first asked. */
   private exits(s: number, node: number): Exits {
-    const key = s * this.nodes + node;
-    let id = this.originIds.get(key);
-    if (id !== undefined && this.origins[id].frozen) return this.origins[id].frozen!;
-    if (this.origins.length >= MEMO_LIMIT) {
+    const started = this.start(s, node);
+    if (typeof started !== "number") return started;
+    this.run();
+    return this.origins[started].frozen!;
+  }
+
+  /** The exits of (s, node) when known, else the origin whose search is now pending (see run). */
+  private start(s: number, node: number): Exits | number {
+    const found = this.frozenExits(s, node);
+    if (found) return found;
+    // Not while a search is under way (see searches): its items name origins by number.
+    if (this.origins.length >= MEMO_LIMIT && this.buckets.length === 0) {
       this.origins = [];
       this.originIds = new Map();
+      this.pending.length = 0;
       this.chainsSolved = false;
     }
     if (!this.chainsSolved) {
@@ -448,9 +491,7 @@ export class CompletionBudget {
       const solved = this.frozenExits(s, node);
       if (solved) return solved;
     }
-    id = this.origin(s, node);
-    this.run();
-    return this.origins[id].frozen!;
+    return this.origin(s, node);
   }
 
   /**
@@ -463,16 +504,29 @@ export class CompletionBudget {
    * refused for these: they are a cache).
    */
   searchStates(ms: number): void {
-    const g = this.grammar;
     const stop = performance.now() + ms;
-    const late = () => performance.now() > stop || budgetTimeLeft() < 0.5;
+    for (const _ of this.searches()) if (performance.now() > stop || budgetTimeLeft() < 0.5) return;
+  }
+
+  /**
+   * Every search the budget can need, one by one: it yields before each (the caller decides
+   * whether to go on, see searchStates) and, with `items`, also within one every that many search
+   * items (one search may wait on thousands of others and take a quarter of a second: a thread
+   * that answers other work in between yields there too); it ends when all are done. First every
+   * resting state at a token boundary (in state order), then where a rule ends with a token in
+   * progress, each caller's return state going on with it (what distances of states with a stack
+   * fold in, see pop), also for the searches those add, until none is left.
+   */
+  *searches(items = Infinity): Generator<void, void, void> {
+    const g = this.grammar;
+    const search = function* (budget: CompletionBudget, s: number, node: number): Generator<void, void, void> {
+      if (typeof budget.start(s, node) === "number") while (!budget.run(items)) yield;
+    };
     for (let s = 0; s < g.stateCount; s++) {
       if (!g.hasBytes[s] || this.frozenExits(s, ROOT) !== null) continue;
-      if (late()) return;
-      this.exits(s, ROOT);
+      yield;
+      yield* search(this, s, ROOT);
     }
-    // Then where a rule ends with a token in progress, each caller's return state goes on with it
-    // (what distances of states with a stack fold in, see pop).
     const returns: number[][] = Array.from({ length: g.ruleBase.length }, () => []);
     for (let j = 0; j < g.callStart.length; j++) returns[g.ruleOf[g.callStart[j]]].push(g.callReturn[j]);
     const seen = new Set<number>();
@@ -485,16 +539,70 @@ export class CompletionBudget {
           const key = r * this.nodes + node;
           if (seen.has(key) || this.frozenExits(r, node) !== null) continue;
           seen.add(key);
-          if (late()) return;
-          this.exits(r, node);
+          yield;
+          yield* search(this, r, node);
         }
       }
     }
   }
 
+  /** The exits of (s, node) when a search found them, or a rule table has them (taken now), else null. */
   private frozenExits(s: number, node: number): Exits | null {
-    const id = this.originIds.get(s * this.nodes + node);
+    const id = this.originIds.get(s * this.nodes + node) ?? this.fromRuleTables(s, node);
     return id === undefined ? null : this.origins[id].frozen;
+  }
+
+  /**
+   * The exits of (s, node) from a table of s's rule kept for another grammar (rule-tables.ts),
+   * those whose token can go on with a byte that may follow the rule here, recorded as a finished
+   * search of this grammar; undefined when no table has them.
+   */
+  private fromRuleTables(s: number, node: number): number | undefined {
+    const g = this.grammar;
+    const rule = g.ruleOf[s];
+    const tables = this.served.tables(rule);
+    if (!tables) return undefined;
+    const local = s - g.ruleBase[rule];
+    for (const table of tables) {
+      const e = table.exits(local, node);
+      if (!e) continue;
+      let nodes = e.nodes;
+      let costs = e.costs;
+      const follow = this.follow.subarray(rule * 8, rule * 8 + 8);
+      if (follow.some((w, i) => w !== table.data.follow[i])) {
+        const kept: number[] = [];
+        for (let k = 0; k < nodes.length; k++) if (nodes[k] === ROOT || this.goesOn(nodes[k], rule)) kept.push(k);
+        nodes = Int32Array.from(kept, (k) => e.nodes[k]);
+        costs = Int32Array.from(kept, (k) => e.costs[k]);
+      }
+      const id = this.origins.length;
+      this.originIds.set(s * this.nodes + node, id);
+      this.origins.push({ state: s, node, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen: { nodes, costs }, cap: UNREACHABLE, shared: true });
+      return id;
+    }
+    return undefined;
+  }
+
+  /**
+   * This grammar's finished searches per rule, as tables for other grammars with the same rules
+   * (rule-tables.ts); those taken from such tables are left out.
+   */
+  exportRuleTables(): RuleTables {
+    const g = this.grammar;
+    const byRule = new Map<number, Origin[]>();
+    for (const o of this.origins) {
+      if (!o.frozen || o.shared) continue;
+      const rule = g.ruleOf[o.state];
+      let list = byRule.get(rule);
+      if (!list) byRule.set(rule, (list = []));
+      list.push(o);
+    }
+    const rules: RuleTableData[] = [];
+    for (const [rule, list] of byRule) {
+      const key = ruleKey(g, rule)!;
+      rules.push({ key, follow: this.follow.slice(rule * 8, rule * 8 + 8), capped: this.rootAlone && rule === this.rootRule, ...flatExits(list, g.ruleBase[rule]) });
+    }
+    return { nodeCount: this.nodes, rules, shapes: [...new Set(ruleShapes(g))] };
   }
 
   /**
@@ -549,16 +657,17 @@ export class CompletionBudget {
     const key = state * this.nodes + ROOT;
     if (this.originIds.has(key)) return;
     this.originIds.set(key, this.origins.length);
-    this.origins.push({ state, node: ROOT, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen: exits, cap: UNREACHABLE });
+    this.origins.push({ state, node: ROOT, exits: NO_EXITS, waiters: NO_WAITERS, items: null, frozen: exits, cap: UNREACHABLE, shared: false });
   }
 
   private origin(s: number, node: number): number {
     const key = s * this.nodes + node;
-    let id = this.originIds.get(key);
+    let id = this.originIds.get(key) ?? this.fromRuleTables(s, node);
     if (id === undefined) {
       id = this.origins.length;
-      this.origins.push({ state: s, node, exits: new Map(), waiters: [], items: new Map(), frozen: null, cap: UNREACHABLE });
+      this.origins.push({ state: s, node, exits: new Map(), waiters: [], items: new Map(), frozen: null, cap: UNREACHABLE, shared: false });
       this.originIds.set(key, id);
+      this.pending.push(id);
       this.relax(id, s, node, 0);
     }
     return id;
@@ -594,18 +703,9 @@ export class CompletionBudget {
 
   private addExit(o: number, node: number, c: number): void {
     const origin = this.origins[o];
-    if (node !== ROOT) {
-      // A token that cannot go on with a byte that may follow the rule is cut at its end (that
-      // path is an exit at the root, one token later).
-      const t = this.trie;
-      const fo = this.grammar.ruleOf[origin.state] * 8;
-      let goesOn = false;
-      for (let child = node + 1; child < t.end[node] && !goesOn; child = t.end[child]) {
-        const b = t.byte[child];
-        goesOn = (this.follow[fo + (b >>> 5)] & (1 << (b & 31))) !== 0;
-      }
-      if (!goesOn) return;
-    }
+    // A token that cannot go on with a byte that may follow the rule is cut at its end (that
+    // path is an exit at the root, one token later).
+    if (node !== ROOT && !this.goesOn(node, this.grammar.ruleOf[origin.state])) return;
     const old = origin.exits.get(node);
     if (old !== undefined && old <= c) return;
     origin.exits.set(node, c);
@@ -616,20 +716,36 @@ export class CompletionBudget {
     for (let k = 0; k < w.length; k += 3) this.deliver(w[k], w[k + 1], node, w[k + 2] + c);
   }
 
+  /** Whether the token in progress at `node` can go on with a byte that may follow `rule`. */
+  private goesOn(node: number, rule: number): boolean {
+    const t = this.trie;
+    const fo = rule * 8;
+    for (let child = node + 1; child < t.end[node]; child = t.end[child]) {
+      const b = t.byte[child];
+      if ((this.follow[fo + (b >>> 5)] & (1 << (b & 31))) !== 0) return true;
+    }
+    return false;
+  }
+
   /**
    * Runs every pending search to its end. Costs only grow along a search, so items are taken
    * cheapest first; an exit found late can still lower items already taken in a waiting origin
    * (recursive rules wait on each other), which are then taken again: this is a label-correcting
    * shortest path, exact once nothing is pending. Searches that have ended keep only their exits.
+   * With `items`, it stops after that many items and returns false (the next call goes on);
+   * true once nothing is pending.
    */
-  private run(): void {
+  private run(items = Infinity): boolean {
     const b = this.buckets;
+    let left = items;
     while (this.low < b.length) {
       const bucket = b[this.low];
       if (!bucket || bucket.length === 0) {
         this.low++;
         continue;
       }
+      // Stopped here, the search goes on at the next call (the items wait in their buckets).
+      if (left-- <= 0) return false;
       const c = this.low;
       // Under a compile budget (the compile thread prepares these tables): its time limit and cancellation.
       budgetTick();
@@ -641,8 +757,8 @@ export class CompletionBudget {
     }
     b.length = 0;
     this.low = 0;
-    for (const origin of this.origins) {
-      if (origin.frozen) continue;
+    for (const o of this.pending) {
+      const origin = this.origins[o];
       const nodes = new Int32Array(origin.exits.size);
       const costs = new Int32Array(origin.exits.size);
       let k = 0;
@@ -650,6 +766,8 @@ export class CompletionBudget {
       origin.frozen = { nodes, costs };
       origin.items = null;
     }
+    this.pending.length = 0;
+    return true;
   }
 
   private expand(o: number, s: number, node: number, c: number): void {
@@ -948,7 +1066,7 @@ export class CompletionBudget {
       lists.push(ranges as number[]);
     };
     // At a position of a counted string: its content by class, and only the subtrees that leave the content walked.
-    const leaving = this.contentByClass(start, addList) ?? this.classByLength(start, addList);
+    const leaving = this.contentByClass(start, addList) ?? this.classByLength(start, addList, add);
     if (leaving) {
       for (let k = 0; k < leaving.length; k += 2) {
         const node = leaving[k] as number;
@@ -1038,30 +1156,52 @@ export class CompletionBudget {
     if (run < h) return -1;
     const outside = classes.outside;
     const sb = t.subtreeBytes;
-    let first = -1;
-    for (let w = 0; w < 8; w++) {
-      if ((sb[i * 8 + w] & outside[s * 8 + w]) !== 0) return -1;
-      const inside = ~outside[s * 8 + w];
-      if (first < 0 && inside !== 0) first = w * 32 + (31 - Math.clz32(inside & -inside));
+    for (let w = 0; w < 8; w++) if ((sb[i * 8 + w] & outside[s * 8 + w]) !== 0) return -1;
+    const same = this.sameAlongRun(s, st, run);
+    return h <= same.upTo ? same.d : -1;
+  }
+
+  /**
+   * For state s reading its class for `run` bytes, with stack st: the distance of the state one
+   * byte on, and up to how many bytes on (at most the longest token) the distance stays the same.
+   * Kept per (state, stack): a walk below a node such as "." (thousands of subtrees spelt in an
+   * email's class) asks it for each subtree.
+   */
+  private sameAlongRun(s: number, st: Stack | null, run: number): { readonly d: number; readonly upTo: number } {
+    const key = (st ? st.id : 0) * this.grammar.stateCount + s;
+    let same = this.sameMemo.get(key);
+    if (!same) {
+      const outside = classRuns(this.grammar).outside;
+      let first = 0;
+      while ((outside[s * 8 + (first >>> 5)] & (1 << (first & 31))) !== 0) first++;
+      const chain = this.chain(s, run, first);
+      const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
+      const d = this.stateDistance(at(1), st);
+      const limit = Math.min(run, this.trie.maxDepth);
+      let upTo = 1;
+      while (upTo < limit && this.stateDistance(at(upTo + 1), st) === d) upTo++;
+      if (this.sameMemo.size >= MEMO_LIMIT) this.sameMemo.clear();
+      this.sameMemo.set(key, (same = { d, upTo }));
     }
-    const chain = this.chain(s, run, first);
-    let d = -1;
-    for (let k = 1; k <= h; k++) {
-      const v = this.stateDistance(chain[k < chain.length ? k : loopIndex(chain, k)], st);
-      if (d >= 0 && v !== d) return -1;
-      d = v;
-    }
-    return d;
+    return same;
   }
 
   /**
    * At a state that reads a byte class alike (class-runs.ts: an email's letters, a pattern's
-   * digits; one configuration) for longer than any token made of the class: those tokens by
-   * length, each length at once with the distance of the state that many bytes on, and the rest
-   * to walk (flat (trie node, configuration there) pairs, where a byte outside the class follows
-   * class bytes), as contentByClass does for string content. Null for other states.
+   * digits; one configuration) for a run of bytes: the tokens made of the class no longer than
+   * the run by length, each length at once with the distance of the state that many bytes on,
+   * and the rest to walk (flat (trie node, configuration there) pairs, where a byte outside the
+   * class follows class bytes), as contentByClass does for string content. Tokens longer than a
+   * bounded run (an email's local part of at most 24 bytes, a uuid's 8 hex digits) go on past
+   * it in the state the run ends in: when that state reads no byte of the class they are
+   * refused (as the grammar mask refuses them), else they are walked from the nodes of the
+   * run's length (walkBelow, with `add`). Null for other states.
    */
-  private classByLength(start: Configs, addList: (d: number, ranges: readonly number[]) => void): (number | Configs)[] | null {
+  private classByLength(
+    start: Configs,
+    addList: (d: number, ranges: readonly number[]) => void,
+    add: (d: number, lo: number, hi: number) => void,
+  ): (number | Configs)[] | null {
     const g = this.grammar;
     if (start.size !== 1 || start.bottom) return null;
     const s = start.states[0];
@@ -1071,13 +1211,19 @@ export class CompletionBudget {
     if (run === UNKNOWN_RUN) run = classRun(g, classes, s);
     if (run <= 0) return null;
     const cls = this.classFacts(classes.outside, s);
-    // Longer tokens would be read past the run, by states that treat the class otherwise: walked then.
-    if (cls.lengths.length === 0 || cls.lengths[cls.lengths.length - 1] > run) return null;
+    if (cls.lengths.length === 0) return null;
     const st = start.stacks[0];
     const chain = this.chain(s, run, cls.first);
     const at = (k: number) => chain[k < chain.length ? k : loopIndex(chain, k)];
-    for (const [k, ranges] of cls.tokens) addList(this.stateDistance(at(k), st), ranges);
-    return this.leavingSubtrees(cls.exits, run, at, st);
+    for (const [k, ranges] of cls.tokens) if (k <= run) addList(this.stateDistance(at(k), st), ranges);
+    if (cls.lengths[cls.lengths.length - 1] <= run) return this.leavingSubtrees(cls.exits, run, at, st);
+    // A bounded run: what the state after it does with more bytes of the class.
+    const after = this.pool.closure(g, at(run), st);
+    if (!readsAny(g, after, cls.outside)) return this.leavingSubtrees(cls.exits, run, at, st);
+    // Paths longer than the run are walked from its length on (a byte outside the class right
+    // after the run's last byte included): the lists give the shorter ones.
+    for (const node of prefixesAt(this.vocab, cls, run)) this.walkBelow(node, after, add);
+    return this.leavingSubtrees(cls.exits, run - 1, at, st);
   }
 
   /**
@@ -1123,6 +1269,38 @@ export class CompletionBudget {
     });
     return leaving;
   }
+}
+
+/**
+ * Finished searches as flat arrays (see CompletionTables): states less `base` (a rule's first
+ * state, for rule tables) and partial tokens, flat pairs, and their exits one after another.
+ */
+function flatExits(done: readonly Origin[], base: number): { origins: Int32Array; offsets: Int32Array; exitNodes: Int32Array; exitCosts: Int32Array } {
+  const origins = new Int32Array(2 * done.length);
+  const offsets = new Int32Array(done.length + 1);
+  let total = 0;
+  done.forEach((o, i) => {
+    origins[2 * i] = o.state - base;
+    origins[2 * i + 1] = o.node;
+    offsets[i] = total;
+    total += o.frozen!.nodes.length;
+  });
+  offsets[done.length] = total;
+  const exitNodes = new Int32Array(total);
+  const exitCosts = new Int32Array(total);
+  done.forEach((o, i) => {
+    exitNodes.set(o.frozen!.nodes, offsets[i]);
+    exitCosts.set(o.frozen!.costs, offsets[i]);
+  });
+  return { origins, offsets, exitNodes, exitCosts };
+}
+
+/** Whether a state of `c` reads some byte that is not in `outside` (8 words of bits). */
+function readsAny(g: Grammar, c: Configs, outside: Int32Array): boolean {
+  for (const x of c.states) {
+    for (let b = 0; b < 256; b++) if ((outside[b >>> 5] & (1 << (b & 31))) === 0 && g.next[x * 256 + b] >= 0) return true;
+  }
+  return false;
 }
 
 /**

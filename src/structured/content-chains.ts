@@ -17,7 +17,7 @@
 // vocabulary): about 5 s for 2,000 positions, against tens of milliseconds this way.
 
 import { budgetTick } from "./compile-budget.ts";
-import { type Grammar, grammarFingerprint } from "./grammar.ts";
+import { byGrammarContent, type Grammar } from "./grammar.ts";
 import { simpleStates } from "./parser-state.ts";
 import { contentRun } from "./token-walk.ts";
 import { CONTENT_STEP } from "./trie.ts";
@@ -54,35 +54,18 @@ interface GrammarChains {
   readonly loops: Map<number, ContentChain | null>;
 }
 
-const byGrammar = new WeakMap<Grammar, GrammarChains>();
 /**
- * The same by the grammar's content: a model worker may get a new grammar object for the same
- * schema per request (one larger than --grammar-cache-mb is compiled again each time), and the
- * chains, their units and windows then stay (some tens of milliseconds per request for a string of
- * 2,000 characters). Small: arrays per state, a few grammars.
+ * By grammar and by the grammar's content: a model worker may get a new grammar object for the
+ * same schema per request, and the chains, their units and windows then stay (some tens of
+ * milliseconds per request for a string of 2,000 characters). Small: arrays per state, a few grammars.
  */
-const byContent = new Map<string, { fingerprint: number; chains: GrammarChains }>();
-const BY_CONTENT_KEPT = 16;
-
-
-function chainsOf(g: Grammar): GrammarChains {
-  let c = byGrammar.get(g);
-  if (c) return c;
-  const print = grammarFingerprint(g);
-  const known = byContent.get(g.key);
-  if (known && known.fingerprint === print) c = known.chains;
-  else {
-    const chains = findChains(g);
-    const chain = new Int32Array(g.stateCount).fill(-1);
-    const position = new Int32Array(g.stateCount);
-    chains.forEach((ch, n) => ch.positions.forEach((x, k) => ((chain[x] = n), (position[x] = k))));
-    c = { chains, chain, position, loops: new Map() };
-    if (byContent.size >= BY_CONTENT_KEPT) byContent.delete(byContent.keys().next().value!);
-    byContent.set(g.key, { fingerprint: print, chains: c });
-  }
-  byGrammar.set(g, c);
-  return c;
-}
+const chainsOf = byGrammarContent(16, (g): GrammarChains => {
+  const chains = findChains(g);
+  const chain = new Int32Array(g.stateCount).fill(-1);
+  const position = new Int32Array(g.stateCount);
+  chains.forEach((ch, n) => ch.positions.forEach((x, k) => ((chain[x] = n), (position[x] = k))));
+  return { chains, chain, position, loops: new Map() };
+});
 
 /**
  * The grammar's content chains: each starts at a content state that no content state leads to,

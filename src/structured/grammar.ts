@@ -52,6 +52,31 @@ export function grammarFingerprint(g: Grammar): number {
   return h;
 }
 
+/**
+ * What is derived from a grammar's content, kept by grammar object and by content key: a model
+ * worker gets a new grammar object for the same schema per compile (one larger than
+ * --grammar-cache-mb is compiled again for each request), and deriving it again each time cost
+ * milliseconds per request. `kept` bounds the content keys held (a few grammars: per-state arrays).
+ */
+export function byGrammarContent<T>(kept: number, derive: (g: Grammar) => T): (g: Grammar) => T {
+  const byGrammar = new WeakMap<Grammar, T>();
+  const byContent = new Map<string, { fingerprint: number; value: T }>();
+  return (g) => {
+    let value = byGrammar.get(g);
+    if (value !== undefined) return value;
+    const fingerprint = grammarFingerprint(g);
+    const known = byContent.get(g.key);
+    if (known && known.fingerprint === fingerprint) value = known.value;
+    else {
+      value = derive(g);
+      if (byContent.size >= kept) byContent.delete(byContent.keys().next().value!);
+      byContent.set(g.key, { fingerprint, value });
+    }
+    byGrammar.set(g, value);
+    return value;
+  };
+}
+
 /** Collects rules (which may refer to each other by id, recursively) and flattens them. */
 export class GrammarBuilder {
   private readonly rules: (RuleDfa | null)[] = [];

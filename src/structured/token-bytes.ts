@@ -119,7 +119,8 @@ export interface SharedVocabulary {
   readonly trie: TokenTrie;
 }
 
-function shared<T extends ArrayBufferView>(a: T): T {
+/** A copy of `a` in shared memory: posting it to another thread shares it instead of copying it. */
+export function inSharedMemory<T extends ArrayBufferView>(a: T): T {
   const C = a.constructor as new (b: SharedArrayBuffer) => T;
   const out = new C(new SharedArrayBuffer(a.byteLength));
   new Uint8Array(out.buffer, out.byteOffset, out.byteLength).set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
@@ -143,7 +144,7 @@ export function shareVocabulary(v: TokenVocabulary): { vocab: TokenVocabulary; d
     at += b.length;
   });
   offsets[v.size] = at;
-  const trie = Object.fromEntries(Object.entries(v.trie).map(([k, x]) => [k, ArrayBuffer.isView(x) ? shared(x) : x])) as unknown as TokenTrie;
+  const trie = Object.fromEntries(Object.entries(v.trie).map(([k, x]) => [k, ArrayBuffer.isView(x) ? inSharedMemory(x) : x])) as unknown as TokenTrie;
   const data: SharedVocabulary = { size: v.size, flat, offsets, trie };
   return { vocab: vocabularyFromShared(data), data };
 }

@@ -3,7 +3,7 @@
 // without visiting it when the state reads every byte in it alike (plain text, any UTF-8 string
 // content, a byte class of a format or pattern) for as long as the subtree is tall.
 
-import { type Grammar, grammarFingerprint } from "./grammar.ts";
+import { byGrammarContent, type Grammar } from "./grammar.ts";
 import { Configs, type StackPool, type Stack, simpleStates } from "./parser-state.ts";
 import { classRun, classRuns } from "./class-runs.ts";
 import { CONTENT_STEP, type TokenTrie } from "./trie.ts";
@@ -123,7 +123,6 @@ function plainRun(g: Grammar, simple: Uint8Array, computed: Int32Array, s0: numb
 }
 
 const UNKNOWN = -1;
-const charRunCache = new WeakMap<Grammar, Int32Array>();
 
 /**
  * The state every unescaped character leads to from s, when it is the same for all of them (the
@@ -203,26 +202,10 @@ function charRun(g: Grammar, simple: Uint8Array, memo: Int32Array, s0: number): 
 }
 
 /**
- * Also by the grammar's content key (a few grammars): a grammar larger than the model's grammar
- * cache comes anew with each request, and following a 2,000-character string's chain again took
- * milliseconds per request. Equal keys are equal grammars (grammar.ts).
+ * Also by the grammar's content key (a few grammars): following a 2,000-character string's chain
+ * again for each request's new grammar object took milliseconds.
  */
-const charRunsByKey = new Map<string, { fingerprint: number; memo: Int32Array }>();
-const CHAR_RUNS_KEPT = 16;
-
-function charRuns(g: Grammar): Int32Array {
-  let memo = charRunCache.get(g);
-  if (memo) return memo;
-  const known = charRunsByKey.get(g.key);
-  if (known && known.fingerprint === grammarFingerprint(g)) memo = known.memo;
-  else {
-    memo = new Int32Array(g.stateCount).fill(UNKNOWN);
-    if (charRunsByKey.size >= CHAR_RUNS_KEPT) charRunsByKey.delete(charRunsByKey.keys().next().value!);
-    charRunsByKey.set(g.key, { fingerprint: grammarFingerprint(g), memo });
-  }
-  charRunCache.set(g, memo);
-  return memo;
-}
+const charRuns = byGrammarContent(16, (g) => new Int32Array(g.stateCount).fill(UNKNOWN));
 
 /** Characters of any string content state s reads through uniform states (0: s is no such state). */
 export function contentRun(g: Grammar, s: number): number {

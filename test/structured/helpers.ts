@@ -79,6 +79,24 @@ export function tokensAfter(m: GrammarMatcher, id: number, stops: readonly numbe
   return 1 + c.tokensToFinish();
 }
 
+/**
+ * With `left` tokens left, a budget mask keeps exactly the tokens of the grammar's mask after
+ * which the document still fits: the first token it keeps or drops wrongly, or null. With
+ * `stride`, only every stride-th of the grammar's tokens from `offset` is checked (a large vocabulary).
+ */
+export function wronglyMasked(m: GrammarMatcher, vocab: TokenVocabulary, stops: readonly number[], left: number, stride = 1, offset = 0): number | null {
+  const plain = new Uint32Array(m.maskWords);
+  const budgeted = new Uint32Array(m.maskWords);
+  m.fillNextTokenBitmask(plain);
+  m.fillNextTokenBitmask(budgeted, left);
+  const allowed = allowedIds(plain, vocab.size);
+  for (let k = offset % stride; k < allowed.length; k += stride) {
+    const id = allowed[k]!;
+    if (maskHas(budgeted, id) !== tokensAfter(m, id, stops) <= left) return id;
+  }
+  return null;
+}
+
 let qwen: TokenVocabulary | undefined;
 export async function qwenVocab(): Promise<TokenVocabulary> {
   qwen ??= tokenVocabulary(await Bun.file(QWEN_TOKENIZER).json());

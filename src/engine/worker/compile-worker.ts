@@ -4,7 +4,13 @@
 // finish a document, on the model's vocabulary: up to seconds on a large grammar and a 150k
 // vocabulary) are computed here too, under the same limits. Stateless apart from the caches of
 // the structured room; grammars and tables are transferred to the model worker, which caches them.
+// Between jobs, once per model, it computes the budget tables of json_object and the built-in
+// formats (structured/built-in-tables.ts) a search at a time, and hands each part to the model
+// worker; jobs take what is done of them.
 import {
+  adoptRuleTables,
+  type BuiltInPart,
+  builtInSearches,
   CompileCancelledError,
   configureGrammarCache,
   GrammarMatcher,
@@ -35,6 +41,36 @@ let vocab: TokenVocabulary | null = null;
 
 const post = (m: CompileReply, transfer: Transferable[] = []) => self.postMessage(m, transfer);
 
+/**
+ * A slice of the built-in tables' searches runs this long before the thread looks at its
+ * messages again (a search runs whole: a job waits for at most one, a few milliseconds).
+ */
+const BUILT_IN_SLICE_MS = 10;
+
+/** Computes the built-in tables a slice at a time, from timers, so that jobs are taken in between. */
+function computeBuiltIns(v: TokenVocabulary, finished: readonly BuiltInPart[]): void {
+  for (const part of finished) adoptRuleTables(v, part.tables);
+  const searches = builtInSearches(
+    v,
+    (part) => {
+      adoptRuleTables(v, part.tables);
+      post({ type: "built-in", part });
+    },
+    new Set(finished.map((p) => p.name)),
+  );
+  const slice = () => {
+    const stop = performance.now() + BUILT_IN_SLICE_MS;
+    while (performance.now() < stop) {
+      if (searches.next().done) {
+        post({ type: "built-ins-done", heapBytes: heapSize() });
+        return;
+      }
+    }
+    setTimeout(slice, 0);
+  };
+  setTimeout(slice, 0);
+}
+
 /** The grammar's and its tables' own arrays (freshly built, owned by nobody else here). */
 function buffers(g: Grammar, t: CompletionTables | null): ArrayBuffer[] {
   const arrays: ArrayBufferView[] = [g.next, g.hasBytes, g.byteCount, g.final, g.callOffset, g.callStart, g.callReturn, g.ruleOf, g.ruleBase];
@@ -64,11 +100,16 @@ self.onmessage = (e: MessageEvent<CompileRequest>) => {
   const m = e.data;
   if (m.type === "init") {
     flags = new Int32Array(m.cancel);
-    if (m.vocab) {
-      vocab = vocabularyFromShared(m.vocab);
-      // Per vocabulary, once per thread: not counted against any one schema's time.
-      prepareCompletionFacts(vocab);
+    if (!m.vocab) {
+      // No vocabulary, no budgets: nothing to compute.
+      post({ type: "built-ins-done", heapBytes: heapSize() });
+      return;
     }
+    vocab = vocabularyFromShared(m.vocab);
+    // Per vocabulary, once per thread: not counted against any one schema's time.
+    prepareCompletionFacts(vocab);
+    if (m.builtInsDone) for (const part of m.builtIns) adoptRuleTables(vocab, part.tables);
+    else computeBuiltIns(vocab, m.builtIns);
     return;
   }
   const started = performance.now();

@@ -81,6 +81,8 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           worker: m.options.compileWorker,
           log: (level, msg, fields) => post({ type: "log", level, msg, fields }),
         });
+        // The budget tables every grammar of the model shares, in the background from now on.
+        if (runner.info.supportsStructuredOutput || runner.info.supportsTools) structures.prepareBuiltIns();
         scheduler = new Scheduler(runner, {
           events: (rid, events) => rounds.add({ type: "events", rid, events }),
           done: (rid, error, code) => rounds.add({ type: "done", rid, error, code }),

@@ -294,6 +294,7 @@ export class Scheduler {
       schemasRefused: compiles?.refused ?? 0,
       workerHeapBytes: heapSize(),
       compileHeapBytes: compiles?.heapBytes ?? 0,
+      builtInTablesBytes: compiles?.builtInBytes ?? 0,
     };
   }
 

@@ -6,11 +6,14 @@
 // job whose clients all left is withdrawn, or cancelled mid-compile through a shared flag.
 import {
   adoptCompletionTables,
+  adoptRuleTables,
+  type BuiltInPart,
   canonicalJsonWithin,
   completionTablesBytes,
   type CompileLimits,
   type CompletionTables,
   type Grammar,
+  ruleTablesBytes,
   SchemaLimitError,
 } from "../../structured/index.ts";
 import { EngineBusyError, EngineRequestError } from "../types.ts";
@@ -30,7 +33,7 @@ export interface StructureSource {
   /** The client of `rid` left: its wait ends, and its job stops when nobody else waits for it. */
   cancel(rid: number): void;
   close?(): void;
-  stats?(): { cachedBytes: number; compiled: number; refused: number; heapBytes: number };
+  stats?(): { cachedBytes: number; compiled: number; refused: number; heapBytes: number; builtInBytes: number };
 }
 
 /** Compiles in this thread, synchronously (tests and benchmarks that drive a scheduler directly). */
@@ -107,6 +110,9 @@ export class ThreadedStructures implements StructureSource {
   private heapBytes = 0;
   private queued = 0;
   private closed = false;
+  /** The model's built-in budget tables received so far (shared memory), and whether they are all there. */
+  private readonly builtIns: BuiltInPart[] = [];
+  private builtInsDone = false;
   /** Counters for the model's stats. */
   readonly counts = { compiled: 0, refused: 0, cancelled: 0, cacheHits: 0, timedOut: 0, threadRestarts: 0 };
 
@@ -116,7 +122,18 @@ export class ThreadedStructures implements StructureSource {
   ) {}
 
   stats() {
-    return { cachedBytes: this.grammarBytes, compiled: this.counts.compiled, refused: this.counts.refused, heapBytes: this.heapBytes };
+    const builtInBytes = this.builtIns.reduce((n, p) => n + ruleTablesBytes(p.tables), 0);
+    return { cachedBytes: this.grammarBytes, compiled: this.counts.compiled, refused: this.counts.refused, heapBytes: this.heapBytes, builtInBytes };
+  }
+
+  /**
+   * Starts the compile thread now, at model load, so that it computes the model's built-in budget
+   * tables (json_object's and the formats', structured/built-in-tables.ts) before requests need
+   * them: in the background, between compile jobs, at the thread's low priority. Until a part
+   * arrives, budgets search as they would without it.
+   */
+  prepareBuiltIns(): void {
+    if (!this.closed) this.thread();
   }
 
   async resolve(rid: number, request: WireRequest, key: string | null): Promise<RequestStructure> {
@@ -249,13 +266,14 @@ export class ThreadedStructures implements StructureSource {
       if (job) this.finish(job, null, { message: "The schema could not be compiled: the compiler ran out of resources on it. Simplify the schema.", param: job.param, code: "schema_too_complex" });
     });
     // planStructure built the model's vocabulary before any job could start a thread.
-    w.postMessage({ type: "init", cancel: this.cancelFlag, vocab: modelStructure(this.model).shared });
+    w.postMessage({ type: "init", cancel: this.cancelFlag, vocab: modelStructure(this.model).shared, builtIns: this.builtIns, builtInsDone: this.builtInsDone });
     this.worker = w;
     return w;
   }
 
   private endWhenIdle() {
-    if (!this.worker || this.idleTimer) return;
+    // An idle thread is still busy with the built-in tables until they are all done.
+    if (!this.worker || this.idleTimer || !this.builtInsDone) return;
     this.idleTimer = setTimeout(() => {
       this.idleTimer = null;
       if (this.running || this.turn.length > 0) return;
@@ -276,7 +294,21 @@ export class ThreadedStructures implements StructureSource {
   }
 
   private onReply(m: CompileReply) {
+    if (m.type === "built-in") {
+      // Budgets of this thread's grammars take them from their next search on (rule-tables.ts).
+      adoptRuleTables(modelStructure(this.model).vocab, m.part.tables);
+      this.builtIns.push(m.part);
+      return;
+    }
     this.heapBytes = m.heapBytes;
+    if (m.type === "built-ins-done") {
+      this.builtInsDone = true;
+      const { builtInBytes } = this.stats();
+      const ms = this.builtIns.reduce((n, p) => n + p.ms, 0);
+      this.opts.log("info", "budget tables of json_object and the built-in formats computed", { model: this.model.info.id, ms: Math.round(ms), bytes: builtInBytes });
+      if (!this.running) this.pump();
+      return;
+    }
     const job = this.running;
     if (!job || job.id !== m.job) return;
     if (m.type === "compiled") {

@@ -58,6 +58,25 @@ describe.skipIf(!hasStories)("structured output within the budget (stories260K)"
     }
   }, 60_000);
 
+  test("the model's compile thread computes its built-in budget tables after load and the model's worker takes them (/metrics counts their bytes); json_object answers close in time before and after", async () => {
+    const tableBytes = async () => {
+      const body = await (await fetch(`${fx.server.url}/metrics`)).text();
+      const line = body.split("\n").find((l) => l.startsWith(`sluice_built_in_budget_tables_bytes{model="${MODEL}"}`));
+      return line ? Number(line.split(" ")[1]) : NaN;
+    };
+    // The model's stats reach /metrics after its next work: a request, then a look, until they are there.
+    let bytes = 0;
+    for (let seed = 1; seed <= 100 && !(bytes > 0); seed++) {
+      const r = await fx.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Once upon a time" }], temperature: 1, seed, max_tokens: 60, response_format: { type: "json_object" } });
+      const c = r.choices[0]!;
+      expect(c.finish_reason).toBe("stop");
+      expect(typeof JSON.parse(c.message.content!)).toBe("object");
+      await Bun.sleep(50);
+      bytes = await tableBytes();
+    }
+    expect(bytes).toBeGreaterThan(0);
+  }, 60_000);
+
   test("the openai client's chat.completions.parse with a zod schema at max_tokens 120, 10 seeds", async () => {
     const Person = z.object({ name: z.string().max(12), age: z.number().int().min(0).max(120), mood: z.enum(["happy", "sad"]).nullable(), tags: z.array(z.string().max(6)).max(2) });
     for (let seed = 1; seed <= 10; seed++) {
