@@ -184,6 +184,14 @@ const FIRST_PROBE = 48;
 const MAX_PROBE_INTERVAL = 4096;
 /** Speculation replaces plain steps only when it measured this much faster: the measurements are noisy. */
 const MARGIN = 0.1;
+/**
+ * A trial of speculation that is this much slower than plain steps after EARLY_LOOK rounds ends
+ * there, and the next comes twice as late again: in a full batch every trial round costs (a run
+ * over 16 rows of stories260K verifying drafts took 1.5× a plain step's time per token), and the
+ * doubling intervals alone left some 6% of a 2,600-round run speculating.
+ */
+const CLEAR_LOSS = 0.3;
+const EARLY_LOOK = 3 * SETTLE;
 /** Verification rounds between probes of a neighbouring width. */
 const NEIGHBOUR_EVERY = 16;
 /** The width tried where no cost is known yet at this batch size. */
@@ -223,24 +231,33 @@ class RegimeChoice {
     return this.trial > 0 ? (this.preferred === "plain" ? "speculate" : "plain") : this.preferred;
   }
 
+  /** Time per token over the window's rounds, leaving out those far slower than its typical round (interrupted). */
+  private windowMsPerToken(): number {
+    const per = this.window.map((r) => r.ms).sort((a, b) => a - b);
+    const limit = 3 * per[per.length >> 1]!;
+    let [ms, tokens] = [0, 0];
+    for (const r of this.window) if (r.ms <= limit) [ms, tokens] = [ms + r.ms, tokens + r.tokens];
+    return ms / tokens;
+  }
+
   /** A round of the current regime: its whole cycle's time and the tokens it made. */
   record(ms: number, tokens: number): void {
     const regime = this.current;
     this.window.push({ ms, tokens });
     if (this.window.length >= WINDOW) {
-      // Rounds far slower than the window's typical round were interrupted: left out.
-      const per = this.window.map((r) => r.ms).sort((a, b) => a - b);
-      const limit = 3 * per[per.length >> 1]!;
-      let [ms, tokens] = [0, 0];
-      for (const r of this.window) if (r.ms <= limit) [ms, tokens] = [ms + r.ms, tokens + r.tokens];
-      const measured = ms / tokens;
+      const measured = this.windowMsPerToken();
       const old = this.msPerToken[regime];
       // A trial's window stands alone: what came before it is from another time.
       this.msPerToken[regime] = old === null || this.trial > 0 ? measured : old + 0.5 * (measured - old);
       this.window = [];
     }
     if (this.trial > 0) {
-      if (--this.trial > 0) return;
+      const kept = this.msPerToken.plain;
+      if (regime === "speculate" && kept !== null && this.window.length === EARLY_LOOK && this.windowMsPerToken() > kept * (1 + CLEAR_LOSS)) {
+        // Clearly slower already: the rest of the trial would only cost.
+        this.msPerToken.speculate = this.windowMsPerToken();
+        this.trial = 0;
+      } else if (--this.trial > 0) return;
       this.window = [];
       this.decide();
       return;
