@@ -272,6 +272,23 @@ class RegimeChoice {
     this.trialStarted = true;
   }
 
+  /**
+   * Ends a trial of speculation as lost: the planner, with the costs and acceptance measured in
+   * it, finds no draft worth verifying (its best width is 1, a plain step on the dearer general
+   * graph), so the rest of the trial would measure nothing but that.
+   */
+  giveUpTrial(): void {
+    if (this.trial === 0 || this.preferred !== "plain" || this.window.length < SETTLE) return;
+    this.msPerToken.speculate = this.windowMsPerToken();
+    this.trial = 0;
+    this.window = [];
+    this.decided = true;
+    this.sinceTrial = 0;
+    this.confirming = false;
+    this.interval = Math.min(this.interval * 2, MAX_PROBE_INTERVAL);
+    this.untilTrial = this.interval;
+  }
+
   /** Tries speculation at once (its drafts look good), unless one was tried lately. */
   trialSoon(): void {
     if (this.trial === 0 && this.preferred === "plain" && this.sinceTrial >= FIRST_PROBE) this.untilTrial = 1;
@@ -407,6 +424,7 @@ export class SpeculationPlanner {
         const ms = this.costs.estimate(n, w)! + this.overhead.value + this.perToken.value * t;
         if (t / ms > best) [best, width] = [t / ms, w];
       }
+      if (width === 1 && maxWidth > 1) this.regime(n).giveUpTrial();
       // Keep the costs around the chosen width measured as things change.
       if (maxWidth > 1 && ++this.verifying % NEIGHBOUR_EVERY === 0) {
         width = Math.min(maxWidth, Math.max(1, width + ((this.verifying / NEIGHBOUR_EVERY) % 2 ? 1 : -1)));

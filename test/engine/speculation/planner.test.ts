@@ -138,3 +138,14 @@ test("a trial of speculation that is clearly slower stops early: a fresh planner
   // Trials at rounds 48, 96 later, 192 later, …: 32 rounds each would be some 6% of the run.
   expect(start.verified).toBeLessThan(0.03);
 });
+
+test("a trial in which the planner finds no draft worth verifying (best width 1) ends there", () => {
+  // Drafts almost never accepted; a verification run one token wide costs what a plain step does,
+  // so the trial's time per token alone would not end it early.
+  const machine: Machine = { plain: () => 1, verify: (_r, w) => 1 + 0.2 * (w - 1), acceptance: 0.05 };
+  const planner = new SpeculationPlanner();
+  const start = simulate(planner, machine, 16, 2600, 9);
+  expect(planner.preferredFor(16)).toBe("plain");
+  // Each trial would otherwise run its 32 rounds: some 6% of the run.
+  expect(start.verified).toBeLessThan(0.025);
+});
