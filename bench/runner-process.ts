@@ -58,6 +58,11 @@ export class RunnerProcess {
     });
   }
 
+  /** The runner's process id (its CPU time is in /proc). */
+  get pid(): number {
+    return this.proc.pid;
+  }
+
   async run(): Promise<Measure> {
     return (await this.ask({ op: "run" })).measure!;
   }

@@ -179,8 +179,23 @@ async function singleStream(on: ServerProcess, off: ServerProcess, storiesModel:
   const peer = buildPeer();
   const before = await settled(on, "stories260k");
   const results: Record<string, number[]> = Object.fromEntries([...runners.map(([n]) => [n, []]), ["llama2.c run.c -O3"]].map((x) => [x[0], []]));
+  // CPU per token of the two sides of an HTTP run (all threads of the server process, and of the
+  // client's process), from /proc's schedstat: on two cores their sum bounds the rate.
+  const servers = new Map<string, ServerProcess>([[runners[0]![0], on], [runners[1]![0], off]]);
+  // The in-process engine's runner: its process's CPU is the engine's, with no client.
+  const cpu: Record<string, { server: number[]; client: number[] }> = Object.fromEntries(runners.map(([n]) => [n, { server: [], client: [] }]));
+  const processCpuUs = (pid: number) => threadsCpu(pid).reduce((a, t) => a + t.cpuNs, 0) / 1000;
   for (let i = 0; i < RUNS * STORY_PROMPTS.length; i++) {
-    for (const [name, r] of runners) results[name]!.push((await r.run()).tokPerS);
+    for (const [name, r] of runners) {
+      const server = servers.get(name);
+      const [s0, c0] = [server ? processCpuUs(server.pid) : 0, processCpuUs(r.pid)];
+      results[name]!.push((await r.run()).tokPerS);
+      const client = (processCpuUs(r.pid) - c0) / TOKENS;
+      if (server) {
+        cpu[name]!.server.push((processCpuUs(server.pid) - s0) / TOKENS);
+        cpu[name]!.client.push(client);
+      } else cpu[name]!.server.push(client);
+    }
     if (typeof peer !== "string") results["llama2.c run.c -O3"]!.push(runPeer(peer.bin, STORY_PROMPTS[i % STORY_PROMPTS.length]!));
   }
   const after = await settled(on, "stories260k");
@@ -206,7 +221,18 @@ async function singleStream(on: ServerProcess, off: ServerProcess, storiesModel:
       `${typeof peer === "string" ? ` — not run: ${peer}` : ""}. Same text with speculation on and off: ${same}/${STORY_PROMPTS.length} prompts.\n\n` +
       table(["runner", "decode tok/s (median)", "vs --speculate off (target ≥ 1.3×)", "vs run.c (target ≥ 1.0×)"], rows) +
       `\n\nOver the timed runs the server with speculation made ${generated} tokens in ${steps} model runs (${(generated / Math.max(1, steps)).toFixed(2)} per run); ` +
-      `${drafted} draft tokens checked, ${accepted} accepted (${((100 * accepted) / Math.max(1, drafted)).toFixed(0)}%).`,
+      `${drafted} draft tokens checked, ${accepted} accepted (${((100 * accepted) / Math.max(1, drafted)).toFixed(0)}%).\n\n` +
+      "Where an HTTP run's time goes on this machine's two cores: CPU per generated token of the server process (all its threads: the model worker, the HTTP thread, the JIT) and of the client's process " +
+      "(the openai client parsing the stream), medians over the timed runs (each run's CPU over its tokens, the request's own work included). " +
+      "Both run at once, so no rate above two cores' worth of their sum is possible, whatever the server does (the in-process engine's rows: its process's threads, the JIT compiler's included); run.c, one thread and no client, spends 1/rate per token:\n\n" +
+      table(
+        ["runner", "server (or engine) CPU µs/token", "client CPU µs/token", "together", "rate the cores could give at most", "vs run.c"],
+        runners.map(([name]) => {
+          const [server, client] = [median(cpu[name]!.server), servers.has(name) ? median(cpu[name]!.client) : 0];
+          const bound = 2e6 / (server + client);
+          return [name, server.toFixed(0), servers.has(name) ? client.toFixed(0) : "—", (server + client).toFixed(0), bound.toFixed(0), Number.isNaN(peerRate) ? "—" : ratio(bound, peerRate)];
+        }),
+      ),
   );
 }
 
