@@ -31,8 +31,11 @@ export function reusable(t: ort.Tensor): ort.Tensor {
  * batch at a long context has tens of thousands of them per step.
  */
 export function int64Tensor(values: ArrayLike<number>, dims: readonly number[]): ort.Tensor {
-  const data = new BigInt64Array(values.length);
-  const halves = new Int32Array(data.buffer);
+  // The buffer first: reading `.buffer` of a new typed array makes JavaScriptCore give it an
+  // ArrayBuffer object after the fact, the slower way round.
+  const buffer = new ArrayBuffer(values.length * 8);
+  const data = new BigInt64Array(buffer);
+  const halves = new Int32Array(buffer);
   // One loop per kind of source: a single loop fed masks (Uint8Array) and ids (arrays) in turn
   // left JavaScriptCore's optimised code bailing out on every call (its element loads are
   // specialised to the kind of array they first saw).
