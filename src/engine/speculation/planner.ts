@@ -291,7 +291,12 @@ class RegimeChoice {
 
   /** Tries speculation at once (its drafts look good), unless one was tried lately. */
   trialSoon(): void {
-    if (this.trial === 0 && this.preferred === "plain" && this.sinceTrial >= FIRST_PROBE) this.untilTrial = 1;
+    if (this.mayTrialSoon) this.untilTrial = 1;
+  }
+
+  /** Whether trialSoon would bring a trial forward now. */
+  get mayTrialSoon(): boolean {
+    return this.trial === 0 && this.preferred === "plain" && this.sinceTrial >= FIRST_PROBE;
   }
 
   /**
@@ -482,7 +487,9 @@ export class SpeculationPlanner {
     this.observeDraft(spec, match, 1, hit ? 1 : 0, !hit);
     const regime = this.regime(rows);
     regime.shadow.observe(hit ? 1 : 0, hit ? 0 : 1);
-    if (++regime.shadowSeen >= 8 && this.predictedGain(rows, regime) > EARLY_TRIAL_GAIN) regime.trialSoon();
+    // The prediction sorts recent costs: worked out once per plain round that checks drafts (they
+    // come SHADOW_ROWS at a time), and only where it could bring a trial forward.
+    if (++regime.shadowSeen >= 8 && regime.shadowSeen % SHADOW_ROWS === 0 && regime.mayTrialSoon && this.predictedGain(rows, regime) > EARLY_TRIAL_GAIN) regime.trialSoon();
   }
 
   /** The work of a round outside the run and the tokens: measured between rounds. */
