@@ -184,10 +184,15 @@ async function main(): Promise<void> {
       tokens: TOKENS,
     });
     const tjs = (threads: number): RunnerSpec => ({ kind: "transformers", root: join(ROOT, "serve-q4"), dir: "m", promptIds, threads, tokens: TOKENS, dtype: "q4" });
+    // The model worker's own code in a process of its own, as transformers.js runs: what the HTTP
+    // thread and the client cost on this machine's cores.
+    const engine = (which: "fp32" | "q4"): RunnerSpec => ({ kind: "engine", dir: dirs[which], id: `bench/hf-50m-${which}`, prompt: PROMPT, eos, tokens: TOKENS });
     const runners: [string, RunnerProcess][] = [];
     for (const [name, spec] of [
       ["sluice q4 (HTTP)", http("q4")],
       ["sluice fp32 (HTTP)", http("fp32")],
+      ["sluice q4, engine in-process", engine("q4")],
+      ["sluice fp32, engine in-process", engine("fp32")],
       ["transformers.js q4", tjs(0)],
       ["transformers.js q4, 1 thread", tjs(1)],
     ] as [string, RunnerSpec][]) runners.push([name, await RunnerProcess.start(spec)]);
@@ -202,9 +207,10 @@ async function main(): Promise<void> {
     await baseRunner.close();
     const tps = (name: string) => median(results[name]!.map((m) => m.tokPerS));
     const tj = Math.max(tps("transformers.js q4"), tps("transformers.js q4, 1 thread"));
-    const fp32 = tps("sluice fp32 (HTTP)");
+    // Like for like: the in-process engine against its own fp32 run, the rest against fp32 through HTTP.
+    const fp32 = (name: string) => tps(name.includes("in-process") ? "sluice fp32, engine in-process" : "sluice fp32 (HTTP)");
     for (const [name] of runners) {
-      speed.push([name, tps(name).toFixed(1), median(results[name]!.map((m) => m.ttftMs)).toFixed(1), `${(tps(name) / fp32).toFixed(2)}×`, `${(tps(name) / tj).toFixed(2)}×`]);
+      speed.push([name, tps(name).toFixed(1), median(results[name]!.map((m) => m.ttftMs)).toFixed(1), `${(tps(name) / fp32(name)).toFixed(2)}×`, `${(tps(name) / tj).toFixed(2)}×`]);
     }
     const baseline = rssMb(servers.base.pid);
     const resident = { fp32: rssMb(servers.fp32.pid) - baseline, q4: rssMb(servers.q4.pid) - baseline };
@@ -244,7 +250,9 @@ async function main(): Promise<void> {
       `Single stream, greedy, ${TOKENS} generated tokens (EOS banned), ${RUNS} timed runs each after 2 untimed ones, interleaved, medians. ` +
       `Each Sluice model is served by a server process of its own and measured through its HTTP API with the openai client (streaming); ` +
       `transformers.js 4.3.1 loads the same q4 directory with \`dtype: "q4"\` (onnx/model_q4.onnx) and runs generate() on the same prompt ids, in a process of its own, ` +
-      `with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two:\n\n${speedTable}\n\n` +
+      `with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
+      `The in-process rows drive the model worker's own code (scheduler, KV cache, sampler, detokeniser) in a process of its own, as transformers.js runs, ` +
+      `without the HTTP thread and the client (compared with the in-process fp32 run): on two cores those share the cores with ONNX Runtime's two threads:\n\n${speedTable}\n\n` +
       `Resident memory: each server's RSS after its runs, minus that of a server started the same way with the 1-layer model of the same tokenizer after one such request ` +
       `(what is not the model: Bun, ONNX Runtime's libraries, the model worker, the tokenizer; the 1-layer model's own 4 MiB of weights are left in the baseline). ` +
       `ONNX files: the graph and its external data:\n\n${memoryTable}\n\n` +
