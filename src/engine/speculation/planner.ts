@@ -186,9 +186,9 @@ const MAX_PROBE_INTERVAL = 4096;
 const MARGIN = 0.1;
 /**
  * A trial of speculation that is this much slower than plain steps after EARLY_LOOK rounds ends
- * there, and the next comes twice as late again: in a full batch every trial round costs (a run
- * over 16 rows of stories260K verifying drafts took 1.5× a plain step's time per token), and the
- * doubling intervals alone left some 6% of a 2,600-round run speculating.
+ * there, lost like any other (the next one comes twice as late): in a full batch every trial
+ * round costs (a run over 16 rows of stories260K verifying drafts took 1.5× a plain step's time
+ * per token), and the doubling intervals alone left some 6% of a 2,600-round run speculating.
  */
 const CLEAR_LOSS = 0.3;
 const EARLY_LOOK = 3 * SETTLE;
@@ -255,9 +255,10 @@ class RegimeChoice {
       const kept = this.msPerToken.plain;
       if (regime === "speculate" && kept !== null && this.window.length === EARLY_LOOK && this.windowMsPerToken() > kept * (1 + CLEAR_LOSS)) {
         // Clearly slower already: the rest of the trial would only cost.
-        this.msPerToken.speculate = this.windowMsPerToken();
-        this.trial = 0;
-      } else if (--this.trial > 0) return;
+        this.endTrialLost();
+        return;
+      }
+      if (--this.trial > 0) return;
       this.window = [];
       this.decide();
       return;
@@ -278,15 +279,15 @@ class RegimeChoice {
    * graph), so the rest of the trial would measure nothing but that.
    */
   giveUpTrial(): void {
-    if (this.trial === 0 || this.preferred !== "plain" || this.window.length < SETTLE) return;
+    if (this.trial > 0 && this.preferred === "plain" && this.window.length >= SETTLE) this.endTrialLost();
+  }
+
+  /** Ends the running trial of speculation before its time, as measured so far and lost. */
+  private endTrialLost(): void {
     this.msPerToken.speculate = this.windowMsPerToken();
     this.trial = 0;
     this.window = [];
-    this.decided = true;
-    this.sinceTrial = 0;
-    this.confirming = false;
-    this.interval = Math.min(this.interval * 2, MAX_PROBE_INTERVAL);
-    this.untilTrial = this.interval;
+    this.decide(true);
   }
 
   /** Tries speculation at once (its drafts look good), unless one was tried lately. */
@@ -301,14 +302,14 @@ class RegimeChoice {
 
   /**
    * After a trial: keep the faster regime (speculation only when faster by MARGIN); try the other
-   * again later, later still if it lost again.
+   * again later, later still if it lost again. `lost`: a trial ended early, lost whatever it measured.
    */
-  private decide(): void {
+  private decide(lost = false): void {
     const other: Regime = this.preferred === "plain" ? "speculate" : "plain";
     const [kept, tried] = [this.msPerToken[this.preferred], this.msPerToken[other]];
     this.decided = true;
     this.sinceTrial = 0;
-    const wins = tried !== null && (kept === null || (other === "speculate" ? tried < kept * (1 - MARGIN) : tried <= kept));
+    const wins = !lost && tried !== null && (kept === null || (other === "speculate" ? tried < kept * (1 - MARGIN) : tried <= kept));
     if (wins && other === "speculate" && !this.confirming) {
       // One window is noisy: speculation is tried again shortly, and must win that trial too.
       this.confirming = true;
