@@ -253,7 +253,8 @@ class RegimeChoice {
     }
     if (this.trial > 0) {
       const kept = this.msPerToken.plain;
-      if (regime === "speculate" && kept !== null && this.window.length === EARLY_LOOK && this.windowMsPerToken() > kept * (1 + CLEAR_LOSS)) {
+      const early = regime === "speculate" && kept !== null && this.window.length === EARLY_LOOK;
+      if (early && this.windowMsPerToken() > kept * (1 + CLEAR_LOSS)) {
         // Clearly slower already: the rest of the trial would only cost.
         this.endTrialLost();
         return;
@@ -490,7 +491,8 @@ export class SpeculationPlanner {
     regime.shadow.observe(hit ? 1 : 0, hit ? 0 : 1);
     // The prediction sorts recent costs: worked out once per plain round that checks drafts (they
     // come SHADOW_ROWS at a time), and only where it could bring a trial forward.
-    if (++regime.shadowSeen >= 8 && regime.shadowSeen % SHADOW_ROWS === 0 && regime.mayTrialSoon && this.predictedGain(rows, regime) > EARLY_TRIAL_GAIN) regime.trialSoon();
+    const due = ++regime.shadowSeen >= 8 && regime.shadowSeen % SHADOW_ROWS === 0 && regime.mayTrialSoon;
+    if (due && this.predictedGain(rows, regime) > EARLY_TRIAL_GAIN) regime.trialSoon();
   }
 
   /** The work of a round outside the run and the tokens: measured between rounds. */
