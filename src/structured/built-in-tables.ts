@@ -21,7 +21,7 @@ import { inSharedMemory, type TokenVocabulary } from "./token-bytes.ts";
  * Bytes of built-in tables kept per model at most (parts past it are not kept; json_object's
  * take about 2.5 MB on Qwen3's vocabulary, the rest a few hundred kilobytes).
  */
-export const BUILT_IN_TABLES_LIMIT = 32 * 1024 * 1024;
+const BUILT_IN_TABLES_LIMIT = 32 * 1024 * 1024;
 
 /**
  * Search items between two yields (a few milliseconds): one search of json_object's waits on
@@ -94,7 +94,7 @@ export function* builtInSearches(vocab: TokenVocabulary, done: (part: BuiltInPar
   }
 }
 
-/** Computes the built-in tables now, in this thread, and adopts them (tests, benchmarks, in-process engines). */
+/** Computes the built-in tables now, in this thread, and adopts them (tests and benchmarks). */
 export function prepareBuiltInTables(vocab: TokenVocabulary): BuiltInPart[] {
   const parts: BuiltInPart[] = [];
   for (const _ of builtInSearches(vocab, (p) => (adoptRuleTables(vocab, p.tables), parts.push(p))));

@@ -38,9 +38,10 @@ export class GrammarError extends Error {}
 const fingerprints = new WeakMap<Grammar, number>();
 
 /**
- * A hash of a grammar's tables: caches kept by content key across grammar objects (a grammar
- * compiled again for each request, see content-chains.ts) check it too, so that two grammars
- * of one key are never taken for each other should they ever differ.
+ * A cheap hash of a grammar's tables (its state count, start and a sample of its transitions):
+ * caches kept by content key across grammar objects (a grammar compiled again for each request,
+ * see content-chains.ts) check it too, a guard against two grammars of one key that differ (say,
+ * compiled under other options), not a proof that two grammars are the same.
  */
 export function grammarFingerprint(g: Grammar): number {
   let h = fingerprints.get(g);

@@ -16,7 +16,7 @@ export {
   type VocabularyOptions,
 } from "./token-bytes.ts";
 export { adoptCompletionTables, completionTablesBytes, prepareCompletionFacts, type CompletionTables } from "./completion-budget.ts";
-export { BUILT_IN_TABLES_LIMIT, builtInSearches, prepareBuiltInTables, type BuiltInPart } from "./built-in-tables.ts";
+export { builtInSearches, prepareBuiltInTables, type BuiltInPart } from "./built-in-tables.ts";
 export { adoptRuleTables, ruleTablesBytes, type RuleTables } from "./rule-tables.ts";
 export { responseFormatGrammar } from "./response-format.ts";
 export {

@@ -84,7 +84,6 @@ interface RuleTableRegistry {
   readonly version: number;
   readonly byKey: ReadonlyMap<string, readonly RuleTable[]>;
   readonly shapes: ReadonlySet<string>;
-  readonly bytes: number;
 }
 
 const registries = new WeakMap<TokenVocabulary, RuleTableRegistry>();
@@ -107,7 +106,6 @@ export function adoptRuleTables(vocab: TokenVocabulary, tables: RuleTables): voi
     version: (old?.version ?? 0) + 1,
     byKey,
     shapes: new Set([...(old?.shapes ?? []), ...tables.shapes]),
-    bytes: (old?.bytes ?? 0) + ruleTablesBytes(tables),
   });
 }
 
