@@ -7,14 +7,17 @@
 //   3. the resident memory of each served model (server RSS minus a server with no model) and
 //      the bytes of its ONNX files;
 //   4. stories260K (as an HF checkpoint): teacher-forced top-1 agreement of q4 with fp32 over
-//      llama2.c's reference story (reported only: 260K parameters are too few for 4 bits).
+//      llama2.c's reference story (reported only: 260K parameters are too few for 4 bits);
+//   5. where a q4 token's time goes: the q4 graph's MatMulNBits nodes alone against the engine's
+//      time per token in process.
 //
 //   bun bench/hf-import.ts [--tokens 128] [--runs 9] [--quick]
-import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import * as ort from "onnxruntime-node";
+import { onnx } from "onnx-proto";
 import { renderChatPrompt } from "../src/engine/text/chat-template.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import { modelFileBytes } from "../src/engine/runtime/decoder.ts";
@@ -25,6 +28,7 @@ import { writeStoriesHfCheckpoint } from "../test/modelkit/hf-fixtures.ts";
 import { greedy } from "../test/modelkit/greedy.ts";
 import type { Measure } from "./in-process-engine.ts";
 import { machine, median, table, writeSection } from "./report.ts";
+import { weightFloor } from "./weight-floor.ts";
 import { RunnerProcess, type RunnerSpec } from "./runner-process.ts";
 import { startServerProcess, type ServerProcess } from "./server-process.ts";
 
@@ -53,6 +57,47 @@ async function checkpoint50m(): Promise<string> {
   writeHfCheckpoint(hf, { config: info.config, weights: randomWeights(info.config, 1), dtype: "BF16", shards: 2, copyFrom: { dir: info.dir, files: TOKENIZER_FILES } });
   rmSync(synthetic, { recursive: true, force: true });
   return hf;
+}
+
+/**
+ * Milliseconds of one run of the q4 graph's MatMulNBits nodes alone (same weights, same
+ * attributes, each fed a row of its K; ONNX Runtime's default threads; median of 300 after 50):
+ * the 4-bit products' share of a decode step, with everything else in the graph taken away.
+ */
+async function matMulNBitsOnlyMs(onnxPath: string): Promise<{ ms: number; nodes: number; bytes: number }> {
+  const m = onnx.ModelProto.decode(readFileSync(onnxPath));
+  const g = m.graph!;
+  const nb = g.node!.filter((n) => n.opType === "MatMulNBits");
+  const attr = (n: onnx.INodeProto, k: string) => Number(n.attribute!.find((a) => a.name === k)!.i);
+  const ks = [...new Set(nb.map((n) => attr(n, "K")))];
+  const used = new Set(nb.flatMap((n) => n.input!.slice(1)));
+  const info = (name: string, dims: number[]) => onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: onnx.TensorProto.DataType.FLOAT, shape: { dim: dims.map((d) => ({ dimValue: d })) } } } });
+  const graph = onnx.GraphProto.create({
+    name: "matmulnbits_only",
+    node: nb.map((n, i) => onnx.NodeProto.create({ ...n, input: [`x${attr(n, "K")}`, ...n.input!.slice(1)], output: [`y${i}`] })),
+    initializer: g.initializer!.filter((t) => used.has(t.name!)),
+    input: ks.map((k) => info(`x${k}`, [1, 1, k])),
+    output: nb.map((n, i) => info(`y${i}`, [1, 1, attr(n, "N")])),
+  });
+  // Next to the original: its initializers point at the same external data file.
+  const path = `${onnxPath}.matmulnbits-only.onnx`;
+  writeFileSync(path, onnx.ModelProto.encode(onnx.ModelProto.create({ ...m, graph })).finish());
+  try {
+    const session = await ort.InferenceSession.create(path, { graphOptimizationLevel: "all", interOpNumThreads: 1 });
+    const feeds = Object.fromEntries(ks.map((k) => [`x${k}`, new ort.Tensor("float32", new Float32Array(k).fill(0.1), [1, 1, k])]));
+    for (let i = 0; i < 50; i++) await session.run(feeds);
+    const times: number[] = [];
+    for (let i = 0; i < 300; i++) {
+      const t = performance.now();
+      await session.run(feeds);
+      times.push(performance.now() - t);
+    }
+    await session.release();
+    const bytes = graph.initializer!.reduce((n, t) => n + Number(t.externalData?.find((e) => e.key === "length")?.value ?? t.rawData?.length ?? 0), 0);
+    return { ms: median(times), nodes: nb.length, bytes };
+  } finally {
+    rmSync(path, { force: true });
+  }
 }
 
 interface ImportRun {
@@ -169,6 +214,7 @@ async function main(): Promise<void> {
     q4: await startServerProcess(join(ROOT, "serve-q4")),
   };
   const speed: (string | number)[][] = [];
+  let q4InProcess = Number.NaN;
   const memory: (string | number)[][] = [];
   try {
     const tok = TextTokenizer.load(dirs.q4);
@@ -206,6 +252,7 @@ async function main(): Promise<void> {
     await baseRunner.run();
     await baseRunner.close();
     const tps = (name: string) => median(results[name]!.map((m) => m.tokPerS));
+    q4InProcess = tps("sluice q4, engine in-process");
     const tj = Math.max(tps("transformers.js q4"), tps("transformers.js q4, 1 thread"));
     // Like for like: the in-process engine against its own fp32 run, the rest against fp32 through HTTP.
     const fp32 = (name: string) => tps(name.includes("in-process") ? "sluice fp32, engine in-process" : "sluice fp32 (HTTP)");
@@ -233,6 +280,20 @@ async function main(): Promise<void> {
   console.log(speedTable);
   console.log(memoryTable);
 
+  // 5. The 4-bit products alone, against the engine's time per token in process (from 2).
+  const nbits = await matMulNBitsOnlyMs(join(dirs.q4, "onnx", "model_q4.onnx"));
+  const floor = await weightFloor(nbits.bytes);
+  const perToken = 1000 / q4InProcess;
+  const shareText =
+    `Where a q4 token's time goes: the q4 graph's ${nbits.nodes} MatMulNBits nodes alone (the same weights and attributes, each fed one row; ` +
+    `ONNX Runtime's default threads, median of 300 runs) take ${nbits.ms.toFixed(2)} ms, ${((100 * nbits.ms) / perToken).toFixed(0)}% of the engine's ` +
+    `${perToken.toFixed(2)} ms per token in process above: ${(nbits.bytes / 2 ** 20).toFixed(1)} MiB of 4-bit weights, scales and zero points at ` +
+    `${(nbits.bytes / (nbits.ms / 1000) / 1e9).toFixed(1)} GB/s, where ONNX Runtime's float32 product over as many bytes of weights ` +
+    `(bench/weight-floor.ts) takes ${floor.ms.toFixed(2)} ms (${(floor.bytesPerSecond / 1e9).toFixed(1)} GB/s): ` +
+    `the kernel (int8 activations, accuracy_level 4) is bound by its arithmetic at one row. The rest is the graph's other nodes (attention, norms, rotary), ` +
+    `the engine's work between runs and the sampling.`;
+  console.log(shareText);
+
   // 4. stories260K.
   const agree = await storiesAgreement();
   const agreeTable = agree ? table(["teacher-forced over llama2.c's reference story (256 positions)", "same top-1 as fp32", "agreement"], agree) : null;
@@ -259,8 +320,9 @@ async function main(): Promise<void> {
       (agreeTable
         ? `stories260K written as an HF checkpoint and imported in fp32 and q4: both read llama2.c's reference story (fp32's greedy story from BOS) in one pass, ` +
           `and the table counts the positions where q4's most likely next token is fp32's. No target: a 260K-parameter model (hidden 64) is far too small for 4-bit ` +
-          `weights, whose rounding error is a large share of each of its few weights; the numbers only show how far 4 bits move so small a model:\n\n${agreeTable}\n`
-        : ""),
+          `weights, whose rounding error is a large share of each of its few weights; the numbers only show how far 4 bits move so small a model:\n\n${agreeTable}\n\n`
+        : "") +
+      `${shareText}\n`,
   );
 }
 
