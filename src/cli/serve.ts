@@ -7,6 +7,7 @@ import { UsageError, type Command, type CommandArgs } from "./framework.ts";
 import { ENGINE_OPTIONS, parseEngineOptions } from "./engine-options.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 import { parseResidencyOptions, RESIDENCY_OPTIONS } from "./residency-options.ts";
+import { POST_INTERVAL_MS } from "../engine/worker/round-batcher.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
@@ -72,6 +73,7 @@ export const serveCommand: Command = {
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of the memory budget, 256 MiB to 8 GiB, at most what 64 sequences at the model's full context use)", default: "0" },
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 503 (0: 64; per model: sluice.json's max_queue)", default: "0" },
     { name: "warmup-ms", type: "string", help: "Per model preloaded or loaded by an operator (not on demand: a request waits), run synthetic requests through the decoding code for up to this long so the first requests get full speed (0: none; default SLUICE_WARMUP_MS, else 2000)" },
+    { name: "stream-interval-ms", type: "string", help: "A stream's tokens made within this long of the last chunk wait and go out together in one chunk (the first token and the end never wait; 0: a chunk per round of the model)", default: String(POST_INTERVAL_MS) },
     { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, verified by the model; the output is unchanged) or off", default: "ngram" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
@@ -134,6 +136,7 @@ export const serveCommand: Command = {
       maxQueue: count("max-queue"),
       ...residency,
       speculate,
+      streamIntervalMs: count("stream-interval-ms"),
       warmupMs: typeof args.values["warmup-ms"] === "string" ? count("warmup-ms") : process.env.SLUICE_WARMUP_MS === undefined ? DEFAULT_WARMUP_MS : undefined,
       ...engineOptions,
       // Where `sluice doctor` finds crash loops (it has no connection to this process).

@@ -55,6 +55,8 @@ export interface EngineOptions {
   maxQueue?: number;
   /** Speculative decoding (absent: "ngram"). */
   speculate?: SpeculateMode;
+  /** How long a stream's tokens may wait to go out together, ms (absent: the default). */
+  streamIntervalMs?: number;
   /** Warm-up per model at load, ms (absent: SLUICE_WARMUP_MS, else none). */
   warmupMs?: number;
   /** Worker entry; overridable so the compiled binary can point at its embedded copy. */
@@ -82,22 +84,23 @@ export interface EngineOptions {
   scheduling?: QueueOrder;
 }
 
-/** An async queue of events fed by worker messages and drained by the API. */
-class EventChannel implements AsyncIterable<GenerationEvent> {
+/** An async queue of events fed by worker messages and drained by the API, a batch at a time. */
+class EventChannel implements AsyncIterable<GenerationEvent[]> {
   private buffer: GenerationEvent[] = [];
-  private waiting: ((r: IteratorResult<GenerationEvent>) => void) | null = null;
+  private waiting: ((r: IteratorResult<GenerationEvent[]>) => void) | null = null;
   private failed: ((e: Error) => void) | null = null;
+  private wakeQueued = false;
   private ended = false;
   private error: Error | null = null;
 
   push(events: GenerationEvent[]) {
     if (this.ended) return;
-    for (const e of events) {
-      if (this.waiting) {
-        const w = this.waiting;
-        this.waiting = this.failed = null;
-        w({ value: e, done: false });
-      } else this.buffer.push(e);
+    for (const e of events) this.buffer.push(e);
+    // A waiting reader is woken once the message that brought these has been handled, so that
+    // the message's later rounds join the same batch.
+    if (this.waiting && !this.wakeQueued && this.buffer.length > 0) {
+      this.wakeQueued = true;
+      queueMicrotask(this.wake);
     }
   }
 
@@ -105,20 +108,34 @@ class EventChannel implements AsyncIterable<GenerationEvent> {
     if (this.ended) return;
     this.ended = true;
     this.error = error ?? null;
-    if (this.waiting) {
-      const w = this.waiting;
-      const f = this.failed!;
-      this.waiting = this.failed = null;
-      if (this.error) f(this.error);
-      else w({ value: undefined, done: true });
-    }
+    if (!this.waiting) return;
+    // Events not yet handed over go first; the reader learns of the end on its next call.
+    if (this.buffer.length > 0) return this.wake();
+    const w = this.waiting;
+    const f = this.failed!;
+    this.waiting = this.failed = null;
+    if (this.error) f(this.error);
+    else w({ value: undefined, done: true });
   }
 
-  [Symbol.asyncIterator](): AsyncIterator<GenerationEvent> {
+  private readonly wake = () => {
+    this.wakeQueued = false;
+    const w = this.waiting;
+    if (!w || this.buffer.length === 0) return;
+    this.waiting = this.failed = null;
+    w({ value: this.take(), done: false });
+  };
+
+  private take(): GenerationEvent[] {
+    const events = this.buffer;
+    this.buffer = [];
+    return events;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<GenerationEvent[]> {
     return {
       next: () => {
-        const e = this.buffer.shift();
-        if (e) return Promise.resolve({ value: e, done: false });
+        if (this.buffer.length > 0) return Promise.resolve({ value: this.take(), done: false });
         if (this.ended) return this.error ? Promise.reject(this.error) : Promise.resolve({ value: undefined, done: true });
         return new Promise((resolve, reject) => {
           this.waiting = resolve;
@@ -630,6 +647,7 @@ export class WorkerEngine implements Engine {
         keyQueueShare: opts.accountQueueShare,
         queueOrder: opts.scheduling,
         speculate: opts.speculate,
+        streamIntervalMs: opts.streamIntervalMs,
         warmupMs: opts.warmupMs ?? envNumber("SLUICE_WARMUP_MS"),
         compileLimits: this.compileLimits,
         grammarCacheBytes: opts.grammarCacheBytes ?? DEFAULT_GRAMMAR_CACHE_BYTES,

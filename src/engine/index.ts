@@ -31,6 +31,8 @@ export interface CreateEngineOptions {
   scheduling?: QueueOrder;
   /** Speculative decoding (absent: "ngram"). */
   speculate?: SpeculateMode;
+  /** How long a stream's tokens may wait to go out together, ms (absent: the default, 10). */
+  streamIntervalMs?: number;
   /** Warm-up per model at load, ms (absent: SLUICE_WARMUP_MS, else none). */
   warmupMs?: number;
   /** What compiling one request's schemas may cost (serve --max-schema-*). */
@@ -73,6 +75,7 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     kvBudgetBytes: opts.kvBudgetBytes,
     maxQueue: opts.maxQueue,
     speculate: opts.speculate,
+    streamIntervalMs: opts.streamIntervalMs,
     warmupMs: opts.warmupMs,
     workerUrl: packagedWorkerUrl(),
     memoryBudgetBytes,

@@ -133,8 +133,13 @@ export type GenerationEvent =
 
 export interface Generation {
   promptTokens: number;
-  /** Ends after one `finish` event per choice. Aborting the request's signal ends it early. */
-  events: AsyncIterable<GenerationEvent>;
+  /**
+   * The events in the batches they arrive in: each step of the iteration gives every event that
+   * has come since the last (at least one), so a reader that falls behind catches up in one step
+   * rather than one per token. Ends after one `finish` event per choice. Aborting the request's
+   * signal ends it early.
+   */
+  events: AsyncIterable<GenerationEvent[]>;
 }
 
 export interface EngineModel {

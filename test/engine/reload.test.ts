@@ -27,7 +27,7 @@ async function drain(g: Generation): Promise<{ finish: string | null; error: str
   let finish: string | null = null;
   let tokens = 0;
   try {
-    for await (const e of g.events) if (e.type === "finish") [finish, tokens] = [e.reason, e.completionTokens];
+    for await (const batch of g.events) for (const e of batch) if (e.type === "finish") [finish, tokens] = [e.reason, e.completionTokens];
     return { finish, error: null, tokens };
   } catch (e) {
     return { finish, error: (e as Error).message, tokens };

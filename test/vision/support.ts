@@ -9,7 +9,7 @@ import { chatRequest } from "../helpers/engine-request.ts";
 export async function engineGreedy(engine: Engine, modelId: string, content: ContentPart[], maxTokens: number): Promise<{ text: string; promptTokens: number }> {
   const g = await engine.start(chatRequest(modelId, content, maxTokens));
   let text = "";
-  for await (const e of g.events) if (e.type === "content") text += e.text;
+  for await (const batch of g.events) for (const e of batch) if (e.type === "content") text += e.text;
   return { text, promptTokens: g.promptTokens };
 }
 

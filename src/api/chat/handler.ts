@@ -1,6 +1,13 @@
 // POST /v1/chat/completions: authenticate, validate, hand to the engine, answer whole or as SSE,
 // and record usage however the request ends.
-import { EngineBusyError, EngineRequestError, EngineUnavailableError, type Engine, type Generation } from "../../engine/types.ts";
+import {
+  EngineBusyError,
+  EngineRequestError,
+  EngineUnavailableError,
+  type Engine,
+  type Generation,
+  type GenerationEvent,
+} from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
 import type { ApiKeyInfo, CatalogModel, Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
@@ -19,7 +26,7 @@ import { ImageInputError } from "../../vision/errors.ts";
 import { imagePolicy } from "../../vision/policy.ts";
 import { resolveImageParts } from "../../vision/resolve.ts";
 import { planChat, type ChatPlan } from "./request.ts";
-import { ChoiceAccumulator, chunkChoice, type CompletionMeta } from "./response.ts";
+import { ChoiceAccumulator, chunkChoice, coalesceEvents, type CompletionMeta } from "./response.ts";
 import { HOP_HEADER, type ChatForwarding, type ForwardOutcome, type HopIdentity, type NodeTarget } from "./forwarding.ts";
 import { scopeIds } from "../limits/guard.ts";
 import { eventually } from "../eventually.ts";
@@ -221,7 +228,7 @@ async function admitAndRun(
 
   if (!plan.stream) {
     try {
-      for await (const e of generation.events) acc.add(e);
+      for await (const batch of generation.events) for (const e of batch) acc.add(e);
     } catch (e) {
       await record("error");
       throw generationFailure(e) ?? e;
@@ -257,7 +264,11 @@ function streamResponse(
     service_tier: "default",
   };
   const usageField = plan.includeUsage ? { usage: null } : {};
-  let iterator: AsyncIterator<(typeof generation.events) extends AsyncIterable<infer E> ? E : never> | null = null;
+  // Every chunk is the head, one choice and the usage field, in that order: the head is written
+  // out once, and each chunk only adds its choice (the same bytes as stringifying the whole).
+  const chunkStart = `data: ${JSON.stringify({ ...head, choices: [] }).slice(0, -2)}`;
+  const chunkEnd = `]${plan.includeUsage ? ',"usage":null' : ""}}\n\n`;
+  let iterator: AsyncIterator<GenerationEvent[]> | null = null;
   let finished = false;
   /** Ends the generation early; drains it so the usage row carries the tokens made so far. */
   const stopEarly = (status: string) => {
@@ -266,7 +277,7 @@ function streamResponse(
     finished = true;
     void (async () => {
       try {
-        for (let next = await iterator!.next(); !next.done; next = await iterator!.next()) acc.add(next.value);
+        for (let next = await iterator!.next(); !next.done; next = await iterator!.next()) for (const e of next.value) acc.add(e);
       } catch {}
       await record(status);
     })();
@@ -298,31 +309,34 @@ function streamResponse(
     async pull(controller) {
       idle?.disarm();
       try {
-        let next = await iterator!.next();
-        let choice = next.done ? null : chunkChoice(next.value, plan.logprobs);
-        // Events without a chunk (the prompt's cache report) are only counted: the client waits for a chunk.
-        while (!next.done && choice === null) {
-          acc.add(next.value);
-          next = await iterator!.next();
-          choice = next.done ? null : chunkChoice(next.value, plan.logprobs);
-        }
-        if (next.done) {
-          if (clientSignal.aborted) {
+        // The events that have arrived go out in one write, each choice's text in one chunk.
+        // Events without a chunk (the prompt's cache report) are only counted: the client waits
+        // for a chunk.
+        let text = "";
+        while (text === "") {
+          const next = await iterator!.next();
+          if (next.done) {
+            if (clientSignal.aborted) {
+              finished = true;
+              await record("cancelled");
+              controller.close();
+              return;
+            }
+            const usage = plan.includeUsage ? `data: ${JSON.stringify({ ...head, choices: [], usage: acc.usage(generation.promptTokens) })}\n\n` : "";
+            // Committed before the last bytes leave, so a crash after [DONE] loses no usage row.
             finished = true;
-            await record("cancelled");
+            await record(abort.signal.aborted ? "interrupted" : "ok");
+            controller.enqueue(encoder.encode(`${usage}data: [DONE]\n\n`));
             controller.close();
             return;
           }
-          if (plan.includeUsage) controller.enqueue(sse({ ...head, choices: [], usage: acc.usage(generation.promptTokens) }));
-          // Committed before the last bytes leave, so a crash after [DONE] loses no usage row.
-          finished = true;
-          await record(abort.signal.aborted ? "interrupted" : "ok");
-          controller.enqueue(encoder.encode("data: [DONE]\n\n"));
-          controller.close();
-          return;
+          for (const e of coalesceEvents(next.value)) {
+            acc.add(e);
+            const choice = chunkChoice(e, plan.logprobs);
+            if (choice) text += `${chunkStart}${JSON.stringify(choice)}${chunkEnd}`;
+          }
         }
-        acc.add(next.value);
-        controller.enqueue(sse({ ...head, choices: [choice], ...usageField }));
+        controller.enqueue(encoder.encode(text));
         idle?.arm();
       } catch (e) {
         // The client went away while this chunk was made: a cancellation (billed for what was

@@ -3,7 +3,7 @@
 import type { GenerationEvent } from "../../engine/types.ts";
 
 export interface WatchedGeneration {
-  events: AsyncIterable<GenerationEvent>;
+  events: AsyncIterable<GenerationEvent[]>;
   /** True once the wall-time limit ended the generation. */
   timedOut(): boolean;
   /** Stops the timer (the request is over). */
@@ -11,7 +11,7 @@ export interface WatchedGeneration {
 }
 
 export function watchGeneration(
-  events: AsyncIterable<GenerationEvent>,
+  events: AsyncIterable<GenerationEvent[]>,
   opts: { maxMs: number; abort: AbortController; onFirstToken?: () => void },
 ): WatchedGeneration {
   let timedOut = false;
@@ -23,14 +23,14 @@ export function watchGeneration(
         }, opts.maxMs)
       : null;
   let first = true;
-  async function* relabel(): AsyncGenerator<GenerationEvent> {
-    for await (const e of events) {
-      if (first && e.type !== "finish" && e.type !== "prompt") {
+  async function* relabel(): AsyncGenerator<GenerationEvent[]> {
+    for await (const batch of events) {
+      if (first && batch.some((e) => e.type !== "finish" && e.type !== "prompt")) {
         first = false;
         opts.onFirstToken?.();
       }
       // The engine ends an aborted choice with "stop"; cut short by the time limit it is "length".
-      yield e.type === "finish" && timedOut && e.reason === "stop" ? { ...e, reason: "length" } : e;
+      yield timedOut ? batch.map((e) => (e.type === "finish" && e.reason === "stop" ? { ...e, reason: "length" as const } : e)) : batch;
     }
   }
   return {

@@ -81,6 +81,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
           worker: m.options.compileWorker,
           log: (level, msg, fields) => post({ type: "log", level, msg, fields }),
         });
+        if (m.options.streamIntervalMs !== undefined) rounds.intervalMs = m.options.streamIntervalMs;
         // The budget tables every grammar of the model shares, in the background from now on.
         if (runner.info.supportsStructuredOutput || runner.info.supportsTools) structures.prepareBuiltIns();
         scheduler = new Scheduler(runner, {
@@ -121,6 +122,9 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
       }
       try {
         const promptTokens = await scheduler.admit(m.rid, m.request, m.structureKey ?? null);
+        // What the other requests made before this one was queued reaches their clients before
+        // this one's first chunk does, as it would with no rounds held.
+        rounds.endRound(true);
         post({ type: "started", rid: m.rid, promptTokens });
       } catch (err) {
         post({ type: "rejected", rid: m.rid, error: rejectInfo(err) });

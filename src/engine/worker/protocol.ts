@@ -23,6 +23,8 @@ export interface WorkerOptions {
   queueOrder?: QueueOrder;
   /** Speculative decoding (absent: "ngram"). */
   speculate?: SpeculateMode;
+  /** How long a round's events may wait to go with the next round's (see round-batcher.ts); absent: the default. */
+  streamIntervalMs?: number;
   /** Wall time to warm the worker's code with synthetic requests at load (see warm-up.ts); 0 = none. */
   warmupMs?: number;
   /** What compiling one request's schemas may cost (see structured/compile-budget.ts). */

@@ -31,7 +31,10 @@ beforeAll(async () => {
   await syntheticModel(models.path, MODEL, { preset: "tiny-bytes", id: MODEL, variant: "fused", seed: 41 });
   // Per sequence of A: 512 bytes per position at capacity 224 (the class of a prompt of 13 to 44
   // tokens plus 180) = 112 KiB; room for exactly 8, so B needs one of them until A's wave ends.
-  server = await startTestServer({ modelsDir: models.path, engine: { kvBudgetBytes: 8 * 224 * 512, maxQueue: 128 } });
+  // Tokens go out within a millisecond of their round (--stream-interval-ms 1, not the default
+  // 10): a chunk holding many rounds' tokens arrives at one time, which blurs when each round
+  // happened (one run in three counted 20 rounds at 10 ms; 0 to 6 at 1 ms).
+  server = await startTestServer({ modelsDir: models.path, engine: { kvBudgetBytes: 8 * 224 * 512, maxQueue: 128, streamIntervalMs: 1 } });
   const accountB = await server.store.accounts.create("tenant-b");
   await server.store.billing.setPlan(accountB.id, "unlimited");
   const keyB = (await server.store.keys.create(accountB.id, null)).key;
@@ -49,11 +52,11 @@ afterAll(async () => {
 
 interface Flood {
   texts: string[];
-  /** Per stream, the times its content chunks arrived. */
+  /** Per stream, the times its tokens arrived (those of one chunk at the same time). */
   arrivals: number[][];
 }
 
-/** `arrivals`: when each content chunk came; `opened`: when the first chunk (the role, sent once the model queued the request) came. */
+/** `arrivals`: when each token came; `opened`: when the first chunk (the role, sent once the model queued the request) came. */
 async function stream(client: OpenAI, content: string, maxTokens: number, arrivals: number[], opened: number[] = []): Promise<string> {
   const s = await client.chat.completions.create({
     model: MODEL,
@@ -61,6 +64,8 @@ async function stream(client: OpenAI, content: string, maxTokens: number, arriva
     max_tokens: maxTokens,
     temperature: 0,
     stream: true,
+    // One logprob per token: a chunk may carry several tokens (those made within the stream interval).
+    logprobs: true,
     logit_bias: Object.fromEntries(eos.map((t) => [String(t), -100])),
   });
   let text = "";
@@ -68,7 +73,8 @@ async function stream(client: OpenAI, content: string, maxTokens: number, arriva
     if (opened.length === 0) opened.push(performance.now());
     const piece = chunk.choices[0]?.delta.content;
     if (!piece) continue;
-    arrivals.push(performance.now());
+    const now = performance.now();
+    for (const _ of chunk.choices[0]!.logprobs?.content ?? []) arrivals.push(now);
     text += piece;
   }
   return text;

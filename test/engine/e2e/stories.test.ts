@@ -55,9 +55,10 @@ describe.skipIf(!hasStories)("stories260K through the API", () => {
       // Prompts this short are not kept in the prefix cache: nothing is cached.
       expect(whole.usage).toEqual({ prompt_tokens: 5, completion_tokens: 100, total_tokens: 105, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 0 } });
 
-      const stream = await fx.client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+      const stream = await fx.client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true }, logprobs: true });
       let streamed = "";
       let chunks = 0;
+      let tokens = 0;
       let usage: OpenAI.CompletionUsage | undefined;
       let finish: string | null = null;
       for await (const chunk of stream) {
@@ -66,10 +67,17 @@ describe.skipIf(!hasStories)("stories260K through the API", () => {
         if (!c) continue;
         chunks++;
         streamed += c.delta.content ?? "";
+        // The tokens made within the stream interval share a chunk, each with its logprob.
+        const logprobs = c.logprobs?.content ?? [];
+        if (c.delta.content) expect(logprobs.length).toBeGreaterThan(0);
+        tokens += logprobs.length;
         if (c.finish_reason) finish = c.finish_reason;
       }
       expect(streamed).toBe(text);
-      expect(chunks).toBeGreaterThan(20);
+      // Streamed in pieces (the role chunk, the first token at once, the rest as it comes), one
+      // logprob per token in all.
+      expect(chunks).toBeGreaterThan(2);
+      expect(tokens).toBe(100);
       expect(finish).toBe("length");
       expect(usage).toEqual(whole.usage!);
     });

@@ -34,3 +34,28 @@ test("rounds within the interval wait for the next post; urgent ones and later o
   expect(posts).toHaveLength(3);
   expect(posts[2]!.map((m) => m.type)).toEqual(["events", "done"]);
 });
+
+test("the interval is the one the model was loaded with: 0 posts every round, a longer one holds more", () => {
+  let clock = 0;
+  const posts: RoundMessage[][] = [];
+  const b = new RoundBatcher((m) => posts.push(m), 10, () => clock);
+  b.add(events(1, "a"));
+  b.endRound(false);
+  for (const t of [1, 4, 9.9]) {
+    clock = t;
+    b.add(events(1, "x"));
+    b.endRound(false);
+  }
+  expect(posts).toHaveLength(1); // all within 10 ms of the first post
+  b.intervalMs = 0; // --stream-interval-ms 0
+  clock = 10;
+  b.endRound(false); // the held rounds go with the next round's end
+  expect(posts).toHaveLength(2);
+  expect(posts[1]!).toHaveLength(3);
+  for (const t of [10, 10, 10.1]) {
+    clock = t;
+    b.add(events(1, "y"));
+    b.endRound(false);
+  }
+  expect(posts).toHaveLength(5);
+});
