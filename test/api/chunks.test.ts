@@ -1,7 +1,8 @@
 // A stream's events that arrive together become one chunk per choice and kind: the text joined,
 // the logprobs kept one per token, each choice's order kept, nothing else merged.
 import { expect, test } from "bun:test";
-import { ChoiceAccumulator, coalesceEvents } from "../../src/api/chat/response.ts";
+import { ChoiceAccumulator } from "../../src/api/chat/response.ts";
+import { coalesceEvents } from "../../src/engine/events.ts";
 import type { GenerationEvent, TokenLogprob } from "../../src/engine/types.ts";
 
 const lp = (token: string): TokenLogprob => ({ token, logprob: -1, bytes: [...Buffer.from(token)], top_logprobs: [] });

@@ -124,38 +124,6 @@ export class ChoiceAccumulator {
   }
 }
 
-/**
- * The events of one batch with each choice's consecutive text joined: one content (or reasoning)
- * event per run of them, its logprobs those of all its tokens in order. A stream then sends one
- * chunk for the tokens that arrived together instead of one each, as vLLM does when a step makes
- * several; the client's parsing and the server's writing are per chunk. Each choice keeps its
- * events' order; the choices are independent streams, so one choice's events may pass another's.
- */
-export function coalesceEvents(events: GenerationEvent[]): GenerationEvent[] {
-  if (events.length < 2) return events;
-  const out: GenerationEvent[] = [];
-  /** Per choice index, the position in `out` of its last event. */
-  const last = new Map<number, number>();
-  for (const e of events) {
-    if (e.type === "prompt") {
-      out.push(e);
-      continue;
-    }
-    const at = last.get(e.index);
-    const prev = at === undefined ? undefined : out[at];
-    if (prev?.type === "content" && e.type === "content") {
-      const logprobs = prev.logprobs || e.logprobs ? [...(prev.logprobs ?? []), ...(e.logprobs ?? [])] : undefined;
-      out[at!] = { type: "content", index: e.index, text: prev.text + e.text, ...(logprobs ? { logprobs } : {}) };
-    } else if (prev?.type === "reasoning" && e.type === "reasoning") {
-      out[at!] = { type: "reasoning", index: e.index, text: prev.text + e.text };
-    } else {
-      last.set(e.index, out.length);
-      out.push(e);
-    }
-  }
-  return out;
-}
-
 /** The `choices[0]` of a chunk for one event, in OpenAI's streaming shape; null for events that make no chunk. */
 export function chunkChoice(e: GenerationEvent, logprobs: boolean) {
   if (e.type === "prompt") return null;

@@ -3,10 +3,11 @@
 // cost the HTTP thread about 160 µs of CPU and the openai client about 200 µs for a ~50M model
 // (scratch measurement), on the core the model's own second ONNX Runtime thread uses. So the
 // rounds that end within the stream interval of the last post are held and go with the next, in
-// one message, and the HTTP thread writes each choice's text that came together as one chunk
-// (see coalesceEvents). Urgent rounds go at once: a request's first token or its end, the
+// one message that holds each request's events once, its choices' text joined (see
+// coalesceEvents), and the HTTP thread writes what came together as one chunk per choice. Urgent rounds go at once: a request's first token or its end, the
 // scheduler going idle or about to read a prompt (see JobSink.endRound). A model slower than
 // the interval per token posts every token as it comes.
+import { coalesceEvents } from "../events.ts";
 import type { RoundMessage } from "./protocol.ts";
 
 /**
@@ -40,6 +41,32 @@ export class RoundBatcher {
     this.lastPost = now;
     const messages = this.pending;
     this.pending = [];
-    this.post(messages);
+    this.post(messages.length > 1 ? joinRounds(messages) : messages);
   }
+}
+
+/**
+ * Held rounds as one: each request's events in one message, where its first events were, their
+ * text joined; a request's end stays after all its events.
+ */
+export function joinRounds(messages: RoundMessage[]): RoundMessage[] {
+  const out: RoundMessage[] = [];
+  /** Per request, its events message in `out` (until it ends). */
+  const open = new Map<number, Extract<RoundMessage, { type: "events" }>>();
+  for (const m of messages) {
+    if (m.type === "done") {
+      open.delete(m.rid);
+      out.push(m);
+      continue;
+    }
+    const joined = open.get(m.rid);
+    if (joined) joined.events.push(...m.events);
+    else {
+      const copy = { type: "events" as const, rid: m.rid, events: [...m.events] };
+      open.set(m.rid, copy);
+      out.push(copy);
+    }
+  }
+  for (const m of out) if (m.type === "events") m.events = coalesceEvents(m.events);
+  return out;
 }

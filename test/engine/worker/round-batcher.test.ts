@@ -2,7 +2,7 @@
 // interval, in order, with nothing lost.
 import { expect, test } from "bun:test";
 import type { RoundMessage } from "../../../src/engine/worker/protocol.ts";
-import { RoundBatcher } from "../../../src/engine/worker/round-batcher.ts";
+import { joinRounds, RoundBatcher } from "../../../src/engine/worker/round-batcher.ts";
 
 const events = (rid: number, text: string): RoundMessage => ({ type: "events", rid, events: [{ type: "content", index: 0, text }] });
 
@@ -51,11 +51,33 @@ test("the interval is the one the model was loaded with: 0 posts every round, a 
   clock = 10;
   b.endRound(false); // the held rounds go with the next round's end
   expect(posts).toHaveLength(2);
-  expect(posts[1]!).toHaveLength(3);
+  // The three held rounds of the request as one message, their text joined.
+  expect(posts[1]!).toEqual([{ type: "events", rid: 1, events: [{ type: "content", index: 0, text: "xxx" }] }]);
   for (const t of [10, 10, 10.1]) {
     clock = t;
     b.add(events(1, "y"));
     b.endRound(false);
   }
   expect(posts).toHaveLength(5);
+});
+
+test("held rounds join per request: each request's events once, where they began, its end after them", () => {
+  const rounds: RoundMessage[] = [
+    events(1, "a"),
+    events(2, "p"),
+    events(1, "b"),
+    { type: "events", rid: 2, events: [{ type: "finish", index: 0, reason: "stop", completionTokens: 2, reasoningTokens: 0 }] },
+    { type: "done", rid: 2 },
+    events(1, "c"),
+    { type: "events", rid: 3, events: [{ type: "prompt", cachedTokens: 0 }] },
+    events(3, "x"),
+  ];
+  expect(joinRounds(rounds)).toEqual([
+    { type: "events", rid: 1, events: [{ type: "content", index: 0, text: "abc" }] },
+    { type: "events", rid: 2, events: [{ type: "content", index: 0, text: "p" }, { type: "finish", index: 0, reason: "stop", completionTokens: 2, reasoningTokens: 0 }] },
+    { type: "done", rid: 2 },
+    { type: "events", rid: 3, events: [{ type: "prompt", cachedTokens: 0 }, { type: "content", index: 0, text: "x" }] },
+  ]);
+  // The messages posted are new: the rounds given are left as they were.
+  expect(rounds[0]).toEqual(events(1, "a"));
 });

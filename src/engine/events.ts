@@ -1,0 +1,34 @@
+// Generation events joined for the trip to the client: what arrives together goes as one.
+import type { GenerationEvent } from "./types.ts";
+
+/**
+ * Events of one generation with each choice's consecutive text joined: one content (or reasoning)
+ * event per run of them, its logprobs those of all its tokens in order. The worker posts held
+ * rounds so, and a stream sends one chunk for the tokens that arrived together instead of one
+ * each, as vLLM does when a step makes several. Each choice keeps its events' order; the choices
+ * are independent streams, so one choice's events may pass another's.
+ */
+export function coalesceEvents(events: GenerationEvent[]): GenerationEvent[] {
+  if (events.length < 2) return events;
+  const out: GenerationEvent[] = [];
+  /** Per choice index, the position in `out` of its last event. */
+  const last = new Map<number, number>();
+  for (const e of events) {
+    if (e.type === "prompt") {
+      out.push(e);
+      continue;
+    }
+    const at = last.get(e.index);
+    const prev = at === undefined ? undefined : out[at];
+    if (prev?.type === "content" && e.type === "content") {
+      const logprobs = prev.logprobs || e.logprobs ? [...(prev.logprobs ?? []), ...(e.logprobs ?? [])] : undefined;
+      out[at!] = { type: "content", index: e.index, text: prev.text + e.text, ...(logprobs ? { logprobs } : {}) };
+    } else if (prev?.type === "reasoning" && e.type === "reasoning") {
+      out[at!] = { type: "reasoning", index: e.index, text: prev.text + e.text };
+    } else {
+      last.set(e.index, out.length);
+      out.push(e);
+    }
+  }
+  return out;
+}
