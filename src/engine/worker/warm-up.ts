@@ -18,7 +18,8 @@ import { DEFAULT_SAMPLING } from "../sampling/index.ts";
 import type { SamplingParams, SpeculateMode } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
-import { Scheduler } from "./scheduler.ts";
+import { RoundBatcher } from "./round-batcher.ts";
+import { Scheduler, type JobSink } from "./scheduler.ts";
 
 export interface WarmUpOptions {
   /** Wall time to spend, at most (a request under way is finished first). */
@@ -140,11 +141,19 @@ export async function warmUp(runner: ModelRunner, opts: WarmUpOptions): Promise<
   if (opts.budgetMs <= 0) return report;
   const maxTokens = opts.maxTokens ?? 20_000;
   const waiting = new Map<number, () => void>();
-  const sink = {
-    events: (_rid: number, events: { type: string; completionTokens?: number }[]) => {
-      for (const e of events) if (e.type === "finish") report.tokens += e.completionTokens ?? 0;
+  // The rounds go through the worker's own batching and joining of events too, to be posted to
+  // nobody.
+  const rounds = new RoundBatcher(() => {});
+  const sink: JobSink = {
+    events: (rid, events) => {
+      for (const e of events) if (e.type === "finish") report.tokens += e.completionTokens;
+      rounds.add({ type: "events", rid, events });
     },
-    done: (rid: number) => waiting.get(rid)?.(),
+    done: (rid) => {
+      rounds.add({ type: "done", rid });
+      waiting.get(rid)?.();
+    },
+    endRound: (urgent) => rounds.endRound(urgent),
   };
   // Both ways a round can run: plain decode steps, and (unless speculation is off) verification.
   const wrapBackend = (b: KvBackend) => new SkippingBackend(b);
