@@ -8,7 +8,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
 import { RunnerProcess } from "./runner-process.ts";
-import { streamChat, type StreamResult } from "./stream-chat.ts";
+import { streamChat, tpot, type StreamResult } from "./stream-chat.ts";
 import { startServerProcess, threadsCpu } from "./server-process.ts";
 import { machine, median, percentile, table, writeSection } from "./report.ts";
 
@@ -124,7 +124,8 @@ async function main() {
         if (n === 1) single = tps;
         const ttfts = results.map((r) => r.ttft);
         const gaps = results.flatMap((r) => r.gaps);
-        rows.push([model, n, tokens, tps.toFixed(1), (tps / single).toFixed(2) + "×", median(ttfts).toFixed(0), percentile(ttfts, 99).toFixed(0), median(gaps).toFixed(1), percentile(gaps, 99).toFixed(1)]);
+        const tpots = results.map(tpot);
+        rows.push([model, n, tokens, tps.toFixed(1), (tps / single).toFixed(2) + "×", median(ttfts).toFixed(0), percentile(ttfts, 99).toFixed(0), median(tpots).toFixed(1), percentile(tpots, 99).toFixed(1), median(gaps).toFixed(1), percentile(gaps, 99).toFixed(1)]);
         console.log(rows.at(-1)!.join("\t"));
         if (n === 16) speedup.push(`${model}: 16 streams give ${(tps / single).toFixed(2)}× the aggregate tokens/s of one`);
       }
@@ -164,8 +165,8 @@ async function main() {
     }
 
     // Decode time per token at short and long context (one stream, the synthetic model). One
-    // request of 32 tokens is too few gaps on a 2-core machine: the two contexts alternate for a
-    // few rounds (different prompts, so no prefix is reused) and the gaps of all rounds are pooled.
+    // request of 32 tokens is too short a measure on a 2-core machine: the two contexts alternate
+    // for a few rounds (different prompts, so no prefix is reused), a time per token each.
     const ctxRows: (string | number)[][] = [];
     const perToken: Record<number, number> = {};
     const pooled: Record<number, StreamResult[]> = { 100: [], 2000: [] };
@@ -175,9 +176,9 @@ async function main() {
     }
     for (const target of [100, 2000] as const) {
       const rs = pooled[target]!;
-      const gaps = rs.flatMap((r) => r.gaps);
-      perToken[target] = median(gaps);
-      ctxRows.push([median(rs.map((r) => r.promptTokens)), rs.length, median(gaps).toFixed(1), percentile(gaps, 99).toFixed(1), median(rs.map((r) => r.ttft)).toFixed(0)]);
+      const tpots = rs.map(tpot);
+      perToken[target] = median(tpots);
+      ctxRows.push([median(rs.map((r) => r.promptTokens)), rs.length, median(tpots).toFixed(1), percentile(tpots, 99).toFixed(1), median(rs.map((r) => r.ttft)).toFixed(0)]);
       console.log("context", ctxRows.at(-1)!.join("\t"));
     }
 
@@ -192,10 +193,10 @@ async function main() {
       `Written by \`bun bench/concurrency.ts\` on ${date}. Machine: ${machine()} (nproc ${navigator.hardwareConcurrency}). ` +
         `ONNX Runtime intra-op threads: ${threads || "chosen by the server (one for a model under 16 MiB of weights, as stories260K; ONNX Runtime's default for bench/50m)"}. The server in its own process (\`--account-queue-share 1\`: the benchmark's one account may fill a model's whole queue), through HTTP with the openai client, greedy, streamed; ` +
         `\`bench/50m\` is \`buildSyntheticModel(dir, {preset: "bench-50m", variant: "fused"})\` (random weights), ` +
-        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each model is warmed up first (stories260k: 16 rounds of 16 streams and 60 single requests, some 40,000 tokens, as JavaScriptCore keeps compiling the server's code that long; bench/50m: three rounds of 16 streams, eight single requests). Each level runs ${quick ? "1 round" : "9 rounds (1 stream), 5 (4 and 16) or 3 (64)"}: the median round's throughput, TTFT and ITL pooled over the rounds. Times in ms. ` +
+        `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each model is warmed up first (stories260k: 16 rounds of 16 streams and 60 single requests, some 40,000 tokens, as JavaScriptCore keeps compiling the server's code that long; bench/50m: three rounds of 16 streams, eight single requests). Each level runs ${quick ? "1 round" : "9 rounds (1 stream), 5 (4 and 16) or 3 (64)"}: the median round's throughput; TTFT, TPOT (time per output token after the first, per request: its stream's span over its tokens after the first) and the gaps between content chunks pooled over the rounds. A chunk holds the tokens the server made within its stream interval (\`serve --stream-interval-ms\`, 10 by default), so a fast model's gaps are about 10 ms and its TPOT much less. Times in ms. ` +
         `On a 2-core machine shared with other work these ratios move a lot from run to run; rerun before trusting one.`,
       "",
-      table(["model", "streams", "tokens per round", "aggregate tok/s (median round)", "vs 1 stream", "TTFT median", "TTFT p99", "ITL median", "ITL p99"], rows),
+      table(["model", "streams", "tokens per round", "aggregate tok/s (median round)", "vs 1 stream", "TTFT median", "TTFT p99", "TPOT median", "TPOT p99", "chunk gap median", "chunk gap p99"], rows),
       "",
       ...speedup.map((s) => `- ${s}.`),
       "",
@@ -211,9 +212,9 @@ async function main() {
       "",
       ...bounds.map((s) => `- ${s}.`),
       "",
-      `Decode time per token by context (bench/50m, one stream; ${CONTEXT_ROUNDS} alternating rounds, gaps pooled):`,
+      `Decode time per token by context (bench/50m, one stream; ${CONTEXT_ROUNDS} alternating rounds; TPOT per request):`,
       "",
-      table(["prompt tokens", "requests of 32 tokens", "ITL median", "ITL p99", "TTFT median"], ctxRows),
+      table(["prompt tokens", "requests of 32 tokens", "TPOT median", "TPOT p99", "TTFT median"], ctxRows),
       "",
       `- Per-token decode at context ~2,000 is ${(perToken[2000]! / perToken[100]!).toFixed(2)}× that at ~100 (target ≤ 1.5×).`,
       `- Shared ${first.promptTokens}-token prompt prefix: first request's TTFT ${first.ttft.toFixed(0)} ms, second's ${second.ttft.toFixed(0)} ms ` +

@@ -84,9 +84,7 @@ async function sluiceRun(client: OpenAI, spec: Extract<RunnerSpec, { kind: "http
   const prompt = spec.prompts ? spec.prompts[run % spec.prompts.length]! : spec.prompt;
   const r = await streamChat(client, spec.model, prompt, spec.tokens, { logitBias: Object.fromEntries(spec.eos.map((e) => [e, -100])) });
   if (r.tokens !== spec.tokens) throw new Error(`expected ${spec.tokens} tokens, got ${r.tokens}`);
-  // From the first content chunk to the last.
-  const span = r.gaps.reduce((a, g) => a + g, 0);
-  return { ttftMs: r.ttft, tokPerS: (spec.tokens - 1) / (span / 1000) };
+  return { ttftMs: r.ttft, tokPerS: (spec.tokens - 1) / (r.span / 1000) };
 }
 
 /** One greedy generate() of transformers.js on a freshly loaded model, as its users call it. */

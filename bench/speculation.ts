@@ -27,7 +27,7 @@ import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
 import { machine, median, table, writeSection } from "./report.ts";
 import { RunnerProcess } from "./runner-process.ts";
 import { startServerProcess, threadsCpu, type ServerProcess } from "./server-process.ts";
-import { streamChat } from "./stream-chat.ts";
+import { streamChat, tpot } from "./stream-chat.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
@@ -241,9 +241,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess, storiesModel:
 async function copyHeavy(on: ServerProcess, off: ServerProcess, task: CopyTask): Promise<void> {
   const runs = quick ? 2 : 7;
   const measure = async (s: ServerProcess) => {
-    const r = await streamChat(client(s), task.id, task.prompt, 400);
-    const span = r.gaps.reduce((a, g) => a + g, 0);
-    return (r.tokens - 1) / (span / 1000);
+    return 1000 / tpot(await streamChat(client(s), task.id, task.prompt, 400));
   };
   for (const s of [on, off]) await measure(s);
   const before = await settled(on, task.id);
@@ -341,15 +339,14 @@ async function warmStart(models: string): Promise<void> {
     let cpu0 = serverCpuUs(s.pid);
     for (let i = 0; made < total; i++) {
       const r = await streamChat(c, "stories260k", STORY_PROMPTS[i % STORY_PROMPTS.length]!, 128, { logitBias: { 1: -100, 2: -100 } });
-      const span = r.gaps.reduce((a, g) => a + g, 0);
       const cpu = serverCpuUs(s.pid);
       const into = made < 1000 ? first.cpu : made >= total - 6000 ? lateCpu.cpu : null;
       if (into) for (const g of THREAD_GROUPS) into[g] += cpu[g] - cpu0[g];
       if (made < 1000) {
         first.tokens += r.tokens - 1;
-        first.ms += span;
+        first.ms += r.span;
       } else if (made >= total - 6000) {
-        late.push((r.tokens - 1) / (span / 1000));
+        late.push(1000 / tpot(r));
         lateCpu.tokens += r.tokens;
       }
       cpu0 = cpu;

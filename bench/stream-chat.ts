@@ -6,8 +6,10 @@ import type OpenAI from "openai";
 export interface StreamResult {
   /** From the request to the first content chunk, ms. */
   ttft: number;
-  /** Between consecutive content chunks, ms. */
+  /** Between consecutive content chunks, ms. A chunk may hold several tokens: those the server made within its stream interval. */
   gaps: number[];
+  /** From the first content chunk to the last, ms. */
+  span: number;
   /** Completion and prompt tokens, from the usage chunk. */
   tokens: number;
   promptTokens: number;
@@ -33,6 +35,7 @@ export async function streamChat(client: OpenAI, model: string, content: string,
     ...(options.logitBias ? { logit_bias: options.logitBias } : {}),
   });
   let last = 0;
+  let firstAt = NaN;
   let ttft = NaN;
   const gaps: number[] = [];
   let tokens = 0;
@@ -44,9 +47,14 @@ export async function streamChat(client: OpenAI, model: string, content: string,
     }
     if (!chunk.choices[0]?.delta.content) continue;
     const now = performance.now();
-    if (Number.isNaN(ttft)) ttft = now - t0;
-    else gaps.push(now - last);
+    if (Number.isNaN(ttft)) {
+      ttft = now - t0;
+      firstAt = now;
+    } else gaps.push(now - last);
     last = now;
   }
-  return { ttft, gaps, tokens, promptTokens };
+  return { ttft, gaps, span: last - firstAt, tokens, promptTokens };
 }
+
+/** Time per output token after the first, ms (vLLM's TPOT): the stream's span over the tokens after the first. */
+export const tpot = (r: StreamResult): number => r.span / Math.max(1, r.tokens - 1);
