@@ -53,6 +53,12 @@ const SETTINGS: Partial<SamplingParams>[] = [
 ];
 
 const MAX_TOKENS_PER_REQUEST = 40;
+/**
+ * The requests that run every step are longer: their sequences move up the KV cache's capacity
+ * classes, so that ONNX Runtime has run the larger shapes and the cache holds their buffers
+ * before real requests of a few hundred tokens need them.
+ */
+const MAX_TOKENS_UNWRAPPED = 240;
 
 /** Decode steps and verifications: one in this many runs the model. */
 const REAL_RUN_EVERY = 16;
@@ -167,12 +173,12 @@ export async function warmUp(runner: ModelRunner, opts: WarmUpOptions): Promise<
   if (opts.speculate !== "off") schedulers.push(new Scheduler(runner, sink, { speculate: opts.speculate, speculatePolicy: "always", wrapBackend }));
   for (const s of [...schedulers, unwrapped]) void s.run();
   let rid = 0;
-  const request = (i: number): WireRequest => ({
+  const request = (i: number, maxTokens: number): WireRequest => ({
     requestId: `warm-up-${i}`,
     modelId: runner.info.id,
     messages: [{ role: "user", content: PROMPTS[i % PROMPTS.length]! }],
     sampling: { ...DEFAULT_SAMPLING, ...SETTINGS[i % SETTINGS.length] },
-    maxTokens: MAX_TOKENS_PER_REQUEST,
+    maxTokens,
     stop: i % 3 === 2 ? ["\n\n\n"] : [],
     n: 1,
     logprobs: false,
@@ -181,7 +187,7 @@ export async function warmUp(runner: ModelRunner, opts: WarmUpOptions): Promise<
   const run = async (scheduler: Scheduler, i: number) => {
     const id = ++rid;
     const done = new Promise<void>((resolve) => waiting.set(id, resolve));
-    await scheduler.admit(id, request(i));
+    await scheduler.admit(id, request(i, scheduler === unwrapped ? MAX_TOKENS_UNWRAPPED : MAX_TOKENS_PER_REQUEST));
     await done;
     waiting.delete(id);
     report.requests++;
