@@ -84,58 +84,48 @@ export interface EngineOptions {
   scheduling?: QueueOrder;
 }
 
-/** An async queue of events fed by worker messages and drained by the API, a batch at a time. */
+/**
+ * An async queue of events fed by worker messages and drained by the API, a batch at a time: a
+ * message's events (the worker joins a request's held rounds into one) or all those that came
+ * while the reader was busy.
+ */
 class EventChannel implements AsyncIterable<GenerationEvent[]> {
   private buffer: GenerationEvent[] = [];
   private waiting: ((r: IteratorResult<GenerationEvent[]>) => void) | null = null;
   private failed: ((e: Error) => void) | null = null;
-  private wakeQueued = false;
   private ended = false;
   private error: Error | null = null;
 
   push(events: GenerationEvent[]) {
-    if (this.ended) return;
-    for (const e of events) this.buffer.push(e);
-    // A waiting reader is woken once the message that brought these has been handled, so that
-    // the message's later rounds join the same batch.
-    if (this.waiting && !this.wakeQueued && this.buffer.length > 0) {
-      this.wakeQueued = true;
-      queueMicrotask(this.wake);
-    }
+    if (this.ended || events.length === 0) return;
+    if (this.waiting) {
+      const w = this.waiting;
+      this.waiting = this.failed = null;
+      w({ value: events, done: false });
+    } else for (const e of events) this.buffer.push(e);
   }
 
   end(error?: Error) {
     if (this.ended) return;
     this.ended = true;
     this.error = error ?? null;
-    if (!this.waiting) return;
-    // Events not yet handed over go first; the reader learns of the end on its next call.
-    if (this.buffer.length > 0) return this.wake();
-    const w = this.waiting;
-    const f = this.failed!;
-    this.waiting = this.failed = null;
-    if (this.error) f(this.error);
-    else w({ value: undefined, done: true });
-  }
-
-  private readonly wake = () => {
-    this.wakeQueued = false;
-    const w = this.waiting;
-    if (!w || this.buffer.length === 0) return;
-    this.waiting = this.failed = null;
-    w({ value: this.take(), done: false });
-  };
-
-  private take(): GenerationEvent[] {
-    const events = this.buffer;
-    this.buffer = [];
-    return events;
+    if (this.waiting) {
+      const w = this.waiting;
+      const f = this.failed!;
+      this.waiting = this.failed = null;
+      if (this.error) f(this.error);
+      else w({ value: undefined, done: true });
+    }
   }
 
   [Symbol.asyncIterator](): AsyncIterator<GenerationEvent[]> {
     return {
       next: () => {
-        if (this.buffer.length > 0) return Promise.resolve({ value: this.take(), done: false });
+        if (this.buffer.length > 0) {
+          const events = this.buffer;
+          this.buffer = [];
+          return Promise.resolve({ value: events, done: false });
+        }
         if (this.ended) return this.error ? Promise.reject(this.error) : Promise.resolve({ value: undefined, done: true });
         return new Promise((resolve, reject) => {
           this.waiting = resolve;
