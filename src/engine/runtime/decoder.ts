@@ -27,6 +27,19 @@ export interface SessionOptions {
  */
 const SINGLE_THREAD_BELOW_BYTES = 16 * 2 ** 20;
 
+/**
+ * Session config entries for a decoder run on `threads` intra-op threads (0: ONNX Runtime's
+ * default, one per core). With several, a parallel loop is cut into blocks that shrink as it
+ * goes (ONNX Runtime's dynamic block sizing, base 4) rather than one even share per thread: when
+ * the HTTP thread, a client or the JIT takes a core for a moment, the other thread picks up the
+ * rest instead of waiting for its share. Measured in process on the ~50M model, interleaved
+ * against the same model without it (scratch, 15 pairs each): q4 1.08x and 1.05x, fp32 1.07x;
+ * an A/A run of the same setup 1.00x.
+ */
+export function threadingConfig(threads: number): Record<string, string> {
+  return threads === 1 ? {} : { dynamic_block_base: "4" };
+}
+
 /** The configured count, else 1 for small models and ONNX Runtime's default (0) otherwise. */
 export function intraOpThreads(configured: number, small: boolean): number {
   if (configured > 0) return configured;
@@ -139,6 +152,7 @@ export class DecoderSession {
       graphOptimizationLevel: "all",
       ...(threads > 0 ? { intraOpNumThreads: threads } : {}),
       interOpNumThreads: 1,
+      extra: { session: threadingConfig(threads) },
     };
     const logitsName = files.genai?.model?.decoder?.outputs?.logits ?? "logits";
     const notes: string[] = [];
@@ -149,7 +163,10 @@ export class DecoderSession {
     try {
       const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files), small);
       // Loaded from memory: external weights are found next to the original file.
-      const fromMemory = { ...sessionOptions, extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } } };
+      const fromMemory = {
+        ...sessionOptions,
+        extra: { session: { ...threadingConfig(threads), model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
+      };
       session = graph.bytes ? await NativeSession.create(graph.bytes, fromMemory) : await NativeSession.create(files.onnxPath, sessionOptions);
       if (graph.oneTokenBytes) oneTokenSession = await NativeSession.create(graph.oneTokenBytes, fromMemory);
       stepGraph = graph.step;
