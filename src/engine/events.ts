@@ -13,6 +13,8 @@ export function coalesceEvents(events: GenerationEvent[]): GenerationEvent[] {
   const out: GenerationEvent[] = [];
   /** Per choice index, the position in `out` of its last event. */
   const last = new Map<number, number>();
+  /** Positions in `out` of events made here, whose text and logprobs may be added to in place. */
+  const joined = new Set<number>();
   for (const e of events) {
     if (e.type === "prompt") {
       out.push(e);
@@ -21,10 +23,17 @@ export function coalesceEvents(events: GenerationEvent[]): GenerationEvent[] {
     const at = last.get(e.index);
     const prev = at === undefined ? undefined : out[at];
     if (prev?.type === "content" && e.type === "content") {
-      const logprobs = prev.logprobs || e.logprobs ? [...(prev.logprobs ?? []), ...(e.logprobs ?? [])] : undefined;
-      out[at!] = { type: "content", index: e.index, text: prev.text + e.text, ...(logprobs ? { logprobs } : {}) };
+      // The first join copies (the events given are left as they are); later ones append, so a
+      // batch of n tokens costs n, not n² copied logprobs.
+      if (!joined.has(at!)) {
+        joined.add(at!);
+        out[at!] = { ...prev, ...(prev.logprobs ? { logprobs: [...prev.logprobs] } : {}) };
+      }
+      const into = out[at!] as typeof prev;
+      into.text += e.text;
+      if (e.logprobs) (into.logprobs ??= []).push(...e.logprobs);
     } else if (prev?.type === "reasoning" && e.type === "reasoning") {
-      out[at!] = { type: "reasoning", index: e.index, text: prev.text + e.text };
+      out[at!] = { ...prev, text: prev.text + e.text };
     } else {
       last.set(e.index, out.length);
       out.push(e);

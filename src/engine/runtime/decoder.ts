@@ -152,8 +152,9 @@ export class DecoderSession {
       graphOptimizationLevel: "all",
       ...(threads > 0 ? { intraOpNumThreads: threads } : {}),
       interOpNumThreads: 1,
-      extra: { session: threadingConfig(threads) },
     };
+    const sessionConfig = threadingConfig(threads);
+    const asExported = { ...sessionOptions, extra: { session: sessionConfig } };
     const logitsName = files.genai?.model?.decoder?.outputs?.logits ?? "logits";
     const notes: string[] = [];
     let stepGraph: StepKvOutputs | null = null;
@@ -163,11 +164,8 @@ export class DecoderSession {
     try {
       const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files), small);
       // Loaded from memory: external weights are found next to the original file.
-      const fromMemory = {
-        ...sessionOptions,
-        extra: { session: { ...threadingConfig(threads), model_external_initializers_file_folder_path: dirname(files.onnxPath) } },
-      };
-      session = graph.bytes ? await NativeSession.create(graph.bytes, fromMemory) : await NativeSession.create(files.onnxPath, sessionOptions);
+      const fromMemory = { ...sessionOptions, extra: { session: { ...sessionConfig, model_external_initializers_file_folder_path: dirname(files.onnxPath) } } };
+      session = graph.bytes ? await NativeSession.create(graph.bytes, fromMemory) : await NativeSession.create(files.onnxPath, asExported);
       if (graph.oneTokenBytes) oneTokenSession = await NativeSession.create(graph.oneTokenBytes, fromMemory);
       stepGraph = graph.step;
       trimmedLogits = graph.trimmedLogits;
@@ -176,7 +174,7 @@ export class DecoderSession {
       notes.push(`the load-time graph rewrites failed (${(e as Error).message.split("\n")[0]}); running the graph as exported`);
       await oneTokenSession?.release();
       oneTokenSession = null;
-      session = await NativeSession.create(files.onnxPath, sessionOptions);
+      session = await NativeSession.create(files.onnxPath, asExported);
     }
     const meta = (list: readonly ort.InferenceSession.ValueMetadata[]): TensorInfo[] =>
       list.map((m) => ({
@@ -192,7 +190,7 @@ export class DecoderSession {
     if (spec.inputsEmbeds) {
       const path = join(dirname(files.onnxPath), onnxFileName("embed_tokens", files.dtype));
       if (!existsSync(path)) throw new Error(`the decoder takes ${spec.inputsEmbeds} but there is no ${path.slice(dir.length + 1)}`);
-      embedder = await ort.InferenceSession.create(path, sessionOptions);
+      embedder = await ort.InferenceSession.create(path, asExported);
     }
     if (oneTokenSession) notes.push("decode steps run a one-token graph (attention reshaped, not transposed: fewer nodes)");
     return new DecoderSession(session, oneTokenSession, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null, notes, trimmedLogits);

@@ -4,9 +4,10 @@
 // (scratch measurement), on the core the model's own second ONNX Runtime thread uses. So the
 // rounds that end within the stream interval of the last post are held and go with the next, in
 // one message that holds each request's events once, its choices' text joined (see
-// coalesceEvents), and the HTTP thread writes what came together as one chunk per choice. Urgent rounds go at once: a request's first token or its end, the
-// scheduler going idle or about to read a prompt (see JobSink.endRound). A model slower than
-// the interval per token posts every token as it comes.
+// coalesceEvents), and the HTTP thread writes what came together as one chunk per choice.
+// Urgent rounds go at once: a request's first token or its end, the scheduler going idle or
+// about to read a prompt (see JobSink.endRound). A model slower than the interval per token
+// posts every token as it comes.
 import { coalesceEvents } from "../events.ts";
 import type { RoundMessage } from "./protocol.ts";
 

@@ -171,7 +171,8 @@ export async function warmUp(runner: ModelRunner, opts: WarmUpOptions): Promise<
   const unwrapped = new Scheduler(runner, sink, { speculate: "off" });
   const schedulers = [new Scheduler(runner, sink, { speculate: "off", wrapBackend })];
   if (opts.speculate !== "off") schedulers.push(new Scheduler(runner, sink, { speculate: opts.speculate, speculatePolicy: "always", wrapBackend }));
-  for (const s of [...schedulers, unwrapped]) void s.run();
+  const all = [...schedulers, unwrapped];
+  for (const s of all) void s.run();
   let rid = 0;
   const request = (i: number, maxTokens: number): WireRequest => ({
     requestId: `warm-up-${i}`,
@@ -206,7 +207,7 @@ export async function warmUp(runner: ModelRunner, opts: WarmUpOptions): Promise<
       else await run(scheduler, i);
     }
   } finally {
-    for (const s of [...schedulers, unwrapped]) s.stop();
+    for (const s of all) s.stop();
   }
   report.ms = performance.now() - start;
   return report;
