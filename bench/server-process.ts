@@ -51,3 +51,20 @@ export function threadsCpu(pid: number): ThreadCpu[] {
   }
   return out;
 }
+
+/** The threads of a server process, told apart by what runs on them. */
+export const THREAD_GROUPS = ["model worker threads", "HTTP thread", "JIT compiler threads", "other threads"] as const;
+export type ThreadGroup = (typeof THREAD_GROUPS)[number];
+
+/** CPU microseconds of a server process's threads, by group. */
+export function serverCpuUs(pid: number): Record<ThreadGroup, number> {
+  const out = Object.fromEntries(THREAD_GROUPS.map((g) => [g, 0])) as Record<ThreadGroup, number>;
+  for (const t of threadsCpu(pid)) {
+    // Model workers (and their compile threads) are Bun Worker threads; JavaScriptCore compiles in JITWorker threads.
+    const g: ThreadGroup = t.tid === pid ? "HTTP thread" : t.name === "Worker" ? "model worker threads" : t.name === "JITWorker" ? "JIT compiler threads" : "other threads";
+    out[g] += t.cpuNs / 1000;
+  }
+  return out;
+}
+
+export const sumCpu = (c: Record<ThreadGroup, number>) => THREAD_GROUPS.reduce((a, g) => a + c[g], 0);

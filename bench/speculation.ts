@@ -14,7 +14,7 @@
 // Writes `## Speculative decoding and warm start` of docs/BENCHMARKS.md.
 //
 //   bun bench/speculation.ts [--quick] [--only A,B,C,D]
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
@@ -23,20 +23,18 @@ import { DecoderSession } from "../src/engine/runtime/decoder.ts";
 import { NgramDrafter } from "../src/engine/speculation/ngram.ts";
 import { renderChatPrompt } from "../src/engine/text/chat-template.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
-import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
+import { copyTask, hasStories, ROOT, STORIES, storiesDir, type CopyTask } from "./bench-models.ts";
 import { machine, median, table, writeSection } from "./report.ts";
 import { RunnerProcess } from "./runner-process.ts";
-import { startServerProcess, threadsCpu, type ServerProcess } from "./server-process.ts";
+import { serverCpuUs, startServerProcess, sumCpu, THREAD_GROUPS, threadsCpu, type ServerProcess, type ThreadGroup } from "./server-process.ts";
 import { streamChat, tpot } from "./stream-chat.ts";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
 const only = args.includes("--only") ? new Set(args[args.indexOf("--only") + 1]!.split(",")) : new Set(["A", "B", "C", "D", "E"]);
 const REPO = join(import.meta.dir, "..");
-const ROOT = join(REPO, ".cache", "bench-speculation");
-const STORIES = join(REPO, "..", "shared", "models", "stories260k");
+
 const PEER = join(REPO, "..", "shared", "peers", "llama2c", "run.c");
-const hasStories = existsSync(join(STORIES, "stories260K.bin"));
 
 const STORY_PROMPTS = ["Once upon a time", "Lily and Tom", "One day, a little girl", "The dog was", "Tim had a red ball", "In the park", "Mom said", "The sun was hot"];
 const RUNS = quick ? 2 : 9;
@@ -47,60 +45,6 @@ const note = (s: string) => {
   console.log(s);
   sections.push(s);
 };
-
-// ---------------------------------------------------------------- models
-
-async function storiesDir(): Promise<string> {
-  const dir = join(ROOT, "models", "stories260k");
-  if (!existsSync(join(dir, "sluice.json"))) {
-    await importLlama2c(join(STORIES, "stories260K.bin"), join(STORIES, "tok512.bin"), { id: "stories260k", outDir: dir, variant: "fused" });
-  }
-  return dir;
-}
-
-interface CopyTask {
-  dir: string;
-  id: string;
-  prompt: string;
-  /** The scripted answer's text. */
-  answer: string;
-}
-
-/**
- * A model of the ~50M shape (9 layers, hidden 512, 32k vocabulary, fused graph) whose weights make
- * it answer any prompt with a fixed text: a 240-word passage with every 20th word changed. The
- * prompt holds the passage as it was and asks for it back corrected, as an editor agent would.
- */
-async function copyTask(): Promise<CopyTask> {
-  const dir = join(ROOT, "models", "copy-50m");
-  // The words: distinct single tokens of the bench-50m tokenizer (one built with a one-layer body).
-  const probe = join(ROOT, "probe-tokenizer");
-  if (!existsSync(join(probe, "tokenizer.json"))) {
-    await buildSyntheticModel(probe, { preset: "bench-50m", shape: { numLayers: 1, hiddenSize: 32, intermediateSize: 32, numHeads: 2, numKvHeads: 1, headDim: 16 } });
-  }
-  const vocab = Object.keys((JSON.parse(readFileSync(join(probe, "tokenizer.json"), "utf8")) as { model: { vocab: Record<string, number> } }).model.vocab);
-  const tokenizer = TextTokenizer.load(probe);
-  // Words that the tokenizer reads as one token each (not every vocabulary entry is reachable).
-  const words: string[] = [];
-  for (const w of vocab.filter((w) => /^Ġ[a-z]{3,9}$/.test(w)).map((w) => ` ${w.slice(1)}`)) {
-    if ((await tokenizer.encode(w, { addSpecialTokens: false })).length === 1) words.push(w);
-    if (words.length >= 260) break;
-  }
-  const passage = words.slice(0, 240);
-  const edits = words.slice(240, 252);
-  const answer = passage.map((w, i) => (i % 20 === 7 ? edits[Math.floor(i / 20)]! : w));
-  const prompt = `Fix the spelling in this passage and write it out again:${passage.join("")}`;
-  if (!existsSync(join(dir, "sluice.json"))) {
-    await buildSyntheticModel(dir, {
-      preset: "bench-50m",
-      id: "bench/copy-50m",
-      variant: "fused",
-      shape: { numLayers: 9 },
-      script: { chains: [["\n", ...answer, "<|im_end|>"]] },
-    });
-  }
-  return { dir, id: "bench/copy-50m", prompt, answer: answer.join("") };
-}
 
 // ---------------------------------------------------------------- llama2.c's run.c
 
@@ -305,23 +249,6 @@ async function sixteenStreams(on: ServerProcess, off: ServerProcess): Promise<vo
 }
 
 // ---------------------------------------------------------------- D. warm start
-
-/** The threads of a server process as part D tells them apart. */
-const THREAD_GROUPS = ["model worker threads", "HTTP thread", "JIT compiler threads", "other threads"] as const;
-type ThreadGroup = (typeof THREAD_GROUPS)[number];
-
-/** CPU microseconds of a server process's threads, by group. */
-function serverCpuUs(pid: number): Record<ThreadGroup, number> {
-  const out = Object.fromEntries(THREAD_GROUPS.map((g) => [g, 0])) as Record<ThreadGroup, number>;
-  for (const t of threadsCpu(pid)) {
-    // Model workers (and their compile threads) are Bun Worker threads; JavaScriptCore compiles in JITWorker threads.
-    const g: ThreadGroup = t.tid === pid ? "HTTP thread" : t.name === "Worker" ? "model worker threads" : t.name === "JITWorker" ? "JIT compiler threads" : "other threads";
-    out[g] += t.cpuNs / 1000;
-  }
-  return out;
-}
-
-const sumCpu = (c: Record<ThreadGroup, number>) => THREAD_GROUPS.reduce((a, g) => a + c[g], 0);
 
 async function warmStart(models: string): Promise<void> {
   const total = quick ? 4000 : 24_000;
