@@ -27,19 +27,6 @@ export interface SessionOptions {
  */
 const SINGLE_THREAD_BELOW_BYTES = 16 * 2 ** 20;
 
-/**
- * Session config entries for a decoder run on `threads` intra-op threads (0: ONNX Runtime's
- * default, one per core). With several, a parallel loop is cut into blocks that shrink as it
- * goes (ONNX Runtime's dynamic block sizing, base 4) rather than one even share per thread: when
- * the HTTP thread, a client or the JIT takes a core for a moment, the other thread picks up the
- * rest instead of waiting for its share. Measured in process on the ~50M model, interleaved
- * against the same model without it (scratch, 15 pairs each): q4 1.08x and 1.05x, fp32 1.07x;
- * an A/A run of the same setup 1.00x.
- */
-export function threadingConfig(threads: number): Record<string, string> {
-  return threads === 1 ? {} : { dynamic_block_base: "4" };
-}
-
 /** The configured count, else 1 for small models and ONNX Runtime's default (0) otherwise. */
 export function intraOpThreads(configured: number, small: boolean): number {
   if (configured > 0) return configured;
@@ -153,8 +140,6 @@ export class DecoderSession {
       ...(threads > 0 ? { intraOpNumThreads: threads } : {}),
       interOpNumThreads: 1,
     };
-    const sessionConfig = threadingConfig(threads);
-    const asExported = { ...sessionOptions, extra: { session: sessionConfig } };
     const logitsName = files.genai?.model?.decoder?.outputs?.logits ?? "logits";
     const notes: string[] = [];
     let stepGraph: StepKvOutputs | null = null;
@@ -164,8 +149,8 @@ export class DecoderSession {
     try {
       const graph = prepareDecoderGraph(files.onnxPath, logitsName, declaresSharedBuffer(files), small);
       // Loaded from memory: external weights are found next to the original file.
-      const fromMemory = { ...sessionOptions, extra: { session: { ...sessionConfig, model_external_initializers_file_folder_path: dirname(files.onnxPath) } } };
-      session = graph.bytes ? await NativeSession.create(graph.bytes, fromMemory) : await NativeSession.create(files.onnxPath, asExported);
+      const fromMemory = { ...sessionOptions, extra: { session: { model_external_initializers_file_folder_path: dirname(files.onnxPath) } } };
+      session = graph.bytes ? await NativeSession.create(graph.bytes, fromMemory) : await NativeSession.create(files.onnxPath, sessionOptions);
       if (graph.oneTokenBytes) oneTokenSession = await NativeSession.create(graph.oneTokenBytes, fromMemory);
       stepGraph = graph.step;
       trimmedLogits = graph.trimmedLogits;
@@ -174,7 +159,7 @@ export class DecoderSession {
       notes.push(`the load-time graph rewrites failed (${(e as Error).message.split("\n")[0]}); running the graph as exported`);
       await oneTokenSession?.release();
       oneTokenSession = null;
-      session = await NativeSession.create(files.onnxPath, asExported);
+      session = await NativeSession.create(files.onnxPath, sessionOptions);
     }
     const meta = (list: readonly ort.InferenceSession.ValueMetadata[]): TensorInfo[] =>
       list.map((m) => ({
@@ -190,7 +175,7 @@ export class DecoderSession {
     if (spec.inputsEmbeds) {
       const path = join(dirname(files.onnxPath), onnxFileName("embed_tokens", files.dtype));
       if (!existsSync(path)) throw new Error(`the decoder takes ${spec.inputsEmbeds} but there is no ${path.slice(dir.length + 1)}`);
-      embedder = await ort.InferenceSession.create(path, asExported);
+      embedder = await ort.InferenceSession.create(path, sessionOptions);
     }
     if (oneTokenSession) notes.push("decode steps run a one-token graph (attention reshaped, not transposed: fewer nodes)");
     return new DecoderSession(session, oneTokenSession, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null, notes, trimmedLogits);

@@ -3,7 +3,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { mkdirSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { intraOpThreads, isSmallModel, threadingConfig } from "../../../src/engine/runtime/decoder.ts";
+import { intraOpThreads, isSmallModel } from "../../../src/engine/runtime/decoder.ts";
 import { tempDir } from "../../helpers/paths.ts";
 
 const root = tempDir("sluice-threads-");
@@ -28,10 +28,4 @@ test("small graphs get one thread, large ones (external data counted) the defaul
   expect(intraOpThreads(0, isSmallModel(join(large, "embed_tokens.onnx")))).toBe(0);
   truncateSync(join(large, "model.onnx_data"), 1000);
   expect(intraOpThreads(0, isSmallModel(join(large, "model.onnx")))).toBe(1);
-});
-
-test("several intra-op threads share a parallel loop in shrinking blocks; one thread gets no such setting", () => {
-  expect(threadingConfig(1)).toEqual({});
-  expect(threadingConfig(0)).toEqual({ dynamic_block_base: "4" });
-  expect(threadingConfig(4)).toEqual({ dynamic_block_base: "4" });
 });
