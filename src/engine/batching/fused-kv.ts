@@ -24,7 +24,9 @@ class FusedSequence implements Sequence {
 
 /**
  * Rows are kept packed at the front (a closed row takes the last row's contents), so a batch is
- * always a prefix of the buffer. Buffers grow by doubling up to the rows the budget allows (huge
+ * always a prefix of the buffer. A sequence's row holds zeros past its positions when it is given
+ * one (placed, moved or filling a gap), whatever the buffers held before: attention masks those
+ * positions, and zero weights times them add nothing only while they are finite. Buffers grow by doubling up to the rows the budget allows (huge
  * lazily-backed buffers would make the garbage collector run constantly); an emptied pool drops
  * its buffers.
  */
@@ -60,6 +62,11 @@ class Pool {
  * rows move up a class every few dozen tokens: new buffers each time were fresh pages to fault in
  * (about five times the cost of writing reused ones here), and at 16 streams of stories260K the
  * moves took about 6% of the worker's time. Kept up to a bound, outside the budget's accounting.
+ *
+ * A buffer taken again is not cleared: the rows a pool puts sequences in are (see Pool), so only
+ * what is used is written, not the whole allocation (a pool of one row allocates four: zeroing
+ * them all at every class move wrote 2.6 MB per move for stories260K at 256 positions, and evicted
+ * the model's weights from the cache the next step needed).
  */
 export class SpareBuffers {
   private readonly spare: KvArray[] = [];
@@ -67,7 +74,10 @@ export class SpareBuffers {
 
   constructor(private readonly limitBytes: number) {}
 
-  /** A zeroed buffer of `length` values: a view of the smallest spare one that is large enough. */
+  /**
+   * A buffer of `length` values: a view of the smallest spare one that is large enough (holding
+   * what it held), or a new one (zeros).
+   */
   take(length: number, half: boolean): KvArray {
     let best = -1;
     for (let i = 0; i < this.spare.length; i++) {
@@ -77,9 +87,7 @@ export class SpareBuffers {
     if (best < 0) return half ? new Uint16Array(length) : new Float32Array(length);
     const [whole] = this.spare.splice(best, 1);
     this.bytes -= whole!.byteLength;
-    const out = whole!.subarray(0, length);
-    out.fill(0);
-    return out;
+    return whole!.subarray(0, length);
   }
 
   /** Keeps these buffers (whole, whatever view was handed out) while the bound allows. */
@@ -192,6 +200,7 @@ export class FusedKvBackend implements KvBackend {
     seq.pool = pool;
     seq.row = pool.rows.length;
     pool.rows.push(seq);
+    for (const a of pool.arrays!) a.fill(0, seq.row * pool.stride, (seq.row + 1) * pool.stride);
   }
 
   open(capacity: number): Sequence {
@@ -231,7 +240,7 @@ export class FusedKvBackend implements KvBackend {
     to.arrays = from.arrays!.map((a) => {
       const out = this.spare.take(n, this.half);
       for (const row of from.rows) {
-        copyHeads(a, row.row * from.stride, from.capacity, out, row.row * to.stride, to.capacity, this.heads, this.dim, row.tokens.length);
+        copyHeads(a, row.row * from.stride, from.capacity, out, row.row * to.stride, to.capacity, this.heads, this.dim, row.tokens.length, true);
       }
       return out;
     });
@@ -255,7 +264,7 @@ export class FusedKvBackend implements KvBackend {
     const last = pool.rows[pool.rows.length - 1]!;
     if (last !== seq) {
       for (const a of pool.arrays!) {
-        copyHeads(a, last.row * pool.stride, pool.capacity, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, last.tokens.length);
+        copyHeads(a, last.row * pool.stride, pool.capacity, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, last.tokens.length, true);
       }
       last.row = seq.row;
       pool.rows[seq.row] = last;
@@ -382,7 +391,8 @@ export class FusedKvBackend implements KvBackend {
       const width = this.maskWidth(pool, 1, (r) => Math.min(pool.rows[r]!.tokens.length + 1, pool.capacity), rows);
       const ids = new Array<number>(rows).fill(0);
       const positions = new Array<number>(rows);
-      const mask = new Uint8Array(rows * width);
+      // int64 as the graph takes it: filled natively, no conversion per position.
+      const mask = new BigInt64Array(rows * width);
       const writes: Write[] = [];
       for (let r = 0; r < rows; r++) {
         const seq = pool.rows[r]!;
@@ -393,7 +403,7 @@ export class FusedKvBackend implements KvBackend {
           writes.push([r, len - 1]);
         }
         positions[r] = len - 1;
-        mask.fill(1, r * width, r * width + len);
+        mask.fill(1n, r * width, r * width + len);
       }
       const logits = await this.run(await this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), 1, pool, 0, rows, writes);
       for (const [seq, i] of members) {
@@ -466,7 +476,7 @@ export class FusedKvBackend implements KvBackend {
       const maskWidth = this.maskWidth(pool, width, (r) => lengths[r]!, rows);
       const ids = new Array<number>(rows * width).fill(0);
       const positions = new Array<number>(rows * width);
-      const mask = new Uint8Array(rows * maskWidth);
+      const mask = new BigInt64Array(rows * maskWidth);
       const writes: Write[] = [];
       for (let r = 0; r < rows; r++) {
         const seq = pool.rows[r]!;
@@ -478,7 +488,7 @@ export class FusedKvBackend implements KvBackend {
           writes.push([r, first, t.length]);
         }
         for (let j = 0; j < width; j++) positions[r * width + j] = first + j;
-        mask.fill(1, r * maskWidth, r * maskWidth + lengths[r]!);
+        mask.fill(1n, r * maskWidth, r * maskWidth + lengths[r]!);
       }
       const feeds = await this.decoder.feeds({ batch: rows, width, ids, mask, maskWidth, positions });
       const logits = await this.run(feeds, width, pool, 0, rows, writes, width, true);

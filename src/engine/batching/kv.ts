@@ -61,7 +61,10 @@ export interface KvBackend {
   restore(seq: Sequence, prefix: PrefixKv, length: number): void;
 }
 
-/** Copies `length` positions of every head between [heads, srcStride, dim] and [heads, dstStride, dim] layouts. */
+/**
+ * Copies `length` positions of every head between [heads, srcStride, dim] and [heads, dstStride, dim]
+ * layouts; with `zeroRest`, the destination's positions past them are cleared too.
+ */
 export function copyHeads(
   src: KvArray,
   srcOffset: number,
@@ -72,10 +75,13 @@ export function copyHeads(
   heads: number,
   dim: number,
   length: number,
+  zeroRest = false,
 ): void {
   const n = length * dim;
   for (let h = 0; h < heads; h++) {
     const s = srcOffset + h * srcStride * dim;
-    dst.set(src.subarray(s, s + n), dstOffset + h * dstStride * dim);
+    const d = dstOffset + h * dstStride * dim;
+    dst.set(src.subarray(s, s + n), d);
+    if (zeroRest) dst.fill(0, d + n, d + dstStride * dim);
   }
 }

@@ -73,8 +73,8 @@ export interface StepInputs {
   /** Tokens per row in this run. */
   width: number;
   ids: ArrayLike<number>;
-  /** [batch, maskWidth] of 0/1. */
-  mask: Uint8Array;
+  /** [batch, maskWidth] of 0/1; an int64 one is fed as it is (no conversion). */
+  mask: Uint8Array | BigInt64Array;
   maskWidth: number;
   /**
    * [batch, width]; or [3, batch, width] (temporal, height, width rows) for a graph with 3-D

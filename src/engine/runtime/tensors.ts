@@ -28,9 +28,10 @@ export function reusable(t: ort.Tensor): ort.Tensor {
 /**
  * Integers (|v| < 2^31: ids, positions, mask bits) as int64. Written as two 32-bit halves
  * (little-endian) rather than through BigInt, which costs a conversion per element: the mask of a
- * batch at a long context has tens of thousands of them per step.
+ * batch at a long context has tens of thousands of them per step. An int64 array is used as it is.
  */
-export function int64Tensor(values: ArrayLike<number>, dims: readonly number[]): ort.Tensor {
+export function int64Tensor(values: ArrayLike<number> | BigInt64Array, dims: readonly number[]): ort.Tensor {
+  if (values instanceof BigInt64Array) return new ort.Tensor("int64", values, dims);
   // The buffer first: reading `.buffer` of a new typed array makes JavaScriptCore give it an
   // ArrayBuffer object after the fact, the slower way round.
   const buffer = new ArrayBuffer(values.length * 8);

@@ -28,15 +28,16 @@ describe("capacity classes", () => {
 });
 
 describe("spare pool buffers", () => {
-  test("a buffer given back serves the next large-enough request of its kind, zeroed; the bound is kept", () => {
+  test("a buffer given back serves the next large-enough request of its kind, as it was (pools clear the rows they use); the bound is kept", () => {
     const spare = new SpareBuffers(4096 * 4);
     const a = spare.take(1000, false) as Float32Array;
+    expect(a.every((v) => v === 0)).toBe(true);
     a.fill(7);
     spare.give([a]);
     const b = spare.take(600, false);
     expect(b.buffer).toBe(a.buffer);
     expect(b.length).toBe(600);
-    expect(b.every((v) => v === 0)).toBe(true);
+    expect(b.every((v) => v === 7)).toBe(true);
     // Given back as a view, kept whole: a request up to the whole length reuses it.
     spare.give([b]);
     expect(spare.take(1000, false).buffer).toBe(a.buffer);
@@ -100,6 +101,66 @@ describe("a decoding batch crossing a class boundary", () => {
       }
       // It went through the classes 64 → 80 → 96 on the way.
       expect([...seen]).toEqual([64, 80, 96]);
+    } finally {
+      await decoder.release();
+    }
+  });
+});
+
+describe("rows given to sequences", () => {
+  test("hold zeros past their positions whatever the reused buffers held: NaN left in every spare buffer changes no logit", async () => {
+    // Attention masks the positions past a row's length, but a masked position's zero weight times
+    // NaN (or infinity) is NaN: a row must never read what an earlier sequence left there.
+    const info = await buildSyntheticModel(join(root.path, "poison"), { preset: "tiny-qwen3", variant: "fused", seed: 7 });
+    const decoder = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    try {
+      const prompts = [58, 61, 63, 20].map((n, r) => Array.from({ length: n }, (_, i) => 10 + ((i * 5 + r * 11) % 200)));
+      const steps = 30;
+      const decodeAlone = async (prompt: number[]) => {
+        const b = new FusedKvBackend(decoder, 1 << 26);
+        const seq = b.open(256);
+        let logits = await b.prefill(seq, prompt);
+        const out: Float32Array[] = [];
+        for (let s = 0; s < steps; s++) {
+          [logits] = (await b.decode([seq], [argmax(logits)])) as [Float32Array];
+          out.push(logits);
+        }
+        return out;
+      };
+      const alone = await Promise.all(prompts.map(decodeAlone));
+
+      const b = new FusedKvBackend(decoder, 1 << 26);
+      // A first round fills the pools' buffers and gives them back as its sequences end.
+      const warm = prompts.map(() => b.open(256));
+      let logits = await Promise.all(prompts.map((p, r) => b.prefill(warm[r]!, p)));
+      for (let s = 0; s < steps; s++) logits = await b.decode(warm, logits.map(argmax));
+      warm.forEach((seq) => b.close(seq));
+      const spare = (b as unknown as { spare: { spare: Float32Array[] } }).spare.spare;
+      expect(spare.length).toBeGreaterThan(0);
+      for (const a of spare) a.fill(NaN);
+
+      // Again on the poisoned buffers: a new pool, class moves of the whole pool (64 -> 80 -> 96)
+      // and a row closed midway (the last row fills its gap).
+      const seqs = prompts.map(() => b.open(256));
+      logits = await Promise.all(prompts.map((p, r) => b.prefill(seqs[r]!, p)));
+      let live = seqs.map((_, r) => r);
+      for (let s = 0; s < steps; s++) {
+        if (s === 8) {
+          b.close(seqs[1]!);
+          live = live.filter((r) => r !== 1);
+        }
+        const next = await b.decode(
+          live.map((r) => seqs[r]!),
+          live.map((r) => argmax(logits[r]!)),
+        );
+        live.forEach((r, i) => {
+          logits[r] = next[i]!;
+          const want = alone[r]![s]!;
+          let diff = 0;
+          for (let j = 0; j < want.length; j++) diff = Math.max(diff, Math.abs(next[i]![j]! - want[j]!));
+          expect(diff).toBeLessThan(1e-4);
+        });
+      }
     } finally {
       await decoder.release();
     }
