@@ -178,6 +178,8 @@ export class DecoderSession {
       embedder = await ort.InferenceSession.create(path, sessionOptions);
     }
     if (oneTokenSession) notes.push("decode steps run a one-token graph (attention reshaped, not transposed: fewer nodes)");
+    const dims = stepGraph?.headDims;
+    if (dims) notes.push(`heads of ${dims.used} dimensions, not the ${dims.exported} they were padded to for GroupQueryAttention's kernel (the padding's weights are zero)`);
     return new DecoderSession(session, oneTokenSession, spec, opts.providers[0]!, embedder, complete, complete ? stepGraph!.kind : null, notes, trimmedLogits);
   }
 

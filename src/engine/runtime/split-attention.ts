@@ -22,23 +22,15 @@
 import type { onnx } from "onnx-proto";
 import { FLOAT, floatConstant, INT64, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
 import { packStepOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
+import { unpadHeads, type AttentionLayer } from "./unpad-heads.ts";
 
 const MS = "com.microsoft";
 /** Masked scores: far below any real score, finite so a fully masked part never makes NaN. */
 const MASK_MIN = -1e9;
 
-interface Layer {
-  node: onnx.INodeProto;
-  heads: number;
-  kvHeads: number;
-  dim: number;
-  /** The query input holds q, k and v one after another in its last axis (key and value unset). */
-  packed: boolean;
-  /**
-   * Leading dimensions of each head that rotate: twice the cos cache's width, as in
-   * GroupQueryAttention (less than `dim` for partial rotary); 0 without rotary.
-   */
-  rotaryDim: number;
+interface Layer extends AttentionLayer {
+  /** The node's softmax scale, as it reads it (its default is of the head size as exported). */
+  scale: number;
 }
 
 /** Dims of a constant the graph holds as an initializer; null for anything computed. */
@@ -92,7 +84,7 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
     if (layers.length > 0 && (layers[0]!.kvHeads !== kvHeads || layers[0]!.dim !== dim)) return null;
     const rotaryDim = cosDims ? 2 * cosDims[1]! : 0;
     if (rotaryDim > dim) return null;
-    layers.push({ node: n, heads, kvHeads, dim, packed, rotaryDim });
+    layers.push({ node: n, heads, kvHeads, dim, packed, rotaryDim, scale: numberAttr(n, "scale", 0) || 1 / Math.sqrt(dim) });
   }
   return layers;
 }
@@ -111,6 +103,10 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
   const graph = model.graph;
   const layers = graph ? supported(graph) : null;
   if (!graph || !layers) return null;
+  // Heads the model kit padded for GroupQueryAttention's kernel lose their padding here.
+  const exported = layers[0]!.dim;
+  const unpadded = unpadHeads(graph, layers);
+  if (unpadded) for (const l of layers) [l.dim, l.rotaryDim] = [unpadded, l.rotaryDim ? unpadded : 0];
   const first = layers[0]!.node.input!;
   const p = "sluice_split";
   // ReduceSum takes its axes as an input from opset 13, as an attribute before.
@@ -168,7 +164,7 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
   const steps: { pastKey: string; key: string; value: string }[] = [];
   const groupTiles = new Map<number, string>();
 
-  layers.forEach(({ node: gqa, heads, kvHeads, dim, packed, rotaryDim }, i) => {
+  layers.forEach(({ node: gqa, heads, kvHeads, dim, packed, rotaryDim, scale }, i) => {
     let [q, k, v] = gqa.input!;
     const [, , , pastK, pastV, , , cos, sin] = gqa.input!;
     const out = gqa.output![0]!;
@@ -186,7 +182,6 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
       [q, k, v] = outputs;
     }
     const group = heads / kvHeads;
-    const scale = numberAttr(gqa, "scale", 0) || 1 / Math.sqrt(dim);
     const names = { key: `${p}.${i}.key`, value: `${p}.${i}.value` };
     let qr = q!;
     let kr = k!;
@@ -283,12 +278,18 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
   });
   const { kvHeads, dim } = layers[0]!;
   const packed = packStepOutputs("split", steps, FLOAT, kvHeads, dim);
+  if (unpadded) packed.step.headDims = { exported, used: unpadded };
 
   // The presents are no longer produced: drop them from the outputs with their nodes.
   const renames = presentRenames(graph, layers.map((l) => l.node))!;
   const gone = new Set([...layers.map((l) => l.node), ...renames]);
   const dropped = new Set([...layers.flatMap((l) => [l.node.output![1], l.node.output![2]]), ...renames.map((n) => n.output![0])]);
-  graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...shared, ...added, packed.node]);
+  // The shared constants this variant of the rewrite does not read would each cost a warning from
+  // ONNX Runtime at load.
+  const made = [...shared, ...added, packed.node];
+  const read = new Set(made.flatMap((n) => n.input ?? []));
+  const kept = made.filter((n) => n.opType !== "Constant" || read.has(n.output![0]!));
+  graph.node = topological([...graph.node!.filter((n) => !gone.has(n)), ...kept]);
   graph.output = [...(graph.output ?? []).filter((o) => !dropped.has(o.name ?? "")), packed.output];
   return packed.step;
 }

@@ -32,6 +32,8 @@ export interface StepKvOutputs {
   packed: string;
   /** By past key input name: where that layer's new keys and values are in `packed`. */
   blocks: Map<string, StepBlocks>;
+  /** Set when the rewrite dropped zero-padded head dimensions (see unpad-heads.ts). */
+  headDims?: { exported: number; used: number };
 }
 
 export const PACKED_STEP_OUTPUT = "sluice_step_kv";

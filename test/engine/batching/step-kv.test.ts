@@ -31,6 +31,8 @@ interface Variation {
   packedQkv?: boolean;
   /** Rotate only this many leading dimensions of each head (the cos and sin caches narrowed). */
   partialRotary?: number;
+  /** Heads this small, which the model kit pads to 16 and split attention takes back (unpad-heads.ts). */
+  headDim?: number;
 }
 
 /** Keeps the first `width` columns of the cos and sin caches: partial rotary, as GroupQueryAttention reads it. */
@@ -47,9 +49,9 @@ function narrowRotary(model: onnx.IModelProto, width: number): void {
 }
 
 async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" = "gather", v: Variation = {}) {
-  const packing = v.packedQkv ? { packedQkv: true, qkNorm: false } : {};
+  const packing = v.packedQkv || v.headDim ? { packedQkv: v.packedQkv === true, qkNorm: false } : {};
   // GroupQueryAttention wants the rotated width a multiple of 16: heads of 32 to rotate 16.
-  const shape = v.partialRotary ? { shape: { headDim: 32 } } : {};
+  const shape = v.partialRotary ? { shape: { headDim: 32 } } : v.headDim ? { shape: { headDim: v.headDim } } : {};
   const info = await buildSyntheticModel(join(root.path, `${dtype}-${rewrite}-${JSON.stringify(v)}`), { preset: "tiny-qwen3", variant: "fused", dtype, seed: 3, ...packing, ...shape });
   if (v.packedQkv) expect(load(join(info.dir, "onnx", "model.onnx")).graph!.node!.find((n) => n.opType === "GroupQueryAttention")!.input!.slice(1, 3)).toEqual(["", ""]);
   let path = join(info.dir, "onnx", "model.onnx");
@@ -69,11 +71,15 @@ async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" =
   expect(step!.blocks.size).toBe(layers.length);
   const meta = plain.inputMetadata.find((m) => m.name === layers[0]) as unknown as { shape: number[] };
   const [heads, dim] = [meta.shape[1]!, meta.shape[3]!];
-  const alloc = () => layers.flatMap(() => [0, 1].map((): Kv => (dtype === "float16" ? new Uint16Array(ROWS * heads * CAP * dim) : new Float32Array(ROWS * heads * CAP * dim))));
-  const inPlace = alloc();
-  const copied = alloc();
+  // The split graph's heads: the padding the model kit added for GroupQueryAttention taken back.
+  const stepDim = v.headDim && rewrite === "split" ? v.headDim : dim;
+  if (v.headDim) expect(dim).toBe(16);
+  expect(step!.headDims).toEqual(stepDim === dim ? undefined : { exported: dim, used: stepDim });
+  const alloc = (dim: number) => layers.flatMap(() => [0, 1].map((): Kv => (dtype === "float16" ? new Uint16Array(ROWS * heads * CAP * dim) : new Float32Array(ROWS * heads * CAP * dim))));
+  const inPlace = alloc(dim);
+  const copied = alloc(stepDim);
 
-  const feeds = (ids: number[][], lens: number[], width: number, kv: Kv[], rows: number) => {
+  const feeds = (ids: number[][], lens: number[], width: number, kv: Kv[], rows: number, dim: number) => {
     const t = ids[0]!.length;
     const mask = lens.flatMap((l) => Array.from({ length: width }, (_, j) => (j < l ? 1 : 0)));
     const f: Record<string, ort.Tensor> = {
@@ -91,26 +97,26 @@ async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" =
 
   async function both(ids: number[][], lens: number[], width: number) {
     const rows = ids.length;
-    const a = feeds(ids, lens, width, inPlace, rows);
+    const a = feeds(ids, lens, width, inPlace, rows, dim);
     const fetches: Record<string, ort.Tensor | null> = { logits: null };
     layers.forEach((name, i) => {
       fetches[`present.${i}.key`] = a[name]!;
       fetches[`present.${i}.value`] = a[name.replace(/key$/, "value")]!;
     });
     const outA = await plain.run(a, fetches as ort.InferenceSession.FetchesType);
-    const b = feeds(ids, lens, width, copied, rows);
+    const b = feeds(ids, lens, width, copied, rows, stepDim);
     const outB = await stepped.run(b, ["logits", step!.packed]);
     const t = ids[0]!.length;
     const out = outB[step!.packed]!;
-    expect(out.dims).toEqual([2 * layers.length * rows, heads, t, dim]);
+    expect(out.dims).toEqual([2 * layers.length * rows, heads, t, stepDim]);
     const src = dtype === "float16" ? halfBits(out.data) : (out.data as Float32Array);
     layers.forEach((n, i) => {
       const blocks = step!.blocks.get(n)!;
       for (const [which, block] of [[0, blocks.key], [1, blocks.value]] as const) {
         const dst = copied[2 * i + which]!;
         for (let r = 0; r < rows; r++) {
-          const from = (block * rows + r) * heads * t * dim;
-          for (let h = 0; h < heads; h++) dst.set(src.subarray(from + h * t * dim, from + (h + 1) * t * dim), ((r * heads + h) * CAP + lens[r]! - t) * dim);
+          const from = (block * rows + r) * heads * t * stepDim;
+          for (let h = 0; h < heads; h++) dst.set(src.subarray(from + h * t * stepDim, from + (h + 1) * t * stepDim), ((r * heads + h) * CAP + lens[r]! - t) * stepDim);
         }
       }
     });
@@ -121,7 +127,15 @@ async function check(dtype: "float32" | "float16", rewrite: "gather" | "split" =
   // Row 0 prefills 6 tokens alone; then all three rows decode with different lengths.
   await both([[11, 12, 13, 14, 15, 16]], [6], 6);
   for (let s = 0; s < 4; s++) await both([[20 + s], [30 + s], [40 + s]], [7 + s, 1 + s, 1 + s], 7 + s);
-  inPlace.forEach((a, i) => (rewrite === "gather" ? expect(Array.from(copied[i]!)).toEqual(Array.from(a)) : expectClose(Array.from(copied[i]!), Array.from(a), 1e-4)));
+  // Unpadded: the model kit put a head's halves at [0, d/2) and [16/2, 16/2 + d/2), zeros between.
+  const padded = (cache: Kv) => {
+    if (stepDim === dim) return Array.from(cache);
+    const out = new Array<number>((cache.length / stepDim) * dim).fill(0);
+    const half = stepDim / 2;
+    for (let p = 0; p < cache.length / stepDim; p++) for (let j = 0; j < stepDim; j++) out[p * dim + (j < half ? j : dim / 2 + j - half)] = cache[p * stepDim + j]!;
+    return out;
+  };
+  inPlace.forEach((a, i) => (rewrite === "gather" ? expect(Array.from(copied[i]!)).toEqual(Array.from(a)) : expectClose(padded(copied[i]!), Array.from(a), 1e-4)));
 }
 
 function expectClose(actual: number[], expected: number[], tolerance: number) {
@@ -165,6 +179,30 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
   test("split attention over packed q/k/v: the logits and cache of GroupQueryAttention within float tolerance", () => check("float32", "split", { packedQkv: true }));
   test("packed q/k/v, gathered step outputs: same logits and cache as the in-place shared buffer", () => check("float32", "gather", { packedQkv: true }));
   test("split attention with partial rotary (a cos cache narrower than the head): the logits and cache of GroupQueryAttention", () => check("float32", "split", { partialRotary: 16 }));
+  test("split attention drops the zero dimensions of heads padded from 8 to 16: the logits and cache of GroupQueryAttention at 16", () => check("float32", "split", { headDim: 8 }));
+  test("the same over packed q/k/v", () => check("float32", "split", { headDim: 8, packedQkv: true }));
+  test("heads padded to 16 keep their size where the padding is not checked: weights held outside the graph, q/k norms before the attention", async () => {
+    const unchecked = [
+      { externalDataThreshold: 0, qkNorm: false },
+      { qkNorm: true },
+    ];
+    for (const [i, spec] of unchecked.entries()) {
+      const info = await buildSyntheticModel(join(root.path, `pad-kept-${i}`), { preset: "tiny-qwen3", variant: "fused", seed: 3, shape: { headDim: 8 }, ...spec });
+      const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+      expect(d.stepMode).toBe("split");
+      expect(d.spec.headDim).toBe(16);
+      expect(d.notes.join("\n")).not.toContain("padded");
+      expect((await d.forward([1, 2, 3], d.emptyCache())).every(Number.isFinite)).toBe(true);
+      await d.release();
+    }
+    // Where it is checked, the decoder reads the size from the graph and says so.
+    const info = await buildSyntheticModel(join(root.path, "pad-dropped"), { preset: "tiny-bytes", variant: "fused", seed: 3, shape: { headDim: 8 } });
+    const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    expect(d.spec.headDim).toBe(8);
+    expect(d.notes).toContain("heads of 8 dimensions, not the 16 they were padded to for GroupQueryAttention's kernel (the padding's weights are zero)");
+    await expectOneTokenAgrees(d, [1, 17, 30]);
+    await d.release();
+  });
   test("split attention leaves float16 graphs to the gathered outputs", async () => {
     const info = await buildSyntheticModel(join(root.path, "half-split"), { preset: "tiny-qwen3", variant: "fused", dtype: "float16", seed: 3 });
     expect(splitAttention(load(join(info.dir, "onnx", "model.onnx")))).toBeNull();
