@@ -22,7 +22,9 @@
 import type { onnx } from "onnx-proto";
 import { FLOAT, floatConstant, INT64, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
 import { packStepOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
-import { unpadHeads, type AttentionLayer } from "./unpad-heads.ts";
+import { type AttentionLayer } from "./attention-weights.ts";
+import { foldQueryScale } from "./query-scale.ts";
+import { unpadHeads } from "./unpad-heads.ts";
 
 const MS = "com.microsoft";
 /** Masked scores: far below any real score, finite so a fully masked part never makes NaN. */
@@ -107,6 +109,7 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
   const exported = layers[0]!.dim;
   const unpadded = unpadHeads(graph, layers);
   if (unpadded) for (const l of layers) [l.dim, l.rotaryDim] = [unpadded, l.rotaryDim ? unpadded : 0];
+  const folded = foldQueryScale(graph, layers);
   const first = layers[0]!.node.input!;
   const p = "sluice_split";
   // ReduceSum takes its axes as an input from opset 13, as an attribute before.
@@ -233,20 +236,22 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
     // Against the new keys: with one token, a dot product per head and an outer product per
     // head, element-wise (batched matrix products of a column cost ONNX Runtime a call per row
     // and head: at 16 rows, more than the rest of the attention to the new token).
+    // The query comes scaled where the scale went into its weights (query-scale.ts).
+    const alpha = folded ? 1 : scale;
     const byNewKeys = oneToken
       ? [
-          floatConstant(`${l}_scale`, scale),
           node("Mul", [`${l}_q`, names.key], [`${l}_qk_new`]),
-          reduceSumLast(`${l}_qk_new`, `${l}_s_new_sum`),
-          node("Mul", [`${l}_s_new_sum`, `${l}_scale`], [newScores]),
+          ...(folded
+            ? [reduceSumLast(`${l}_qk_new`, newScores)]
+            : [floatConstant(`${l}_scale`, scale), reduceSumLast(`${l}_qk_new`, `${l}_s_new_sum`), node("Mul", [`${l}_s_new_sum`, `${l}_scale`], [newScores])]),
         ]
-      : [node("FusedMatMul", [`${l}_q`, names.key], [`${l}_s_new_raw`], { transB: 1, alpha: { float: scale } }, MS)];
+      : [node("FusedMatMul", [`${l}_q`, names.key], [`${l}_s_new_raw`], { transB: 1, alpha: { float: alpha } }, MS)];
     const withNewValues = oneToken
       ? node("Mul", [`${l}_p_new`, names.value], [`${l}_o_new`])
       : node("MatMul", [`${l}_p_new`, names.value], [`${l}_o_new`]);
     added.push(
       // scores against the buffer and against the new keys
-      node("FusedMatMul", [`${l}_q`, pastK!], [`${l}_s_past_raw`], { transB: 1, alpha: { float: scale } }, MS),
+      node("FusedMatMul", [`${l}_q`, pastK!], [`${l}_s_past_raw`], { transB: 1, alpha: { float: alpha } }, MS),
       node("Add", [`${l}_s_past_raw`, `${p}_past_bias`], [`${l}_s_past`]),
       ...byNewKeys,
       node("Concat", [`${l}_s_past`, newScores], [`${l}_s`], { axis: -1 }),

@@ -18,103 +18,7 @@
 // same kind, whole-head rotary or none. Anything else (4-bit weights, external data, q/k norms
 // between the projection and the attention) keeps its padded heads.
 import type { onnx } from "onnx-proto";
-import { FLOAT } from "./graph-edit.ts";
-
-/** A GroupQueryAttention node as split-attention.ts reads it. */
-export interface AttentionLayer {
-  node: onnx.INodeProto;
-  heads: number;
-  kvHeads: number;
-  /** Head size of the cache inputs. */
-  dim: number;
-  /** The query input holds q, k and v one after another in its last axis (key and value unset). */
-  packed: boolean;
-  /**
-   * Leading dimensions of each head that rotate: twice the cos cache's width, as in
-   * GroupQueryAttention (less than `dim` for partial rotary); 0 without rotary.
-   */
-  rotaryDim: number;
-}
-
-/** A float matrix initializer's values, row-major [rows, cols]. */
-interface Matrix {
-  init: onnx.ITensorProto;
-  rows: number;
-  cols: number;
-  data: Float32Array;
-}
-
-/** A projection: x·W (+ b), producing one GroupQueryAttention input. */
-interface Projection {
-  weight: Matrix;
-  bias: Matrix | null;
-}
-
-/** Inline float data of an initializer of `rank` dims; null for anything else (external, other types). */
-function floats(init: onnx.ITensorProto | undefined, rank: number): Matrix | null {
-  if (!init || init.dataType !== FLOAT || init.dataLocation === 1 || (init.dims ?? []).length !== rank) return null;
-  const dims = (init.dims ?? []).map(Number);
-  const [rows, cols] = rank === 2 ? [dims[0]!, dims[1]!] : [1, dims[0]!];
-  let data: Float32Array;
-  if (init.rawData && init.rawData.length > 0) {
-    const raw = init.rawData;
-    if (raw.length !== rows * cols * 4) return null;
-    // A copy: the bytes may be a view into the whole decoded file, at any offset.
-    data = new Float32Array(Uint8Array.from(raw).buffer);
-  } else if (init.floatData && init.floatData.length === rows * cols) data = Float32Array.from(init.floatData);
-  else return null;
-  return { init, rows, cols, data };
-}
-
-function write(m: Matrix, data: Float32Array, rows: number, cols: number): void {
-  m.init.rawData = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-  m.init.floatData = [];
-  m.init.dims = m.init.dims!.length === 2 ? [rows, cols] : [cols];
-}
-
-class GraphIndex {
-  readonly producer = new Map<string, onnx.INodeProto>();
-  readonly uses = new Map<string, number>();
-  readonly initializers = new Map<string, onnx.ITensorProto>();
-  constructor(readonly graph: onnx.IGraphProto) {
-    for (const n of graph.node ?? []) {
-      for (const o of n.output ?? []) if (o) this.producer.set(o, n);
-      for (const i of n.input ?? []) if (i) this.uses.set(i, (this.uses.get(i) ?? 0) + 1);
-    }
-    for (const o of graph.output ?? []) if (o.name) this.uses.set(o.name, (this.uses.get(o.name) ?? 0) + 1);
-    for (const t of graph.initializer ?? []) if (t.name) this.initializers.set(t.name, t);
-  }
-
-  /** The initializer `name` as a matrix, when nothing else reads it. */
-  private owned(name: string | undefined, rank: number): Matrix | null {
-    return name && this.uses.get(name) === 1 ? floats(this.initializers.get(name), rank) : null;
-  }
-
-  /** The MatMul (and bias Add) that alone produce `name`, read only there. */
-  projection(name: string | undefined): Projection | null {
-    let n = name ? this.producer.get(name) : undefined;
-    let bias: Matrix | null = null;
-    if (n?.opType === "Add") {
-      const [a, b] = n.input ?? [];
-      const biasName = this.initializers.has(a ?? "") ? a : b;
-      const other = biasName === a ? b : a;
-      bias = this.owned(biasName, 1);
-      if (!bias || this.uses.get(other ?? "") !== 1) return null;
-      n = this.producer.get(other ?? "");
-    }
-    if (n?.opType !== "MatMul") return null;
-    const weight = this.owned(n.input?.[1], 2);
-    if (!weight || (bias && bias.cols !== weight.cols)) return null;
-    return { weight, bias };
-  }
-
-  /** The output projection reading the attention's output `name`, its only reader. */
-  outputProjection(name: string | undefined): Matrix | null {
-    if (!name || this.uses.get(name) !== 1) return null;
-    const reader = (this.graph.node ?? []).find((n) => n.opType === "MatMul" && n.input?.[0] === name);
-    return reader ? this.owned(reader.input?.[1], 2) : null;
-  }
-}
+import { attentionProjections, floats, GraphIndex, write, type AttentionLayer, type Matrix, type Projection } from "./attention-weights.ts";
 
 /** Whether columns [from + h * dim + j] (h < heads) are zero in every row of the projection. */
 function zeroColumn(p: Projection, from: number, heads: number, dim: number, j: number): boolean {
@@ -150,23 +54,9 @@ export function unpadHeads(graph: onnx.IGraphProto, layers: AttentionLayer[]): n
   const dim = layers[0]!.dim;
   const rotary = layers[0]!.rotaryDim;
   if (layers.some((l) => l.dim !== dim || l.rotaryDim !== rotary) || (rotary !== 0 && rotary !== dim) || dim % 2 !== 0) return null;
+  const found = attentionProjections(graph, layers);
+  if (!found || found.some((f) => !f.output)) return null;
   const index = new GraphIndex(graph);
-  const found: { layer: AttentionLayer; q: Projection; k: { p: Projection; from: number }; v: { p: Projection; from: number }; output: Matrix }[] = [];
-  for (const l of layers) {
-    const [q, k, v] = l.node.input!;
-    const output = index.outputProjection(l.node.output?.[0]);
-    const qDim = l.heads * dim;
-    const kvDim = l.kvHeads * dim;
-    if (l.packed) {
-      const p = index.projection(q);
-      if (!p || !output || p.weight.cols !== qDim + 2 * kvDim || output.rows !== qDim) return null;
-      found.push({ layer: l, q: p, k: { p, from: qDim }, v: { p, from: qDim + kvDim }, output });
-    } else {
-      const [pq, pk, pv] = [index.projection(q), index.projection(k), index.projection(v)];
-      if (!pq || !pk || !pv || !output || pq.weight.cols !== qDim || pk.weight.cols !== kvDim || pv.weight.cols !== kvDim || output.rows !== qDim) return null;
-      found.push({ layer: l, q: pq, k: { p: pk, from: 0 }, v: { p: pv, from: 0 }, output });
-    }
-  }
   // A dimension goes when its key and value columns are zero in every head of every layer; with
   // rotary embeddings, with the other of its pair.
   const zero = (j: number) => found.every((f) => zeroColumn(f.k.p, f.k.from, f.layer.kvHeads, dim, j) && zeroColumn(f.v.p, f.v.from, f.layer.kvHeads, dim, j));
@@ -203,7 +93,7 @@ export function unpadHeads(graph: onnx.IGraphProto, layers: AttentionLayer[]): n
       }
     }
     // The output projection's rows [heads * dim, out]: the same selection on its rows.
-    const o = f.output;
+    const o = f.output!;
     const rows = new Float32Array(heads * d * o.cols);
     for (let h = 0; h < heads; h++) {
       kept.forEach((j, i) => rows.set(o.data.subarray((h * dim + j) * o.cols, (h * dim + j + 1) * o.cols), (h * d + i) * o.cols));

@@ -181,6 +181,23 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
   test("split attention with partial rotary (a cos cache narrower than the head): the logits and cache of GroupQueryAttention", () => check("float32", "split", { partialRotary: 16 }));
   test("split attention drops the zero dimensions of heads padded from 8 to 16: the logits and cache of GroupQueryAttention at 16", () => check("float32", "split", { headDim: 8 }));
   test("the same over packed q/k/v", () => check("float32", "split", { headDim: 8, packedQkv: true }));
+  test("the softmax scale goes into the query's weights where they are plain (no scaling of the scores), and stays a product elsewhere", async () => {
+    const scaled = (dir: string) => {
+      const graphs = prepareDecoderGraph(join(dir, "onnx", "model.onnx"), "logits", true, true);
+      const nodes = onnx.ModelProto.decode(graphs.oneTokenBytes!).graph!.node!;
+      return nodes.some((n) => n.output?.[0] === "sluice_split_0_scale");
+    };
+    const plainWeights = await buildSyntheticModel(join(root.path, "scale-folded"), { preset: "tiny-bytes", variant: "fused", seed: 4 });
+    const external = await buildSyntheticModel(join(root.path, "scale-kept"), { preset: "tiny-bytes", variant: "fused", seed: 4, externalDataThreshold: 0 });
+    expect(scaled(plainWeights.dir)).toBe(false);
+    expect(scaled(external.dir)).toBe(true);
+    // Same logits either way (the external-weights graph as the reference), on both graphs.
+    const [a, b] = await Promise.all([plainWeights.dir, external.dir].map((dir) => DecoderSession.create(dir, { providers: ["cpu"], threads: 1 })));
+    const [la, lb] = [await a!.forward([1, 2, 3, 4], a!.emptyCache()), await b!.forward([1, 2, 3, 4], b!.emptyCache())];
+    expectClose(Array.from(la), Array.from(lb), 1e-5);
+    await expectOneTokenAgrees(a!, [1, 17, 30]);
+    await Promise.all([a!.release(), b!.release()]);
+  });
   test("heads padded to 16 keep their size where the padding is not checked: weights held outside the graph, q/k norms before the attention", async () => {
     const unchecked = [
       { externalDataThreshold: 0, qkNorm: false },
