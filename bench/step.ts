@@ -51,7 +51,7 @@ console.log(gain);
 writeSection(
   "Model step",
   `Written by \`bun bench/step.ts\` on ${new Date().toISOString().slice(0, 10)}. Machine: ${machine()}. ` +
-    `stories260K (fused export) as the server loads it (attention split around the cache, the one-token graph of decode steps, logits of the last position, one packed step output, ` +
+    `stories260K (fused export) as the server loads it (attention split around the cache, its heads of 8 without the padding to 16 the export has for GroupQueryAttention, the softmax scale in the query weights, the one-token graph of decode steps, logits of the last position, one packed step output, ` +
     `one intra-op thread), ONNX Runtime alone: one decode step over ${POSITIONS} cached positions, median of ${RUNS} runs after 50 untimed. ` +
     "Attention reads the pool's whole capacity, masked past each row's length.\n\n" +
     text +
