@@ -14,7 +14,8 @@
 //   above) or plain decode steps (the one-token graph of a small model). A run's cost depends on
 //   which graph ran before it (caches), so the two are compared as wholes: time per generated
 //   token over windows of rounds in each, the better one kept, the other tried again now and then
-//   (less often while it keeps losing). In a full batch a decode step already serves many rows
+//   (less often while it keeps losing; a trial of speculation that the last measured costs and the
+//   drafts' acceptance since predict to lose clearly is skipped, never twice in a row). In a full batch a decode step already serves many rows
 //   for little more than one, so speculation rarely pays and the planner stays with plain steps
 //   by itself; with one stream and a repetitive text it goes wide.
 import { NgramDrafter, MAX_MATCH, type Draft } from "./ngram.ts";
@@ -201,6 +202,13 @@ const SHADOW_EVERY = 4;
 const SHADOW_ROWS = 4;
 /** Predicted speed-up from the drafts' measured acceptance that brings speculation's trial forward. */
 const EARLY_TRIAL_GAIN = 1.25;
+/**
+ * Predicted speed-up below which a trial that falls due is skipped (counted as lost, the next one
+ * twice as late), once a trial has measured verification at this batch size. In a full batch of
+ * stories260K a verification run cost 3.2 plain steps, and the trials' 31 rounds in 2,500 cost
+ * about 2.5% of the time. At most every other trial is skipped: the costs are measured again.
+ */
+const SKIP_TRIAL_GAIN = 0.8;
 
 export type Regime = "plain" | "speculate";
 
@@ -218,6 +226,8 @@ class RegimeChoice {
   sinceTrial = 0;
   /** Speculation won a trial: it must win the next one, soon after, before it replaces plain steps. */
   confirming = false;
+  /** The last trial that fell due was skipped (see SKIP_TRIAL_GAIN). */
+  private skipped = false;
   /** Time per generated token, ms, as last measured over a window, per regime. */
   readonly msPerToken: Record<Regime, number | null> = { plain: null, speculate: null };
   /** How one-token drafts fared during plain rounds (see SpeculationPlanner.shadowRows). */
@@ -240,8 +250,11 @@ class RegimeChoice {
     return ms / tokens;
   }
 
-  /** A round of the current regime: its whole cycle's time and the tokens it made. */
-  record(ms: number, tokens: number): void {
+  /**
+   * A round of the current regime: its whole cycle's time and the tokens it made. `mayWin`: whether
+   * a trial of speculation falling due now could win (see SKIP_TRIAL_GAIN).
+   */
+  record(ms: number, tokens: number, mayWin: () => boolean = () => true): void {
     const regime = this.current;
     this.window.push({ ms, tokens });
     if (this.window.length >= WINDOW) {
@@ -265,7 +278,17 @@ class RegimeChoice {
       return;
     }
     this.sinceTrial++;
-    if (--this.untilTrial <= 0) this.startTrial();
+    if (--this.untilTrial > 0) return;
+    // Skipped as a lost trial, without its cost (trialSoon may still bring the next one forward);
+    // never twice in a row, since the costs it goes by are as old as the last trial.
+    if (this.preferred === "plain" && !this.skipped && !mayWin()) {
+      this.skipped = true;
+      this.interval = Math.min(this.interval * 2, MAX_PROBE_INTERVAL);
+      this.untilTrial = this.interval;
+      return;
+    }
+    this.skipped = false;
+    this.startTrial();
   }
 
   private startTrial(): void {
@@ -458,7 +481,7 @@ export class SpeculationPlanner {
   observeCycle(rows: number, width: number, ms: number, tokens: number): void {
     const regime = this.regime(rows);
     if (regime.current !== (width === 0 ? "plain" : "speculate") || tokens === 0) return;
-    regime.record(ms, tokens);
+    regime.record(ms, tokens, () => this.costs.estimate(rows, 5) === null || this.predictedGain(rows, regime) >= SKIP_TRIAL_GAIN);
   }
 
   /**

@@ -136,7 +136,9 @@ test("a trial of speculation that is clearly slower stops early: a fresh planner
   const start = simulate(planner, machine, 16, 2600, 5);
   expect(planner.preferredFor(16)).toBe("plain");
   // Trials at rounds 48, 96 later, 192 later, …: 32 rounds each would be some 6% of the run.
-  expect(start.verified).toBeLessThan(0.03);
+  // Once one has measured verification this dear, every other trial that falls due is skipped
+  // (2.3% of the rounds verified without that).
+  expect(start.verified).toBeLessThan(0.018);
 });
 
 test("a trial in which the planner finds no draft worth verifying (best width 1) ends there", () => {
