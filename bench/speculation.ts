@@ -244,7 +244,7 @@ async function sixteenStreams(on: ServerProcess, off: ServerProcess): Promise<vo
           ["--speculate off", rate("off").toFixed(0), "1.00×", cpu("off").toFixed(1), "1.00×"],
         ],
       ) +
-      `\n\nDraft tokens checked during the timed rounds: ${after.draft - before.draft}, accepted ${after.accepted - before.accepted} (the planner keeps plain decode steps where verification measured slower; it tries it again now and then, and ends a trial that is clearly slower early).`,
+      `\n\nDraft tokens checked during the timed rounds: ${after.draft - before.draft}, accepted ${after.accepted - before.accepted} (the planner keeps plain decode steps where verification measured slower; it tries it again now and then, ends a trial that is clearly slower early, and skips every other trial its last measured costs predict to lose).`,
   );
 }
 
