@@ -13,6 +13,19 @@ afterAll(() => root.remove());
 
 const argmax = (l: Float32Array) => l.reduce((best, v, i) => (v > l[best]! ? i : best), 0);
 
+/** Each step's logits of one sequence decoded greedily alone on a fresh backend, after its prompt. */
+async function decodeAlone(decoder: DecoderSession, prompt: number[], steps: number): Promise<Float32Array[]> {
+  const b = new FusedKvBackend(decoder, 1 << 26);
+  const seq = b.open(256);
+  let logits = await b.prefill(seq, prompt);
+  const out: Float32Array[] = [];
+  for (let s = 0; s < steps; s++) {
+    [logits] = (await b.decode([seq], [argmax(logits)])) as [Float32Array];
+    out.push(logits);
+  }
+  return out;
+}
+
 describe("capacity classes", () => {
   test("hold what is needed with at most a quarter to spare above 64, and never shrink", () => {
     let previous = 0;
@@ -59,18 +72,7 @@ describe("a decoding batch crossing a class boundary", () => {
     try {
       const prompts = [60, 62, 63].map((n, r) => Array.from({ length: n }, (_, i) => 10 + ((i * 7 + r * 13) % 200)));
       const steps = 24; // from 61..64 positions to 84..87: across 64 and 80
-      const decodeAlone = async (prompt: number[]) => {
-        const b = new FusedKvBackend(decoder, 1 << 26);
-        const seq = b.open(256);
-        let logits = await b.prefill(seq, prompt);
-        const out: Float32Array[] = [];
-        for (let s = 0; s < steps; s++) {
-          [logits] = (await b.decode([seq], [argmax(logits)])) as [Float32Array];
-          out.push(logits);
-        }
-        return out;
-      };
-      const alone = await Promise.all(prompts.map(decodeAlone));
+      const alone = await Promise.all(prompts.map((p) => decodeAlone(decoder, p, steps)));
 
       const b = new FusedKvBackend(decoder, 1 << 26);
       const seqs = prompts.map(() => b.open(256));
@@ -116,18 +118,7 @@ describe("rows given to sequences", () => {
     try {
       const prompts = [58, 61, 63, 20].map((n, r) => Array.from({ length: n }, (_, i) => 10 + ((i * 5 + r * 11) % 200)));
       const steps = 30;
-      const decodeAlone = async (prompt: number[]) => {
-        const b = new FusedKvBackend(decoder, 1 << 26);
-        const seq = b.open(256);
-        let logits = await b.prefill(seq, prompt);
-        const out: Float32Array[] = [];
-        for (let s = 0; s < steps; s++) {
-          [logits] = (await b.decode([seq], [argmax(logits)])) as [Float32Array];
-          out.push(logits);
-        }
-        return out;
-      };
-      const alone = await Promise.all(prompts.map(decodeAlone));
+      const alone = await Promise.all(prompts.map((p) => decodeAlone(decoder, p, steps)));
 
       const b = new FusedKvBackend(decoder, 1 << 26);
       // A first round fills the pools' buffers and gives them back as its sequences end.
