@@ -26,9 +26,9 @@ class FusedSequence implements Sequence {
  * Rows are kept packed at the front (a closed row takes the last row's contents), so a batch is
  * always a prefix of the buffer. A sequence's row holds zeros past its positions when it is given
  * one (placed, moved or filling a gap), whatever the buffers held before: attention masks those
- * positions, and zero weights times them add nothing only while they are finite. Buffers grow by doubling up to the rows the budget allows (huge
- * lazily-backed buffers would make the garbage collector run constantly); an emptied pool drops
- * its buffers.
+ * positions, and zero weights times them add nothing only while they are finite. Buffers grow by
+ * doubling up to the rows the budget allows (huge lazily-backed buffers would make the garbage
+ * collector run constantly); an emptied pool drops its buffers.
  */
 class Pool {
   rows: FusedSequence[] = [];

@@ -21,12 +21,34 @@ export interface AttentionLayer {
   rotaryDim: number;
 }
 
-/** A float matrix initializer's values, row-major [rows, cols]. */
-export interface Matrix {
-  init: onnx.ITensorProto;
-  rows: number;
-  cols: number;
-  data: Float32Array;
+/**
+ * A float matrix initializer, row-major [rows, cols]. Its values are copied out when first read:
+ * a model with nothing to rewrite has only the first columns it checks read (unpad-heads.ts).
+ */
+export class Matrix {
+  private values: Float32Array | null = null;
+  constructor(
+    readonly init: onnx.ITensorProto,
+    readonly rows: number,
+    readonly cols: number,
+  ) {}
+
+  /** New values (and dims: [rows, cols], or [cols] for a vector), in the graph and here. */
+  replace(data: Float32Array, rows: number, cols: number): void {
+    this.init.rawData = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    this.init.floatData = [];
+    this.init.dims = this.init.dims!.length === 2 ? [rows, cols] : [cols];
+    this.values = data;
+  }
+
+  get data(): Float32Array {
+    if (!this.values) {
+      const { rawData, floatData } = this.init;
+      // A copy: the bytes may be a view into the whole decoded file, at any offset.
+      this.values = rawData && rawData.length > 0 ? new Float32Array(Uint8Array.from(rawData).buffer) : Float32Array.from(floatData ?? []);
+    }
+    return this.values;
+  }
 }
 
 /** A projection: x·W (+ b), producing one GroupQueryAttention input. */
@@ -40,21 +62,8 @@ export function floats(init: onnx.ITensorProto | undefined, rank: number): Matri
   if (!init || init.dataType !== FLOAT || init.dataLocation === 1 || (init.dims ?? []).length !== rank) return null;
   const dims = (init.dims ?? []).map(Number);
   const [rows, cols] = rank === 2 ? [dims[0]!, dims[1]!] : [1, dims[0]!];
-  let data: Float32Array;
-  if (init.rawData && init.rawData.length > 0) {
-    const raw = init.rawData;
-    if (raw.length !== rows * cols * 4) return null;
-    // A copy: the bytes may be a view into the whole decoded file, at any offset.
-    data = new Float32Array(Uint8Array.from(raw).buffer);
-  } else if (init.floatData && init.floatData.length === rows * cols) data = Float32Array.from(init.floatData);
-  else return null;
-  return { init, rows, cols, data };
-}
-
-export function write(m: Matrix, data: Float32Array, rows: number, cols: number): void {
-  m.init.rawData = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-  m.init.floatData = [];
-  m.init.dims = m.init.dims!.length === 2 ? [rows, cols] : [cols];
+  const held = init.rawData && init.rawData.length > 0 ? init.rawData.length / 4 : (init.floatData?.length ?? 0);
+  return held === rows * cols ? new Matrix(init, rows, cols) : null;
 }
 
 export class GraphIndex {

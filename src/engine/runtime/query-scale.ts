@@ -4,7 +4,7 @@
 // after. For the one-token graph that is a Mul per layer less (the dot product with the new key is
 // summed element-wise there, then scaled): about 2% of stories260K's decode step.
 import type { onnx } from "onnx-proto";
-import { attentionProjections, write, type AttentionLayer } from "./attention-weights.ts";
+import { attentionProjections, type AttentionLayer } from "./attention-weights.ts";
 
 /** Scales each layer's query columns (and bias) by its scale; false, and nothing changed, where one is not plain. */
 export function foldQueryScale(graph: onnx.IGraphProto, layers: (AttentionLayer & { scale: number })[]): boolean {
@@ -17,7 +17,7 @@ export function foldQueryScale(graph: onnx.IGraphProto, layers: (AttentionLayer 
       if (!m) continue;
       const data = m.data;
       for (let r = 0; r < m.rows; r++) for (let c = 0; c < qDim; c++) data[r * m.cols + c]! *= scale;
-      write(m, data, m.rows, m.cols);
+      m.replace(data, m.rows, m.cols);
     }
   }
   return true;

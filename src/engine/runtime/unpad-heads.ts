@@ -18,7 +18,7 @@
 // same kind, whole-head rotary or none. Anything else (4-bit weights, external data, q/k norms
 // between the projection and the attention) keeps its padded heads.
 import type { onnx } from "onnx-proto";
-import { attentionProjections, floats, GraphIndex, write, type AttentionLayer, type Matrix, type Projection } from "./attention-weights.ts";
+import { attentionProjections, floats, GraphIndex, type AttentionLayer, type Matrix, type Projection } from "./attention-weights.ts";
 
 /** Whether columns [from + h * dim + j] (h < heads) are zero in every row of the projection. */
 function zeroColumn(p: Projection, from: number, heads: number, dim: number, j: number): boolean {
@@ -86,10 +86,10 @@ export function unpadHeads(graph: onnx.IGraphProto, layers: AttentionLayer[]): n
     const projections = f.layer.packed ? [{ p: f.q, parts }] : [{ p: f.q, parts }, { p: f.k.p, parts: [{ from: 0, heads: kvHeads }] }, { p: f.v.p, parts: [{ from: 0, heads: kvHeads }] }];
     for (const { p, parts: ps } of projections) {
       const w = keepColumns(p.weight.data, p.weight.rows, p.weight.cols, ps, dim, kept);
-      write(p.weight, w.data, p.weight.rows, w.cols);
+      p.weight.replace(w.data, p.weight.rows, w.cols);
       if (p.bias) {
         const b = keepColumns(p.bias.data, 1, p.bias.cols, ps, dim, kept);
-        write(p.bias, b.data, 1, b.cols);
+        p.bias.replace(b.data, 1, b.cols);
       }
     }
     // The output projection's rows [heads * dim, out]: the same selection on its rows.
@@ -98,11 +98,11 @@ export function unpadHeads(graph: onnx.IGraphProto, layers: AttentionLayer[]): n
     for (let h = 0; h < heads; h++) {
       kept.forEach((j, i) => rows.set(o.data.subarray((h * dim + j) * o.cols, (h * dim + j + 1) * o.cols), (h * d + i) * o.cols));
     }
-    write(o, rows, heads * d, o.cols);
+    o.replace(rows, heads * d, o.cols);
   }
   // The rotary caches: the columns of the pairs kept.
   const low = kept.slice(0, d / 2);
-  for (const m of caches.values()) write(m, keepColumns(m.data, m.rows, m.cols, [{ from: 0, heads: 1 }], half, low).data, m.rows, d / 2);
+  for (const m of caches.values()) m.replace(keepColumns(m.data, m.rows, m.cols, [{ from: 0, heads: 1 }], half, low).data, m.rows, d / 2);
   // The cache inputs [batch, kv_heads, positions, dim].
   for (const l of layers) {
     for (const name of [l.node.input![3], l.node.input![4]]) {

@@ -250,11 +250,11 @@ class RegimeChoice {
     return ms / tokens;
   }
 
-  /**
-   * A round of the current regime: its whole cycle's time and the tokens it made. `mayWin`: whether
-   * a trial of speculation falling due now could win (see SKIP_TRIAL_GAIN).
-   */
-  record(ms: number, tokens: number, mayWin: () => boolean = () => true): void {
+  /** `mayWin(rows)`: whether a trial of speculation falling due now at `rows` rows could win (see SKIP_TRIAL_GAIN). */
+  constructor(private readonly mayWin: (rows: number) => boolean = () => true) {}
+
+  /** A round of `rows` rows in the current regime: its whole cycle's time and the tokens it made. */
+  record(ms: number, tokens: number, rows: number): void {
     const regime = this.current;
     this.window.push({ ms, tokens });
     if (this.window.length >= WINDOW) {
@@ -281,7 +281,7 @@ class RegimeChoice {
     if (--this.untilTrial > 0) return;
     // Skipped as a lost trial, without its cost (trialSoon may still bring the next one forward);
     // never twice in a row, since the costs it goes by are as old as the last trial.
-    if (this.preferred === "plain" && !this.skipped && !mayWin()) {
+    if (this.preferred === "plain" && !this.skipped && !this.mayWin(rows)) {
       this.skipped = true;
       this.interval = Math.min(this.interval * 2, MAX_PROBE_INTERVAL);
       this.untilTrial = this.interval;
@@ -383,7 +383,7 @@ export class SpeculationPlanner {
     const bin = rowBin(rows);
     let r = this.regimes.get(bin);
     if (!r) {
-      r = new RegimeChoice();
+      r = new RegimeChoice((n) => this.trialMayWin(n));
       // A batch size not seen yet starts as the nearest one that has compared the two regimes
       // (its own trial comes as usual): batches grow and shrink through several bins.
       for (let d = 1; d < ROW_BOUNDS.length + 1; d++) {
@@ -396,6 +396,11 @@ export class SpeculationPlanner {
       this.regimes.set(bin, r);
     }
     return r;
+  }
+
+  /** Whether speculation could win a trial at this batch size: unknown until a trial measured its costs. */
+  private trialMayWin(rows: number): boolean {
+    return this.costs.estimate(rows, 5) === null || this.predictedGain(rows, this.regime(rows)) >= SKIP_TRIAL_GAIN;
   }
 
   /** Which regime this batch size runs now, a trial included (for tests and diagnostics). */
@@ -481,7 +486,7 @@ export class SpeculationPlanner {
   observeCycle(rows: number, width: number, ms: number, tokens: number): void {
     const regime = this.regime(rows);
     if (regime.current !== (width === 0 ? "plain" : "speculate") || tokens === 0) return;
-    regime.record(ms, tokens, () => this.costs.estimate(rows, 5) === null || this.predictedGain(rows, regime) >= SKIP_TRIAL_GAIN);
+    regime.record(ms, tokens, rows);
   }
 
   /**
