@@ -68,11 +68,15 @@ export function unpadHeads(graph: onnx.IGraphProto, layers: AttentionLayer[]): n
   } else for (let j = 0; j < dim; j++) if (!zero(j)) kept.push(j);
   if (kept.length === dim || kept.length === 0) return null;
   const d = kept.length;
-  // The rotary caches [positions, dim / 2] (shared by layers), checked before anything changes.
+  // What changes size must have no reader but the attention nodes: the cache inputs, and the
+  // rotary caches [positions, dim / 2] (shared by layers). Checked before anything changes.
+  const readers = (name: string) => layers.reduce((n, l) => n + l.node.input!.filter((x) => x === name).length, 0);
+  const only = (name: string) => index.uses.get(name) === readers(name);
+  if (!layers.every((l) => only(l.node.input![3]!) && only(l.node.input![4]!))) return null;
   const caches = new Map<string, Matrix>();
   if (rotary) {
     for (const name of new Set(layers.flatMap((l) => [l.node.input![7]!, l.node.input![8]!]))) {
-      const m = floats(index.initializers.get(name), 2);
+      const m = only(name) ? floats(index.initializers.get(name), 2) : null;
       if (!m || m.cols !== half) return null;
       caches.set(name, m);
     }
