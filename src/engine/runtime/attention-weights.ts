@@ -84,9 +84,10 @@ export class GraphIndex {
     return name && this.uses.get(name) === 1 ? floats(this.initializers.get(name), rank) : null;
   }
 
-  /** The MatMul (and bias Add) that alone produce `name`, read only there. */
+  /** The MatMul (and bias Add) that alone produce `name`, which only its one reader (the attention) reads. */
   projection(name: string | undefined): Projection | null {
-    let n = name ? this.producer.get(name) : undefined;
+    if (!name || this.uses.get(name) !== 1) return null;
+    let n = this.producer.get(name);
     let bias: Matrix | null = null;
     if (n?.opType === "Add") {
       const [a, b] = n.input ?? [];

@@ -198,7 +198,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     await expectOneTokenAgrees(a!, [1, 17, 30]);
     await Promise.all([a!.release(), b!.release()]);
   });
-  test("heads padded to 16 keep their size where the padding is not checked: weights held outside the graph, q/k norms before the attention, a rotary cache read elsewhere", async () => {
+  test("heads padded to 16 keep their size where the padding is not checked: weights held outside the graph, q/k norms before the attention, a rotary cache or a projection read elsewhere", async () => {
     const unchecked = [
       { externalDataThreshold: 0, qkNorm: false },
       { qkNorm: true },
@@ -219,6 +219,12 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     model.graph!.node!.push({ opType: "Identity", input: [cos], output: ["cos_copy"] });
     model.graph!.output!.push({ name: "cos_copy", type: { tensorType: { elemType: 1 } } });
     expect(splitAttention(model)!.headDims).toBeUndefined();
+    // Nor where a projection's output has another reader, which would see it narrowed (or scaled).
+    const readQuery = load(join(shared.dir, "onnx", "model.onnx"));
+    const q = readQuery.graph!.node!.find((n) => n.opType === "GroupQueryAttention")!.input![0]!;
+    readQuery.graph!.node!.push({ opType: "Identity", input: [q], output: ["q_copy"] });
+    readQuery.graph!.output!.push({ name: "q_copy", type: { tensorType: { elemType: 1 } } });
+    expect(splitAttention(readQuery)!.headDims).toBeUndefined();
     expect(splitAttention(load(join(shared.dir, "onnx", "model.onnx")))!.headDims).toEqual({ exported: 16, used: 8 });
     // Where it is checked, the decoder reads the size from the graph and says so.
     const info = await buildSyntheticModel(join(root.path, "pad-dropped"), { preset: "tiny-bytes", variant: "fused", seed: 3, shape: { headDim: 8 } });
