@@ -215,7 +215,7 @@ async function copyHeavy(on: ServerProcess, off: ServerProcess, task: CopyTask):
 
 // ---------------------------------------------------------------- C. 16 streams
 
-async function sixteenStreams(on: ServerProcess, off: ServerProcess): Promise<void> {
+async function sixteenStreams(on: ServerProcess, off: ServerProcess, twin: ServerProcess): Promise<void> {
   const rounds = quick ? 1 : 15;
   // Wall time and the server process's CPU per token (all its threads, from /proc's schedstat):
   // on two busy cores a round's wall time varies by ±10% between two servers set up alike, what
@@ -226,22 +226,27 @@ async function sixteenStreams(on: ServerProcess, off: ServerProcess): Promise<vo
     const tokens = results.reduce((a, x) => a + x.tokens, 0);
     return { rate: tokens / ((performance.now() - t0) / 1000), cpuUs: (sumCpu(serverCpuUs(s.pid)) - c0) / tokens };
   };
-  for (let w = 0; w < (quick ? 1 : 6); w++) for (const s of [on, off]) await round(s, w);
+  const servers = { on, off, twin };
+  type Name = keyof typeof servers;
+  const names = Object.keys(servers) as Name[];
+  for (let w = 0; w < (quick ? 1 : 6); w++) for (const k of names) await round(servers[k], w);
   const before = await settled(on, "stories260k");
-  const runs: Record<"on" | "off", { rate: number; cpuUs: number }[]> = { on: [], off: [] };
+  const runs: Record<Name, { rate: number; cpuUs: number }[]> = { on: [], off: [], twin: [] };
   for (let r = 0; r < rounds; r++) {
-    // Alternating which goes first.
-    for (const k of r % 2 ? (["off", "on"] as const) : (["on", "off"] as const)) runs[k].push(await round(k === "on" ? on : off, r));
+    // Each server goes first, second and third in turn.
+    for (const k of [...names.slice(r % 3), ...names.slice(0, r % 3)]) runs[k].push(await round(servers[k], r));
   }
   const after = await settled(on, "stories260k");
-  const [rate, cpu] = [(k: "on" | "off") => median(runs[k].map((x) => x.rate)), (k: "on" | "off") => median(runs[k].map((x) => x.cpuUs))];
+  const [rate, cpu] = [(k: Name) => median(runs[k].map((x) => x.rate)), (k: Name) => median(runs[k].map((x) => x.cpuUs))];
   note(
-    `**C. 16 concurrent streams of stories260K** (greedy, 128 tokens each, different prompts; ${rounds} rounds per server, interleaved (which goes first alternating), after untimed ones; the median round's aggregate tokens/s, and the server process's CPU per token over the round, all threads, from /proc's schedstat):\n\n` +
+    `**C. 16 concurrent streams of stories260K** (greedy, 128 tokens each, different prompts; ${rounds} rounds per server, interleaved (each server first, second and third in turn), after untimed ones; the median round's aggregate tokens/s, and the server process's CPU per token over the round, all threads, from /proc's schedstat). ` +
+      `A second \`--speculate off\` server, set up alike, measures how far two identical servers differ in the same run: a ratio within that spread says nothing either way:\n\n` +
       table(
         ["server", "aggregate tok/s (median round)", "vs --speculate off (target ≥ 1.0×)", "server CPU µs per token (median round)", "off's CPU per token vs this"],
         [
           ["speculation on (default)", rate("on").toFixed(0), ratio(rate("on"), rate("off")), cpu("on").toFixed(1), ratio(cpu("off"), cpu("on"))],
           ["--speculate off", rate("off").toFixed(0), "1.00×", cpu("off").toFixed(1), "1.00×"],
+          ["--speculate off, its twin (A/A)", rate("twin").toFixed(0), ratio(rate("twin"), rate("off")), cpu("twin").toFixed(1), ratio(cpu("off"), cpu("twin"))],
         ],
       ) +
       `\n\nDraft tokens checked during the timed rounds: ${after.draft - before.draft}, accepted ${after.accepted - before.accepted} (the planner keeps plain decode steps where verification measured slower; it tries it again now and then, ends a trial that is clearly slower early, and skips every other trial its last measured costs predict to lose).`,
@@ -435,7 +440,14 @@ async function main() {
       try {
         if (hasStories && only.has("A")) await singleStream(on, off, dirs[0]!);
         if (task) await copyHeavy(on, off, task);
-        if (hasStories && only.has("C")) await sixteenStreams(on, off);
+        if (hasStories && only.has("C")) {
+          const twin = await startServerProcess(models, ["--preload", "all", "--speculate", "off"]);
+          try {
+            await sixteenStreams(on, off, twin);
+          } finally {
+            await twin.stop();
+          }
+        }
       } finally {
         await on.stop();
         await off.stop();
