@@ -105,7 +105,7 @@ const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
 
 // ---------------------------------------------------------------- A. one stream of stories260K
 
-async function singleStream(on: ServerProcess, off: ServerProcess, storiesModel: string): Promise<void> {
+async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerProcess, storiesModel: string): Promise<void> {
   // llama2.c's stories end with BOS (1) as well as EOS (2).
   const eos = [1, 2];
   const spec = (s: ServerProcess) => ({ kind: "http" as const, baseURL: `${s.url}/v1`, key: s.key, model: "stories260k", prompt: STORY_PROMPTS[0]!, prompts: STORY_PROMPTS, eos, tokens: TOKENS });
@@ -116,6 +116,8 @@ async function singleStream(on: ServerProcess, off: ServerProcess, storiesModel:
   const runners: [string, RunnerProcess][] = [
     ["sluice (speculation on, the default)", await RunnerProcess.start(spec(on))],
     ["sluice --speculate off", await RunnerProcess.start(spec(off))],
+    // A server set up as the one before: how far two alike differ in the same run (A/A).
+    ["sluice --speculate off, its twin (A/A)", await RunnerProcess.start(spec(twin))],
     ["sluice's engine in-process, no HTTP (speculation on)", await RunnerProcess.start(engine("ngram"))],
     ["sluice's engine in-process, no HTTP (speculation off)", await RunnerProcess.start(engine("off"))],
   ];
@@ -125,7 +127,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess, storiesModel:
   const results: Record<string, number[]> = Object.fromEntries([...runners.map(([n]) => [n, []]), ["llama2.c run.c -O3"]].map((x) => [x[0], []]));
   // CPU per token of the two sides of an HTTP run (all threads of the server process, and of the
   // client's process), from /proc's schedstat: on two cores their sum bounds the rate.
-  const servers = new Map<string, ServerProcess>([[runners[0]![0], on], [runners[1]![0], off]]);
+  const servers = new Map<string, ServerProcess>([[runners[0]![0], on], [runners[1]![0], off], [runners[2]![0], twin]]);
   // The in-process engine's runner: its process's CPU is the engine's, with no client.
   const cpu: Record<string, { server: number[]; client: number[] }> = Object.fromEntries(runners.map(([n]) => [n, { server: [], client: [] }]));
   const processCpuUs = (pid: number) => threadsCpu(pid).reduce((a, t) => a + t.cpuNs, 0) / 1000;
@@ -159,6 +161,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess, storiesModel:
   const steps = after.steps - before.steps;
   note(
     `**A. stories260K, greedy, one stream through HTTP** (the openai client streaming, in a process of its own; ${STORY_PROMPTS.length} prompts in turn, ${TOKENS} tokens each with the end token banned, ` +
+      "a second `--speculate off` server set up alike (an A/A twin: how far two identical servers differ in the same run), " +
       "and, for comparison, the model worker's own code (scheduler, KV cache, sampler, detokeniser) driven in a process of its own without the HTTP thread, the messages to it and the client; " +
       `${RUNS * STORY_PROMPTS.length} timed runs per runner, interleaved, after ${quick ? 2 : 100} untimed ones on top of the servers' own warm-up; medians). ` +
       `run.c runs the same prompts (greedy, -n 256: its rate counts every forward pass, prompt included, up to the end of the story)` +
@@ -437,20 +440,14 @@ async function main() {
     if (only.has("A") || only.has("B") || only.has("C")) {
       const on = await startServerProcess(models, ["--preload", "all"]);
       const off = await startServerProcess(models, ["--preload", "all", "--speculate", "off"]);
+      // Set up as `off`: parts A and C read their ratios against how far two alike differ.
+      const twin = await startServerProcess(models, ["--preload", "all", "--speculate", "off"]);
       try {
-        if (hasStories && only.has("A")) await singleStream(on, off, dirs[0]!);
+        if (hasStories && only.has("A")) await singleStream(on, off, twin, dirs[0]!);
         if (task) await copyHeavy(on, off, task);
-        if (hasStories && only.has("C")) {
-          const twin = await startServerProcess(models, ["--preload", "all", "--speculate", "off"]);
-          try {
-            await sixteenStreams(on, off, twin);
-          } finally {
-            await twin.stop();
-          }
-        }
+        if (hasStories && only.has("C")) await sixteenStreams(on, off, twin);
       } finally {
-        await on.stop();
-        await off.stop();
+        await Promise.all([on.stop(), off.stop(), twin.stop()]);
       }
     }
     if (hasStories && only.has("D")) await warmStart(storiesOnly);
