@@ -264,11 +264,11 @@ function streamResponse(
     system_fingerprint: meta.systemFingerprint,
     service_tier: "default",
   };
-  const usageField = plan.includeUsage ? { usage: null } : {};
   // Every chunk is the head, one choice and the usage field, in that order: the head is written
   // out once, and each chunk only adds its choice (the same bytes as stringifying the whole).
   const chunkStart = `data: ${JSON.stringify({ ...head, choices: [] }).slice(0, -2)}`;
   const chunkEnd = `]${plan.includeUsage ? ',"usage":null' : ""}}\n\n`;
+  const chunk = (choice: unknown) => `${chunkStart}${JSON.stringify(choice)}${chunkEnd}`;
   let iterator: AsyncIterator<GenerationEvent[]> | null = null;
   let finished = false;
   /** Ends the generation early; drains it so the usage row carries the tokens made so far. */
@@ -296,13 +296,7 @@ function streamResponse(
       });
       // The role delta goes out at once, so headers and a first byte reach the client before prefill.
       for (let index = 0; index < plan.n; index++) {
-        controller.enqueue(
-          sse({
-            ...head,
-            choices: [{ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }],
-            ...usageField,
-          }),
-        );
+        controller.enqueue(encoder.encode(chunk({ index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null })));
       }
       iterator = generation.events[Symbol.asyncIterator]();
       idle.arm();
@@ -334,7 +328,7 @@ function streamResponse(
           for (const e of coalesceEvents(next.value)) {
             acc.add(e);
             const choice = chunkChoice(e, plan.logprobs);
-            if (choice) text += `${chunkStart}${JSON.stringify(choice)}${chunkEnd}`;
+            if (choice) text += chunk(choice);
           }
         }
         controller.enqueue(encoder.encode(text));

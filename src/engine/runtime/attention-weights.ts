@@ -121,8 +121,7 @@ export interface LayerProjections {
 }
 
 /** Every layer's projections, or null when one of them is not plain (see above). */
-export function attentionProjections(graph: onnx.IGraphProto, layers: AttentionLayer[]): LayerProjections[] | null {
-  const index = new GraphIndex(graph);
+export function attentionProjections(index: GraphIndex, layers: AttentionLayer[]): LayerProjections[] | null {
   const found: LayerProjections[] = [];
   for (const l of layers) {
     const [q, k, v] = l.node.input!;

@@ -4,11 +4,11 @@
 // after. For the one-token graph that is a Mul per layer less (the dot product with the new key is
 // summed element-wise there, then scaled): about 2% of stories260K's decode step.
 import type { onnx } from "onnx-proto";
-import { attentionProjections, type AttentionLayer } from "./attention-weights.ts";
+import { attentionProjections, GraphIndex, type AttentionLayer } from "./attention-weights.ts";
 
 /** Scales each layer's query columns (and bias) by its scale; false, and nothing changed, where one is not plain. */
 export function foldQueryScale(graph: onnx.IGraphProto, layers: (AttentionLayer & { scale: number })[]): boolean {
-  const found = attentionProjections(graph, layers);
+  const found = attentionProjections(new GraphIndex(graph), layers);
   if (!found) return false;
   for (const [i, { layer, q }] of found.entries()) {
     const qDim = layer.heads * layer.dim;

@@ -54,9 +54,9 @@ export function unpadHeads(graph: onnx.IGraphProto, layers: AttentionLayer[]): n
   const dim = layers[0]!.dim;
   const rotary = layers[0]!.rotaryDim;
   if (layers.some((l) => l.dim !== dim || l.rotaryDim !== rotary) || (rotary !== 0 && rotary !== dim) || dim % 2 !== 0) return null;
-  const found = attentionProjections(graph, layers);
-  if (!found || found.some((f) => !f.output)) return null;
   const index = new GraphIndex(graph);
+  const found = attentionProjections(index, layers);
+  if (!found || found.some((f) => !f.output)) return null;
   // A dimension goes when its key and value columns are zero in every head of every layer; with
   // rotary embeddings, with the other of its pair.
   const zero = (j: number) => found.every((f) => zeroColumn(f.k.p, f.k.from, f.layer.kvHeads, dim, j) && zeroColumn(f.v.p, f.v.from, f.layer.kvHeads, dim, j));
