@@ -2,6 +2,9 @@
 // its longest matching ending, looked up in the prompt and the text generated so far. No draft
 // model: a copy-heavy answer (an edited passage, code repeated with changes, a quoted document)
 // repeats long runs of its context, and the model's own repetitive stretches repeat themselves.
+// Where the owner's earlier sequences know a longer ending than the request's own text does, their
+// continuation is the draft instead (history.ts).
+import { MAX_CONTEXT, type NgramHistory } from "./history.ts";
 
 /** Positions of each token of an append-only sequence, in order. */
 class TokenPositions {
@@ -44,6 +47,12 @@ export interface Draft {
 
 const NO_DRAFT: Draft = { tokens: [], match: 0 };
 
+/** The earlier text of the request's owner, looked up with the owner's salt. */
+export interface OwnerHistory {
+  table: NgramHistory;
+  salt: number;
+}
+
 /** One choice's text (prompt, then every token sampled for it) and its drafts. */
 export class NgramDrafter {
   private readonly generated: number[] = [];
@@ -52,7 +61,11 @@ export class NgramDrafter {
   private readonly promptIndex: TokenPositions;
 
   /** `prompt` is kept, not copied (its index is shared with the request's other choices). */
-  constructor(prompt: readonly number[], generated: Iterable<number> = []) {
+  constructor(
+    prompt: readonly number[],
+    generated: Iterable<number> = [],
+    private readonly history: OwnerHistory | null = null,
+  ) {
     this.prompt = prompt;
     this.promptIndex = promptIndex(prompt);
     for (const t of generated) this.push(t);
@@ -75,10 +88,20 @@ export class NgramDrafter {
 
   /**
    * Up to `max` tokens that continue the text as it continued after the longest earlier match of
-   * its ending (the most recent among equals). A continuation that runs into the ending itself
-   * goes on through the draft, as a repeating pattern does.
+   * its ending (the most recent among equals), or as the owner's history goes on after a longer
+   * one. A continuation that runs into the ending itself goes on through the draft, as a
+   * repeating pattern does.
    */
   propose(max: number): Draft {
+    const own = this.lookup(max);
+    const history = this.history;
+    if (!history || max <= 0 || own.match >= MAX_CONTEXT) return own;
+    const earlier = history.table.propose(history.salt, (i) => this.at(i), this.length, max, own.match + 1);
+    return earlier.tokens.length > 0 ? { tokens: earlier.tokens, match: earlier.context } : own;
+  }
+
+  /** The draft from the request's own text. */
+  private lookup(max: number): Draft {
     const n = this.length;
     if (max <= 0 || n < 2) return NO_DRAFT;
     const last = this.at(n - 1);

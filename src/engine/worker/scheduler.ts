@@ -28,6 +28,7 @@ import type { ModelRunner } from "./model-runner.ts";
 import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
 import { prefixKey } from "./prefix-key.ts";
+import { NgramHistory, ownerSalt } from "../speculation/history.ts";
 import { NgramDrafter } from "../speculation/ngram.ts";
 import { ChoiceSpeculation, MAX_DRAFT, SpeculationPlanner, type Plan, type PlanRow } from "../speculation/planner.ts";
 import { inlineStructures, type StructureSource } from "./structure-compiler.ts";
@@ -146,6 +147,8 @@ export class Scheduler {
   };
   /** Null when speculation is off or the KV cache cannot verify. */
   readonly speculation: SpeculationPlanner | null;
+  /** With speculation: each account's earlier sequences on this model, drafts for its next ones. */
+  private readonly history: NgramHistory | null;
   /** The last decode round: when it began and ended, the prompt tokens computed by then, its batch, width (0: plain) and tokens. */
   private lastRound = { begin: 0, end: 0, promptTokens: -1, rows: 0, width: 0, tokens: 0 };
   private lastStats = "";
@@ -174,6 +177,7 @@ export class Scheduler {
     this.queue = new FairQueue(opts.order ?? "fair");
     this.prefillChunk = opts.prefillChunk ?? 256;
     this.speculation = (opts.speculate ?? "ngram") === "ngram" && this.backend.canVerify ? new SpeculationPlanner(opts.speculatePolicy) : null;
+    this.history = this.speculation ? new NgramHistory() : null;
     this.structures = opts.structures ?? inlineStructures(model);
   }
 
@@ -674,7 +678,7 @@ export class Scheduler {
    */
   private planRow({ job, choice }: Row): PlanRow {
     const seq = choice.seq!;
-    choice.spec ??= new ChoiceSpeculation(new NgramDrafter(job.prompt));
+    choice.spec ??= new ChoiceSpeculation(new NgramDrafter(job.prompt, [], this.history && { table: this.history, salt: ownerSalt(job.fairKey) }));
     const drafter = choice.spec.drafter;
     if (drafter.length < seq.tokens.length + 1) {
       for (let i = Math.max(drafter.length, job.prompt.length); i < seq.tokens.length; i++) drafter.push(seq.tokens[i]!);
@@ -742,6 +746,8 @@ export class Scheduler {
     c.seq = null;
     c.next = null;
     this.budget.release(this.backend.sequenceBytes(seq.capacity));
+    // What the choice wrote (its prompt's end with it) becomes drafts for the account's next requests.
+    if (this.history && seq.tokens.length > job.prompt.length) this.history.learn(ownerSalt(job.fairKey), seq.tokens);
     if (completed && c === job.choices[0] && seq.tokens.length >= this.prefix.minTokens) {
       // The prompt part by its key, then the generated tokens (ordinary ids).
       const key = [...job.key, ...seq.tokens.slice(job.key.length)];
