@@ -414,7 +414,7 @@ async function economics(dir: string): Promise<void> {
         made += n;
         runs++;
       }
-      history?.table.learn(history.salt, prompt.concat(out));
+      history?.table.learn(history.salt, prompt.concat(out), prompt.length);
     }
     return made / runs;
   };

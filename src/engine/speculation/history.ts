@@ -16,7 +16,7 @@ export const MAX_CONTEXT = 6;
 const MIN_CONTEXT = 2;
 /** Entries kept by default (each about 40 bytes in a Map: some 10 MiB). */
 export const DEFAULT_ENTRIES = 1 << 18;
-/** Tokens of a finished sequence learnt at most (its end: a huge prompt is prompt lookup's). */
+/** Tokens of a finished sequence learnt at most (its last ones). */
 const LEARN_TAIL = 4096;
 /** Vote counts saturate here, so that a phrase that changed is relearnt soon. */
 const MAX_VOTES = 15;
@@ -63,11 +63,16 @@ export class NgramHistory {
 
   private readonly scratch: number[] = new Array(MAX_CONTEXT).fill(0);
 
-  /** Learns the successors in a finished sequence of `owner`'s (its last LEARN_TAIL tokens). */
-  learn(salt: number, tokens: readonly number[]): void {
+  /**
+   * Learns the successors in a finished sequence of an owner's from position `from` on (at most
+   * its last LEARN_TAIL tokens), their endings reaching back before it. The scheduler passes where
+   * the answer starts: the prompt is prompt lookup's within its request, and learning a long one
+   * would cost every request that sends it.
+   */
+  learn(salt: number, tokens: readonly number[], from = 0): void {
     const keys = this.scratch;
     const at = (i: number) => tokens[i]!;
-    for (let i = Math.max(1, tokens.length - LEARN_TAIL); i < tokens.length; i++) {
+    for (let i = Math.max(1, from, tokens.length - LEARN_TAIL); i < tokens.length; i++) {
       const token = tokens[i]!;
       const n = this.keys(salt, at, i, MAX_CONTEXT, keys);
       for (let k = MIN_CONTEXT - 1; k < n; k++) this.vote(keys[k]!, token);

@@ -746,8 +746,8 @@ export class Scheduler {
     c.seq = null;
     c.next = null;
     this.budget.release(this.backend.sequenceBytes(seq.capacity));
-    // What the choice wrote (its prompt's end with it) becomes drafts for the account's next requests.
-    if (this.history && seq.tokens.length > job.prompt.length) this.history.learn(ownerSalt(job.fairKey), seq.tokens);
+    // What the choice wrote becomes drafts for the account's next requests.
+    if (this.history && seq.tokens.length > job.prompt.length) this.history.learn(ownerSalt(job.fairKey), seq.tokens, job.prompt.length);
     if (completed && c === job.choices[0] && seq.tokens.length >= this.prefix.minTokens) {
       // The prompt part by its key, then the generated tokens (ordinary ids).
       const key = [...job.key, ...seq.tokens.slice(job.key.length)];

@@ -26,6 +26,13 @@ describe("the table of earlier sequences", () => {
     expect(h.propose(A, at(text), text.length, 4, 4).tokens).toEqual([]);
   });
 
+  test("learnt from a position on (where the answer starts), the endings reaching back before it", () => {
+    const h = new NgramHistory();
+    h.learn(A, [1, 2, 3, 4, 5, 6], 4);
+    expect(h.propose(A, at([3, 4]), 2, 3).tokens).toEqual([5, 6]);
+    expect(h.propose(A, at([1, 2]), 2, 3).tokens).toEqual([]);
+  });
+
   test("the most frequent successor wins, and a phrase that changed is relearnt", () => {
     const h = new NgramHistory();
     for (let i = 0; i < 3; i++) h.learn(A, [1, 2, 3, 7]);
