@@ -74,7 +74,7 @@ export const serveCommand: Command = {
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 503 (0: 64; per model: sluice.json's max_queue)", default: "0" },
     { name: "warmup-ms", type: "string", help: "Per model preloaded or loaded by an operator (not on demand: a request waits), run synthetic requests through the decoding code for up to this long so the first requests get full speed (0: none; default SLUICE_WARMUP_MS, else 2000)" },
     { name: "stream-interval-ms", type: "string", help: "A stream's tokens made within this long of the last chunk wait and go out together in one chunk (the first token and the end never wait; 0: a chunk per round of the model)", default: String(POST_INTERVAL_MS) },
-    { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, verified by the model; the output is unchanged) or off", default: "ngram" },
+    { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, and in the account's earlier answers, verified by the model; the output is unchanged) or off", default: "ngram" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
