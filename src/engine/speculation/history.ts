@@ -14,8 +14,11 @@
 export const MAX_CONTEXT = 6;
 /** Shortest ending a draft may continue: a single token's successor is rarely decided. */
 const MIN_CONTEXT = 2;
-/** Entries kept by default (each about 40 bytes in a Map: some 10 MiB). */
-export const DEFAULT_ENTRIES = 1 << 18;
+/**
+ * Slots by default: two per bucket, 12 bytes each (a 53-bit key, a token and its votes), 6 MiB
+ * per model; the pages are the system's only once written.
+ */
+export const DEFAULT_SLOTS = 1 << 19;
 /** Tokens of a finished sequence learnt at most (its last ones). */
 const LEARN_TAIL = 4096;
 /** Vote counts saturate here, so that a phrase that changed is relearnt soon. */
@@ -33,20 +36,40 @@ export function ownerSalt(owner: string): number {
   return h >>> 0;
 }
 
-/** The successors of contexts seen in an owner's earlier sequences, bounded in entries. */
+/**
+ * The successors of contexts seen in owners' earlier sequences, in a fixed table: each context
+ * hashes to a bucket of two slots; a new one replaces the entry with fewer votes (the older on a
+ * tie), so a phrase seen often outlives one seen once.
+ */
 export class NgramHistory {
-  /** Context key → successor token × 16 + votes (a majority vote: the leader and its margin). */
-  private readonly next = new Map<number, number>();
+  /** Per slot: the context's key (0: empty). */
+  private readonly keysOf: Float64Array;
+  /** Per slot: successor token × 16 + votes (a majority vote: the leader and its margin). */
+  private readonly next: Int32Array;
+  private readonly bucketMask: number;
+  private used = 0;
 
-  constructor(private readonly capacity = DEFAULT_ENTRIES) {}
+  constructor(slots = DEFAULT_SLOTS) {
+    const buckets = 2 ** Math.max(1, Math.floor(Math.log2(slots / 2)));
+    this.keysOf = new Float64Array(2 * buckets);
+    this.next = new Int32Array(2 * buckets);
+    this.bucketMask = buckets - 1;
+  }
 
+  /** Slots in use. */
   get size(): number {
-    return this.next.size;
+    return this.used;
+  }
+
+  /** Slots in all. */
+  get capacity(): number {
+    return this.next.length;
   }
 
   /**
    * The keys of the endings of `text` just before position `end` (exclusive), of lengths 1..n:
-   * two independent 32-bit hashes in one exact double (53 bits), so unrelated contexts rarely meet.
+   * two independent 32-bit hashes in one exact double (53 bits, never 0), so unrelated contexts
+   * rarely meet.
    */
   private keys(salt: number, at: (i: number) => number, end: number, n: number, out: number[]): number {
     let a = salt ^ 0x5bd1e995;
@@ -56,12 +79,20 @@ export class NgramHistory {
       const t = at(end - 1 - k);
       a = mix(a, t + k);
       b = mix(b, t ^ (k << 24));
-      out[k] = (a >>> 0) * 2 ** 21 + ((b >>> 0) & 0x1fffff);
+      out[k] = (a >>> 0) * 2 ** 21 + ((b >>> 0) & 0x1fffff) + 1;
     }
     return k;
   }
 
   private readonly scratch: number[] = new Array(MAX_CONTEXT).fill(0);
+
+  /** The slot holding `key`, or -1. */
+  private find(key: number): number {
+    const first = 2 * (Math.floor(key / 2 ** 21) & this.bucketMask);
+    if (this.keysOf[first] === key) return first;
+    if (this.keysOf[first + 1] === key) return first + 1;
+    return -1;
+  }
 
   /**
    * Learns the successors in a finished sequence of an owner's from position `from` on (at most
@@ -77,28 +108,28 @@ export class NgramHistory {
       const n = this.keys(salt, at, i, MAX_CONTEXT, keys);
       for (let k = MIN_CONTEXT - 1; k < n; k++) this.vote(keys[k]!, token);
     }
-    // Oldest first: a Map iterates in insertion order, and a refreshed entry is reinserted.
-    if (this.next.size > this.capacity) {
-      let over = this.next.size - this.capacity;
-      for (const key of this.next.keys()) {
-        if (over-- <= 0) break;
-        this.next.delete(key);
-      }
-    }
   }
 
   private vote(key: number, token: number): void {
-    const entry = this.next.get(key);
-    if (entry === undefined) {
-      this.next.set(key, token * 16 + 1);
+    const slot = this.find(key);
+    if (slot < 0) {
+      const first = 2 * (Math.floor(key / 2 ** 21) & this.bucketMask);
+      if (this.next[first + 1] === 0 || this.next[first] === 0) this.used++;
+      // The second slot holds the older of two equals: on a tie it goes, and the first moves there.
+      if ((this.next[first]! & 15) >= (this.next[first + 1]! & 15)) {
+        this.keysOf[first + 1] = this.keysOf[first]!;
+        this.next[first + 1] = this.next[first]!;
+      }
+      this.keysOf[first] = key;
+      this.next[first] = token * 16 + 1;
       return;
     }
-    const leader = Math.floor(entry / 16);
-    const votes = entry % 16;
-    this.next.delete(key);
-    if (leader === token) this.next.set(key, leader * 16 + Math.min(MAX_VOTES, votes + 1));
-    else if (votes > 1) this.next.set(key, leader * 16 + votes - 1);
-    else this.next.set(key, token * 16 + 1);
+    const entry = this.next[slot]!;
+    const leader = entry >>> 4;
+    const votes = entry & 15;
+    if (leader === token) this.next[slot] = leader * 16 + Math.min(MAX_VOTES, votes + 1);
+    else if (votes > 1) this.next[slot] = entry - 1;
+    else this.next[slot] = token * 16 + 1;
   }
 
   /**
@@ -118,9 +149,9 @@ export class NgramHistory {
       let found = -1;
       // The longest known ending decides, not a shorter and vaguer one.
       for (let k = n - 1; k >= shortest - 1 && found < 0; k--) {
-        const entry = this.next.get(keys[k]!);
-        if (entry === undefined) continue;
-        found = Math.floor(entry / 16);
+        const slot = this.find(keys[k]!);
+        if (slot < 0) continue;
+        found = this.next[slot]! >>> 4;
         if (tokens.length === 0) context = k + 1;
       }
       if (found < 0) break;

@@ -42,16 +42,23 @@ describe("the table of earlier sequences", () => {
     expect(h.propose(A, at([1, 2, 3]), 3, 1).tokens).toEqual([9]);
   });
 
-  test("bounded: past its capacity the oldest contexts go, the recent ones stay", () => {
-    // Each token learnt adds up to five contexts (endings of 2 to 6 tokens).
-    const h = new NgramHistory(2500);
-    const old = Array.from({ length: 400 }, (_, i) => 1000 + i);
-    const recent = Array.from({ length: 400 }, (_, i) => 5000 + i);
-    h.learn(A, old);
-    h.learn(A, recent);
-    expect(h.size).toBeLessThanOrEqual(2500);
-    expect(h.propose(A, at(recent), 10, 3).tokens).toEqual([5010, 5011, 5012]);
-    expect(h.propose(A, at(old), 10, 3).tokens).toEqual([]);
+  test("bounded: a fixed table in which new contexts displace old ones, and a frequent one outlives them", () => {
+    const h = new NgramHistory(1 << 14);
+    expect(h.capacity).toBe(1 << 14);
+    // Distinct tokens, so that every ending is new: 400 tokens learn about 2,000 endings.
+    const text = (n: number) => Array.from({ length: 400 }, (_, i) => 1000 + 400 * n + i);
+    const drafted = (t: number[]) => [10, 50, 90, 130, 170, 210, 250, 290, 330, 370].filter((i) => h.propose(A, at(t), i, 1).tokens[0] === t[i]).length;
+    const frequent = [7, 8, 9, 10];
+    for (let i = 0; i < 5; i++) h.learn(A, frequent);
+    h.learn(A, text(0));
+    expect(drafted(text(0))).toBe(10);
+    for (let n = 1; n <= 40; n++) h.learn(A, text(n));
+    expect(h.size).toBeLessThanOrEqual(h.capacity);
+    expect(h.size).toBeGreaterThan(h.capacity * 0.9);
+    // The last text is there, the first long gone (80,000 endings later), the frequent one kept.
+    expect(drafted(text(40))).toBeGreaterThanOrEqual(8);
+    expect(drafted(text(0))).toBeLessThanOrEqual(1);
+    expect(h.propose(A, at([8, 9]), 2, 1).tokens).toEqual([10]);
   });
 
   test("in the drafter: a longer ending from history beats a shorter match in the request, not a longer one", () => {
