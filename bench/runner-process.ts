@@ -13,7 +13,7 @@ import { InProcessEngine, type Measure } from "./in-process-engine.ts";
 import { streamChat } from "./stream-chat.ts";
 
 export type RunnerSpec =
-  | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number; prompts?: string[] }
+  | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number; prompts?: string[]; keys?: string[] }
   | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number; prompts?: string[]; speculate?: SpeculateMode }
   | { kind: "transformers"; root: string; dir: string; promptIds: number[]; threads: number; tokens: number; dtype?: "fp32" | "q4" };
 
@@ -117,9 +117,10 @@ async function serve(): Promise<void> {
       if (request.op === "init") {
         const spec = request.spec;
         if (spec.kind === "http") {
-          const client = new OpenAI({ apiKey: spec.key, baseURL: spec.baseURL, maxRetries: 0 });
+          // With `keys`, each run takes the next one (a new account per run, say).
+          const clients = (spec.keys ?? [spec.key]).map((apiKey) => new OpenAI({ apiKey, baseURL: spec.baseURL, maxRetries: 0 }));
           let runs = 0;
-          run = () => sluiceRun(client, spec, runs++);
+          run = () => sluiceRun(clients[runs % clients.length]!, spec, runs++);
         } else if (spec.kind === "engine") {
           const e = (engine = await InProcessEngine.load(spec.dir, spec.id, { speculate: spec.speculate }));
           let runs = 0;

@@ -3,7 +3,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BUN, REPO } from "../test/helpers/paths.ts";
+import { openSqliteStore } from "../src/store/index.ts";
 import { spawnServe } from "../test/helpers/serve-process.ts";
 
 export interface ServerProcess {
@@ -11,8 +11,8 @@ export interface ServerProcess {
   key: string;
   /** The server's process id; its main (HTTP) thread has the same id. */
   pid: number;
-  /** A key of a new account (all models), created with the CLI on the server's data while it runs. */
-  newAccountKey(name: string): Promise<string>;
+  /** Keys of `count` new accounts (all models, unlimited plan), made in the server's store while it runs. */
+  newAccountKeys(prefix: string, count: number): Promise<string[]>;
   stop(): Promise<void>;
 }
 
@@ -27,17 +27,21 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
     url: server.url,
     key: server.key!,
     pid: server.proc.pid,
-    async newAccountKey(name: string) {
-      const cli = async (...args: string[]) => {
-        const p = Bun.spawn([BUN, join(REPO, "src/cli/main.ts"), ...args, "--data", data], { cwd: REPO, stdout: "pipe", stderr: "pipe" });
-        const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
-        if (code !== 0) throw new Error(`sluice ${args.join(" ")}: ${err.trim()}`);
-        return out.trim();
-      };
-      await cli("accounts", "create", name);
-      // Benchmarks measure speed, not credit.
-      await cli("billing", "plan", name, "unlimited");
-      return await cli("keys", "create", "--account", name);
+    async newAccountKeys(prefix: string, count: number) {
+      // The server's own SQLite file, opened beside it (as the CLI does while it runs).
+      const store = openSqliteStore(join(data, "sluice.db"));
+      try {
+        const keys: string[] = [];
+        for (let i = 0; i < count; i++) {
+          const account = await store.accounts.create(`${prefix}-${i + 1}`);
+          // Benchmarks measure speed, not credit.
+          await store.billing.setPlan(account.id, "unlimited");
+          keys.push((await store.keys.create(account.id, null)).key);
+        }
+        return keys;
+      } finally {
+        await store.close();
+      }
     },
     async stop() {
       await server.stop();

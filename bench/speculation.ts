@@ -126,7 +126,7 @@ const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
 
 // ---------------------------------------------------------------- A. one stream of stories260K
 
-async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerProcess, storiesModel: string): Promise<void> {
+async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerProcess, fresh: ServerProcess, storiesModel: string): Promise<void> {
   // llama2.c's stories end with BOS (1) as well as EOS (2).
   const eos = [1, 2];
   // Untimed runs first, then the timed ones: every runner takes the next prompt of the same list.
@@ -138,8 +138,11 @@ async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerP
   // it and the client: how much of the gap to run.c is the engine's and how much the way to the
   // client's.
   const engine = (speculate: "ngram" | "off") => ({ kind: "engine" as const, dir: storiesModel, id: "stories260k", prompt: prompts[0]!, prompts, eos, tokens: TOKENS, speculate });
+  // What a new account gets: drafts from its request's own text only, nothing learnt before.
+  const freshSpec = { ...spec(fresh), keys: await fresh.newAccountKeys("story", warm + timed) };
   const runners: [string, RunnerProcess][] = [
     ["sluice (speculation on, the default)", await RunnerProcess.start(spec(on))],
+    ["sluice (speculation on), a new account each run", await RunnerProcess.start(freshSpec)],
     ["sluice --speculate off", await RunnerProcess.start(spec(off))],
     // A server set up as the one before: how far two alike differ in the same run (A/A).
     ["sluice --speculate off, its twin (A/A)", await RunnerProcess.start(spec(twin))],
@@ -152,7 +155,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerP
   const results: Record<string, number[]> = Object.fromEntries([...runners.map(([n]) => [n, []]), ["llama2.c run.c -O3"]].map((x) => [x[0], []]));
   // CPU per token of the two sides of an HTTP run (all threads of the server process, and of the
   // client's process), from /proc's schedstat: on two cores their sum bounds the rate.
-  const servers = new Map<string, ServerProcess>([[runners[0]![0], on], [runners[1]![0], off], [runners[2]![0], twin]]);
+  const servers = new Map<string, ServerProcess>([[runners[0]![0], on], [runners[1]![0], fresh], [runners[2]![0], off], [runners[3]![0], twin]]);
   // The in-process engine's runner: its process's CPU is the engine's, with no client.
   const cpu: Record<string, { server: number[]; client: number[] }> = Object.fromEntries(runners.map(([n]) => [n, { server: [], client: [] }]));
   const processCpuUs = (pid: number) => threadsCpu(pid).reduce((a, t) => a + t.cpuNs, 0) / 1000;
@@ -191,6 +194,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerP
       `${warm + timed} distinct story openings, each sent once to each runner (every runner takes the next of the same list): a server with speculation drafts from what the account's earlier answers went on with, ` +
       "so it has learnt the account's other stories but never the one timed; " +
       "a second `--speculate off` server set up alike (an A/A twin: how far two identical servers differ in the same run), " +
+      "a second server with speculation whose every request comes from a new account (so drafts come from the request's own text only: what an account gets before it has history), " +
       "and, for comparison, the model worker's own code (scheduler, KV cache, sampler, detokeniser) driven in a process of its own without the HTTP thread, the messages to it and the client; " +
       `${timed} timed runs per runner, interleaved, after ${warm} untimed ones on top of the servers' own warm-up; medians). ` +
       `run.c runs the same prompts (greedy, -n 256: its rate counts every forward pass, prompt included, up to the end of the story)` +
@@ -220,8 +224,8 @@ async function copyHeavy(on: ServerProcess, off: ServerProcess, task: CopyTask):
   // the same text, and an account's earlier answer is a draft for its next (history.ts), so a
   // second request from one account is drafted from the whole answer. That case has a row of its
   // own, from one account that asks again and again.
-  let accounts = 0;
-  const fresh = async (s: ServerProcess) => new OpenAI({ apiKey: await s.newAccountKey(`copy-${++accounts}`), baseURL: `${s.url}/v1`, maxRetries: 0, timeout: 600_000 });
+  const keys = new Map([on, off].map((s) => [s, s.newAccountKeys("copy", runs + 3)] as const));
+  const fresh = async (s: ServerProcess) => new OpenAI({ apiKey: (await keys.get(s)!).pop()!, baseURL: `${s.url}/v1`, maxRetries: 0, timeout: 600_000 });
   const measure = async (c: OpenAI) => 1000 / tpot(await streamChat(c, task.id, task.prompt, 400));
   const again = await fresh(on);
   for (const c of [await fresh(on), await fresh(off), again]) await measure(c);
@@ -496,12 +500,14 @@ async function main() {
       const off = await startServerProcess(models, ["--preload", "all", "--speculate", "off"]);
       // Set up as `off`: parts A and C read their ratios against how far two alike differ.
       const twin = await startServerProcess(models, ["--preload", "all", "--speculate", "off"]);
+      // Set up as `on`, for part A's requests from a new account each (nothing learnt before).
+      const fresh = hasStories && only.has("A") ? await startServerProcess(models, ["--preload", "all"]) : null;
       try {
-        if (hasStories && only.has("A")) await singleStream(on, off, twin, dirs[0]!);
+        if (fresh) await singleStream(on, off, twin, fresh, dirs[0]!);
         if (task) await copyHeavy(on, off, task);
         if (hasStories && only.has("C")) await sixteenStreams(on, off, twin);
       } finally {
-        await Promise.all([on.stop(), off.stop(), twin.stop()]);
+        await Promise.all([on.stop(), off.stop(), twin.stop(), fresh?.stop()]);
       }
     }
     if (hasStories && only.has("D")) await warmStart(storiesOnly);
