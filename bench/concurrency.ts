@@ -9,7 +9,7 @@ import OpenAI from "openai";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
 import { RunnerProcess } from "./runner-process.ts";
 import { streamChat, tpot, type StreamResult } from "./stream-chat.ts";
-import { startServerProcess, threadsCpu } from "./server-process.ts";
+import { freshClients, startServerProcess, threadsCpu } from "./server-process.ts";
 import { machine, median, percentile, table, writeSection } from "./report.ts";
 
 const REPO = join(import.meta.dir, "..");
@@ -79,6 +79,9 @@ async function main() {
   // its to use, where a shared server keeps a quarter of it for the other accounts.
   const server = await startServerProcess(join(ROOT, "models"), ["--account-queue-share", "1", ...(threads > 0 ? ["--threads", String(threads)] : [])]);
   const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 600_000 });
+  // The load's requests each from a new account: the prompts repeat (across warm-up, rounds and
+  // levels), and one account's repeat would be drafted from its own earlier answer.
+  const fresh = freshClients(server, "load");
   const rows: (string | number)[][] = [];
   const cpuRows: (string | number)[][] = [];
   const ceilings: string[] = [];
@@ -93,8 +96,8 @@ async function main() {
       // cold first level would flatter the ratios of the later ones. The small model gets about
       // that many; the ~50M model's tokens are each 40 times dearer and its time is ONNX Runtime's.
       const long = model === "stories260k" && !quick;
-      for (let w = 0; w < (quick ? 1 : long ? 16 : 3); w++) await Promise.all(Array.from({ length: 16 }, (_, i) => streamChat(client, model, prose(8 + (i % 5), i), maxTokens)));
-      for (let w = 0; w < (quick ? 2 : long ? 60 : 8); w++) await streamChat(client, model, prose(8, w), maxTokens);
+      for (let w = 0; w < (quick ? 1 : long ? 16 : 3); w++) await Promise.all(Array.from({ length: 16 }, async (_, i) => streamChat(await fresh(), model, prose(8 + (i % 5), i), maxTokens)));
+      for (let w = 0; w < (quick ? 2 : long ? 60 : 8); w++) await streamChat(await fresh(), model, prose(8, w), maxTokens);
       let single = 0;
       for (const n of LEVELS) {
         // A few rounds per level, the median round's throughput: one round moves a lot on 2 cores.
@@ -102,8 +105,9 @@ async function main() {
         const cpuBefore = cpuSample(server.pid);
         const levelRoundCount = levelRounds(n);
         for (let round = 0; round < levelRoundCount; round++) {
+          const clients = await Promise.all(Array.from({ length: n }, () => fresh()));
           const t0 = performance.now();
-          const results = await Promise.all(Array.from({ length: n }, (_, i) => streamChat(client, model, prose(8 + (i % 5), i + round), maxTokens)));
+          const results = await Promise.all(clients.map((c, i) => streamChat(c, model, prose(8 + (i % 5), i + round), maxTokens)));
           const wall = (performance.now() - t0) / 1000;
           rounds.push({ tps: results.reduce((s, r) => s + r.tokens, 0) / wall, results });
         }
@@ -172,7 +176,7 @@ async function main() {
     const pooled: Record<number, StreamResult[]> = { 100: [], 2000: [] };
     // The synthetic tokenizer makes about 1.85 tokens of this prose per word.
     for (let round = 0; round < CONTEXT_ROUNDS; round++) {
-      for (const [target, words] of [[100, 50], [2000, 1060]] as const) pooled[target]!.push(await streamChat(client, "bench/50m", prose(words, 1 + round), 32));
+      for (const [target, words] of [[100, 50], [2000, 1060]] as const) pooled[target]!.push(await streamChat(await fresh(), "bench/50m", prose(words, 1 + round), 32));
     }
     for (const target of [100, 2000] as const) {
       const rs = pooled[target]!;

@@ -86,9 +86,13 @@ async function streamingCostUs(dir: string, eos: number[]): Promise<number> {
   symlinkSync(dir, join(models, "wide"));
   const server = await startServerProcess(models);
   try {
-    const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
+    // Each request from a new account: none is drafted from the other's answer (see in-process-engine.ts).
+    const keys = await server.newAccountKeys("stream", 2);
     const logitBias = Object.fromEntries(eos.map((e) => [e, -100]));
-    const run = async () => (await streamChat(client, "bench/tiny-qwen3-wide", "Tell me a story.", 256, { logitBias })).tokens;
+    const run = async () => {
+      const client = new OpenAI({ apiKey: keys.pop()!, baseURL: `${server.url}/v1`, maxRetries: 0 });
+      return (await streamChat(client, "bench/tiny-qwen3-wide", "Tell me a story.", 256, { logitBias })).tokens;
+    };
     await run();
     const before = httpThreadCpuUs(server.pid);
     const tokens = await run();
@@ -211,14 +215,16 @@ async function main() {
       // The same prompt ids for both: the engine renders the chat template, so feed transformers.js that.
       const { renderChatPrompt } = await import("../src/engine/text/chat-template.ts");
       const promptIds = await tok.encode(renderChatPrompt(tok, [{ role: "user", content: t.prompt }]));
-      const http = (variant: string): RunnerSpec => ({ kind: "http", baseURL, key: server.key, model: `bench/${variant}`, prompt: t.prompt, eos, tokens: TOKENS });
+      // Each run from a new account: the same prompt again would be drafted from its earlier answer
+      // (see in-process-engine.ts); the in-process engine does the same by default.
+      const http = async (variant: string): Promise<RunnerSpec> => ({ kind: "http", baseURL, key: server.key, keys: await server.newAccountKeys(variant, t.warmRuns + RUNS), model: `bench/${variant}`, prompt: t.prompt, eos, tokens: TOKENS });
       const tjs = (threads: number): RunnerSpec => ({ kind: "transformers", root: ROOT, dir: t.dirs.standard, promptIds, threads, tokens: TOKENS });
       // Each runner in a process of its own (see runner-process.ts).
       const runners: [string, RunnerProcess][] = [];
       for (const [name, spec] of [
         ["sluice engine in-process, fused", { kind: "engine", dir: join(ROOT, t.dirs.fused), id: `bench/${t.dirs.fused}`, prompt: t.prompt, eos, tokens: TOKENS }],
-        ["sluice fused", http(t.dirs.fused)],
-        ["sluice standard", http(t.dirs.standard)],
+        ["sluice fused", await http(t.dirs.fused)],
+        ["sluice standard", await http(t.dirs.standard)],
         ["transformers.js", tjs(0)],
         ["transformers.js, 1 thread", tjs(1)],
       ] as [string, RunnerSpec][]) runners.push([name, await RunnerProcess.start(spec)]);

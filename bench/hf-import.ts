@@ -220,10 +220,13 @@ async function main(): Promise<void> {
     const tok = TextTokenizer.load(dirs.q4);
     const eos = [...tok.eosTokenIds];
     const promptIds = await tok.encode(renderChatPrompt(tok, [{ role: "user", content: PROMPT }]));
-    const http = (which: "fp32" | "q4" | "base"): RunnerSpec => ({
+    // Each run from a new account: the same prompt again would be drafted from its earlier answer
+    // (see in-process-engine.ts); the in-process engine does the same by default.
+    const http = async (which: "fp32" | "q4" | "base"): Promise<RunnerSpec> => ({
       kind: "http",
       baseURL: `${servers[which].url}/v1`,
       key: servers[which].key,
+      keys: await servers[which].newAccountKeys("run", 2 + RUNS),
       model: which === "base" ? "bench/hf-1layer" : `bench/hf-50m-${which}`,
       prompt: PROMPT,
       eos,
@@ -235,8 +238,8 @@ async function main(): Promise<void> {
     const engine = (which: "fp32" | "q4"): RunnerSpec => ({ kind: "engine", dir: dirs[which], id: `bench/hf-50m-${which}`, prompt: PROMPT, eos, tokens: TOKENS });
     const runners: [string, RunnerProcess][] = [];
     for (const [name, spec] of [
-      ["sluice q4 (HTTP)", http("q4")],
-      ["sluice fp32 (HTTP)", http("fp32")],
+      ["sluice q4 (HTTP)", await http("q4")],
+      ["sluice fp32 (HTTP)", await http("fp32")],
       ["sluice q4, engine in-process", engine("q4")],
       ["sluice fp32, engine in-process", engine("fp32")],
       ["transformers.js q4", tjs(0)],
@@ -248,7 +251,7 @@ async function main(): Promise<void> {
     for (let i = 0; i < RUNS; i++) for (const [name, r] of runners) results[name]!.push(await r.run());
     for (const [, r] of runners) await r.close();
     // The baseline server serves the same request once, so it holds a worker, tokenizer and cache too.
-    const baseRunner = await RunnerProcess.start(http("base"));
+    const baseRunner = await RunnerProcess.start(await http("base"));
     await baseRunner.run();
     await baseRunner.close();
     const tps = (name: string) => median(results[name]!.map((m) => m.tokPerS));

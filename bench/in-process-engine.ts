@@ -25,16 +25,23 @@ export class InProcessEngine {
   private constructor(
     private readonly scheduler: Scheduler,
     private readonly runner: ModelRunner,
+    private readonly oneAccount: boolean,
   ) {}
 
-  static async load(dir: string, id: string, opts: { speculate?: SpeculateMode } = {}): Promise<InProcessEngine> {
+  /**
+   * `oneAccount`: every request from one account, whose earlier answers then serve as drafts for
+   * its next (src/engine/speculation/history.ts). By default each request comes from an account of
+   * its own: a benchmark that sends one prompt again and again would otherwise measure decoding
+   * drafted from its own earlier answer.
+   */
+  static async load(dir: string, id: string, opts: { speculate?: SpeculateMode; oneAccount?: boolean } = {}): Promise<InProcessEngine> {
     const runner = await ModelRunner.load({ id, dir, device: "cpu", threads: 0, kvBudgetBytes: 0, maxQueue: 0 });
     let self: InProcessEngine | null = null;
     const scheduler = new Scheduler(runner, {
       events: (rid, events) => self!.events(rid, events),
       done: (rid, error) => self!.waiting.get(rid)?.done(error),
     }, { speculate: opts.speculate });
-    self = new InProcessEngine(scheduler, runner);
+    self = new InProcessEngine(scheduler, runner, opts.oneAccount ?? false);
     // How much of the engine's time is ONNX Runtime's own: the decoder's run, timed around.
     const decoder = runner.decoder;
     const run = decoder.run.bind(decoder);
@@ -91,7 +98,8 @@ export class InProcessEngine {
     const w = { times: [] as number[], tokens: 0, text: "", finish: "", done: (_?: string) => {} };
     const finished = new Promise<void>((resolve, reject) => (w.done = (error) => (error ? reject(new Error(error)) : resolve())));
     this.waiting.set(rid, w);
-    await this.scheduler.admit(rid, { requestId: `bench-${rid}`, modelId: this.runner.info.id, stop: [], n: 1, logprobs: false, topLogprobs: 0, ...req });
+    const fairnessKey = this.oneAccount ? "bench" : `bench-${rid}`;
+    await this.scheduler.admit(rid, { requestId: `bench-${rid}`, modelId: this.runner.info.id, stop: [], n: 1, logprobs: false, topLogprobs: 0, fairnessKey, ...req });
     await finished;
     this.waiting.delete(rid);
     return w;

@@ -14,7 +14,7 @@ import { streamChat } from "./stream-chat.ts";
 
 export type RunnerSpec =
   | { kind: "http"; baseURL: string; key: string; model: string; prompt: string; eos: number[]; tokens: number; prompts?: string[]; keys?: string[] }
-  | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number; prompts?: string[]; speculate?: SpeculateMode }
+  | { kind: "engine"; dir: string; id: string; prompt: string; eos: number[]; tokens: number; prompts?: string[]; speculate?: SpeculateMode; oneAccount?: boolean }
   | { kind: "transformers"; root: string; dir: string; promptIds: number[]; threads: number; tokens: number; dtype?: "fp32" | "q4" };
 
 type Request = { op: "init"; spec: RunnerSpec } | { op: "run" } | { op: "generate"; prompts: string[]; maxTokens: number } | { op: "close" };
@@ -122,7 +122,7 @@ async function serve(): Promise<void> {
           let runs = 0;
           run = () => sluiceRun(clients[runs % clients.length]!, spec, runs++);
         } else if (spec.kind === "engine") {
-          const e = (engine = await InProcessEngine.load(spec.dir, spec.id, { speculate: spec.speculate }));
+          const e = (engine = await InProcessEngine.load(spec.dir, spec.id, { speculate: spec.speculate, oneAccount: spec.oneAccount }));
           let runs = 0;
           // With `prompts`, each run takes the next one (as sluiceRun).
           run = () => e.run(spec.prompts ? spec.prompts[runs++ % spec.prompts.length]! : spec.prompt, spec.eos, spec.tokens);

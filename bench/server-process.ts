@@ -1,6 +1,7 @@
 // The gateway for benchmarks, in its own process as in production: the load generator's own
 // work (the openai client parsing every chunk) then does not share the server's thread.
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import OpenAI from "openai";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openSqliteStore } from "../src/store/index.ts";
@@ -47,6 +48,27 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
       await server.stop();
       rmSync(data, { recursive: true, force: true });
     },
+  };
+}
+
+/**
+ * A new account's client per call (accounts made 64 at a time): for benchmarks that send the same
+ * prompts again and again, whose answers one account would otherwise have drafted from its own
+ * earlier ones (src/engine/speculation/history.ts).
+ */
+export function freshClients(server: ServerProcess, prefix: string): () => Promise<OpenAI> {
+  const keys: string[] = [];
+  let made = 0;
+  let refill: Promise<void> | null = null;
+  return async () => {
+    while (keys.length === 0) {
+      refill ??= server.newAccountKeys(`${prefix}-${++made}`, 64).then((k) => {
+        keys.push(...k);
+        refill = null;
+      });
+      await refill;
+    }
+    return new OpenAI({ apiKey: keys.pop()!, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 600_000 });
   };
 }
 

@@ -137,7 +137,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerP
   // The model worker's own code in a process of its own, without the HTTP thread, the messages to
   // it and the client: how much of the gap to run.c is the engine's and how much the way to the
   // client's.
-  const engine = (speculate: "ngram" | "off") => ({ kind: "engine" as const, dir: storiesModel, id: "stories260k", prompt: prompts[0]!, prompts, eos, tokens: TOKENS, speculate });
+  const engine = (speculate: "ngram" | "off") => ({ kind: "engine" as const, dir: storiesModel, id: "stories260k", prompt: prompts[0]!, prompts, eos, tokens: TOKENS, speculate, oneAccount: true });
   // What a new account gets: drafts from its request's own text only, nothing learnt before.
   const freshSpec = { ...spec(fresh), keys: await fresh.newAccountKeys("story", warm + timed) };
   const runners: [string, RunnerProcess][] = [
