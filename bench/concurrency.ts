@@ -75,8 +75,8 @@ const prose = (n: number, seed: number) => Array.from({ length: n }, (_, i) => w
 
 async function main() {
   const ids = await models();
-  // One account sends all the load here (64 streams of one key): the whole of a model's queue is
-  // its to use, where a shared server keeps a quarter of it for the other accounts.
+  // The load comes from many accounts (below), each request from one of its own; with
+  // --account-queue-share 1 a model's whole queue would still be open to a single account.
   const server = await startServerProcess(join(ROOT, "models"), ["--account-queue-share", "1", ...(threads > 0 ? ["--threads", String(threads)] : [])]);
   const client = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 600_000 });
   // The load's requests each from a new account: the prompts repeat (across warm-up, rounds and
@@ -195,7 +195,7 @@ async function main() {
     const date = new Date().toISOString().slice(0, 10);
     const body = [
       `Written by \`bun bench/concurrency.ts\` on ${date}. Machine: ${machine()} (nproc ${navigator.hardwareConcurrency}). ` +
-        `ONNX Runtime intra-op threads: ${threads || "chosen by the server (one for a model under 16 MiB of weights, as stories260K; ONNX Runtime's default for bench/50m)"}. The server in its own process (\`--account-queue-share 1\`: the benchmark's one account may fill a model's whole queue), through HTTP with the openai client, greedy, streamed; ` +
+        `ONNX Runtime intra-op threads: ${threads || "chosen by the server (one for a model under 16 MiB of weights, as stories260K; ONNX Runtime's default for bench/50m)"}. The server in its own process (\`--account-queue-share 1\`), through HTTP with the openai client, greedy, streamed, each request from an account of its own (the prompts repeat across rounds and levels, and one account's repeated prompt would be drafted from its own earlier answer); ` +
         `\`bench/50m\` is \`buildSyntheticModel(dir, {preset: "bench-50m", variant: "fused"})\` (random weights), ` +
         `\`stories260k\` is llama2.c's stories260K imported with the fused graph. Each model is warmed up first (stories260k: 16 rounds of 16 streams and 60 single requests, some 40,000 tokens, as JavaScriptCore keeps compiling the server's code that long; bench/50m: three rounds of 16 streams, eight single requests). Each level runs ${quick ? "1 round" : "9 rounds (1 stream), 5 (4 and 16) or 3 (64)"}: the median round's throughput; TTFT, TPOT (time per output token after the first, per request: its stream's span over its tokens after the first) and the gaps between content chunks pooled over the rounds. A chunk holds the tokens the server made within its stream interval (\`serve --stream-interval-ms\`, 10 by default), so a fast model's gaps are about 10 ms and its TPOT much less. Times in ms. ` +
         `On a 2-core machine shared with other work these ratios move a lot from run to run; rerun before trusting one.`,
