@@ -21,6 +21,8 @@ const MIN_CONTEXT = 2;
 export const DEFAULT_SLOTS = 1 << 19;
 /** Tokens of a finished sequence learnt at most (its last ones). */
 const LEARN_TAIL = 4096;
+/** Successor ids below this fit a slot. */
+const MAX_TOKEN = 2 ** 27;
 /** Vote counts saturate here, so that a phrase that changed is relearnt soon. */
 const MAX_VOTES = 15;
 
@@ -111,6 +113,8 @@ export class NgramHistory {
   }
 
   private vote(key: number, token: number): void {
+    // A successor is stored as token × 16 in an int32: ids past 2^27 (no vocabulary has them) are left out.
+    if (token < 0 || token >= MAX_TOKEN) return;
     const slot = this.find(key);
     if (slot < 0) {
       const first = 2 * (Math.floor(key / 2 ** 21) & this.bucketMask);

@@ -34,7 +34,8 @@ describe("serve --speculate", () => {
   });
 
   test("the default and off give the same greedy text; /metrics counts the drafts of the default only", async () => {
-    const prompts = ["Once upon a time", "The cat sat on the mat. The cat sat on the mat. The cat sat", "One day, Tom and Sue went to the park."];
+    // The first again at the end: the account's own earlier answer is then a draft for it.
+    const prompts = ["Once upon a time", "The cat sat on the mat. The cat sat on the mat. The cat sat", "One day, Tom and Sue went to the park.", "Once upon a time"];
     const texts: Record<string, string[]> = {};
     for (const mode of ["ngram", "off"] as const) {
       const s = servers[mode]!;

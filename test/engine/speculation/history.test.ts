@@ -22,6 +22,9 @@ describe("the table of earlier sequences", () => {
     // A single token's successor is no draft; two are.
     expect(h.propose(A, at([90, 3]), 2, 2).tokens).toEqual([]);
     expect(h.propose(A, at([2, 3]), 2, 2)).toEqual({ tokens: [4, 5], context: 2 });
+    // An id past what a slot holds is not learnt (no vocabulary has one).
+    h.learn(A, [60, 61, 2 ** 27]);
+    expect(h.propose(A, at([60, 61]), 2, 1).tokens).toEqual([]);
     // Asked for a longer ending than it knows: nothing.
     expect(h.propose(A, at(text), text.length, 4, 4).tokens).toEqual([]);
   });
