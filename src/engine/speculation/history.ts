@@ -31,11 +31,16 @@ function mix(h: number, x: number): number {
   return m ^ (m >>> 15);
 }
 
-/** A string's 32-bit hash (FNV-1a): the salt of an owner's contexts. */
-export function ownerSalt(owner: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < owner.length; i++) h = Math.imul(h ^ owner.charCodeAt(i), 0x01000193);
-  return h >>> 0;
+/**
+ * The salt of an owner's contexts: 64 bits of the owner's hash (wyhash), one half seeding each of
+ * a key's two hashes, so that among even millions of accounts two share a salt (and so a table)
+ * with a chance below 10^-7.
+ */
+export type Salt = readonly [number, number];
+
+export function ownerSalt(owner: string): Salt {
+  const h = Bun.hash.wyhash(owner);
+  return [Number(h & 0xffffffffn), Number(h >> 32n)];
 }
 
 /**
@@ -73,9 +78,9 @@ export class NgramHistory {
    * two independent 32-bit hashes in one exact double (53 bits, never 0), so unrelated contexts
    * rarely meet.
    */
-  private keys(salt: number, at: (i: number) => number, end: number, n: number, out: number[]): number {
-    let a = salt ^ 0x5bd1e995;
-    let b = Math.imul(salt, 0x27d4eb2f) ^ 0x165667b1;
+  private keys(salt: Salt, at: (i: number) => number, end: number, n: number, out: number[]): number {
+    let a = salt[0] ^ 0x5bd1e995;
+    let b = salt[1] ^ 0x165667b1;
     let k = 0;
     for (; k < n && end - 1 - k >= 0; k++) {
       const t = at(end - 1 - k);
@@ -102,7 +107,7 @@ export class NgramHistory {
    * the answer starts: the prompt is prompt lookup's within its request, and learning a long one
    * would cost every request that sends it.
    */
-  learn(salt: number, tokens: readonly number[], from = 0): void {
+  learn(salt: Salt, tokens: readonly number[], from = 0): void {
     const keys = this.scratch;
     const at = (i: number) => tokens[i]!;
     for (let i = Math.max(1, from, tokens.length - LEARN_TAIL); i < tokens.length; i++) {
@@ -142,7 +147,7 @@ export class NgramHistory {
    * before it. The first token's ending must be at least `minContext` tokens long (a caller with a
    * match of its own asks only for longer ones); `context` is that ending's length.
    */
-  propose(salt: number, at: (i: number) => number, length: number, max: number, minContext = MIN_CONTEXT): { tokens: number[]; context: number } {
+  propose(salt: Salt, at: (i: number) => number, length: number, max: number, minContext = MIN_CONTEXT): { tokens: number[]; context: number } {
     const tokens: number[] = [];
     let context = 0;
     const keys = this.scratch;

@@ -4,7 +4,7 @@
 // repeats long runs of its context, and the model's own repetitive stretches repeat themselves.
 // Where the owner's earlier sequences know a longer ending than the request's own text does, their
 // continuation is the draft instead (history.ts).
-import { MAX_CONTEXT, type NgramHistory } from "./history.ts";
+import { MAX_CONTEXT, type NgramHistory, type Salt } from "./history.ts";
 
 /** Positions of each token of an append-only sequence, in order. */
 class TokenPositions {
@@ -50,7 +50,7 @@ const NO_DRAFT: Draft = { tokens: [], match: 0 };
 /** The earlier text of the request's owner, looked up with the owner's salt. */
 export interface OwnerHistory {
   table: NgramHistory;
-  salt: number;
+  salt: Salt;
 }
 
 /** One choice's text (prompt, then every token sampled for it) and its drafts. */
