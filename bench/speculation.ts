@@ -1,19 +1,23 @@
 // Speculative decoding and the warm start, side by side in one run:
 //  A. stories260K, greedy, one stream through HTTP: `serve` (speculation on, the default) against
 //     `serve --speculate off` on the same prompts (their texts compared), and llama2.c's run.c
-//     (-O3, one thread) built from ../shared/peers/llama2c with the machine's cc;
+//     (-O3, one thread) built from ../shared/peers/llama2c with the machine's cc. Every prompt is
+//     sent once: the server has the account's other stories as drafts, never the timed one's; a
+//     second server with speculation gets each request from a new account (no history);
 //  B. a copy-heavy request: a model that answers by repeating the prompt's passage with a few
-//     words changed (a scripted model of the ~50M shape, so its runs cost what such a model's do);
-//  C. 16 concurrent streams of stories260K, with and without speculation;
+//     words changed (a scripted model of the ~50M shape, so its runs cost what such a model's do),
+//     each run from a new account (and, apart, one account asking again);
+//  C. 16 concurrent streams of stories260K, with and without speculation, no prompt sent twice;
 //  D. a freshly started server's first 1,000 tokens of single-stream traffic against its speed
 //     once warmed, with the default warm-up at load and without one (fresh starts alternating), and
 //     where the first tokens' extra CPU goes, thread by thread;
 //  E. why A is what it is: the cost of a verification run of each width against a decode step
-//     (ONNX Runtime through the engine's KV cache, in this process), and how many tokens prompt
-//     lookup gets per run on stories260K's own greedy stories at each width.
+//     (ONNX Runtime through the engine's KV cache, in this process), and how many tokens the
+//     drafter gets per run on stories260K's own greedy stories at each width, with and without
+//     the account's earlier stories.
 // Writes `## Speculative decoding and warm start` of docs/BENCHMARKS.md.
 //
-//   bun bench/speculation.ts [--quick] [--only A,B,C,D]
+//   bun bench/speculation.ts [--quick] [--only A,B,C,D,E]
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
