@@ -205,7 +205,8 @@ async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerP
       `${typeof peer === "string" ? ` — not run: ${peer}` : ""}. Same text with speculation on and off: ${same}/${checked.length} prompts (the ${timed} timed ones again, and ${timed} new).\n\n` +
       table(["runner", "decode tok/s (median)", "vs --speculate off (target ≥ 1.3×)", "vs run.c (target ≥ 1.0×)"], rows) +
       `\n\nOver the timed runs the server with speculation made ${generated} tokens in ${steps} model runs (${(generated / Math.max(1, steps)).toFixed(2)} per run); ` +
-      `${drafted} draft tokens checked, ${accepted} accepted (${((100 * accepted) / Math.max(1, drafted)).toFixed(0)}%).\n\n` +
+      `${drafted} draft tokens checked, ${accepted} accepted (${((100 * accepted) / Math.max(1, drafted)).toFixed(0)}%). ` +
+      "The gain rests on stories260K's answers to one account repeating each other's phrasing (part E): requests from a new account, drafted from their own text only, run about as fast as without speculation, and so would an account whose answers share little.\n\n" +
       "Where an HTTP run's time goes on this machine's two cores: CPU per generated token of the server process (all its threads: the model worker, the HTTP thread, the JIT) and of the client's process " +
       "(the openai client parsing the stream), medians over the timed runs (each run's CPU over its tokens, the request's own work included). " +
       "Both run at once, so no rate above two cores' worth of their sum is possible, whatever the server does (the in-process engine's rows: its process's threads, the JIT compiler's included); run.c, one thread and no client, spends 1/rate per token:\n\n" +
