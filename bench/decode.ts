@@ -270,7 +270,7 @@ async function main() {
     "Decode (bench/decode.ts)",
     `${new Date().toISOString().slice(0, 10)} on ${machine()}.\n\n` +
       `Single stream, greedy, ${TOKENS} generated tokens, ${RUNS} timed runs each (interleaved) after untimed warm-up runs of every runner (250 for stories260K: JavaScriptCore keeps compiling the engine's code into its optimizing tiers for some 30,000 tokens, which its compiler threads' CPU time shows, and Bun's and transformers.js's speed settles with it; 2 for the ~50M model), medians. Sluice runs in its own process and is measured through its HTTP API with the ` +
-      `openai client (streaming); transformers.js ${"4.3.1"} runs in-process (generate(), a model loaded per run) on the same standard-variant directory and the same prompt ids, with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
+      `openai client (streaming), each run from a new account (the same prompt from one account would be drafted from its own earlier answer); transformers.js ${"4.3.1"} runs in-process (generate(), a model loaded per run) on the same standard-variant directory and the same prompt ids, with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
       `Sluice chooses its threads itself (one for a model under 16 MiB of weights, as stories260K). ` +
       `Decode tok/s counts from the first to the last token; TTFT includes prompt processing. ` +
       `"sluice engine in-process" drives the model worker's own code (scheduler, KV cache, sampler, detokeniser) in a process, as transformers.js runs, without the HTTP thread and the client. ` +

@@ -312,7 +312,7 @@ async function main(): Promise<void> {
       `(the embedding and an untied head) 2,048 rows at a time, so what it holds above the process's own footprint is bounded by a layer's matrices, not the model ` +
       `(the embedding alone is 16.4M of the 52M parameters, ${(32000 * 512 * 4) / 2 ** 20} MiB in float32), against ${weightsMb} MiB of float32 weights in all:\n\n${importTable}\n\n` +
       `Single stream, greedy, ${TOKENS} generated tokens (EOS banned), ${RUNS} timed runs each after 2 untimed ones, interleaved, medians. ` +
-      `Each Sluice model is served by a server process of its own and measured through its HTTP API with the openai client (streaming); ` +
+      `Each Sluice model is served by a server process of its own and measured through its HTTP API with the openai client (streaming), each run from a new account (the same prompt from one account would be drafted from its own earlier answer); ` +
       `transformers.js 4.3.1 loads the same q4 directory with \`dtype: "q4"\` (onnx/model_q4.onnx) and runs generate() on the same prompt ids, in a process of its own, ` +
       `with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
       `The in-process rows drive the model worker's own code (scheduler, KV cache, sampler, detokeniser) in a process of its own, as transformers.js runs, ` +
