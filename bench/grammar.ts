@@ -27,6 +27,7 @@ import { integerRe } from "../src/structured/numbers.ts";
 import { DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
 import Ajv from "ajv";
 import { InProcessEngine } from "./in-process-engine.ts";
+import { accountKeys } from "./server-process.ts";
 import { storiesFused } from "./stories.ts";
 import { ISSUE_SCHEMA } from "../test/structured/helpers.ts";
 
@@ -328,9 +329,8 @@ async function generationSpeed(): Promise<string> {
   // answer (src/engine/speculation/history.ts), and this measures the grammar's cost.
   let accounts = 0;
   const freshClient = async () => {
-    const account = await server.store.accounts.create(`run-${++accounts}`);
-    await server.store.billing.setPlan(account.id, "unlimited");
-    return new OpenAI({ apiKey: (await server.store.keys.create(account.id, null)).key, baseURL: `${server.url}/v1`, maxRetries: 0 });
+    const [apiKey] = await accountKeys(server.store, `run-${++accounts}`, 1);
+    return new OpenAI({ apiKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
   };
   const run = async (constrained: boolean) => {
     let first = 0;

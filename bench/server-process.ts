@@ -4,7 +4,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import OpenAI from "openai";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { openSqliteStore } from "../src/store/index.ts";
+import { openSqliteStore, type Store } from "../src/store/index.ts";
 import { spawnServe } from "../test/helpers/serve-process.ts";
 
 export interface ServerProcess {
@@ -32,14 +32,7 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
       // The server's own SQLite file, opened beside it (as the CLI does while it runs).
       const store = openSqliteStore(join(data, "sluice.db"));
       try {
-        const keys: string[] = [];
-        for (let i = 0; i < count; i++) {
-          const account = await store.accounts.create(`${prefix}-${i + 1}`);
-          // Benchmarks measure speed, not credit.
-          await store.billing.setPlan(account.id, "unlimited");
-          keys.push((await store.keys.create(account.id, null)).key);
-        }
-        return keys;
+        return await accountKeys(store, prefix, count);
       } finally {
         await store.close();
       }
@@ -49,6 +42,17 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
       rmSync(data, { recursive: true, force: true });
     },
   };
+}
+
+/** Keys of `count` new accounts named `prefix`-1, -2, …: all models, an unlimited plan (benchmarks measure speed, not credit). */
+export async function accountKeys(store: Store, prefix: string, count: number): Promise<string[]> {
+  const keys: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const account = await store.accounts.create(`${prefix}-${i + 1}`);
+    await store.billing.setPlan(account.id, "unlimited");
+    keys.push((await store.keys.create(account.id, null)).key);
+  }
+  return keys;
 }
 
 /**
