@@ -24,6 +24,8 @@ export interface PrefixKv {
   tokens: number[];
   arrays: KvArray[];
   bytes: number;
+  /** In the prefix cache: the fairness key (the account) whose request it came from, the only one it serves. */
+  owner?: string;
 }
 
 export interface KvBackend {

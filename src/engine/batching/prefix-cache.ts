@@ -2,6 +2,12 @@
 // request that starts with the same tokens (a long system prompt, the earlier turns of a chat)
 // copies it instead of recomputing it. Entries are charged to the model's KV budget and evicted
 // least recently used when running sequences need the room.
+//
+// An entry serves only the account whose request made it: a hit shows in the response
+// (usage.prompt_tokens_details.cached_tokens, and a first token sooner), so a cache shared between
+// accounts would tell one account what prompts another had sent, a prefix at a time (OpenAI
+// scopes its prompt cache to an organisation; vLLM salts its cache per request for the same
+// reason). A system prompt that several accounts send is cached once per account.
 import type { KvBudget } from "./budget.ts";
 import type { PrefixKv } from "./kv.ts";
 
@@ -34,10 +40,11 @@ export class PrefixCache {
     return this.bytes;
   }
 
-  /** The entry sharing the longest prefix with `tokens`, at most `limit` tokens of it. */
-  lookup(tokens: number[], limit: number): PrefixMatch | null {
+  /** `owner`'s entry sharing the longest prefix with `tokens`, at most `limit` tokens of it. */
+  lookup(tokens: number[], limit: number, owner: string): PrefixMatch | null {
     let best: PrefixMatch | null = null;
     for (const entry of this.entries) {
+      if ((entry.owner ?? "") !== owner) continue;
       const n = Math.min(entry.tokens.length, limit);
       let i = 0;
       while (i < n && entry.tokens[i] === tokens[i]) i++;
@@ -51,16 +58,17 @@ export class PrefixCache {
     return best;
   }
 
-  /** Whether an entry already holds all of `tokens`. */
-  covers(tokens: number[]): boolean {
-    return this.entries.some((e) => e.tokens.length >= tokens.length && tokens.every((t, i) => e.tokens[i] === t));
+  /** Whether an entry of `owner`'s already holds all of `tokens`. */
+  covers(tokens: number[], owner: string): boolean {
+    return this.entries.some((e) => (e.owner ?? "") === owner && e.tokens.length >= tokens.length && tokens.every((t, i) => e.tokens[i] === t));
   }
 
-  /** Adds an entry (dropping those it extends); false when the budget has no room for it. */
+  /** Adds an entry for its owner (dropping the owner's entries it extends); false when the budget has no room for it. */
   insert(kv: PrefixKv): boolean {
-    if (kv.tokens.length < this.minTokens || this.covers(kv.tokens)) return false;
+    const owner = kv.owner ?? "";
+    if (kv.tokens.length < this.minTokens || this.covers(kv.tokens, owner)) return false;
     for (const e of [...this.entries]) {
-      if (e.tokens.length < kv.tokens.length && e.tokens.every((t, i) => kv.tokens[i] === t)) this.remove(e);
+      if ((e.owner ?? "") === owner && e.tokens.length < kv.tokens.length && e.tokens.every((t, i) => kv.tokens[i] === t)) this.remove(e);
     }
     while (this.bytes + kv.bytes > this.maxBytes && this.entries.length > 0) this.remove(this.entries[0]!);
     if (this.bytes + kv.bytes > this.maxBytes || !this.budget.tryReserve(kv.bytes)) return false;

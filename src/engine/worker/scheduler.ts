@@ -379,7 +379,7 @@ export class Scheduler {
           if (job.images?.rope) c.seq.rope = job.images.rope;
           // The prompt (and maybe more) may still be in the prefix cache: only the rest is recomputed.
           const tokens = job.replay[c.stream.index]!;
-          const hit = this.prefix.lookup(replayKey(job, tokens), tokens.length - 1);
+          const hit = this.prefix.lookup(replayKey(job, tokens), tokens.length - 1, job.fairKey);
           if (hit) this.backend.restore(c.seq, hit.entry, hit.length);
         }
         continue;
@@ -390,7 +390,7 @@ export class Scheduler {
         if (job.images?.rope) c.seq.rope = job.images.rope;
       }
       const first = job.choices[0]!.seq!;
-      const hit = this.prefix.lookup(job.key, job.prompt.length - 1);
+      const hit = this.prefix.lookup(job.key, job.prompt.length - 1, job.fairKey);
       if (hit) this.backend.restore(first, hit.entry, hit.length);
       // What the cache served is the request's cached_tokens (usage.prompt_tokens_details), once.
       if (!job.startedOnce) job.out.push({ type: "prompt", cachedTokens: hit?.length ?? 0 });
@@ -559,8 +559,8 @@ export class Scheduler {
   private beginDecoding(job: Job, logits: Float32Array) {
     const first = job.choices[0]!.seq!;
     let snapshot: PrefixKv | null = null;
-    const promptKv = () => (snapshot ??= keyed(this.backend.snapshot(first, job.prompt.length), job.key));
-    if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.key)) this.prefix.insert(promptKv());
+    const promptKv = () => (snapshot ??= keyed(this.backend.snapshot(first, job.prompt.length), job.key, job.fairKey));
+    if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.key, job.fairKey)) this.prefix.insert(promptKv());
     // Taken before the first choice samples: it may finish at once (max_tokens 1) and free its cache.
     if (job.choices.length > 1) promptKv();
     job.choices.forEach((c, i) => {
@@ -751,7 +751,7 @@ export class Scheduler {
     if (completed && c === job.choices[0] && seq.tokens.length >= this.prefix.minTokens) {
       // The prompt part by its key, then the generated tokens (ordinary ids).
       const key = [...job.key, ...seq.tokens.slice(job.key.length)];
-      if (!this.prefix.covers(key)) this.prefix.insert(keyed(this.backend.snapshot(seq, seq.tokens.length), key));
+      if (!this.prefix.covers(key, job.fairKey)) this.prefix.insert(keyed(this.backend.snapshot(seq, seq.tokens.length), key, job.fairKey));
     }
     this.backend.close(seq);
   }
@@ -817,7 +817,7 @@ function replayKey(job: Job, tokens: number[]): number[] {
   return [...job.key, ...tokens.slice(job.key.length)];
 }
 
-/** A snapshot filed under the prefix key of its positions rather than their token ids. */
-function keyed(kv: PrefixKv, key: number[]): PrefixKv {
-  return { ...kv, tokens: key.slice(0, kv.tokens.length) };
+/** A snapshot filed under the prefix key of its positions rather than their token ids, for the account it serves. */
+function keyed(kv: PrefixKv, key: number[], owner: string): PrefixKv {
+  return { ...kv, tokens: key.slice(0, kv.tokens.length), owner };
 }
