@@ -53,6 +53,20 @@ describe("synthetic Qwen3-tokenizer model", () => {
     expect(whole.usage!.prompt_tokens).toBeGreaterThan(10);
   });
 
+  test("the prefix cache serves an account only its own prompts (cached_tokens tells no account what another sent)", async () => {
+    const store = fx.server.store;
+    const other = await store.accounts.create("prefix-other");
+    await store.billing.setPlan(other.id, "unlimited");
+    const b = new OpenAI({ apiKey: (await store.keys.create(other.id, null)).key, baseURL: `${fx.server.url}/v1`, maxRetries: 0 });
+    const req = { model: QWEN, messages: [{ role: "user" as const, content: "A document only the first account has sent: the quarterly figures, in full." }], max_tokens: 2 };
+    const cached = async (client: OpenAI) => (await client.chat.completions.create(req)).usage!.prompt_tokens_details!.cached_tokens;
+    expect(await cached(fx.client)).toBe(0);
+    const hit = await cached(fx.client);
+    expect(hit).toBeGreaterThan(10);
+    expect(await cached(b)).toBe(0);
+    expect(await cached(b)).toBe(hit);
+  });
+
   test("the same seed reproduces, another seed differs, greedy ignores the seed", async () => {
     const run = async (seed: number, temperature = 1) =>
       (await fx.client.chat.completions.create({ model: QWEN, messages, max_tokens: 16, temperature, seed })).choices[0]!.message.content;
