@@ -208,10 +208,13 @@ async function main(): Promise<void> {
   console.log(importTable);
 
   // 2 and 3. Each model in a server of its own, and the 1-layer model in one for the baseline.
-  const servers: Record<"fp32" | "q4" | "base", ServerProcess> = {
+  const servers: Record<"fp32" | "q4" | "q4twin" | "base", ServerProcess> = {
     base: await startServerProcess(join(ROOT, "serve-base")),
     fp32: await startServerProcess(join(ROOT, "serve-fp32")),
     q4: await startServerProcess(join(ROOT, "serve-q4")),
+    // Set up as q4: how far two identical servers differ in the same run (an A/A twin), so that a
+    // ratio near a target can be read against the machine's noise.
+    q4twin: await startServerProcess(join(ROOT, "serve-q4")),
   };
   const speed: (string | number)[][] = [];
   let q4InProcess = Number.NaN;
@@ -222,12 +225,12 @@ async function main(): Promise<void> {
     const promptIds = await tok.encode(renderChatPrompt(tok, [{ role: "user", content: PROMPT }]));
     // Each run from a new account: the same prompt again would be drafted from its earlier answer
     // (see in-process-engine.ts); the in-process engine does the same by default.
-    const http = async (which: "fp32" | "q4" | "base"): Promise<RunnerSpec> => ({
+    const http = async (which: "fp32" | "q4" | "q4twin" | "base"): Promise<RunnerSpec> => ({
       kind: "http",
       baseURL: `${servers[which].url}/v1`,
       key: servers[which].key,
       keys: await servers[which].newAccountKeys("run", 2 + RUNS),
-      model: which === "base" ? "bench/hf-1layer" : `bench/hf-50m-${which}`,
+      model: which === "base" ? "bench/hf-1layer" : which === "q4twin" ? "bench/hf-50m-q4" : `bench/hf-50m-${which}`,
       prompt: PROMPT,
       eos,
       tokens: TOKENS,
@@ -240,6 +243,7 @@ async function main(): Promise<void> {
     for (const [name, spec] of [
       ["sluice q4 (HTTP)", await http("q4")],
       ["sluice fp32 (HTTP)", await http("fp32")],
+      ["sluice q4 (HTTP), its twin (A/A)", await http("q4twin")],
       ["sluice q4, engine in-process", engine("q4")],
       ["sluice fp32, engine in-process", engine("fp32")],
       ["transformers.js q4", tjs(0)],
@@ -315,6 +319,7 @@ async function main(): Promise<void> {
       `Each Sluice model is served by a server process of its own and measured through its HTTP API with the openai client (streaming), each run from a new account (the same prompt from one account would be drafted from its own earlier answer); ` +
       `transformers.js 4.3.1 loads the same q4 directory with \`dtype: "q4"\` (onnx/model_q4.onnx) and runs generate() on the same prompt ids, in a process of its own, ` +
       `with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
+      `A second q4 server set up alike (the A/A twin) shows how far two identical servers differ in the same run: a ratio within that of a target says nothing either way. ` +
       `The in-process rows drive the model worker's own code (scheduler, KV cache, sampler, detokeniser) in a process of its own, as transformers.js runs, ` +
       `without the HTTP thread and the client (compared with the in-process fp32 run): on two cores those share the cores with ONNX Runtime's two threads:\n\n${speedTable}\n\n` +
       `Resident memory: each server's RSS after its runs, minus that of a server started the same way with the 1-layer model of the same tokenizer after one such request ` +
