@@ -11,6 +11,9 @@
 import type { KvBudget } from "./budget.ts";
 import type { PrefixKv } from "./kv.ts";
 
+/** The account an entry serves (one made without an owner serves requests without one). */
+const ownerOf = (e: PrefixKv) => e.owner ?? "";
+
 export interface PrefixMatch {
   entry: PrefixKv;
   /** Leading tokens of the prompt the entry covers. */
@@ -44,7 +47,7 @@ export class PrefixCache {
   lookup(tokens: number[], limit: number, owner: string): PrefixMatch | null {
     let best: PrefixMatch | null = null;
     for (const entry of this.entries) {
-      if ((entry.owner ?? "") !== owner) continue;
+      if (ownerOf(entry) !== owner) continue;
       const n = Math.min(entry.tokens.length, limit);
       let i = 0;
       while (i < n && entry.tokens[i] === tokens[i]) i++;
@@ -60,15 +63,15 @@ export class PrefixCache {
 
   /** Whether an entry of `owner`'s already holds all of `tokens`. */
   covers(tokens: number[], owner: string): boolean {
-    return this.entries.some((e) => (e.owner ?? "") === owner && e.tokens.length >= tokens.length && tokens.every((t, i) => e.tokens[i] === t));
+    return this.entries.some((e) => ownerOf(e) === owner && e.tokens.length >= tokens.length && tokens.every((t, i) => e.tokens[i] === t));
   }
 
   /** Adds an entry for its owner (dropping the owner's entries it extends); false when the budget has no room for it. */
   insert(kv: PrefixKv): boolean {
-    const owner = kv.owner ?? "";
+    const owner = ownerOf(kv);
     if (kv.tokens.length < this.minTokens || this.covers(kv.tokens, owner)) return false;
     for (const e of [...this.entries]) {
-      if ((e.owner ?? "") === owner && e.tokens.length < kv.tokens.length && e.tokens.every((t, i) => kv.tokens[i] === t)) this.remove(e);
+      if (ownerOf(e) === owner && e.tokens.length < kv.tokens.length && e.tokens.every((t, i) => kv.tokens[i] === t)) this.remove(e);
     }
     while (this.bytes + kv.bytes > this.maxBytes && this.entries.length > 0) this.remove(this.entries[0]!);
     if (this.bytes + kv.bytes > this.maxBytes || !this.budget.tryReserve(kv.bytes)) return false;
