@@ -14,7 +14,7 @@ import { startServerProcess, threadsCpu } from "./server-process.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import { createSampler, DEFAULT_SAMPLING } from "../src/engine/sampling/index.ts";
 import { StopMatcher } from "../src/engine/text/stop.ts";
-import { BENCHMARKS_MD, machine, median, table, writeSection } from "./report.ts";
+import { BENCHMARKS_MD, machine, median, rotated, table, writeSection } from "./report.ts";
 import type { SamplingParams } from "../src/engine/types.ts";
 import type { Measure } from "./in-process-engine.ts";
 import { RunnerProcess, type RunnerSpec } from "./runner-process.ts";
@@ -230,8 +230,8 @@ async function main() {
       ] as [string, RunnerSpec][]) runners.push([name, await RunnerProcess.start(spec)]);
       for (const [, runner] of runners) for (let w = 0; w < t.warmRuns; w++) await runner.run();
       const results: Record<string, Measure[]> = Object.fromEntries(runners.map(([name]) => [name, []]));
-      // Interleaved, so a slow moment of the machine falls on every runner alike.
-      for (let r = 0; r < RUNS; r++) for (const [name, runner] of runners) results[name]!.push(await runner.run());
+      // Interleaved, so a slow moment of the machine falls on every runner alike, each first in turn.
+      for (let r = 0; r < RUNS; r++) for (const [name, runner] of rotated(runners, r)) results[name]!.push(await runner.run());
       for (const [, runner] of runners) await runner.close();
       // The peer at its better setting: Sluice runs small models on one thread by default.
       const tj = Math.max(median(results["transformers.js"]!.map((m) => m.tokPerS)), median(results["transformers.js, 1 thread"]!.map((m) => m.tokPerS)));
@@ -269,7 +269,7 @@ async function main() {
   writeSection(
     "Decode (bench/decode.ts)",
     `${new Date().toISOString().slice(0, 10)} on ${machine()}.\n\n` +
-      `Single stream, greedy, ${TOKENS} generated tokens, ${RUNS} timed runs each (interleaved) after untimed warm-up runs of every runner (250 for stories260K: JavaScriptCore keeps compiling the engine's code into its optimizing tiers for some 30,000 tokens, which its compiler threads' CPU time shows, and Bun's and transformers.js's speed settles with it; 2 for the ~50M model), medians. Sluice runs in its own process and is measured through its HTTP API with the ` +
+      `Single stream, greedy, ${TOKENS} generated tokens, ${RUNS} timed runs each (interleaved, each runner first in turn) after untimed warm-up runs of every runner (250 for stories260K: JavaScriptCore keeps compiling the engine's code into its optimizing tiers for some 30,000 tokens, which its compiler threads' CPU time shows, and Bun's and transformers.js's speed settles with it; 2 for the ~50M model), medians. Sluice runs in its own process and is measured through its HTTP API with the ` +
       `openai client (streaming), each run from a new account (the same prompt from one account would be drafted from its own earlier answer); transformers.js ${"4.3.1"} runs in-process (generate(), a model loaded per run) on the same standard-variant directory and the same prompt ids, with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +
       `Sluice chooses its threads itself (one for a model under 16 MiB of weights, as stories260K). ` +
       `Decode tok/s counts from the first to the last token; TTFT includes prompt processing. ` +

@@ -11,7 +11,7 @@
 //   5. where a q4 token's time goes: the q4 graph's MatMulNBits nodes alone against the engine's
 //      time per token in process.
 //
-//   bun bench/hf-import.ts [--tokens 128] [--runs 9] [--quick]
+//   bun bench/hf-import.ts [--tokens 128] [--runs 15] [--quick]
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
@@ -27,7 +27,7 @@ import { randomWeights } from "../src/modelkit/llama/random.ts";
 import { writeStoriesHfCheckpoint } from "../test/modelkit/hf-fixtures.ts";
 import { greedy } from "../test/modelkit/greedy.ts";
 import type { Measure } from "./in-process-engine.ts";
-import { machine, median, table, writeSection } from "./report.ts";
+import { machine, median, rotated, table, writeSection } from "./report.ts";
 import { weightFloor } from "./weight-floor.ts";
 import { RunnerProcess, type RunnerSpec } from "./runner-process.ts";
 import { startServerProcess, type ServerProcess } from "./server-process.ts";
@@ -35,7 +35,7 @@ import { startServerProcess, type ServerProcess } from "./server-process.ts";
 const { values } = parseArgs({
   options: {
     tokens: { type: "string", default: "128" },
-    runs: { type: "string", default: "9" },
+    runs: { type: "string", default: "15" },
     quick: { type: "boolean" },
   },
 });
@@ -251,8 +251,8 @@ async function main(): Promise<void> {
     ] as [string, RunnerSpec][]) runners.push([name, await RunnerProcess.start(spec)]);
     for (const [, r] of runners) for (let w = 0; w < 2; w++) await r.run();
     const results: Record<string, Measure[]> = Object.fromEntries(runners.map(([n]) => [n, []]));
-    // Interleaved, so a slow moment of the machine falls on every runner alike.
-    for (let i = 0; i < RUNS; i++) for (const [name, r] of runners) results[name]!.push(await r.run());
+    // Interleaved, so a slow moment of the machine falls on every runner alike, each first in turn.
+    for (let i = 0; i < RUNS; i++) for (const [name, r] of rotated(runners, i)) results[name]!.push(await r.run());
     for (const [, r] of runners) await r.close();
     // The baseline server serves the same request once, so it holds a worker, tokenizer and cache too.
     const baseRunner = await RunnerProcess.start(await http("base"));
@@ -315,7 +315,7 @@ async function main(): Promise<void> {
       `The import streams: it reads each tensor when the graph takes it and writes each weight to the external data file as the graph is built, and the largest tensors ` +
       `(the embedding and an untied head) 2,048 rows at a time, so what it holds above the process's own footprint is bounded by a layer's matrices, not the model ` +
       `(the embedding alone is 16.4M of the 52M parameters, ${(32000 * 512 * 4) / 2 ** 20} MiB in float32), against ${weightsMb} MiB of float32 weights in all:\n\n${importTable}\n\n` +
-      `Single stream, greedy, ${TOKENS} generated tokens (EOS banned), ${RUNS} timed runs each after 2 untimed ones, interleaved, medians. ` +
+      `Single stream, greedy, ${TOKENS} generated tokens (EOS banned), ${RUNS} timed runs each after 2 untimed ones, interleaved (each runner first in turn), medians. ` +
       `Each Sluice model is served by a server process of its own and measured through its HTTP API with the openai client (streaming), each run from a new account (the same prompt from one account would be drafted from its own earlier answer); ` +
       `transformers.js 4.3.1 loads the same q4 directory with \`dtype: "q4"\` (onnx/model_q4.onnx) and runs generate() on the same prompt ids, in a process of its own, ` +
       `with ONNX Runtime's default threads and with one thread; "vs transformers.js" compares with the faster of the two. ` +

@@ -38,3 +38,13 @@ export const percentile = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]! : NaN;
 };
+
+/**
+ * `items` in round `round`'s order for interleaved runs: each round starts one later, so every
+ * runner is first in turn and none always follows the same other (what one leaves behind, a
+ * process's threads winding down or a cache it filled, falls on each alike).
+ */
+export function rotated<T>(items: readonly T[], round: number): T[] {
+  const k = items.length ? round % items.length : 0;
+  return [...items.slice(k), ...items.slice(0, k)];
+}
