@@ -29,7 +29,7 @@ import { NgramDrafter } from "../src/engine/speculation/ngram.ts";
 import { renderChatPrompt } from "../src/engine/text/chat-template.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import { copyTask, hasStories, ROOT, STORIES, storiesDir, type CopyTask } from "./bench-models.ts";
-import { machine, median, table, writeSection } from "./report.ts";
+import { machine, median, rotated, table, writeSection } from "./report.ts";
 import { RunnerProcess } from "./runner-process.ts";
 import { serverCpuUs, startServerProcess, sumCpu, THREAD_GROUPS, threadsCpu, type ServerProcess, type ThreadGroup } from "./server-process.ts";
 import { streamChat, tpot } from "./stream-chat.ts";
@@ -164,7 +164,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerP
   const cpu: Record<string, { server: number[]; client: number[] }> = Object.fromEntries(runners.map(([n]) => [n, { server: [], client: [] }]));
   const processCpuUs = (pid: number) => threadsCpu(pid).reduce((a, t) => a + t.cpuNs, 0) / 1000;
   for (let i = 0; i < timed; i++) {
-    for (const [name, r] of runners) {
+    for (const [name, r] of rotated(runners, i)) {
       const server = servers.get(name);
       const [s0, c0] = [server ? processCpuUs(server.pid) : 0, processCpuUs(r.pid)];
       results[name]!.push((await r.run()).tokPerS);
@@ -200,7 +200,7 @@ async function singleStream(on: ServerProcess, off: ServerProcess, twin: ServerP
       "a second `--speculate off` server set up alike (an A/A twin: how far two identical servers differ in the same run), " +
       "a second server with speculation whose every request comes from a new account (so drafts come from the request's own text only: what an account gets before it has history), " +
       "and, for comparison, the model worker's own code (scheduler, KV cache, sampler, detokeniser) driven in a process of its own without the HTTP thread, the messages to it and the client; " +
-      `${timed} timed runs per runner, interleaved, after ${warm} untimed ones on top of the servers' own warm-up; medians). ` +
+      `${timed} timed runs per runner, interleaved (each runner first in turn), after ${warm} untimed ones on top of the servers' own warm-up; medians). ` +
       `run.c runs the same prompts (greedy, -n 256: its rate counts every forward pass, prompt included, up to the end of the story)` +
       `${typeof peer === "string" ? ` — not run: ${peer}` : ""}. Same text with speculation on and off: ${same}/${checked.length} prompts (the ${timed} timed ones again, and ${timed} new).\n\n` +
       table(["runner", "decode tok/s (median)", "vs --speculate off (target ≥ 1.3×)", "vs run.c (target ≥ 1.0×)"], rows) +
