@@ -290,7 +290,7 @@ async function sixteenStreams(on: ServerProcess, off: ServerProcess, twin: Serve
   const runs: Record<Name, { rate: number; cpuUs: number }[]> = { on: [], off: [], twin: [] };
   for (let r = 0; r < rounds; r++) {
     // Each server goes first, second and third in turn.
-    for (const k of [...names.slice(r % 3), ...names.slice(0, r % 3)]) runs[k].push(await round(servers[k], warmRounds + r));
+    for (const k of rotated(names, r)) runs[k].push(await round(servers[k], warmRounds + r));
   }
   const after = await settled(on, "stories260k");
   const [rate, cpu] = [(k: Name) => median(runs[k].map((x) => x.rate)), (k: Name) => median(runs[k].map((x) => x.cpuUs))];
