@@ -5,6 +5,7 @@ import OpenAI from "openai";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openSqliteStore, type Store } from "../src/store/index.ts";
+import { unlimitedAccountKey } from "../test/helpers/accounts.ts";
 import { spawnServe } from "../test/helpers/serve-process.ts";
 
 export interface ServerProcess {
@@ -47,11 +48,7 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
 /** Keys of `count` new accounts named `prefix`-1, -2, …: all models, an unlimited plan (benchmarks measure speed, not credit). */
 export async function accountKeys(store: Store, prefix: string, count: number): Promise<string[]> {
   const keys: string[] = [];
-  for (let i = 0; i < count; i++) {
-    const account = await store.accounts.create(`${prefix}-${i + 1}`);
-    await store.billing.setPlan(account.id, "unlimited");
-    keys.push((await store.keys.create(account.id, null)).key);
-  }
+  for (let i = 0; i < count; i++) keys.push(await unlimitedAccountKey(store, `${prefix}-${i + 1}`));
   return keys;
 }
 

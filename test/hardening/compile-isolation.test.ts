@@ -10,6 +10,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { TextTokenizer } from "../../src/engine/text/tokenizer.ts";
 import { openSqliteStore } from "../../src/store/index.ts";
+import { unlimitedAccountKey } from "../helpers/accounts.ts";
 import { linkCachedModel } from "../helpers/models.ts";
 import { tempDir } from "../helpers/paths.ts";
 import { spawnServe, type ServeProcess } from "../helpers/serve-process.ts";
@@ -32,9 +33,7 @@ beforeAll(async () => {
   victim = { authorization: `Bearer ${server.key}`, "content-type": "application/json" };
   // Another account, as an operator would create it (the server sees it at its next lookup).
   const store = openSqliteStore(join(data.path, "sluice.db"));
-  const account = await store.accounts.create("mallory");
-  await store.billing.setPlan(account.id, "unlimited");
-  hostile = { authorization: `Bearer ${(await store.keys.create(account.id, "hostile")).key}`, "content-type": "application/json" };
+  hostile = { authorization: `Bearer ${await unlimitedAccountKey(store, "mallory")}`, "content-type": "application/json" };
   await store.close();
 }, 60_000);
 

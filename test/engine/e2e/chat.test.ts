@@ -3,6 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { TextTokenizer } from "../../../src/engine/text/tokenizer.ts";
+import { unlimitedAccountKey } from "../../helpers/accounts.ts";
 import { linkCachedModel } from "../../helpers/models.ts";
 import { serverFixture } from "../../helpers/server.ts";
 
@@ -54,10 +55,7 @@ describe("synthetic Qwen3-tokenizer model", () => {
   });
 
   test("the prefix cache serves an account only its own prompts (cached_tokens tells no account what another sent)", async () => {
-    const store = fx.server.store;
-    const other = await store.accounts.create("prefix-other");
-    await store.billing.setPlan(other.id, "unlimited");
-    const b = new OpenAI({ apiKey: (await store.keys.create(other.id, null)).key, baseURL: `${fx.server.url}/v1`, maxRetries: 0 });
+    const b = new OpenAI({ apiKey: await unlimitedAccountKey(fx.server.store, "prefix-other"), baseURL: `${fx.server.url}/v1`, maxRetries: 0 });
     const req = { model: QWEN, messages: [{ role: "user" as const, content: "A document only the first account has sent: the quarterly figures, in full." }], max_tokens: 2 };
     const cached = async (client: OpenAI) => (await client.chat.completions.create(req)).usage!.prompt_tokens_details!.cached_tokens;
     expect(await cached(fx.client)).toBe(0);

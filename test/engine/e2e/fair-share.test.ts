@@ -12,6 +12,7 @@
 // counts rounds there, and test/engine/speculation/ covers preemption and cancellation mid-draft).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import OpenAI from "openai";
+import { unlimitedAccountKey } from "../../helpers/accounts.ts";
 import { syntheticModel } from "../../helpers/models.ts";
 import { tempDir } from "../../helpers/paths.ts";
 import { startTestServer, type TestServer } from "../../helpers/server.ts";
@@ -42,9 +43,7 @@ beforeAll(async () => {
   // 10): a chunk holding many rounds' tokens arrives at one time, which blurs when each round
   // happened (one run in three counted 20 rounds at 10 ms; 0 to 6 at 1 ms).
   server = await startTestServer({ modelsDir: models.path, engine: { kvBudgetBytes: 8 * 224 * 512, maxQueue: 128, streamIntervalMs: 1, speculate: "off" } });
-  const accountB = await server.store.accounts.create("tenant-b");
-  await server.store.billing.setPlan(accountB.id, "unlimited");
-  const keyB = (await server.store.keys.create(accountB.id, null)).key;
+  const keyB = await unlimitedAccountKey(server.store, "tenant-b");
   a = new OpenAI({ apiKey: server.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
   b = new OpenAI({ apiKey: keyB, baseURL: `${server.url}/v1`, maxRetries: 0 });
   // The end-of-turn tokens are banned, so every stream runs its full length (the tokenizer's specials).
