@@ -93,9 +93,14 @@ export class NgramHistory {
 
   private readonly scratch: number[] = new Array(MAX_CONTEXT).fill(0);
 
+  /** The first of the two slots `key` may occupy (its bucket, from the key's first hash). */
+  private bucket(key: number): number {
+    return 2 * (Math.floor(key / 2 ** 21) & this.bucketMask);
+  }
+
   /** The slot holding `key`, or -1. */
   private find(key: number): number {
-    const first = 2 * (Math.floor(key / 2 ** 21) & this.bucketMask);
+    const first = this.bucket(key);
     if (this.keysOf[first] === key) return first;
     if (this.keysOf[first + 1] === key) return first + 1;
     return -1;
@@ -122,7 +127,7 @@ export class NgramHistory {
     if (token < 0 || token >= MAX_TOKEN) return;
     const slot = this.find(key);
     if (slot < 0) {
-      const first = 2 * (Math.floor(key / 2 ** 21) & this.bucketMask);
+      const first = this.bucket(key);
       if (this.next[first + 1] === 0 || this.next[first] === 0) this.used++;
       // The second slot holds the older of two equals: on a tie it goes, and the first moves there.
       if ((this.next[first]! & 15) >= (this.next[first + 1]! & 15)) {
