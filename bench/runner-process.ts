@@ -8,6 +8,7 @@
 // it for runs over IPC.
 import { AutoModelForCausalLM, env, Tensor } from "@huggingface/transformers";
 import OpenAI from "openai";
+import { keepOrtTelemetryOff } from "../src/engine/runtime/ort-telemetry.ts";
 import type { SpeculateMode } from "../src/engine/types.ts";
 import { InProcessEngine, type Measure } from "./in-process-engine.ts";
 import { streamChat } from "./stream-chat.ts";
@@ -153,4 +154,8 @@ async function serve(): Promise<void> {
   });
 }
 
-if (import.meta.main) await serve();
+if (import.meta.main) {
+  // Every runner (transformers.js too) without ONNX Runtime's telemetry, as `sluice serve` runs.
+  keepOrtTelemetryOff();
+  await serve();
+}

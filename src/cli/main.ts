@@ -10,6 +10,7 @@ import { workspaceCommands } from "./workspace-commands.ts";
 import { limitsCommands } from "./limits-commands.ts";
 import { residencyCommands } from "./residency-commands.ts";
 import { pullCommand } from "./pull-command.ts";
+import { keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
 
 const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, pullCommand, ...workspaceCommands, ...limitsCommands, ...residencyCommands];
 
@@ -22,6 +23,8 @@ function overview(): string {
 }
 
 export async function main(argv: string[]): Promise<number> {
+  // First, while this is the only thread: every command that runs a model (serve, doctor) sees it.
+  keepOrtTelemetryOff();
   if (argv.length === 0 || argv[0] === "--help" || argv[0] === "-h" || argv[0] === "help") {
     console.log(overview());
     return 0;

@@ -10,6 +10,7 @@
 // native call is in flight in it (see native-calls.ts).
 import type { Logger } from "../log.ts";
 import { nativeCallFlags, quiesceNativeCalls } from "../native-calls.ts";
+import { keepOrtTelemetryOff } from "./runtime/ort-telemetry.ts";
 import { DEFAULT_COMPILE_LIMITS, type CompileLimits } from "../structured/index.ts";
 import type { Device } from "./providers.ts";
 import { structureKey } from "./structure-key.ts";
@@ -195,6 +196,8 @@ class WorkerThread {
     log: Logger,
     onExit: (thread: WorkerThread, reason: string) => void,
   ): Promise<{ thread: WorkerThread | null; model: EngineModel | null; error: string | null }> {
+    // Before the thread exists, which creates ONNX Runtime's environment (see ort-telemetry.ts).
+    keepOrtTelemetryOff();
     const w = new Worker(settings.workerUrl);
     const nativeCalls = nativeCallFlags();
     const t = new WorkerThread(source.id, w, nativeCalls, log, settings.admissionMs, onExit);

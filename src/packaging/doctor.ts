@@ -7,6 +7,7 @@ import { discoverModelDirs } from "../engine/discovery.ts";
 import { healthFilePath, readHealthFile, writerAlive } from "../engine/health-file.ts";
 import type { WorkerHealth } from "../engine/types.ts";
 import { checkCudaLibraries, chooseProviders, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
+import { describeOrtTelemetry, keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
 import { VERSION } from "../version.ts";
 import { resolveCacheDir } from "./cache-dir.ts";
 import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "./cuda.ts";
@@ -107,6 +108,7 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   // The table above says why each one is missing.
   out.push(`  cuda: ${cudaOk ? "available" : `unavailable: ${checks.length ? `missing ${missing.join(", ")}` : "native libraries missing"}`}`);
   if (refused) out.push(`  ${refused}`);
+  out.push(`onnx runtime telemetry: ${describeOrtTelemetry(keepOrtTelemetryOff())}`);
 
   const data = resolve(opts.dataDir);
   out.push(`data directory: ${data} (${existsSync(join(data, "sluice.db")) ? "database present" : "no database yet"})`);

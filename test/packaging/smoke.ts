@@ -160,6 +160,11 @@ async function main(): Promise<void> {
       `${chunks.length} chunks then [DONE]`,
     );
 
+    // The demo model has run: ONNX Runtime's telemetry (on by default since 1.30) would have left
+    // its device id and event store under HOME and a debug log in /tmp by now.
+    const telemetry = [join(dir, ".cache", "Microsoft"), `/tmp/mat-debug-${serve.pid}.log`].filter((f) => existsSync(f));
+    record("no ONNX Runtime telemetry files", telemetry.length === 0, telemetry.join(", ") || "none under HOME or /tmp");
+
     // 2. Import stories260K with the binary, pick it up with SIGHUP, compare greedy output.
     if (!existsSync(join(STORIES, "stories260K.bin"))) {
       console.log(`skip stories260K steps: ${STORIES} is absent`);
