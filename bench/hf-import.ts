@@ -8,16 +8,16 @@
 //      the bytes of its ONNX files;
 //   4. stories260K (as an HF checkpoint): teacher-forced top-1 agreement of q4 with fp32 over
 //      llama2.c's reference story (reported only: 260K parameters are too few for 4 bits);
-//   5. where a q4 token's time goes: the q4 graph's MatMulNBits nodes alone against the engine's
-//      time per token in process.
+//   5. where a q4 token's time goes: one decode step of each graph alone, the q4 graph's
+//      MatMulNBits nodes alone and everything else alone (bench/step-parts.ts), against the time
+//      per token above.
 //
 //   bun bench/hf-import.ts [--tokens 128] [--runs 15] [--quick]
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import * as ort from "onnxruntime-node";
-import { onnx } from "onnx-proto";
 import { renderChatPrompt } from "../src/engine/text/chat-template.ts";
 import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
 import { modelFileBytes } from "../src/engine/runtime/decoder.ts";
@@ -29,6 +29,7 @@ import { greedy } from "../test/modelkit/greedy.ts";
 import type { Measure } from "./in-process-engine.ts";
 import { machine, median, rotated, table, writeSection } from "./report.ts";
 import { weightFloor } from "./weight-floor.ts";
+import { stepParts } from "./step-parts.ts";
 import { RunnerProcess, type RunnerSpec } from "./runner-process.ts";
 import { startServerProcess, type ServerProcess } from "./server-process.ts";
 
@@ -57,47 +58,6 @@ async function checkpoint50m(): Promise<string> {
   writeHfCheckpoint(hf, { config: info.config, weights: randomWeights(info.config, 1), dtype: "BF16", shards: 2, copyFrom: { dir: info.dir, files: TOKENIZER_FILES } });
   rmSync(synthetic, { recursive: true, force: true });
   return hf;
-}
-
-/**
- * Milliseconds of one run of the q4 graph's MatMulNBits nodes alone (same weights, same
- * attributes, each fed a row of its K; ONNX Runtime's default threads; median of 300 after 50):
- * the 4-bit products' share of a decode step, with everything else in the graph taken away.
- */
-async function matMulNBitsOnlyMs(onnxPath: string): Promise<{ ms: number; nodes: number; bytes: number }> {
-  const m = onnx.ModelProto.decode(readFileSync(onnxPath));
-  const g = m.graph!;
-  const nb = g.node!.filter((n) => n.opType === "MatMulNBits");
-  const attr = (n: onnx.INodeProto, k: string) => Number(n.attribute!.find((a) => a.name === k)!.i);
-  const ks = [...new Set(nb.map((n) => attr(n, "K")))];
-  const used = new Set(nb.flatMap((n) => n.input!.slice(1)));
-  const info = (name: string, dims: number[]) => onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: onnx.TensorProto.DataType.FLOAT, shape: { dim: dims.map((d) => ({ dimValue: d })) } } } });
-  const graph = onnx.GraphProto.create({
-    name: "matmulnbits_only",
-    node: nb.map((n, i) => onnx.NodeProto.create({ ...n, input: [`x${attr(n, "K")}`, ...n.input!.slice(1)], output: [`y${i}`] })),
-    initializer: g.initializer!.filter((t) => used.has(t.name!)),
-    input: ks.map((k) => info(`x${k}`, [1, 1, k])),
-    output: nb.map((n, i) => info(`y${i}`, [1, 1, attr(n, "N")])),
-  });
-  // Next to the original: its initializers point at the same external data file.
-  const path = `${onnxPath}.matmulnbits-only.onnx`;
-  writeFileSync(path, onnx.ModelProto.encode(onnx.ModelProto.create({ ...m, graph })).finish());
-  try {
-    const session = await ort.InferenceSession.create(path, { graphOptimizationLevel: "all", interOpNumThreads: 1 });
-    const feeds = Object.fromEntries(ks.map((k) => [`x${k}`, new ort.Tensor("float32", new Float32Array(k).fill(0.1), [1, 1, k])]));
-    for (let i = 0; i < 50; i++) await session.run(feeds);
-    const times: number[] = [];
-    for (let i = 0; i < 300; i++) {
-      const t = performance.now();
-      await session.run(feeds);
-      times.push(performance.now() - t);
-    }
-    await session.release();
-    const bytes = graph.initializer!.reduce((n, t) => n + Number(t.externalData?.find((e) => e.key === "length")?.value ?? t.rawData?.length ?? 0), 0);
-    return { ms: median(times), nodes: nb.length, bytes };
-  } finally {
-    rmSync(path, { force: true });
-  }
 }
 
 interface ImportRun {
@@ -217,7 +177,8 @@ async function main(): Promise<void> {
     q4twin: await startServerProcess(join(ROOT, "serve-q4")),
   };
   const speed: (string | number)[][] = [];
-  let q4InProcess = Number.NaN;
+  // Tokens per second of each runner's timed runs (step 2), for step 5.
+  let speedResults: Record<string, number[]> = {};
   const memory: (string | number)[][] = [];
   try {
     const tok = TextTokenizer.load(dirs.q4);
@@ -259,7 +220,7 @@ async function main(): Promise<void> {
     await baseRunner.run();
     await baseRunner.close();
     const tps = (name: string) => median(results[name]!.map((m) => m.tokPerS));
-    q4InProcess = tps("sluice q4, engine in-process");
+    speedResults = Object.fromEntries(Object.entries(results).map(([name, ms]) => [name, ms.map((m) => m.tokPerS)]));
     const tj = Math.max(tps("transformers.js q4"), tps("transformers.js q4, 1 thread"));
     // Like for like: the in-process engine against its own fp32 run, the rest against fp32 through HTTP.
     const fp32 = (name: string) => tps(name.includes("in-process") ? "sluice fp32, engine in-process" : "sluice fp32 (HTTP)");
@@ -287,18 +248,33 @@ async function main(): Promise<void> {
   console.log(speedTable);
   console.log(memoryTable);
 
-  // 5. The 4-bit products alone, against the engine's time per token in process (from 2).
-  const nbits = await matMulNBitsOnlyMs(join(dirs.q4, "onnx", "model_q4.onnx"));
-  const floor = await weightFloor(nbits.bytes);
-  const perToken = 1000 / q4InProcess;
+  // 5. Where a q4 token's time goes: the graphs alone, against the time per token above (from 2).
+  const parts = await stepParts(dirs.q4, dirs.fp32);
+  const floor = await weightFloor(parts.matMulNBitsBytes);
+  const { ms } = parts;
+  const partsTable = table(
+    [`one decode step of one row, the graph alone (${parts.positions} of ${parts.capacity} cached positions)`, "ms (median)", "fp32 step ÷ this"],
+    [
+      ["fp32: the step's graph, as the engine runs it", ms.fp32.toFixed(2), "1.00×"],
+      ["q4: the step's graph, as the engine runs it", ms.q4.toFixed(2), `${(ms.fp32 / ms.q4).toFixed(2)}×`],
+      [`q4: its ${parts.matMulNBitsNodes} MatMulNBits nodes alone (each fed one row)`, ms.matMulNBits.toFixed(2), ""],
+      ["q4: everything else alone (each MatMulNBits node replaced by a row of zeros)", ms.rest.toFixed(2), ""],
+      ["q4: the sum of those two", (ms.matMulNBits + ms.rest).toFixed(2), `${(ms.fp32 / (ms.matMulNBits + ms.rest)).toFixed(2)}×`],
+      ["q4: the one-token graph (small models' second session)", ms.q4OneToken.toFixed(2), `${(ms.fp32 / ms.q4OneToken).toFixed(2)}×`],
+      ["q4: the one-token graph, everything else alone", ms.restOneToken.toFixed(2), ""],
+    ],
+  );
+  const served = (name: string) => median(speedResults[`sluice q4${name}`]!) / median(speedResults[`sluice fp32${name}`]!);
   const shareText =
-    `Where a q4 token's time goes: the q4 graph's ${nbits.nodes} MatMulNBits nodes alone (the same weights and attributes, each fed one row; ` +
-    `ONNX Runtime's default threads, median of 300 runs) take ${nbits.ms.toFixed(2)} ms, ${((100 * nbits.ms) / perToken).toFixed(0)}% of the engine's ` +
-    `${perToken.toFixed(2)} ms per token in process above: ${(nbits.bytes / 2 ** 20).toFixed(1)} MiB of 4-bit weights, scales and zero points at ` +
-    `${(nbits.bytes / (nbits.ms / 1000) / 1e9).toFixed(1)} GB/s, where ONNX Runtime's float32 product over as many bytes of weights ` +
-    `(bench/weight-floor.ts) takes ${floor.ms.toFixed(2)} ms (${(floor.bytesPerSecond / 1e9).toFixed(1)} GB/s): ` +
-    `the kernel (int8 activations, accuracy_level 4) is bound by its arithmetic at one row. The rest is the graph's other nodes (attention, norms, rotary), ` +
-    `the engine's work between runs and the sampling.`;
+    `Where a q4 token's time goes. Each graph alone runs one decode step of one row from the same feeds through ONNX Runtime's InferenceSession (default threads), ` +
+    `10 rounds in an order that rotates, each making a session, running it 10 times untimed and 30 timed, and releasing it before the next: one session at a time, ` +
+    `as each has its own thread pool whose thread spins after a run (with several alive, the fp32 step read twice its time). ` +
+    `The MatMulNBits nodes alone read ${(parts.matMulNBitsBytes / 2 ** 20).toFixed(1)} MiB of 4-bit weights, scales and zero points at ` +
+    `${(parts.matMulNBitsBytes / (ms.matMulNBits / 1000) / 1e9).toFixed(1)} GB/s, where ONNX Runtime's float32 product over as many bytes (bench/weight-floor.ts) ` +
+    `takes ${floor.ms.toFixed(2)} ms (${(floor.bytesPerSecond / 1e9).toFixed(1)} GB/s): the kernel (int8 activations, accuracy_level 4) is bound by its arithmetic at one row. ` +
+    `The q4 graph's step alone is ${(ms.fp32 / ms.q4).toFixed(2)}× as fast as the fp32 graph's; served, the speed table's ratio is ${served(" (HTTP)").toFixed(2)}× through HTTP and ` +
+    `${served(", engine in-process").toFixed(2)}× in process (measured earlier in the run: compare ratios, not milliseconds). What a token costs outside its graph (the engine's work between runs, ` +
+    `the sampler over the 32k logits, the HTTP thread and the client, on the two cores ONNX Runtime's two threads use) is about the same per token for both models, so it weighs three times as much on q4's step as on fp32's:\n\n${partsTable}`;
   console.log(shareText);
 
   // 4. stories260K.
