@@ -52,7 +52,7 @@ export function keepOrtTelemetryOff(): OrtTelemetry {
   return (decided = { state: "off" });
 }
 
-/** One line for logs and `doctor`. */
+/** The state as `sluice doctor` prints it. */
 export function describeOrtTelemetry(t: OrtTelemetry): string {
   switch (t.state) {
     case "off":
