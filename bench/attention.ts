@@ -19,9 +19,12 @@ import { DecoderSession } from "../src/engine/runtime/decoder.ts";
 import { locateModelFiles } from "../src/engine/runtime/decoder-spec.ts";
 import { trimLogitsToLastPosition } from "../src/engine/runtime/last-logits.ts";
 import { GraphBuilder, MS_DOMAIN, serializeModel } from "../src/modelkit/onnx/builder.ts";
+import { keepOrtTelemetryOff } from "../src/engine/runtime/ort-telemetry.ts";
 import { machine, median, table, writeSection } from "./report.ts";
 import { decodeFeeds, filler, storiesFused } from "./stories.ts";
 
+// As `sluice serve` runs: ONNX Runtime without its telemetry (src/engine/runtime/ort-telemetry.ts).
+keepOrtTelemetryOff();
 const POSITIONS = 120;
 const RUNS = 300;
 const WARM = 50;

@@ -24,6 +24,7 @@ import { modelFileBytes } from "../src/engine/runtime/decoder.ts";
 import { buildSyntheticModel, importHfCheckpoint, type ImportedHfModel, writeHfCheckpoint } from "../src/modelkit/index.ts";
 import { readHfModelConfig } from "../src/modelkit/hf/config.ts";
 import { randomWeights } from "../src/modelkit/llama/random.ts";
+import { keepOrtTelemetryOff } from "../src/engine/runtime/ort-telemetry.ts";
 import { writeStoriesHfCheckpoint } from "../test/modelkit/hf-fixtures.ts";
 import { greedy } from "../test/modelkit/greedy.ts";
 import type { Measure } from "./in-process-engine.ts";
@@ -33,6 +34,8 @@ import { stepParts } from "./step-parts.ts";
 import { RunnerProcess, type RunnerSpec } from "./runner-process.ts";
 import { startServerProcess, type ServerProcess } from "./server-process.ts";
 
+// As `sluice serve` runs: ONNX Runtime without its telemetry (src/engine/runtime/ort-telemetry.ts).
+keepOrtTelemetryOff();
 const { values } = parseArgs({
   options: {
     tokens: { type: "string", default: "128" },

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { modelFileBytes } from "../src/engine/runtime/decoder.ts";
 import { GraphBuilder, serializeModel } from "../src/modelkit/index.ts";
+import { keepOrtTelemetryOff } from "../src/engine/runtime/ort-telemetry.ts";
 import { median } from "./report.ts";
 
 const ROWS_IN = 512;
@@ -76,6 +77,7 @@ export function rawReadMs(bytes: number, runs = 15): { ms: number; threads: numb
 }
 
 if (import.meta.main) {
+  keepOrtTelemetryOff();
   const dir = process.argv[2];
   if (!dir) throw new Error("usage: bun bench/weight-floor.ts <model dir>");
   const f = await weightFloor(modelFileBytes(join(dir, "onnx", "model.onnx")));
