@@ -255,16 +255,23 @@ async function main(): Promise<void> {
   const parts = await stepParts(dirs.q4, dirs.fp32);
   const floor = await weightFloor(parts.matMulNBitsBytes);
   const { ms } = parts;
+  const { quartiles } = parts;
+  const row = (label: string, part: keyof typeof ms, ratio: boolean): string[] => [
+    label,
+    ms[part].toFixed(2),
+    `${quartiles[part][0].toFixed(2)}–${quartiles[part][1].toFixed(2)}`,
+    ratio ? `${(ms.fp32 / ms[part]).toFixed(2)}×` : "",
+  ];
   const partsTable = table(
-    [`one decode step of one row, the graph alone (${parts.positions} of ${parts.capacity} cached positions)`, "ms (median)", "fp32 step ÷ this"],
+    [`one decode step of one row, the graph alone (${parts.positions} of ${parts.capacity} cached positions)`, "ms (median)", "middle half of the runs, ms", "fp32 step ÷ this"],
     [
-      ["fp32: the step's graph, as the engine runs it", ms.fp32.toFixed(2), "1.00×"],
-      ["q4: the step's graph, as the engine runs it", ms.q4.toFixed(2), `${(ms.fp32 / ms.q4).toFixed(2)}×`],
-      [`q4: its ${parts.matMulNBitsNodes} MatMulNBits nodes alone (each fed one row)`, ms.matMulNBits.toFixed(2), ""],
-      ["q4: everything else alone (each MatMulNBits node replaced by a row of zeros)", ms.rest.toFixed(2), ""],
-      ["q4: the sum of those two", (ms.matMulNBits + ms.rest).toFixed(2), `${(ms.fp32 / (ms.matMulNBits + ms.rest)).toFixed(2)}×`],
-      ["q4: the one-token graph (small models' second session)", ms.q4OneToken.toFixed(2), `${(ms.fp32 / ms.q4OneToken).toFixed(2)}×`],
-      ["q4: the one-token graph, everything else alone", ms.restOneToken.toFixed(2), ""],
+      row("fp32: the step's graph, as the engine runs it", "fp32", true),
+      row("q4: the step's graph, as the engine runs it", "q4", true),
+      row(`q4: its ${parts.matMulNBitsNodes} MatMulNBits nodes alone (each fed one row)`, "matMulNBits", false),
+      row("q4: everything else alone (each MatMulNBits node replaced by a row of zeros)", "rest", false),
+      ["q4: the sum of those two (medians)", (ms.matMulNBits + ms.rest).toFixed(2), "", `${(ms.fp32 / (ms.matMulNBits + ms.rest)).toFixed(2)}×`],
+      row("q4: the one-token graph (small models' second session)", "q4OneToken", true),
+      row("q4: the one-token graph, everything else alone", "restOneToken", false),
     ],
   );
   const served = (name: string) => median(speedResults[`sluice q4${name}`]!) / median(speedResults[`sluice fp32${name}`]!);

@@ -17,7 +17,7 @@ import { DecoderSession } from "../src/engine/runtime/decoder.ts";
 import { declaresSharedBuffer, locateModelFiles } from "../src/engine/runtime/decoder-spec.ts";
 import { LOGITS_START_INPUT } from "../src/engine/runtime/last-logits.ts";
 import { prepareDecoderGraph } from "../src/engine/runtime/load-graph.ts";
-import { median, rotated } from "./report.ts";
+import { median, percentile, rotated } from "./report.ts";
 import { decodeFeeds } from "./stories.ts";
 
 const attr = (n: onnx.INodeProto, k: string) => Number(n.attribute!.find((a) => a.name === k)!.i);
@@ -80,6 +80,8 @@ export interface StepParts {
     rest: number;
     restOneToken: number;
   };
+  /** The middle half of each graph's runs, ms: how far its time moved within the measurement. */
+  quartiles: Record<keyof StepParts["ms"], [number, number]>;
   matMulNBitsNodes: number;
   /** Bytes of the MatMulNBits nodes' weights, scales and zero points as stored. */
   matMulNBitsBytes: number;
@@ -176,6 +178,7 @@ export async function stepParts(q4Dir: string, fp32Dir: string, capacity = 128, 
     capacity,
     positions,
     ms: Object.fromEntries(names.map((n) => [n, median(times[n])])) as StepParts["ms"],
+    quartiles: Object.fromEntries(names.map((n) => [n, [percentile(times[n], 25), percentile(times[n], 75)]])) as StepParts["quartiles"],
     matMulNBitsNodes: only.nodes,
     matMulNBitsBytes: only.bytes,
   };
