@@ -5,7 +5,7 @@
 // can be found. It must start, become ready, take a key, answer curl (whole and streamed),
 // import stories260K and reproduce llama2.c's greedy story, pull it from a local Hub-compatible
 // server and serve it without a restart, then shut down cleanly.
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { buildHubRepos, STORIES_REPO } from "../helpers/hub-repos.ts";
@@ -116,6 +116,7 @@ async function main(): Promise<void> {
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
     const t0 = performance.now();
+    const servedAt = Date.now();
     serve = Bun.spawn([exe, "serve", "--port", String(port)], { cwd: dir, env, stdout: "pipe", stderr: "pipe" });
     const banner = await readBanner(serve.stdout);
     const readyMs = await waitReady(url, serve, 60_000);
@@ -162,7 +163,8 @@ async function main(): Promise<void> {
 
     // The demo model has run: ONNX Runtime's telemetry (on by default since 1.30) would have left
     // its device id and event store under HOME and a debug log in /tmp by now.
-    const telemetry = [join(dir, ".cache", "Microsoft"), `/tmp/mat-debug-${serve.pid}.log`].filter((f) => existsSync(f));
+    // (A debug log of the same process id left by an earlier process is older than this server.)
+    const telemetry = [join(dir, ".cache", "Microsoft"), `/tmp/mat-debug-${serve.pid}.log`].filter((f) => existsSync(f) && statSync(f).mtimeMs >= servedAt - 1000);
     record("no ONNX Runtime telemetry files", telemetry.length === 0, telemetry.join(", ") || "none under HOME or /tmp");
 
     // 2. Import stories260K with the binary, pick it up with SIGHUP, compare greedy output.
