@@ -9,8 +9,8 @@
 //   4. stories260K (as an HF checkpoint): teacher-forced top-1 agreement of q4 with fp32 over
 //      llama2.c's reference story (reported only: 260K parameters are too few for 4 bits);
 //   5. where a q4 token's time goes: one decode step of each graph alone, the q4 graph's
-//      MatMulNBits nodes alone and everything else alone (bench/step-parts.ts), against the time
-//      per token above.
+//      MatMulNBits nodes alone and everything else alone (bench/step-parts.ts), the graphs' ratio
+//      against the served one above.
 //
 //   bun bench/hf-import.ts [--tokens 128] [--runs 15] [--quick]
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
@@ -180,8 +180,8 @@ async function main(): Promise<void> {
     q4twin: await startServerProcess(join(ROOT, "serve-q4")),
   };
   const speed: (string | number)[][] = [];
-  // Tokens per second of each runner's timed runs (step 2), for step 5.
-  let speedResults: Record<string, number[]> = {};
+  // q4's speed over fp32's as served (step 2), through HTTP and in process, for step 5.
+  const servedRatio = { http: Number.NaN, inProcess: Number.NaN };
   const memory: (string | number)[][] = [];
   try {
     const tok = TextTokenizer.load(dirs.q4);
@@ -223,7 +223,8 @@ async function main(): Promise<void> {
     await baseRunner.run();
     await baseRunner.close();
     const tps = (name: string) => median(results[name]!.map((m) => m.tokPerS));
-    speedResults = Object.fromEntries(Object.entries(results).map(([name, ms]) => [name, ms.map((m) => m.tokPerS)]));
+    servedRatio.http = tps("sluice q4 (HTTP)") / tps("sluice fp32 (HTTP)");
+    servedRatio.inProcess = tps("sluice q4, engine in-process") / tps("sluice fp32, engine in-process");
     const tj = Math.max(tps("transformers.js q4"), tps("transformers.js q4, 1 thread"));
     // Like for like: the in-process engine against its own fp32 run, the rest against fp32 through HTTP.
     const fp32 = (name: string) => tps(name.includes("in-process") ? "sluice fp32, engine in-process" : "sluice fp32 (HTTP)");
@@ -251,11 +252,10 @@ async function main(): Promise<void> {
   console.log(speedTable);
   console.log(memoryTable);
 
-  // 5. Where a q4 token's time goes: the graphs alone, against the time per token above (from 2).
+  // 5. Where a q4 token's time goes: the graphs alone, against the served ratio (from 2).
   const parts = await stepParts(dirs.q4, dirs.fp32);
   const floor = await weightFloor(parts.matMulNBitsBytes);
-  const { ms } = parts;
-  const { quartiles } = parts;
+  const { ms, quartiles } = parts;
   const row = (label: string, part: keyof typeof ms, ratio: boolean): string[] => [
     label,
     ms[part].toFixed(2),
@@ -274,16 +274,15 @@ async function main(): Promise<void> {
       row("q4: the one-token graph, everything else alone", "restOneToken", false),
     ],
   );
-  const served = (name: string) => median(speedResults[`sluice q4${name}`]!) / median(speedResults[`sluice fp32${name}`]!);
   const shareText =
     `Where a q4 token's time goes. Each graph alone runs one decode step of one row from the same feeds through ONNX Runtime's InferenceSession (default threads), ` +
-    `10 rounds in an order that rotates, each making a session, running it 10 times untimed and 30 timed, and releasing it before the next: one session at a time, ` +
+    `${parts.rounds} rounds in an order that rotates, each making a session, running it ${parts.warmRuns} times untimed and ${parts.timedRuns} timed, and releasing it before the next: one session at a time, ` +
     `as each has its own thread pool whose thread spins after a run (with several alive, the fp32 step read twice its time). ` +
     `The MatMulNBits nodes alone read ${(parts.matMulNBitsBytes / 2 ** 20).toFixed(1)} MiB of 4-bit weights, scales and zero points at ` +
     `${(parts.matMulNBitsBytes / (ms.matMulNBits / 1000) / 1e9).toFixed(1)} GB/s, where ONNX Runtime's float32 product over as many bytes (bench/weight-floor.ts) ` +
     `takes ${floor.ms.toFixed(2)} ms (${(floor.bytesPerSecond / 1e9).toFixed(1)} GB/s): the kernel (int8 activations, accuracy_level 4) is bound by its arithmetic at one row. ` +
-    `The q4 graph's step alone is ${(ms.fp32 / ms.q4).toFixed(2)}× as fast as the fp32 graph's; served, the speed table's ratio is ${served(" (HTTP)").toFixed(2)}× through HTTP and ` +
-    `${served(", engine in-process").toFixed(2)}× in process (measured earlier in the run: compare ratios, not milliseconds). What a token costs outside its graph (the engine's work between runs, ` +
+    `The q4 graph's step alone is ${(ms.fp32 / ms.q4).toFixed(2)}× as fast as the fp32 graph's; served, the speed table's ratio is ${servedRatio.http.toFixed(2)}× through HTTP and ` +
+    `${servedRatio.inProcess.toFixed(2)}× in process (measured earlier in the run: compare ratios, not milliseconds). What a token costs outside its graph (the engine's work between runs, ` +
     `the sampler over the 32k logits, the HTTP thread and the client, on the two cores ONNX Runtime's two threads use) is about the same per token for both models, so it weighs three times as much on q4's step as on fp32's:\n\n${partsTable}`;
   console.log(shareText);
 

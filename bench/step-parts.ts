@@ -71,6 +71,10 @@ function withoutMatMulNBits(bytes: Uint8Array): Uint8Array {
 export interface StepParts {
   capacity: number;
   positions: number;
+  /** Rounds, and each graph's runs per round (untimed, then timed). */
+  rounds: number;
+  warmRuns: number;
+  timedRuns: number;
   /** Median ms of one run of each graph. */
   ms: {
     fp32: number;
@@ -131,9 +135,12 @@ async function decodeGraphs(dir: string, capacity: number, positions: number) {
   }
 }
 
+const WARM_RUNS = 10;
+const TIMED_RUNS = 30;
+
 /**
- * Each part in turn, in an order that rotates each round: a session of it is made, run 10 times
- * untimed and 30 timed, and released before the next. Only one session lives at a time because
+ * Each part in turn, in an order that rotates each round: a session of it is made, run
+ * WARM_RUNS times untimed and TIMED_RUNS timed, and released before the next. Only one session lives at a time because
  * each has its own thread pool, whose thread spins for a while after a run: with several alive,
  * a session ran at times with a core taken by another's spinning (the fp32 step read 18.9 ms in
  * such a run, against 8.2 ms in the engine).
@@ -163,8 +170,8 @@ export async function stepParts(q4Dir: string, fp32Dir: string, capacity = 128, 
       const session = await part.open();
       try {
         const run = () => (part.fetches ? session.run(part.feeds, part.fetches) : session.run(part.feeds));
-        for (let i = 0; i < 10; i++) await run();
-        for (let i = 0; i < 30; i++) {
+        for (let i = 0; i < WARM_RUNS; i++) await run();
+        for (let i = 0; i < TIMED_RUNS; i++) {
           const t = performance.now();
           await run();
           times[n].push(performance.now() - t);
@@ -177,6 +184,9 @@ export async function stepParts(q4Dir: string, fp32Dir: string, capacity = 128, 
   return {
     capacity,
     positions,
+    rounds,
+    warmRuns: WARM_RUNS,
+    timedRuns: TIMED_RUNS,
     ms: Object.fromEntries(names.map((n) => [n, median(times[n])])) as StepParts["ms"],
     quartiles: Object.fromEntries(names.map((n) => [n, [percentile(times[n], 25), percentile(times[n], 75)]])) as StepParts["quartiles"],
     matMulNBitsNodes: only.nodes,
