@@ -15,7 +15,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as ort from "onnxruntime-node";
 import { onnx } from "onnx-proto";
-import { DecoderSession } from "../src/engine/runtime/decoder.ts";
+import { NodeDecoder } from "../src/engine/runtime/node-decoder.ts";
 import { locateModelFiles } from "../src/engine/runtime/decoder-spec.ts";
 import { trimLogitsToLastPosition } from "../src/engine/runtime/last-logits.ts";
 import { GraphBuilder, MS_DOMAIN, serializeModel } from "../src/modelkit/onnx/builder.ts";
@@ -56,7 +56,7 @@ const DIR = await storiesFused();
 if (!DIR) process.exit(0);
 
 // 1. The whole step.
-const decoder = await DecoderSession.create(DIR, { providers: ["cpu"], threads: 0 });
+const decoder = await NodeDecoder.create(DIR, { providers: ["cpu"], threads: 0 });
 const { spec, stepKv } = decoder;
 if (!stepKv) throw new Error("expected the load-time rewrite to give step outputs");
 const files = locateModelFiles(DIR);

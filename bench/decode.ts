@@ -20,7 +20,8 @@ import type { Measure } from "./in-process-engine.ts";
 import { RunnerProcess, type RunnerSpec } from "./runner-process.ts";
 import { streamChat } from "./stream-chat.ts";
 import { rawReadMs, weightFloor, type WeightFloor } from "./weight-floor.ts";
-import { DecoderSession, modelFileBytes } from "../src/engine/runtime/decoder.ts";
+import { modelFileBytes } from "../src/engine/runtime/decoder.ts";
+import { NodeDecoder } from "../src/engine/runtime/node-decoder.ts";
 
 const { values } = parseArgs({
   options: {
@@ -118,7 +119,7 @@ async function overheadAt151k(): Promise<EngineWork> {
   if (!existsSync(join(dir, "sluice.json"))) {
     await buildSyntheticModel(dir, { preset: "tiny-qwen3", id: "bench/tiny-qwen3-wide", variant: "fused", shape: { hiddenSize: 256, intermediateSize: 768, numLayers: 4, numHeads: 4, numKvHeads: 2, headDim: 64 } });
   }
-  const d = await DecoderSession.create(dir, { providers: ["cpu"], threads: 0 });
+  const d = await NodeDecoder.create(dir, { providers: ["cpu"], threads: 0 });
   const tok = TextTokenizer.load(dir);
   const kv = d.emptyCache();
   let logits = await d.forward([1, 2, 3, 4, 5, 6, 7, 8], kv);

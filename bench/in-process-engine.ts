@@ -42,10 +42,9 @@ export class InProcessEngine {
       done: (rid, error) => self!.waiting.get(rid)?.done(error),
     }, { speculate: opts.speculate });
     self = new InProcessEngine(scheduler, runner, opts.oneAccount ?? false);
-    // How much of the engine's time is ONNX Runtime's own: the decoder's run, timed around.
+    // How much of the engine's time is ONNX Runtime's own: the decoder's runs, timed around.
     const decoder = runner.decoder;
-    const run = decoder.run.bind(decoder);
-    decoder.run = async (...args: Parameters<typeof run>) => {
+    const timed = <A extends unknown[], R>(run: (...args: A) => Promise<R>) => async (...args: A): Promise<R> => {
       const t = performance.now();
       try {
         return await run(...args);
@@ -53,6 +52,8 @@ export class InProcessEngine {
         self!.onnxMs += performance.now() - t;
       }
     };
+    decoder.runPool = timed(decoder.runPool.bind(decoder));
+    decoder.runPadded = timed(decoder.runPadded.bind(decoder));
     void scheduler.run();
     return self;
   }

@@ -23,7 +23,7 @@ import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { FusedKvBackend } from "../src/engine/batching/fused-kv.ts";
-import { DecoderSession } from "../src/engine/runtime/decoder.ts";
+import { NodeDecoder } from "../src/engine/runtime/node-decoder.ts";
 import { NgramHistory, ownerSalt } from "../src/engine/speculation/history.ts";
 import { NgramDrafter } from "../src/engine/speculation/ngram.ts";
 import { renderChatPrompt } from "../src/engine/text/chat-template.ts";
@@ -381,7 +381,7 @@ async function warmStart(models: string): Promise<void> {
 // ---------------------------------------------------------------- E. the economics on stories260K
 
 async function economics(dir: string): Promise<void> {
-  const decoder = await DecoderSession.create(dir, { providers: ["cpu"], threads: 1 });
+  const decoder = await NodeDecoder.create(dir, { providers: ["cpu"], threads: 1 });
   const kv = new FusedKvBackend(decoder, 1 << 26);
   const tokenizer = TextTokenizer.load(dir);
   const argmax = (x: Float32Array) => {

@@ -13,7 +13,7 @@ import { readFileSync } from "node:fs";
 import { dirname } from "node:path";
 import * as ort from "onnxruntime-node";
 import { onnx } from "onnx-proto";
-import { DecoderSession } from "../src/engine/runtime/decoder.ts";
+import { NodeDecoder } from "../src/engine/runtime/node-decoder.ts";
 import { declaresSharedBuffer, locateModelFiles } from "../src/engine/runtime/decoder-spec.ts";
 import { LOGITS_START_INPUT } from "../src/engine/runtime/last-logits.ts";
 import { prepareDecoderGraph } from "../src/engine/runtime/load-graph.ts";
@@ -108,11 +108,11 @@ function sessionOptions(onnxPath: string): ort.InferenceSession.SessionOptions {
 
 /** One decode step's graphs of a directory as the engine prepares them, with their feeds. */
 async function decodeGraphs(dir: string, capacity: number, positions: number) {
-  const decoder = await DecoderSession.create(dir, { providers: ["cpu"], threads: 0 });
+  const decoder = await NodeDecoder.create(dir, { providers: ["cpu"], threads: 0 });
   try {
     const files = locateModelFiles(dir);
     const feeds = await decodeFeeds(decoder, 1, capacity, positions);
-    const prepared = prepareDecoderGraph(files.onnxPath, decoder.spec.logits, declaresSharedBuffer(files), true);
+    const prepared = prepareDecoderGraph(files.onnxPath, decoder.spec.logits, declaresSharedBuffer(files), { oneToken: true });
     if (!prepared.bytes || !prepared.oneTokenBytes || !decoder.stepKv) throw new Error(`${dir}: not a graph the engine rewrites for its own KV cache`);
     const fetches = [decoder.spec.logits, decoder.stepKv.output];
     const part = (bytes: Uint8Array): Part => {

@@ -3,7 +3,7 @@
 // positions. What batching can gain on a model this small, and what a pool larger than its rows
 // need costs. Writes `## Model step` of docs/BENCHMARKS.md.  Run: bun bench/step.ts
 import type * as ort from "onnxruntime-node";
-import { DecoderSession } from "../src/engine/runtime/decoder.ts";
+import { NodeDecoder } from "../src/engine/runtime/node-decoder.ts";
 import { machine, median, table, writeSection } from "./report.ts";
 import { decodeFeeds, storiesFused } from "./stories.ts";
 
@@ -12,7 +12,7 @@ const RUNS = 300;
 
 const DIR = await storiesFused();
 if (!DIR) process.exit(0);
-const decoder = await DecoderSession.create(DIR, { providers: ["cpu"], threads: 0 });
+const decoder = await NodeDecoder.create(DIR, { providers: ["cpu"], threads: 0 });
 const { spec, stepKv } = decoder;
 if (!stepKv) throw new Error("expected the load-time rewrite to give step outputs");
 

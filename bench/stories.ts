@@ -3,7 +3,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type * as ort from "onnxruntime-node";
-import type { DecoderSession } from "../src/engine/runtime/decoder.ts";
+import type { NodeDecoder } from "../src/engine/runtime/node-decoder.ts";
 import { floatTensor } from "../src/engine/runtime/tensors.ts";
 import { importLlama2c } from "../src/modelkit/index.ts";
 
@@ -28,7 +28,7 @@ export function filler(size: number, seed: number): Float32Array {
 }
 
 /** A decode step's feeds: one new token per row after `positions` cached ones, in pools of `capacity`. */
-export async function decodeFeeds(decoder: DecoderSession, rows: number, capacity: number, positions: number): Promise<Record<string, ort.Tensor>> {
+export async function decodeFeeds(decoder: NodeDecoder, rows: number, capacity: number, positions: number): Promise<Record<string, ort.Tensor>> {
   const { spec } = decoder;
   const width = positions + 1;
   const feeds = await decoder.feeds({
@@ -37,6 +37,7 @@ export async function decodeFeeds(decoder: DecoderSession, rows: number, capacit
     ids: Array.from({ length: rows }, (_, r) => 5 + r),
     mask: new Uint8Array(rows * width).fill(1),
     maskWidth: width,
+    lengths: new Array<number>(rows).fill(width),
     positions: new Array<number>(rows).fill(positions),
   });
   const size = rows * spec.kvHeads * capacity * spec.headDim;

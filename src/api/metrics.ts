@@ -219,6 +219,16 @@ export function metricsText(engine: Engine, http?: HttpMetrics): string {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
     for (const s of models) lines.push(`${m.name}{model="${label(s.model)}"} ${m.value(s)}`);
   }
+  lines.push(
+    "# HELP sluice_host_device_bytes_total Bytes of host memory handed to the model's runs or taken from them, and copied into or out of its KV cache's memory: what crosses PCIe on a GPU (--ort-binding node hands every run its whole KV cache).",
+    "# TYPE sluice_host_device_bytes_total counter",
+  );
+  for (const s of models) {
+    lines.push(
+      `sluice_host_device_bytes_total{model="${label(s.model)}",direction="to_device"} ${s.hostToDeviceBytes}`,
+      `sluice_host_device_bytes_total{model="${label(s.model)}",direction="to_host"} ${s.deviceToHostBytes}`,
+    );
+  }
   const residency = engine.residency?.();
   if (residency) {
     lines.push("# HELP sluice_memory_budget_bytes Memory for the weights and KV budgets of loaded models (serve --memory-budget).", "# TYPE sluice_memory_budget_bytes gauge", `sluice_memory_budget_bytes ${residency.budgetBytes}`);

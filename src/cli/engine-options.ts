@@ -4,7 +4,22 @@ import type { CreateEngineOptions } from "../engine/index.ts";
 import { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION } from "../engine/supervision-defaults.ts";
 // The budget's own module: the structured room's entry would load the whole compiler.
 import { DEFAULT_COMPILE_LIMITS } from "../structured/compile-budget.ts";
+import { DEFAULT_ORT_BINDING, isOrtBinding, ORT_BINDINGS, type OrtBinding } from "../engine/ort-binding.ts";
 import { UsageError, type CommandArgs, type OptionSpec } from "./framework.ts";
+
+/** serve's and doctor's --ort-binding. */
+export const ORT_BINDING_OPTION: OptionSpec = {
+  name: "ort-binding",
+  type: "string",
+  help: "How ONNX Runtime is called on the CPU: capi (its C API; the KV cache stays in the execution provider's memory) or node (onnxruntime-node's JavaScript binding, which hands the cache to every run). CUDA always uses capi",
+  default: DEFAULT_ORT_BINDING,
+};
+
+export function parseOrtBinding(args: CommandArgs): OrtBinding {
+  const v = args.values["ort-binding"];
+  if (!isOrtBinding(v)) throw new UsageError(`--ort-binding must be ${ORT_BINDINGS.join(" or ")}`);
+  return v;
+}
 
 const L = DEFAULT_COMPILE_LIMITS;
 const S = DEFAULT_SUPERVISION;

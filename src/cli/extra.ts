@@ -6,6 +6,7 @@ import { isCanonicalModelId } from "../engine/discovery.ts";
 import { SUPPORTED_ARCHITECTURES } from "../modelkit/hf/config.ts";
 import type { HfImportDType } from "../modelkit/index.ts";
 import { doctorReport } from "../packaging/doctor.ts";
+import { ORT_BINDING_OPTION, parseOrtBinding } from "./engine-options.ts";
 import { configureNative } from "../packaging/native.ts";
 import { inspectPostgres, openPostgresStore } from "../store/index.ts";
 import { redactUrl } from "../store/postgres-db.ts";
@@ -84,6 +85,7 @@ export const extraCommands: Command[] = [
       DATABASE_OPTION,
       { name: "models", type: "string", help: "Models directory", default: "./models" },
       { name: "device", type: "string", help: "The device serve would be given: auto, cuda or cpu", default: "auto" },
+      { ...ORT_BINDING_OPTION, help: "The binding serve would be given: capi or node (see serve --help)" },
       { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
       { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     ],
@@ -92,7 +94,8 @@ export const extraCommands: Command[] = [
       if (device !== "auto" && device !== "cuda" && device !== "cpu") throw new UsageError("--device must be auto, cuda or cpu");
       const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
       configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
-      const report = doctorReport({ dataDir: String(args.values.data), modelsDir: String(args.values.models), device });
+      const binding = parseOrtBinding(args);
+      const report = doctorReport({ dataDir: String(args.values.data), modelsDir: String(args.values.models), device, binding });
       const database = databaseOf(args);
       if (database) {
         const db = await databaseReport(database);

@@ -4,7 +4,7 @@ import { configureNative } from "../packaging/native.ts";
 import type { RunningServer } from "../server.ts";
 import { DATA_OPTION, DATABASE_OPTION, databaseOf, seeCommand } from "./commands.ts";
 import { UsageError, type Command, type CommandArgs } from "./framework.ts";
-import { ENGINE_OPTIONS, parseEngineOptions } from "./engine-options.ts";
+import { ENGINE_OPTIONS, ORT_BINDING_OPTION, parseEngineOptions, parseOrtBinding } from "./engine-options.ts";
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 import { parseResidencyOptions, RESIDENCY_OPTIONS } from "./residency-options.ts";
 import { POST_INTERVAL_MS } from "../engine/worker/round-batcher.ts";
@@ -70,6 +70,7 @@ export const serveCommand: Command = {
     { name: "no-watch", type: "boolean", help: "Do not watch the models directory (models added later are served after SIGHUP)" },
     { name: "threads", type: "string", help: "Intra-op threads per model (0: one for models under 16 MiB of weights, else ONNX Runtime's default)", default: "0" },
     { name: "device", type: "string", help: "auto, cuda or cpu", default: "auto" },
+    ORT_BINDING_OPTION,
     { name: "kv-budget-mb", type: "string", help: "KV cache memory per model in MiB (0: a quarter of the memory budget, 256 MiB to 8 GiB, at most what 64 sequences at the model's full context use)", default: "0" },
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 503 (0: 64; per model: sluice.json's max_queue)", default: "0" },
     { name: "warmup-ms", type: "string", help: "Per model preloaded or loaded by an operator (not on demand: a request waits), run synthetic requests through the decoding code for up to this long so the first requests get full speed (0: none; default SLUICE_WARMUP_MS, else 2000)" },
@@ -93,6 +94,7 @@ export const serveCommand: Command = {
     if (speculate !== "ngram" && speculate !== "off") throw new UsageError("--speculate must be ngram or off");
     const device = String(args.values.device);
     if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
+    const binding = parseOrtBinding(args);
     configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
@@ -132,6 +134,7 @@ export const serveCommand: Command = {
       log,
       threads,
       device: device as "auto" | "cuda" | "cpu",
+      binding,
       kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
       maxQueue: count("max-queue"),
       ...residency,

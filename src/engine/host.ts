@@ -40,6 +40,7 @@ import { Residency, type ModelPlan } from "./residency/residency.ts";
 import { DEFAULT_KEEP_ALIVE_MS } from "./residency/settings.ts";
 import type { QueueOrder } from "./worker/fair-queue.ts";
 import type { HostMessage, RejectInfo, WorkerMessage, WorkerOptions } from "./worker/protocol.ts";
+import type { OrtBinding } from "./ort-binding.ts";
 
 export { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION, type SupervisionOptions };
 
@@ -47,6 +48,8 @@ export interface EngineOptions {
   log: Logger;
   device: Device;
   threads: number;
+  /** How ONNX Runtime is called (see decoders.ts); absent: the default. */
+  binding?: OrtBinding;
   /**
    * KV memory per model (running sequences + prefix cache). Absent: SLUICE_KV_BUDGET_MB from the
    * environment, else a quarter of the machine's memory up to 8 GiB.
@@ -634,6 +637,7 @@ export class WorkerEngine implements Engine {
       options: {
         device: opts.device,
         threads: opts.threads,
+        binding: opts.binding,
         // Each model's, when it loads (see loadWorker).
         kvBudgetBytes: 0,
         maxQueue: opts.maxQueue ?? 0,

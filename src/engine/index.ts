@@ -9,11 +9,14 @@ import { deviceMemory, memoryBudgetBytes as budgetFor } from "./residency/device
 import type { QueueOrder } from "./worker/fair-queue.ts";
 import { chooseProviders, deviceLines, type Device } from "./providers.ts";
 import type { Engine, SpeculateMode, WorkerHealth } from "./types.ts";
+import type { OrtBinding } from "./ort-binding.ts";
 
 export interface CreateEngineOptions {
   log: Logger;
   device: Device;
   threads: number;
+  /** How ONNX Runtime is called on the CPU (CUDA always through the C API); absent: the default. */
+  binding?: OrtBinding;
   /** KV cache memory per model, bytes (0: a quarter of the machine's memory, 256 MiB–8 GiB). */
   kvBudgetBytes?: number;
   /** Requests that may wait for KV memory per model before new ones get 503. */
@@ -72,6 +75,7 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     log: opts.log,
     device: opts.device,
     threads: opts.threads,
+    binding: opts.binding,
     kvBudgetBytes: opts.kvBudgetBytes,
     maxQueue: opts.maxQueue,
     speculate: opts.speculate,

@@ -243,6 +243,12 @@ export interface ModelStats {
   promptTokensComputed: number;
   generatedTokens: number;
   decodeSteps: number;
+  /**
+   * Bytes of host memory handed to the model's runs and copied into the KV cache's memory
+   * (toDevice), and taken from runs and copied out of it (toHost): what crosses PCIe on a GPU.
+   */
+  hostToDeviceBytes: number;
+  deviceToHostBytes: number;
   /** Speculated tokens checked by the model, and those it accepted (each saved a decode step). */
   draftTokens: number;
   acceptedDraftTokens: number;

@@ -7,6 +7,8 @@ import { discoverModelDirs } from "../engine/discovery.ts";
 import { healthFilePath, readHealthFile, writerAlive } from "../engine/health-file.ts";
 import type { WorkerHealth } from "../engine/types.ts";
 import { checkCudaLibraries, chooseProviders, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
+import { probeCApi } from "../engine/capi/probe.ts";
+import type { OrtBinding } from "../engine/ort-binding.ts";
 import { describeOrtTelemetry, keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
 import { VERSION } from "../version.ts";
 import { resolveCacheDir } from "./cache-dir.ts";
@@ -18,6 +20,8 @@ export interface DoctorOptions {
   dataDir: string;
   modelsDir: string;
   device: Device;
+  /** The binding serve would be given (CUDA always takes the C API). */
+  binding: OrtBinding;
 }
 
 function writable(dir: string): string {
@@ -109,6 +113,13 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   out.push(`  cuda: ${cudaOk ? "available" : `unavailable: ${checks.length ? `missing ${missing.join(", ")}` : "native libraries missing"}`}`);
   if (refused) out.push(`  ${refused}`);
   out.push(`onnx runtime telemetry: ${describeOrtTelemetry(keepOrtTelemetryOff())}`);
+  const binding = providers[0] === "cuda" ? "capi" : opts.binding;
+  out.push(`onnx runtime binding: ${describeBinding(binding, opts.binding, providers[0]!)}`);
+  if (libDir) {
+    const capi = probeCApi(libDir);
+    out.push(`  C API: ${capi.ok ? `ONNX Runtime ${capi.version} (${capi.path})` : `unavailable: ${capi.error}`}`);
+    if (!capi.ok && binding === "capi") ok = false;
+  }
 
   const data = resolve(opts.dataDir);
   out.push(`data directory: ${data} (${existsSync(join(data, "sluice.db")) ? "database present" : "no database yet"})`);
@@ -123,8 +134,14 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   const found = existsSync(models) ? discoverModelDirs(models) : [];
   out.push(`models directory: ${models} (${existsSync(models) ? `${found.length} model${found.length === 1 ? "" : "s"}` : "absent"})`);
   for (const m of found) {
-    out.push(`  ${m.id}: ${m.problem ? `not servable: ${m.problem}` : `would run on ${providers[0]}`} (${m.dir})`);
+    out.push(`  ${m.id}: ${m.problem ? `not servable: ${m.problem}` : `would run on ${providers[0]} through ${binding === "capi" ? "the C API (capi)" : "onnxruntime-node (node)"}`} (${m.dir})`);
   }
   if (found.length === 0) out.push("  (none: serve generates the demo model sluice/demo, random weights)");
   return { lines: out, ok };
+}
+
+/** Which binding runs the models, and why when it is not the one asked for. */
+function describeBinding(binding: OrtBinding, asked: OrtBinding, provider: string): string {
+  const what = binding === "capi" ? "capi (ONNX Runtime's C API: the KV cache stays in the execution provider's memory)" : "node (onnxruntime-node's JavaScript binding: every run is handed its KV cache from host memory)";
+  return binding === asked ? `${what} (--ort-binding ${asked})` : `${what}: ${provider} always runs through the C API (--ort-binding ${asked} applies to the CPU)`;
 }

@@ -109,13 +109,13 @@ test("a crash loop makes the model unavailable (503 naming it, /metrics, log, do
   expect(metrics).toContain(`sluice_model_available{model="${x.model}"} 0`);
   expect(metrics).toContain(`sluice_model_crash_loop{model="${x.model}"} 1`);
   expect(x.logs.some((l) => String(l.msg).startsWith("model worker crash loop") && l.model === x.model)).toBe(true);
-  const doctor = doctorReport({ dataDir: x.dataDir, modelsDir: x.dataDir, device: "cpu" });
+  const doctor = doctorReport({ dataDir: x.dataDir, modelsDir: x.dataDir, device: "cpu", binding: "capi" });
   expect(doctor.lines.some((l) => l.includes(`${x.model}: UNAVAILABLE (crash loop`))).toBe(true);
   expect(doctor.ok).toBe(false);
   // After the pause the worker is started again.
   expect(await servesAgain(x)).toBeLessThan(10_000);
   expect(state(x)).toBe("ready");
-  expect(doctorReport({ dataDir: x.dataDir, modelsDir: x.dataDir, device: "cpu" }).lines.some((l) => l.includes(`${x.model}: ready; 3 crashes`))).toBe(true);
+  expect(doctorReport({ dataDir: x.dataDir, modelsDir: x.dataDir, device: "cpu", binding: "capi" }).lines.some((l) => l.includes(`${x.model}: ready; 3 crashes`))).toBe(true);
 }, 60_000);
 
 test("a worker that stops answering while a request waits is restarted; the request gets a 503, not a hang", async () => {

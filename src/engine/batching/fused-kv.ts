@@ -5,10 +5,13 @@
 // the positions the run added, which are copied into their rows: no cache is copied into a new
 // tensor per step. A graph loaded without step outputs gets the same buffers as its present
 // outputs, so ONNX Runtime writes in place (and the binding copies each present back).
-import type * as ort from "onnxruntime-node";
-import { chunkInputs, type DecoderSession } from "../runtime/decoder.ts";
-import { floatTensor, halfBits } from "../runtime/tensors.ts";
-import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence } from "./kv.ts";
+//
+// The buffers are the decoder's memory (runtime/kv-memory.ts): JavaScript arrays for
+// onnxruntime-node, the execution provider's own memory through the C API (capi/), where a GPU
+// keeps the cache and only a step's token ids, positions and lengths cross to it.
+import { chunkInputs, lastLogits, positionLogits, type Decoder, type Logits, type StepInputs } from "../runtime/decoder.ts";
+import type { KvBuffer, KvMemory } from "../runtime/kv-memory.ts";
+import type { KvBackend, PrefixKv, Sequence } from "./kv.ts";
 
 class FusedSequence implements Sequence {
   tokens: number[] = [];
@@ -32,28 +35,28 @@ class FusedSequence implements Sequence {
  */
 class Pool {
   rows: FusedSequence[] = [];
-  private buffers: KvArray[] | null = null;
+  private buffers: KvBuffer[] | null = null;
   allocatedRows = 0;
   /**
-   * Tensors over rows of the buffers by (first row, rows), made again only when the buffers are
-   * replaced: onnxruntime-common validates each new tensor, a few microseconds for a layer's pair
-   * at every step of a small model.
+   * The decoder's tensors over rows of the buffers, made again only when the buffers are
+   * replaced (see Decoder.runPool).
    */
-  readonly views = new Map<number, ort.Tensor[]>();
+  readonly views = new Map<number, unknown>();
   constructor(
     readonly capacity: number,
     readonly maxRows: number,
     readonly stride: number,
+    private readonly decoder: Decoder,
   ) {}
 
   /** One buffer per layer's key and value. */
-  get arrays(): KvArray[] | null {
+  get arrays(): KvBuffer[] | null {
     return this.buffers;
   }
 
-  set arrays(buffers: KvArray[] | null) {
+  set arrays(buffers: KvBuffer[] | null) {
     this.buffers = buffers;
-    this.views.clear();
+    this.decoder.dropViews(this.views);
   }
 }
 
@@ -69,34 +72,41 @@ class Pool {
  * the model's weights from the cache the next step needed).
  */
 export class SpareBuffers {
-  private readonly spare: KvArray[] = [];
-  private bytes = 0;
+  private readonly spare: KvBuffer[] = [];
+  private elements = 0;
 
-  constructor(private readonly limitBytes: number) {}
+  constructor(
+    private readonly memory: KvMemory,
+    /** The most elements kept. */
+    private readonly limit: number,
+  ) {}
 
   /**
    * A buffer of `length` values: a view of the smallest spare one that is large enough (holding
    * what it held), or a new one (zeros).
    */
-  take(length: number, half: boolean): KvArray {
+  take(length: number): KvBuffer {
     let best = -1;
     for (let i = 0; i < this.spare.length; i++) {
       const a = this.spare[i]!;
-      if (a instanceof Uint16Array === half && a.length >= length && (best < 0 || a.length < this.spare[best]!.length)) best = i;
+      if (a.length >= length && (best < 0 || a.length < this.spare[best]!.length)) best = i;
     }
-    if (best < 0) return half ? new Uint16Array(length) : new Float32Array(length);
+    if (best < 0) return this.memory.alloc(length);
     const [whole] = this.spare.splice(best, 1);
-    this.bytes -= whole!.byteLength;
-    return whole!.subarray(0, length);
+    this.elements -= whole!.length;
+    return this.memory.prefix(whole!, length);
   }
 
-  /** Keeps these buffers (whole, whatever view was handed out) while the bound allows. */
-  give(arrays: KvArray[]): void {
-    for (const a of arrays) {
-      const whole = a instanceof Uint16Array ? new Uint16Array(a.buffer) : new Float32Array(a.buffer);
-      if (this.bytes + whole.byteLength > this.limitBytes) continue;
+  /** Keeps these buffers (whole, whatever view was handed out) while the bound allows; frees the rest. */
+  give(buffers: KvBuffer[]): void {
+    for (const a of buffers) {
+      const whole = a.whole ?? a;
+      if (this.elements + whole.length > this.limit) {
+        this.memory.free(whole);
+        continue;
+      }
       this.spare.push(whole);
-      this.bytes += whole.byteLength;
+      this.elements += whole.length;
     }
   }
 }
@@ -123,20 +133,19 @@ export class FusedKvBackend implements KvBackend {
   private readonly heads: number;
   private readonly dim: number;
   private readonly tensorCount: number;
+  private readonly memory: KvMemory;
 
   constructor(
-    private readonly decoder: DecoderSession,
+    private readonly decoder: Decoder,
     /** The most bytes all sequences may reserve; bounds each pool's rows. */
     private readonly budgetBytes: number,
   ) {
     this.heads = decoder.spec.kvHeads;
     this.dim = decoder.spec.headDim;
     this.tensorCount = decoder.spec.layers.length * 2;
-    this.spare = new SpareBuffers(Math.min(budgetBytes / 8, 64 * 2 ** 20));
-  }
-
-  private get half(): boolean {
-    return this.decoder.spec.kvType === "float16";
+    this.memory = decoder.memory;
+    const elementBytes = decoder.spec.kvType === "float16" ? 2 : 4;
+    this.spare = new SpareBuffers(this.memory, Math.min(budgetBytes / 8, 64 * 2 ** 20) / elementBytes);
   }
 
   sequenceBytes(capacity: number): number {
@@ -169,7 +178,7 @@ export class FusedKvBackend implements KvBackend {
 
   private newPool(capacity: number): Pool {
     const maxRows = Math.max(1, Math.floor(this.budgetBytes / this.sequenceBytes(capacity)));
-    return new Pool(capacity, maxRows, this.heads * capacity * this.dim);
+    return new Pool(capacity, maxRows, this.heads * capacity * this.dim, this.decoder);
   }
 
   private pool(capacity: number): Pool {
@@ -185,8 +194,8 @@ export class FusedKvBackend implements KvBackend {
       const used = pool.rows.length * pool.stride;
       const old = pool.arrays;
       pool.arrays = Array.from({ length: this.tensorCount }, (_, i) => {
-        const a = this.spare.take(n, this.half);
-        if (old) a.set(old[i]!.subarray(0, used));
+        const a = this.spare.take(n);
+        if (old) this.memory.copy(old[i]!, 0, a, 0, used);
         return a;
       });
       if (old) this.spare.give(old);
@@ -200,7 +209,7 @@ export class FusedKvBackend implements KvBackend {
     seq.pool = pool;
     seq.row = pool.rows.length;
     pool.rows.push(seq);
-    for (const a of pool.arrays!) a.fill(0, seq.row * pool.stride, (seq.row + 1) * pool.stride);
+    for (const a of pool.arrays!) this.memory.fill0(a, seq.row * pool.stride, (seq.row + 1) * pool.stride);
   }
 
   open(capacity: number): Sequence {
@@ -216,11 +225,18 @@ export class FusedKvBackend implements KvBackend {
     if (needed > seq.capacity) throw new Error(`sequence reserved ${seq.capacity} positions, needs ${needed}`);
     if (this.growTogether(from, needed)) return;
     // Saved before unplace: the last row of the pool moves into the gap it leaves.
-    const saved = from.arrays!.map((a) => a.slice(seq.row * from.stride, (seq.row + 1) * from.stride) as KvArray);
+    const saved = from.arrays!.map((a) => {
+      const row = this.memory.alloc(from.stride);
+      this.memory.copy(a, seq.row * from.stride, row, 0, from.stride);
+      return row;
+    });
     this.unplace(seq);
     this.place(seq, this.classFor(needed, seq.capacity));
     const to = seq.pool!;
-    saved.forEach((a, i) => copyHeads(a, 0, from.capacity, to.arrays![i]!, seq.row * to.stride, to.capacity, this.heads, this.dim, seq.tokens.length));
+    saved.forEach((a, i) => {
+      this.memory.copyHeads(a, 0, from.capacity, to.arrays![i]!, seq.row * to.stride, to.capacity, this.heads, this.dim, seq.tokens.length);
+      this.memory.free(a);
+    });
   }
 
   /**
@@ -238,9 +254,9 @@ export class FusedKvBackend implements KvBackend {
     to.allocatedRows = Math.min(to.maxRows, Math.max(4, from.rows.length));
     const n = to.allocatedRows * to.stride;
     to.arrays = from.arrays!.map((a) => {
-      const out = this.spare.take(n, this.half);
+      const out = this.spare.take(n);
       for (const row of from.rows) {
-        copyHeads(a, row.row * from.stride, from.capacity, out, row.row * to.stride, to.capacity, this.heads, this.dim, row.tokens.length, true);
+        this.memory.copyHeads(a, row.row * from.stride, from.capacity, out, row.row * to.stride, to.capacity, this.heads, this.dim, row.tokens.length, true);
       }
       return out;
     });
@@ -264,7 +280,7 @@ export class FusedKvBackend implements KvBackend {
     const last = pool.rows[pool.rows.length - 1]!;
     if (last !== seq) {
       for (const a of pool.arrays!) {
-        copyHeads(a, last.row * pool.stride, pool.capacity, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, last.tokens.length, true);
+        this.memory.copyHeads(a, last.row * pool.stride, pool.capacity, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, last.tokens.length, true);
       }
       last.row = seq.row;
       pool.rows[seq.row] = last;
@@ -285,27 +301,14 @@ export class FusedKvBackend implements KvBackend {
     this.unplace(seq);
   }
 
-  private views(pool: Pool, firstRow: number, rows: number): ort.Tensor[] {
-    const key = firstRow * (pool.maxRows + 1) + rows;
-    let views = pool.views.get(key);
-    if (!views) {
-      const dims = [rows, this.heads, pool.capacity, this.dim];
-      views = pool.arrays!.map((a) =>
-        floatTensor(this.decoder.spec.kvType, a.subarray(firstRow * pool.stride, (firstRow + rows) * pool.stride), dims),
-      );
-      pool.views.set(key, views);
-    }
-    return views;
-  }
-
   /**
    * One run of `tokens` per row over `rows` consecutive pool rows from `firstRow`. `writes` are
    * the rows whose new positions must land in the cache (batch row, the position of its first new
-   * token): with step outputs only those are copied in; without them ONNX Runtime writes every
-   * row in place and the binding copies each present back whole.
+   * token): with step outputs only those are copied in; otherwise ONNX Runtime writes every row
+   * in place.
    */
   private async run(
-    feeds: Record<string, ort.Tensor>,
+    inputs: StepInputs,
     tokens: number,
     pool: Pool,
     firstRow: number,
@@ -313,52 +316,51 @@ export class FusedKvBackend implements KvBackend {
     writes: Write[],
     logitPositions = 1,
     general = false,
-  ): Promise<ort.Tensor> {
-    const { spec, stepKv } = this.decoder;
-    const kv = this.views(pool, firstRow, rows);
-    const fetches: Record<string, ort.Tensor | null> = { [spec.logits]: null };
-    spec.layers.forEach((l, i) => {
-      feeds[l.pastKey] = kv[2 * i]!;
-      feeds[l.pastValue] = kv[2 * i + 1]!;
-      if (!stepKv) {
-        fetches[l.presentKey] = kv[2 * i]!;
-        fetches[l.presentValue] = kv[2 * i + 1]!;
-      }
+  ): Promise<Logits> {
+    const { stepKv } = this.decoder;
+    return this.decoder.runPool({
+      inputs,
+      buffers: pool.arrays!,
+      firstRow,
+      rows,
+      capacity: pool.capacity,
+      views: pool.views,
+      width: tokens,
+      logitPositions,
+      general,
+      onStep: stepKv
+        ? (step) => {
+            const block = rows * this.heads * step.tokens * this.dim;
+            stepKv.blocks.forEach((b, i) => {
+              this.writeStep(step.buffer, b.key * block, step.tokens, pool.arrays![2 * i]!, pool, firstRow, writes);
+              this.writeStep(step.buffer, b.value * block, step.tokens, pool.arrays![2 * i + 1]!, pool, firstRow, writes);
+            });
+          }
+        : undefined,
     });
-    if (stepKv) fetches[stepKv.output] = null;
-    const out = await this.decoder.run(feeds, fetches, tokens, logitPositions, general);
-    if (stepKv) {
-      const packed = out[stepKv.output]!;
-      const src: KvArray = packed.type === "float16" ? halfBits(packed.data) : (packed.data as Float32Array);
-      const tokens = packed.dims[2]!;
-      const block = rows * this.heads * tokens * this.dim;
-      stepKv.blocks.forEach((b, i) => {
-        this.writeStep(src, b.key * block, tokens, pool.arrays![2 * i]!, pool, firstRow, writes);
-        this.writeStep(src, b.value * block, tokens, pool.arrays![2 * i + 1]!, pool, firstRow, writes);
-      });
-    }
-    return out[spec.logits]!;
   }
 
   /**
    * Copies one layer's block [rows, heads, tokens, dim] of the packed step output, from `base` in
    * `src`, into the rows' places in a pool buffer.
    */
-  private writeStep(src: KvArray, base: number, tokens: number, dst: KvArray, pool: Pool, firstRow: number, writes: Write[]): void {
+  private writeStep(src: KvBuffer, base: number, tokens: number, dst: KvBuffer, pool: Pool, firstRow: number, writes: Write[]): void {
     const { heads, dim } = this;
+    const s0 = src.host;
+    const d0 = dst.host;
     for (const [row, position, count] of writes) {
       const from = base + row * heads * tokens * dim;
       const to = (firstRow + row) * pool.stride + position * dim;
-      if (tokens > 1) {
-        copyHeads(src, from, tokens, dst, to, pool.capacity, heads, dim, count ?? tokens);
+      if (tokens > 1 || !s0 || !d0) {
+        this.memory.copyHeads(src, from, tokens, dst, to, pool.capacity, heads, dim, count ?? tokens);
         continue;
       }
-      // One position per head: a plain loop, no subarray objects (a decode step has rows × heads
-      // × layers × 2 of these).
+      // One position per head in memory the host addresses: a plain loop, no subarray objects (a
+      // decode step has rows × heads × layers × 2 of these).
       for (let h = 0; h < heads; h++) {
         const s = from + h * dim;
         const d = to + h * pool.capacity * dim;
-        for (let j = 0; j < dim; j++) dst[d + j] = src[s + j]!;
+        for (let j = 0; j < dim; j++) d0[d + j] = s0[s + j]!;
       }
     }
   }
@@ -370,10 +372,9 @@ export class FusedKvBackend implements KvBackend {
     if (total > seq.capacity) throw new Error(`sequence of capacity ${seq.capacity} cannot take ${total} positions`);
     // One position to spare: a decode step of the pool writes a placeholder past a prefilling row.
     this.ensure(seq, Math.min(total + 1, seq.capacity));
-    const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds));
-    const logits = await this.run(feeds, tokens.length, seq.pool!, seq.row, 1, [[0, past]]);
+    const logits = await this.run(chunkInputs(tokens, past, embeds), tokens.length, seq.pool!, seq.row, 1, [[0, past]]);
     seq.tokens.push(...tokens);
-    return this.decoder.lastLogits(logits, 0);
+    return lastLogits(logits, 0);
   }
 
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
@@ -391,8 +392,9 @@ export class FusedKvBackend implements KvBackend {
       const width = this.maskWidth(pool, 1, (r) => Math.min(pool.rows[r]!.tokens.length + 1, pool.capacity), rows);
       const ids = new Array<number>(rows).fill(0);
       const positions = new Array<number>(rows);
+      const lengths = new Array<number>(rows);
       // int64 as the graph takes it: filled natively, no conversion per position.
-      const mask = new BigInt64Array(rows * width);
+      const mask = this.decoder.takesMask ? new BigInt64Array(rows * width) : undefined;
       const writes: Write[] = [];
       for (let r = 0; r < rows; r++) {
         const seq = pool.rows[r]!;
@@ -403,12 +405,13 @@ export class FusedKvBackend implements KvBackend {
           writes.push([r, len - 1]);
         }
         positions[r] = len - 1;
-        mask.fill(1n, r * width, r * width + len);
+        lengths[r] = len;
+        mask?.fill(1n, r * width, r * width + len);
       }
-      const logits = await this.run(await this.decoder.feeds({ batch: rows, width: 1, ids, mask, maskWidth: width, positions }), 1, pool, 0, rows, writes);
+      const logits = await this.run({ batch: rows, width: 1, ids, mask, maskWidth: width, lengths, positions }, 1, pool, 0, rows, writes);
       for (const [seq, i] of members) {
         seq.tokens.push(tokens[i]!);
-        result[i] = this.decoder.lastLogits(logits, seq.row);
+        result[i] = lastLogits(logits, seq.row);
       }
     }
     return result;
@@ -432,8 +435,12 @@ export class FusedKvBackend implements KvBackend {
     return width;
   }
 
+  /**
+   * Verification runs need the new positions of the rows checked and of no other: step outputs
+   * give exactly those; in place, the runs that check several positions take one row at a time.
+   */
   get canVerify(): boolean {
-    return this.decoder.stepKv !== null;
+    return this.decoder.stepMode !== null;
   }
 
   async verify(list: Sequence[], tokens: number[][]): Promise<Float32Array[][]> {
@@ -454,9 +461,9 @@ export class FusedKvBackend implements KvBackend {
         const seq = s as FusedSequence;
         const t = tokens[i]!;
         const past = seq.tokens.length;
-        const logits = await this.run(await this.decoder.feeds(chunkInputs(t, past)), t.length, seq.pool!, seq.row, 1, [[0, past]], t.length, true);
+        const logits = await this.run(chunkInputs(t, past), t.length, seq.pool!, seq.row, 1, [[0, past]], t.length, true);
         seq.tokens.push(...t);
-        result[i] = t.map((_, j) => this.decoder.positionLogits(logits, 0, j, t.length));
+        result[i] = t.map((_, j) => positionLogits(logits, 0, j, t.length));
       }
       return result;
     }
@@ -476,7 +483,7 @@ export class FusedKvBackend implements KvBackend {
       const maskWidth = this.maskWidth(pool, width, (r) => lengths[r]!, rows);
       const ids = new Array<number>(rows * width).fill(0);
       const positions = new Array<number>(rows * width);
-      const mask = new BigInt64Array(rows * maskWidth);
+      const mask = this.decoder.takesMask ? new BigInt64Array(rows * maskWidth) : undefined;
       const writes: Write[] = [];
       for (let r = 0; r < rows; r++) {
         const seq = pool.rows[r]!;
@@ -488,14 +495,13 @@ export class FusedKvBackend implements KvBackend {
           writes.push([r, first, t.length]);
         }
         for (let j = 0; j < width; j++) positions[r * width + j] = first + j;
-        mask.fill(1n, r * maskWidth, r * maskWidth + lengths[r]!);
+        mask?.fill(1n, r * maskWidth, r * maskWidth + lengths[r]!);
       }
-      const feeds = await this.decoder.feeds({ batch: rows, width, ids, mask, maskWidth, positions });
-      const logits = await this.run(feeds, width, pool, 0, rows, writes, width, true);
+      const logits = await this.run({ batch: rows, width, ids, mask, maskWidth, lengths, positions }, width, pool, 0, rows, writes, width, true);
       for (const [seq, i] of members) {
         const t = tokens[i]!;
         seq.tokens.push(...t);
-        result[i] = t.map((_, j) => this.decoder.positionLogits(logits, seq.row, j, width));
+        result[i] = t.map((_, j) => positionLogits(logits, seq.row, j, width));
       }
     }
     return result;
@@ -509,11 +515,7 @@ export class FusedKvBackend implements KvBackend {
   snapshot(s: Sequence, length: number): PrefixKv {
     const seq = s as FusedSequence;
     const pool = seq.pool!;
-    const arrays = pool.arrays!.map((a) => {
-      const out = a instanceof Float32Array ? new Float32Array(this.heads * length * this.dim) : new Uint16Array(this.heads * length * this.dim);
-      copyHeads(a, seq.row * pool.stride, pool.capacity, out, 0, length, this.heads, this.dim, length);
-      return out;
-    });
+    const arrays = pool.arrays!.map((a) => this.memory.read(a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, length));
     return { tokens: seq.tokens.slice(0, length), arrays, bytes: this.tensorCount * length * this.decoder.positionBytes };
   }
 
@@ -522,7 +524,7 @@ export class FusedKvBackend implements KvBackend {
     this.ensure(seq, Math.min(length + 1, seq.capacity));
     const pool = seq.pool!;
     const from = prefix.tokens.length;
-    pool.arrays!.forEach((a, i) => copyHeads(prefix.arrays[i]!, 0, from, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, length));
+    pool.arrays!.forEach((a, i) => this.memory.write(prefix.arrays[i]!, from, a, seq.row * pool.stride, pool.capacity, this.heads, this.dim, length));
     seq.tokens = prefix.tokens.slice(0, length);
   }
 }

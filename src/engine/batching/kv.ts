@@ -2,9 +2,10 @@
 // capacity, prefill (one sequence, a chunk of tokens), one batched decode step over many
 // sequences, and copies of a prefix in and out for the prefix cache.
 
+import type { KvArray } from "../runtime/kv-memory.ts";
 import type { RopePlan } from "../runtime/mrope.ts";
 
-export type KvArray = Float32Array | Uint16Array;
+export type { KvArray };
 
 export interface Sequence {
   readonly id: number;
@@ -43,10 +44,7 @@ export interface KvBackend {
   prefill(seq: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array>;
   /** Appends one token to each sequence in one batched run; the logits per sequence. */
   decode(seqs: Sequence[], tokens: number[]): Promise<Float32Array[]>;
-  /**
-   * Whether verify() runs here (the in-place cache needs the step outputs of a rewritten graph:
-   * without them ONNX Runtime itself writes every row's new positions into the pool).
-   */
+  /** Whether verify() runs here (see FusedKvBackend.canVerify). */
   readonly canVerify: boolean;
   /**
    * Appends `tokens[i]` (one or more) to sequence i, all in one batched run: for checking
@@ -61,29 +59,4 @@ export interface KvBackend {
   snapshot(seq: Sequence, length: number): PrefixKv;
   /** Fills an empty sequence with the first `length` positions of a snapshot. */
   restore(seq: Sequence, prefix: PrefixKv, length: number): void;
-}
-
-/**
- * Copies `length` positions of every head between [heads, srcStride, dim] and [heads, dstStride, dim]
- * layouts; with `zeroRest`, the destination's positions past them are cleared too.
- */
-export function copyHeads(
-  src: KvArray,
-  srcOffset: number,
-  srcStride: number,
-  dst: KvArray,
-  dstOffset: number,
-  dstStride: number,
-  heads: number,
-  dim: number,
-  length: number,
-  zeroRest = false,
-): void {
-  const n = length * dim;
-  for (let h = 0; h < heads; h++) {
-    const s = srcOffset + h * srcStride * dim;
-    const d = dstOffset + h * dstStride * dim;
-    dst.set(src.subarray(s, s + n), d);
-    if (zeroRest) dst.fill(0, d + n, d + dstStride * dim);
-  }
 }

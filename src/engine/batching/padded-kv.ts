@@ -1,21 +1,21 @@
 // The KV cache for standard-ops graphs (present = concat(past, new)): each sequence keeps its own
-// [kv_heads, length, head_dim] arrays, and a decode step over several sequences pads their pasts
+// [kv_heads, length, head_dim] buffers, and a decode step over several sequences pads their pasts
 // on the left to a common length, as the standard graph's attention mask expects. That costs a
-// copy of every past per step: slower than the fused path, but any export runs batched.
-import type * as ort from "onnxruntime-node";
-import { chunkInputs, type DecoderSession } from "../runtime/decoder.ts";
+// copy of every past per step (in the decoder's memory: on a GPU it stays there): slower than the
+// fused path, but any export runs batched.
+import { chunkInputs, lastLogits, positionLogits, type Decoder, type PaddedRun } from "../runtime/decoder.ts";
+import type { KvBuffer, KvMemory } from "../runtime/kv-memory.ts";
 import type { RopePlan } from "../runtime/mrope.ts";
-import { floatTensor, halfBits } from "../runtime/tensors.ts";
-import { copyHeads, type KvArray, type KvBackend, type PrefixKv, type Sequence } from "./kv.ts";
+import type { KvBackend, PrefixKv, Sequence } from "./kv.ts";
 
 class PaddedSequence implements Sequence {
   tokens: number[] = [];
-  arrays: KvArray[];
+  arrays: KvBuffer[];
   rope?: RopePlan;
   constructor(
     readonly id: number,
     readonly capacity: number,
-    empty: () => KvArray,
+    empty: () => KvBuffer,
     count: number,
   ) {
     this.arrays = Array.from({ length: count }, empty);
@@ -27,11 +27,13 @@ export class PaddedKvBackend implements KvBackend {
   private readonly heads: number;
   private readonly dim: number;
   private readonly tensorCount: number;
+  private readonly memory: KvMemory;
 
-  constructor(private readonly decoder: DecoderSession) {
+  constructor(private readonly decoder: Decoder) {
     this.heads = decoder.spec.kvHeads;
     this.dim = decoder.spec.headDim;
     this.tensorCount = decoder.spec.layers.length * 2;
+    this.memory = decoder.memory;
   }
 
   sequenceBytes(capacity: number): number {
@@ -42,79 +44,78 @@ export class PaddedKvBackend implements KvBackend {
     return Math.min(needed, this.decoder.spec.contextLength);
   }
 
-  private alloc(n: number): KvArray {
-    return this.decoder.spec.kvType === "float16" ? new Uint16Array(n) : new Float32Array(n);
+  open(capacity: number): Sequence {
+    return new PaddedSequence(this.nextId++, capacity, () => this.memory.alloc(0), this.tensorCount);
   }
 
-  open(capacity: number): Sequence {
-    return new PaddedSequence(this.nextId++, capacity, () => this.alloc(0), this.tensorCount);
+  /** Replaces a sequence's buffers, freeing the old ones. */
+  private replace(seq: PaddedSequence, arrays: KvBuffer[]): void {
+    for (const a of seq.arrays) this.memory.free(a);
+    seq.arrays = arrays;
   }
 
   close(s: Sequence): void {
-    const seq = s as PaddedSequence;
-    seq.arrays = [];
+    this.replace(s as PaddedSequence, []);
   }
 
-  private data(t: ort.Tensor): KvArray {
-    return t.type === "float16" ? halfBits(t.data) : (t.data as Float32Array);
-  }
-
-  private async run(feeds: Record<string, ort.Tensor>, past: KvArray[], dims: number[], width: number, logitPositions = 1): Promise<ort.InferenceSession.ReturnType> {
-    const { spec } = this.decoder;
-    spec.layers.forEach((l, i) => {
-      feeds[l.pastKey] = floatTensor(spec.kvType, past[2 * i]!, dims);
-      feeds[l.pastValue] = floatTensor(spec.kvType, past[2 * i + 1]!, dims);
+  /** Copies row `b` of each present [batch, heads, width, dim] (its last `len` positions) into new buffers. */
+  private rowOf(out: PaddedRun, b: number, width: number, len: number): KvBuffer[] {
+    const { heads, dim } = this;
+    const outRow = heads * width * dim;
+    return out.presents.map((a) => {
+      const dst = this.memory.alloc(heads * len * dim);
+      this.memory.copyHeads(a, b * outRow + (width - len) * dim, width, dst, 0, len, heads, dim, len);
+      return dst;
     });
-    return this.decoder.run(feeds, undefined, width, logitPositions);
   }
 
-  private presents(out: ort.InferenceSession.ReturnType): KvArray[] {
-    return this.decoder.spec.layers.flatMap((l) => [this.data(out[l.presentKey]!), this.data(out[l.presentValue]!)]);
+  /** The sequences' pasts left padded to the longest, [batch, heads, P, dim] per tensor. */
+  private padded(seqs: PaddedSequence[], P: number): KvBuffer[] {
+    const { heads, dim } = this;
+    const rowSize = heads * P * dim;
+    const past = Array.from({ length: this.tensorCount }, () => this.memory.alloc(seqs.length * rowSize));
+    seqs.forEach((s, b) => {
+      const len = s.tokens.length;
+      for (let t = 0; t < this.tensorCount; t++) this.memory.copyHeads(s.arrays[t]!, 0, len, past[t]!, b * rowSize + (P - len) * dim, P, heads, dim, len);
+    });
+    return past;
   }
 
   async prefill(s: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array> {
     const seq = s as PaddedSequence;
     const past = seq.tokens.length;
-    const feeds = await this.decoder.feeds(chunkInputs(tokens, past, embeds, seq.rope));
-    const out = await this.run(feeds, seq.arrays, [1, this.heads, past, this.dim], tokens.length);
-    seq.arrays = this.presents(out);
+    const out = await this.decoder.runPadded(chunkInputs(tokens, past, embeds, seq.rope), seq.arrays, past, 1);
+    // One row: the presents are the sequence's cache as they are.
+    this.replace(seq, out.presents);
     seq.tokens.push(...tokens);
-    return this.decoder.lastLogits(out[this.decoder.spec.logits]!, 0);
+    return lastLogits(out.logits, 0);
   }
 
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
     if (list.length === 1) return [await this.prefill(list[0]!, [tokens[0]!])];
     const seqs = list as PaddedSequence[];
     const B = seqs.length;
-    const { heads, dim } = this;
     const P = Math.max(...seqs.map((s) => s.tokens.length));
-    const rowSize = heads * P * dim;
-    const past = Array.from({ length: this.tensorCount }, () => this.alloc(B * rowSize));
     const mask = new Uint8Array(B * (P + 1));
     const positions: number[] = [];
+    const lengths: number[] = [];
     seqs.forEach((s, b) => {
       const len = s.tokens.length;
-      const pad = P - len;
-      for (let t = 0; t < this.tensorCount; t++) copyHeads(s.arrays[t]!, 0, len, past[t]!, b * rowSize + pad * dim, P, heads, dim, len);
-      mask.fill(1, b * (P + 1) + pad, (b + 1) * (P + 1));
+      mask.fill(1, b * (P + 1) + P - len, (b + 1) * (P + 1));
       // Decoding is past the prompt: every position row is len + the prompt's rope delta.
       positions.push(len + (s.rope?.delta ?? 0));
+      lengths.push(len + 1);
     });
-    const feeds = await this.decoder.feeds({ batch: B, width: 1, ids: tokens, mask, maskWidth: P + 1, positions });
-    const out = await this.run(feeds, past, [B, heads, P, dim], 1);
-    const present = this.presents(out);
-    const outRow = heads * (P + 1) * dim;
-    return seqs.map((s, b) => {
-      const len = s.tokens.length + 1;
-      const pad = P + 1 - len;
-      s.arrays = present.map((a) => {
-        const dst = this.alloc(heads * len * dim);
-        copyHeads(a, b * outRow + pad * dim, P + 1, dst, 0, len, heads, dim, len);
-        return dst;
-      });
+    const past = this.padded(seqs, P);
+    const out = await this.decoder.runPadded({ batch: B, width: 1, ids: tokens, mask, maskWidth: P + 1, lengths, positions }, past, P, 1);
+    for (const a of past) this.memory.free(a);
+    const result = seqs.map((s, b) => {
+      this.replace(s, this.rowOf(out, b, P + 1, s.tokens.length + 1));
       s.tokens.push(tokens[b]!);
-      return this.decoder.lastLogits(out[this.decoder.spec.logits]!, b);
+      return lastLogits(out.logits, b);
     });
+    for (const a of out.presents) this.memory.free(a);
+    return result;
   }
 
   readonly canVerify = true;
@@ -123,75 +124,80 @@ export class PaddedKvBackend implements KvBackend {
   async verify(list: Sequence[], tokens: number[][]): Promise<Float32Array[][]> {
     const seqs = list as PaddedSequence[];
     const B = seqs.length;
-    const { heads, dim } = this;
     const width = Math.max(...tokens.map((t) => t.length));
     const P = Math.max(...seqs.map((s) => s.tokens.length));
-    const rowSize = heads * P * dim;
-    const past = Array.from({ length: this.tensorCount }, () => this.alloc(B * rowSize));
     const mask = new Uint8Array(B * (P + width));
     const ids: number[] = [];
     const positions: number[] = [];
+    const lengths: number[] = [];
     seqs.forEach((s, b) => {
       const len = s.tokens.length;
-      const pad = P - len;
-      for (let t = 0; t < this.tensorCount; t++) copyHeads(s.arrays[t]!, 0, len, past[t]!, b * rowSize + pad * dim, P, heads, dim, len);
-      mask.fill(1, b * (P + width) + pad, (b + 1) * (P + width));
+      mask.fill(1, b * (P + width) + P - len, (b + 1) * (P + width));
+      lengths.push(len + width);
       const t = tokens[b]!;
       for (let j = 0; j < width; j++) {
         ids.push(t[Math.min(j, t.length - 1)]!);
         positions.push(len + j + (s.rope?.delta ?? 0));
       }
     });
-    const feeds = await this.decoder.feeds({ batch: B, width, ids, mask, maskWidth: P + width, positions });
-    const out = await this.run(feeds, past, [B, heads, P, dim], width, width);
-    const present = this.presents(out);
-    const outRow = heads * (P + width) * dim;
-    const logits = out[this.decoder.spec.logits]!;
-    return seqs.map((s, b) => {
+    const past = this.padded(seqs, P);
+    const out = await this.decoder.runPadded({ batch: B, width, ids, mask, maskWidth: P + width, lengths, positions }, past, P, width);
+    for (const a of past) this.memory.free(a);
+    const { heads, dim } = this;
+    const result = seqs.map((s, b) => {
       const t = tokens[b]!;
       const len = s.tokens.length + t.length;
-      const pad = P - s.tokens.length;
-      s.arrays = present.map((a) => {
-        const dst = this.alloc(heads * len * dim);
-        copyHeads(a, b * outRow + pad * dim, P + width, dst, 0, len, heads, dim, len);
-        return dst;
-      });
+      // Row b holds its past from column P - past, then its tokens (and padding past them).
+      const outRow = heads * (P + width) * dim;
+      const start = P - s.tokens.length;
+      this.replace(
+        s,
+        out.presents.map((a) => {
+          const dst = this.memory.alloc(heads * len * dim);
+          this.memory.copyHeads(a, b * outRow + start * dim, P + width, dst, 0, len, heads, dim, len);
+          return dst;
+        }),
+      );
       s.tokens.push(...t);
-      return t.map((_, j) => this.decoder.positionLogits(logits, b, j, width));
+      return t.map((_, j) => positionLogits(out.logits, b, j, width));
     });
+    for (const a of out.presents) this.memory.free(a);
+    return result;
   }
 
   truncate(s: Sequence, length: number): void {
     const seq = s as PaddedSequence;
     const len = seq.tokens.length;
     if (length >= len) return;
-    seq.arrays = seq.arrays.map((a) => {
-      const out = this.alloc(this.heads * length * this.dim);
-      copyHeads(a, 0, len, out, 0, length, this.heads, this.dim, length);
-      return out;
-    });
+    this.replace(
+      seq,
+      seq.arrays.map((a) => {
+        const out = this.memory.alloc(this.heads * length * this.dim);
+        this.memory.copyHeads(a, 0, len, out, 0, length, this.heads, this.dim, length);
+        return out;
+      }),
+    );
     seq.tokens.length = length;
   }
 
   snapshot(s: Sequence, length: number): PrefixKv {
     const seq = s as PaddedSequence;
     const len = seq.tokens.length;
-    const arrays = seq.arrays.map((a) => {
-      const out = this.alloc(this.heads * length * this.dim);
-      copyHeads(a, 0, len, out, 0, length, this.heads, this.dim, length);
-      return out;
-    });
+    const arrays = seq.arrays.map((a) => this.memory.read(a, 0, len, this.heads, this.dim, length));
     return { tokens: seq.tokens.slice(0, length), arrays, bytes: this.tensorCount * length * this.decoder.positionBytes };
   }
 
   restore(s: Sequence, prefix: PrefixKv, length: number): void {
     const seq = s as PaddedSequence;
     const from = prefix.tokens.length;
-    seq.arrays = prefix.arrays.map((a) => {
-      const out = this.alloc(this.heads * length * this.dim);
-      copyHeads(a, 0, from, out, 0, length, this.heads, this.dim, length);
-      return out;
-    });
+    this.replace(
+      seq,
+      prefix.arrays.map((a) => {
+        const out = this.memory.alloc(this.heads * length * this.dim);
+        this.memory.write(a, from, out, 0, length, this.heads, this.dim, length);
+        return out;
+      }),
+    );
     seq.tokens = prefix.tokens.slice(0, length);
   }
 }

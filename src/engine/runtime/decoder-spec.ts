@@ -2,6 +2,7 @@
 // the directory's config.json / genai_config.json rather than assumed.
 import { existsSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
+import { SEQLENS_INPUT, TOTAL_LENGTH_INPUT } from "./lengths-input.ts";
 import { DTYPE_SUFFIX, isOnnxDType, ONNX_DTYPES, onnxFileName, type OnnxDType } from "../../onnx-dtypes.ts";
 
 export type KvDType = "float32" | "float16";
@@ -19,6 +20,12 @@ export interface DecoderSpec {
   inputsEmbeds: string | null;
   embedsType: KvDType | null;
   attentionMask: string | null;
+  /**
+   * GroupQueryAttention's per-row lengths and total length as inputs of their own, where the
+   * graph was loaded with them in place of the mask (see lengths-input.ts); else null.
+   */
+  seqlensK: string | null;
+  totalLength: string | null;
   positionIds: string | null;
   /**
    * 1: position_ids [batch, seq]. 3: [3, batch, seq], multimodal rotary (Qwen2-VL): temporal,
@@ -211,6 +218,8 @@ export function decoderSpec(files: ModelFiles, inputs: TensorInfo[], outputs: Te
     inputsEmbeds,
     embedsType: inputsEmbeds ? dtypeOf(inputByName.get(inputsEmbeds)!, "inputs_embeds input") : null,
     attentionMask: pick([gi.attention_mask ?? "attention_mask"]),
+    seqlensK: pick([SEQLENS_INPUT]),
+    totalLength: pick([TOTAL_LENGTH_INPUT]),
     positionIds,
     positionRows,
     logits: logitsName,

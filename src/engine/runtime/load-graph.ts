@@ -3,13 +3,14 @@
 import { readFileSync } from "node:fs";
 import { onnx } from "onnx-proto";
 import { trimLogitsToLastPosition } from "./last-logits.ts";
+import { takeLengthsAsInputs } from "./lengths-input.ts";
 import { splitAttention } from "./split-attention.ts";
 import { addStepKvOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
 
 export interface PreparedGraph {
   /** The rewritten model; null when no rewrite applied (the file is loaded as it is). */
   bytes: Uint8Array | null;
-  /** Step outputs of a shared-buffer decoder; null for the standard contract. */
+  /** Step outputs of a shared-buffer decoder; null for the standard contract, or when not asked for. */
   step: StepKvOutputs | null;
   /**
    * The same decoder for runs of one token per row (see splitAttention's `oneToken`), with the
@@ -18,25 +19,54 @@ export interface PreparedGraph {
   oneTokenBytes: Uint8Array | null;
   /** The general graph's logits are trimmed, with LOGITS_START_INPUT to ask for more positions. */
   trimmedLogits: boolean;
+  /** GroupQueryAttention's lengths are inputs of their own (see lengths-input.ts). */
+  lengthsInput: boolean;
+}
+
+export interface GraphChoices {
+  /** Also a one-token graph for decode steps (small models; only where the attention is split). */
+  oneToken?: boolean;
+  /**
+   * Step outputs for a shared-buffer graph (the engine writes each run's new positions into its
+   * cache); false leaves GroupQueryAttention to write them into the buffer bound as past and
+   * present. Default true.
+   */
+  stepOutputs?: boolean;
+  /**
+   * Rewrite GroupQueryAttention as attention around the cache (split-attention.ts) where it can
+   * be; false keeps the exported attention (step outputs then gathered from its presents).
+   * Default true.
+   */
+  split?: boolean;
+  /** Replace the attention mask by per-row lengths where the graph only reduces it to them. */
+  lengthsInput?: boolean;
+  /** The attention mask's input name, for lengthsInput. */
+  mask?: string;
 }
 
 /**
  * `sharedBuffer`: the graph's past and present share one buffer (GroupQueryAttention), so the
- * engine keeps the cache and takes each run's new positions from step outputs.
+ * engine keeps the cache and takes each run's new positions from step outputs (or, without them,
+ * lets the attention write them in place).
  */
-export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuffer: boolean, oneToken = false): PreparedGraph {
+export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuffer: boolean, choices: GraphChoices = {}): PreparedGraph {
   const file = readFileSync(onnxPath);
   const model = onnx.ModelProto.decode(file);
+  const mask = choices.mask ?? "attention_mask";
   // The general graph also serves verification runs, which read several positions' logits.
   const trimmed = trimLogitsToLastPosition(model, logits, true);
-  const step = sharedBuffer ? (splitAttention(model) ?? addStepKvOutputs(model)) : null;
+  const lengthsInput = sharedBuffer && choices.lengthsInput === true && takeLengthsAsInputs(model, mask);
+  const split = choices.split !== false;
+  const step = sharedBuffer && choices.stepOutputs !== false ? ((split ? splitAttention(model) : null) ?? addStepKvOutputs(model)) : null;
   let oneTokenBytes: Uint8Array | null = null;
-  if (oneToken && step?.kind === "split") {
+  if (choices.oneToken && step?.kind === "split") {
     const decode = onnx.ModelProto.decode(file);
     trimLogitsToLastPosition(decode, logits);
+    if (lengthsInput) takeLengthsAsInputs(decode, mask);
     splitAttention(decode, true);
     oneTokenBytes = onnx.ModelProto.encode(decode).finish();
   }
   // Encoding a model with inline weights copies them all: only when something changed.
-  return { bytes: trimmed || step ? onnx.ModelProto.encode(model).finish() : null, step, oneTokenBytes, trimmedLogits: trimmed };
+  const changed = trimmed || step !== null || lengthsInput;
+  return { bytes: changed ? onnx.ModelProto.encode(model).finish() : null, step, oneTokenBytes, trimmedLogits: trimmed, lengthsInput };
 }

@@ -3,7 +3,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { chooseProviders, type ProviderChoice } from "../providers.ts";
-import { DecoderSession } from "../runtime/decoder.ts";
+import { DEFAULT_ORT_BINDING, openDecoder } from "../decoders.ts";
+import type { Decoder } from "../runtime/decoder.ts";
 import { ChatTemplateError, renderChatPrompt } from "../text/chat-template.ts";
 import { PromptBound } from "../text/prompt-bound.ts";
 import { TextTokenizer } from "../text/tokenizer.ts";
@@ -29,7 +30,7 @@ interface ModelCard {
 
 export class ModelRunner {
   private constructor(
-    readonly decoder: DecoderSession,
+    readonly decoder: Decoder,
     readonly tokenizer: TextTokenizer,
     readonly info: EngineModel,
     readonly providers: ProviderChoice,
@@ -47,7 +48,7 @@ export class ModelRunner {
 
   static async load(opts: Pick<WorkerOptions, "id" | "dir" | "device" | "threads"> & Partial<WorkerOptions>): Promise<ModelRunner> {
     const providers = chooseProviders(opts.device);
-    const decoder = await DecoderSession.create(opts.dir, { providers: providers.providers, threads: opts.threads });
+    const decoder = await openDecoder(opts.dir, { providers: providers.providers, threads: opts.threads, binding: opts.binding ?? DEFAULT_ORT_BINDING });
     const tokenizer = TextTokenizer.load(opts.dir);
     const vision = await VisionModel.load(opts.dir, { providers: providers.providers, threads: opts.threads });
     if (vision?.needs3dPositions && decoder.spec.positionRows !== 3) {

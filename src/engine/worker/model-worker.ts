@@ -1,4 +1,5 @@
 // Worker entry: owns one model. ONNX Runtime's runs happen here, off the HTTP thread.
+import type { Decoder } from "../runtime/decoder.ts";
 import { quiesceNativeCalls, shareNativeCallFlags } from "../../native-calls.ts";
 import { EngineBusyError, EngineRequestError, EngineUnavailableError } from "../types.ts";
 import { ModelRunner } from "./model-runner.ts";
@@ -53,8 +54,13 @@ process.on("uncaughtException", fatal);
 process.on("unhandledRejection", fatal);
 
 function kvCacheMode(r: ModelRunner): string {
-  const { spec, stepMode } = r.decoder;
-  if (!spec.sharedBuffer) return "standard, batches padded on the left";
+  const { spec, stepMode, memory } = r.decoder;
+  const where = memory.resident ? "in the provider's memory" : "in JavaScript arrays fed to each run";
+  return `${kvCacheLayout(spec.sharedBuffer, stepMode)}, ${where}`;
+}
+
+function kvCacheLayout(sharedBuffer: boolean, stepMode: Decoder["stepMode"]): string {
+  if (!sharedBuffer) return "standard, batches padded on the left";
   if (stepMode === "split") return "engine buffers written in place (attention split around the cache, no present)";
   if (stepMode === "gather") return "engine buffers written in place (new positions gathered from the presents)";
   return "in place (shared past/present buffer)";

@@ -1,6 +1,7 @@
 // Messages between the engine host (HTTP thread) and a model's worker. Structured-clone data only.
 import type { CompileLimits } from "../../structured/index.ts";
 import type { Device } from "../providers.ts";
+import type { OrtBinding } from "../ort-binding.ts";
 import type { QueueOrder } from "./fair-queue.ts";
 import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats, SpeculateMode } from "../types.ts";
 
@@ -11,6 +12,8 @@ export interface WorkerOptions {
   dir: string;
   device: Device;
   threads: number;
+  /** How ONNX Runtime is called on the CPU (CUDA always through the C API; see decoders.ts); absent: the default. */
+  binding?: OrtBinding;
   /** KV memory this model may use (running sequences + prefix cache); 0 = the default. */
   kvBudgetBytes: number;
   /** Requests that may wait for KV memory before new ones get EngineUnavailableError; 0 = the default. */

@@ -287,6 +287,8 @@ export class Scheduler {
       promptTokensComputed: this.counters.promptTokensComputed,
       generatedTokens: this.counters.generatedTokens,
       decodeSteps: this.counters.decodeSteps,
+      hostToDeviceBytes: this.model.decoder.traffic.toDevice,
+      deviceToHostBytes: this.model.decoder.traffic.toHost,
       draftTokens: this.counters.draftTokens,
       acceptedDraftTokens: this.counters.acceptedTokens,
       rejectedBusy: this.counters.rejectedBusy,

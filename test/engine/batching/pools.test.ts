@@ -4,7 +4,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { capacityClass, FusedKvBackend, SpareBuffers } from "../../../src/engine/batching/fused-kv.ts";
-import { DecoderSession } from "../../../src/engine/runtime/decoder.ts";
+import { HostKvMemory, type KvBuffer } from "../../../src/engine/runtime/kv-memory.ts";
+import { NodeDecoder } from "../../../src/engine/runtime/node-decoder.ts";
 import { buildSyntheticModel } from "../../../src/modelkit/index.ts";
 import { tempDir } from "../../helpers/paths.ts";
 
@@ -14,7 +15,7 @@ afterAll(() => root.remove());
 const argmax = (l: Float32Array) => l.reduce((best, v, i) => (v > l[best]! ? i : best), 0);
 
 /** Each step's logits of one sequence decoded greedily alone on a fresh backend, after its prompt. */
-async function decodeAlone(decoder: DecoderSession, prompt: number[], steps: number): Promise<Float32Array[]> {
+async function decodeAlone(decoder: NodeDecoder, prompt: number[], steps: number): Promise<Float32Array[]> {
   const b = new FusedKvBackend(decoder, 1 << 26);
   const seq = b.open(256);
   let logits = await b.prefill(seq, prompt);
@@ -41,34 +42,36 @@ describe("capacity classes", () => {
 });
 
 describe("spare pool buffers", () => {
-  test("a buffer given back serves the next large-enough request of its kind, as it was (pools clear the rows they use); the bound is kept", () => {
-    const spare = new SpareBuffers(4096 * 4);
-    const a = spare.take(1000, false) as Float32Array;
-    expect(a.every((v) => v === 0)).toBe(true);
-    a.fill(7);
+  test("a buffer given back serves the next large-enough request, as it was (pools clear the rows they use); the bound is kept", () => {
+    const memory = new HostKvMemory(false, false);
+    const spare = new SpareBuffers(memory, 4096);
+    const a = spare.take(1000);
+    expect(a.host!.every((v) => v === 0)).toBe(true);
+    a.host!.fill(7);
     spare.give([a]);
-    const b = spare.take(600, false);
-    expect(b.buffer).toBe(a.buffer);
+    const b = spare.take(600);
+    expect(b.whole).toBe(a);
     expect(b.length).toBe(600);
-    expect(b.every((v) => v === 7)).toBe(true);
+    expect(b.host!.every((v) => v === 7)).toBe(true);
     // Given back as a view, kept whole: a request up to the whole length reuses it.
     spare.give([b]);
-    expect(spare.take(1000, false).buffer).toBe(a.buffer);
-    // Another kind or a larger size gets a new buffer.
+    expect(spare.take(1000).whole).toBe(a);
+    // A larger size gets a new buffer.
     spare.give([a]);
-    expect(spare.take(1000, true).buffer).not.toBe(a.buffer);
-    expect(spare.take(1001, false).buffer).not.toBe(a.buffer);
+    const c = spare.take(1001);
+    expect(c.whole).toBe(null);
+    expect(c).not.toBe(a);
     // Beyond the bound, buffers are not kept.
-    const big = new Float32Array(5000);
+    const big = memory.alloc(5000);
     spare.give([big]);
-    expect(spare.take(5000, false).buffer).not.toBe(big.buffer);
+    expect(spare.take(5000)).not.toBe(big);
   });
 });
 
 describe("a decoding batch crossing a class boundary", () => {
   test("moves up as one pool and decodes as each sequence alone", async () => {
     const info = await buildSyntheticModel(join(root.path, "fused"), { preset: "tiny-qwen3", variant: "fused", seed: 5 });
-    const decoder = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const decoder = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
     try {
       const prompts = [60, 62, 63].map((n, r) => Array.from({ length: n }, (_, i) => 10 + ((i * 7 + r * 13) % 200)));
       const steps = 24; // from 61..64 positions to 84..87: across 64 and 80
@@ -114,7 +117,7 @@ describe("rows given to sequences", () => {
     // Attention masks the positions past a row's length, but a masked position's zero weight times
     // NaN (or infinity) is NaN: a row must never read what an earlier sequence left there.
     const info = await buildSyntheticModel(join(root.path, "poison"), { preset: "tiny-qwen3", variant: "fused", seed: 7 });
-    const decoder = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const decoder = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
     try {
       const prompts = [58, 61, 63, 20].map((n, r) => Array.from({ length: n }, (_, i) => 10 + ((i * 5 + r * 11) % 200)));
       const steps = 30;
@@ -126,9 +129,9 @@ describe("rows given to sequences", () => {
       let logits = await Promise.all(prompts.map((p, r) => b.prefill(warm[r]!, p)));
       for (let s = 0; s < steps; s++) logits = await b.decode(warm, logits.map(argmax));
       warm.forEach((seq) => b.close(seq));
-      const spare = (b as unknown as { spare: { spare: Float32Array[] } }).spare.spare;
+      const spare = (b as unknown as { spare: { spare: KvBuffer[] } }).spare.spare;
       expect(spare.length).toBeGreaterThan(0);
-      for (const a of spare) a.fill(NaN);
+      for (const a of spare) a.host!.fill(NaN);
 
       // Again on the poisoned buffers: a new pool, class moves of the whole pool (64 -> 80 -> 96)
       // and a row closed midway (the last row fills its gap).
@@ -163,7 +166,7 @@ describe("the split-attention graph's input shapes", () => {
     // ONNX Runtime keeps a memory plan per set of input shapes; a mask that grew by one position
     // per step made it plan every step's allocations anew.
     const info = await buildSyntheticModel(join(root.path, "shapes"), { preset: "tiny-qwen3", variant: "fused", seed: 6 });
-    const decoder = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const decoder = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
     try {
       expect(decoder.stepMode).toBe("split");
       const maskName = decoder.spec.attentionMask!;

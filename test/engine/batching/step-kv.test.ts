@@ -8,7 +8,10 @@ import { join } from "node:path";
 import { onnx } from "onnx-proto";
 import * as ort from "onnxruntime-node";
 import { FusedKvBackend } from "../../../src/engine/batching/fused-kv.ts";
-import { DecoderSession, modelFileBytes } from "../../../src/engine/runtime/decoder.ts";
+import { modelFileBytes } from "../../../src/engine/runtime/decoder.ts";
+import { NodeDecoder } from "../../../src/engine/runtime/node-decoder.ts";
+import type { Decoder } from "../../../src/engine/runtime/decoder.ts";
+import { openDecoder } from "../../../src/engine/decoders.ts";
 import { splitAttention } from "../../../src/engine/runtime/split-attention.ts";
 import { LOGITS_START_INPUT, trimLogitsToLastPosition } from "../../../src/engine/runtime/last-logits.ts";
 import { prepareDecoderGraph } from "../../../src/engine/runtime/load-graph.ts";
@@ -151,14 +154,14 @@ function expectClose(actual: number[], expected: number[], tolerance: number) {
  * attention to the new token is summed element-wise there and by matrix products in the general
  * graph: the same values to float rounding.
  */
-async function expectOneTokenAgrees(d: DecoderSession, lens: number[]): Promise<void> {
+async function expectOneTokenAgrees(d: NodeDecoder, lens: number[]): Promise<void> {
   expect(d.oneTokenSession).not.toBeNull();
   const { kvHeads, headDim, layers } = d.spec;
   const rows = lens.length;
   const width = Math.max(...lens) + 1;
   const mask = new Uint8Array(rows * width);
   lens.forEach((l, r) => mask.fill(1, r * width, r * width + l + 1));
-  const feeds = await d.feeds({ batch: rows, width: 1, ids: lens.map((_, r) => [7, 100, 41][r % 3]!), mask, maskWidth: width, positions: lens });
+  const feeds = await d.feeds({ batch: rows, width: 1, ids: lens.map((_, r) => [7, 100, 41][r % 3]!), mask, maskWidth: width, lengths: lens.map((l) => l + 1), positions: lens });
   let seed = 1;
   const random = () => ((seed = (seed * 16807) % 2147483647) / 2147483647) * 2 - 1;
   for (const l of layers) {
@@ -183,7 +186,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
   test("the same over packed q/k/v", () => check("float32", "split", { headDim: 8, packedQkv: true }));
   test("the softmax scale goes into the query's weights where they are plain (no scaling of the scores), and stays a product elsewhere", async () => {
     const scaled = (dir: string) => {
-      const graphs = prepareDecoderGraph(join(dir, "onnx", "model.onnx"), "logits", true, true);
+      const graphs = prepareDecoderGraph(join(dir, "onnx", "model.onnx"), "logits", true, { oneToken: true });
       const nodes = onnx.ModelProto.decode(graphs.oneTokenBytes!).graph!.node!;
       return nodes.some((n) => n.output?.[0] === "sluice_split_0_scale");
     };
@@ -192,7 +195,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     expect(scaled(plainWeights.dir)).toBe(false);
     expect(scaled(external.dir)).toBe(true);
     // Same logits either way (the external-weights graph as the reference), on both graphs.
-    const [a, b] = await Promise.all([plainWeights.dir, external.dir].map((dir) => DecoderSession.create(dir, { providers: ["cpu"], threads: 1 })));
+    const [a, b] = await Promise.all([plainWeights.dir, external.dir].map((dir) => NodeDecoder.create(dir, { providers: ["cpu"], threads: 1 })));
     const [la, lb] = [await a!.forward([1, 2, 3, 4], a!.emptyCache()), await b!.forward([1, 2, 3, 4], b!.emptyCache())];
     expectClose(Array.from(la), Array.from(lb), 1e-5);
     await expectOneTokenAgrees(a!, [1, 17, 30]);
@@ -205,7 +208,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     ];
     for (const [i, spec] of unchecked.entries()) {
       const info = await buildSyntheticModel(join(root.path, `pad-kept-${i}`), { preset: "tiny-qwen3", variant: "fused", seed: 3, shape: { headDim: 8 }, ...spec });
-      const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+      const d = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
       expect(d.stepMode).toBe("split");
       expect(d.spec.headDim).toBe(16);
       expect(d.notes.join("\n")).not.toContain("padded");
@@ -228,7 +231,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     expect(splitAttention(load(join(shared.dir, "onnx", "model.onnx")))!.headDims).toEqual({ exported: 16, used: 8 });
     // Where it is checked, the decoder reads the size from the graph and says so.
     const info = await buildSyntheticModel(join(root.path, "pad-dropped"), { preset: "tiny-bytes", variant: "fused", seed: 3, shape: { headDim: 8 } });
-    const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const d = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
     expect(d.spec.headDim).toBe(8);
     expect(d.notes).toContain("heads of 8 dimensions, not the 16 they were padded to for GroupQueryAttention's kernel (the padding's weights are zero)");
     await expectOneTokenAgrees(d, [1, 17, 30]);
@@ -243,7 +246,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
 
   test("a decoder with external weights is loaded from memory with its weights found beside the file", async () => {
     const info = await buildSyntheticModel(join(root.path, "external"), { preset: "tiny-bytes", variant: "fused", seed: 5, externalDataThreshold: 0 });
-    const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const d = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
     expect(d.stepKv?.blocks).toHaveLength(d.spec.layers.length);
     const logits = await d.forward([1, 2, 3], d.emptyCache());
     expect(logits.length).toBe(d.spec.vocabSize);
@@ -253,7 +256,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
 
   test("the one-token graph of a small model gives the general graph's logits and new keys and values within float tolerance", async () => {
     const info = await buildSyntheticModel(join(root.path, "one-token"), { preset: "tiny-bytes", variant: "fused", seed: 9 });
-    const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const d = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
     expect(d.oneTokenSession).not.toBeNull();
     const oneToken = d.oneTokenSession!;
     // The general graph also takes where its logits start (verification reads several positions).
@@ -262,13 +265,13 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     await expectOneTokenAgrees(d, [1, 17, 30]);
     const { layers } = d.spec;
     await d.release();
-    const graphs = prepareDecoderGraph(join(info.dir, "onnx", "model.onnx"), "logits", true, true);
+    const graphs = prepareDecoderGraph(join(info.dir, "onnx", "model.onnx"), "logits", true, { oneToken: true });
     const nodes = (bytes: Uint8Array | null) => onnx.ModelProto.decode(bytes!).graph!.node!.length;
     expect(nodes(graphs.oneTokenBytes)).toBeLessThan(nodes(graphs.bytes) - 5 * layers.length);
     // A model of 16 MiB of weights or more gets no second session (nor a second copy of them).
     const large = await buildSyntheticModel(join(root.path, "one-token-large"), { preset: "tiny-qwen3", variant: "fused", seed: 9 });
     expect(modelFileBytes(join(large.dir, "onnx", "model.onnx"))).toBeGreaterThan(16 * 2 ** 20);
-    const big = await DecoderSession.create(large.dir, { providers: ["cpu"], threads: 1 });
+    const big = await NodeDecoder.create(large.dir, { providers: ["cpu"], threads: 1 });
     expect(big.stepMode).toBe("split");
     expect(big.oneTokenSession).toBeNull();
     await big.release();
@@ -276,7 +279,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
 
   test("a packed q/k/v export loads with split attention and a one-token graph that agrees with the general one", async () => {
     const info = await buildSyntheticModel(join(root.path, "packed-load"), { preset: "tiny-bytes", variant: "fused", packedQkv: true, seed: 4 });
-    const d = await DecoderSession.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const d = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
     expect(d.stepMode).toBe("split");
     expect(d.oneTokenSession).not.toBeNull();
     const prompt = await d.forward([5, 6, 7, 8], d.emptyCache());
@@ -308,7 +311,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
     expect(splitAttention(odd)).toBeNull();
   });
 
-  test("a shared-buffer graph no rewrite fits runs in place and decodes as the rewritten one does", async () => {
+  test("a shared-buffer graph no rewrite fits runs in place and decodes as the rewritten one does, through either binding", async () => {
     const make = async (name: string) => (await buildSyntheticModel(join(root.path, name), { preset: "tiny-qwen3", variant: "fused", seed: 8 })).dir;
     const [plainDir, symbolicDir] = [await make("inplace-ref"), await make("inplace")];
     // Symbolic cache dims: neither rewrite can size its nodes, so the presents are fetched in place.
@@ -320,8 +323,11 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
       dims[3] = { dimParam: "head_size" };
     }
     writeFileSync(path, onnx.ModelProto.encode(model).finish());
-    const decoders = [await DecoderSession.create(plainDir, { providers: ["cpu"], threads: 1 }), await DecoderSession.create(symbolicDir, { providers: ["cpu"], threads: 1 })];
-    expect(decoders.map((d) => d.stepMode)).toEqual(["split", null]);
+    const decoders: Decoder[] = [];
+    for (const binding of ["node", "capi"] as const) {
+      for (const dir of [plainDir, symbolicDir]) decoders.push(await openDecoder(dir, { providers: ["cpu"], threads: 1, binding }));
+    }
+    expect(decoders.map((d) => d.stepMode)).toEqual(["split", "inplace", "split", "inplace"]);
     const tokens = await Promise.all(
       decoders.map(async (d) => {
         const kv = new FusedKvBackend(d, 1 << 26);
@@ -337,7 +343,7 @@ describe("load-time decoder rewrites: step KV outputs, split attention, last-pos
         return out;
       }),
     );
-    expect(tokens[1]).toEqual(tokens[0]!);
+    for (const t of tokens.slice(1)) expect(t).toEqual(tokens[0]!);
   });
 
   test("a graph without GroupQueryAttention is left alone", async () => {
