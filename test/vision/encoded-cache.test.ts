@@ -2,6 +2,7 @@
 // from the cache with the same features; another detail or another image is encoded afresh.
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import { openHostSession } from "../../src/engine/decoders.ts";
 import { VisionModel, type RequestImage } from "../../src/engine/vision/vision-model.ts";
 import { buildSyntheticVlm } from "../../src/modelkit/index.ts";
 import { tempDir } from "../helpers/paths.ts";
@@ -9,6 +10,9 @@ import { dataUrl, makeImage } from "./images.ts";
 
 const root = tempDir("sluice-vlm-cache-");
 afterAll(() => root.remove());
+
+/** The encoder as serve opens it on the CPU (the C API binding). */
+const CPU_ENCODER = { open: (path: string) => openHostSession(path, { providers: ["cpu"], threads: 1, binding: "capi" }) };
 
 const part = (url: string, detail?: "low" | "high"): RequestImage => ({
   part: { type: "image_url", image_url: detail ? { url, detail } : { url } },
@@ -18,7 +22,7 @@ const part = (url: string, detail?: "low" | "high"): RequestImage => ({
 describe("encoded images", () => {
   test("the same image and detail come from the cache; another detail or image does not", async () => {
     buildSyntheticVlm(join(root.path, "vlm"), { id: "synthetic/cache-vlm", seed: 41 });
-    const vision = (await VisionModel.load(join(root.path, "vlm"), { providers: ["cpu"], threads: 1 }))!;
+    const vision = (await VisionModel.load(join(root.path, "vlm"), CPU_ENCODER))!;
     try {
       const a = dataUrl(await makeImage("png", 70, 40, 51), "image/png");
       const b = dataUrl(await makeImage("png", 70, 40, 52), "image/png");
@@ -46,11 +50,11 @@ describe("encoded images", () => {
     const dir = join(root.path, "vlm");
     const a = dataUrl(await makeImage("png", 70, 40, 53), "image/png");
     const b = dataUrl(await makeImage("png", 70, 40, 54), "image/png");
-    const probe = (await VisionModel.load(dir, { providers: ["cpu"], threads: 1 }))!;
+    const probe = (await VisionModel.load(dir, CPU_ENCODER))!;
     const bytes = (await probe.encode(part(a))).features.byteLength;
     await probe.release();
     // Room for one image's features only.
-    const vision = (await VisionModel.load(dir, { providers: ["cpu"], threads: 1, encodedCacheBytes: bytes }))!;
+    const vision = (await VisionModel.load(dir, { ...CPU_ENCODER, encodedCacheBytes: bytes }))!;
     try {
       await vision.encode(part(a));
       await vision.encode(part(a));

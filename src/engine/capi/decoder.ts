@@ -21,14 +21,15 @@ import {
 } from "../runtime/decoder.ts";
 import type { DecoderSpec } from "../runtime/decoder-spec.ts";
 import { decoderFiles, describeDecoder, embedderPath, loadSessions } from "../runtime/decoder-load.ts";
-import { halfToFloat } from "../runtime/half.ts";
+import { embedTokens, type HostSession } from "../runtime/host-session.ts";
 import { floatArray, int64Array } from "../runtime/host-arrays.ts";
 import type { HostDeviceTraffic, KvBuffer } from "../runtime/kv-memory.ts";
 import { LOGITS_START_INPUT } from "../runtime/last-logits.ts";
 import { nativeCallSync } from "../../native-calls.ts";
 import { ortLibrary, outArg, outPtr, type OrtLibrary, type Ptr } from "./ort-api.ts";
 import { CpuProviderMemory, CudaProviderMemory, type ProviderMemory } from "./provider-memory.ts";
-import { addressOf, CapiSession, hostBytes, IoBinding, MemoryInfo, releaseValue, tensorValue, valueTensor, type ElementType, type ProviderOptions } from "./session.ts";
+import { CapiHostSession } from "./host-session.ts";
+import { addressOf, CapiSession, IoBinding, MemoryInfo, releaseValue, tensorValue, valueTensor, type ElementType, type ProviderOptions } from "./session.ts";
 
 /** A session and its binding, which keeps the pool's tensors bound from one run to the next. */
 interface Bound {
@@ -90,7 +91,7 @@ export class CapiDecoder implements Decoder {
     private readonly trimmedLogits: boolean,
     general: CapiSession,
     oneToken: CapiSession | null,
-    private readonly embedder: CapiSession | null,
+    private readonly embedder: HostSession | null,
     readonly memory: ProviderMemory,
     /** Where the pool and step buffers live (OrtValues over them say so). */
     private readonly deviceInfo: MemoryInfo,
@@ -131,7 +132,7 @@ export class CapiDecoder implements Decoder {
     const session = loaded.session;
     const { spec, stepKv } = describeDecoder(d.files, session.inputs, session.outputs, loaded.step);
     const path = embedderPath(dir, d, spec);
-    const embedder = path ? CapiSession.create(lib, path, base) : null;
+    const embedder = path ? CapiHostSession.open(path, { providers: [provider], threads: d.threads, device }) : null;
     const traffic: HostDeviceTraffic = { toDevice: 0, toHost: 0 };
     const hostInfo = MemoryInfo.cpu(lib);
     const half = spec.kvType === "float16";
@@ -164,7 +165,7 @@ export class CapiDecoder implements Decoder {
     const b = bound.binding;
     if (spec.inputIds) b.input(spec.inputIds, run.add(int64Array(s.ids), [s.batch, s.width], "int64"));
     else {
-      if (!s.embeds) throw new Error("this decoder takes inputs_embeds: the run needs its embeddings (see embed())");
+      if (!s.embeds) throw new Error("this decoder takes inputs_embeds: the run needs its embeddings (see withEmbeds)");
       const data = floatArray(spec.embedsType!, s.embeds);
       b.input(spec.inputsEmbeds!, run.add(data, [s.batch, s.width, s.embeds.length / (s.batch * s.width)], spec.embedsType!));
     }
@@ -209,12 +210,21 @@ export class CapiDecoder implements Decoder {
     if (ran instanceof Promise) return ran;
   }
 
+  /**
+   * The run's inputs with the tokens' embeddings, for a graph that takes inputs_embeds: looked up
+   * before anything is bound, so that binding and running happen with no other run in between.
+   */
+  private async withEmbeds(s: StepInputs): Promise<StepInputs> {
+    return this.spec.inputsEmbeds && !s.embeds ? { ...s, embeds: await this.embed(s.ids) } : s;
+  }
+
   async runPool(r: PoolRun): Promise<Logits> {
     const { spec, stepKv } = this;
+    const inputs = await this.withEmbeds(r.inputs);
     const bound = r.width === 1 && this.oneToken && !r.general ? this.oneToken : this.general;
     const run = new RunValues(this.lib, this.hostInfo);
     try {
-      this.bindInputs(bound, r.inputs, run, r.logitPositions);
+      this.bindInputs(bound, inputs, run, r.logitPositions);
       const pool = this.poolViews(r);
       if (bound.pool !== pool) {
         spec.layers.forEach((l, i) => {
@@ -286,8 +296,9 @@ export class CapiDecoder implements Decoder {
     views.clear();
   }
 
-  async runPadded(inputs: StepInputs, pasts: KvBuffer[], pastLength: number, logitPositions: number): Promise<PaddedRun> {
+  async runPadded(given: StepInputs, pasts: KvBuffer[], pastLength: number, logitPositions: number): Promise<PaddedRun> {
     const { spec } = this;
+    const inputs = await this.withEmbeds(given);
     const bound = this.general;
     const run = new RunValues(this.lib, this.hostInfo);
     const b = bound.binding;
@@ -327,28 +338,8 @@ export class CapiDecoder implements Decoder {
   }
 
   async embed(ids: ArrayLike<number>): Promise<Float32Array> {
-    const embedder = this.embedder;
-    if (!embedder) throw new Error("this decoder has no embed_tokens graph");
-    const binding = new IoBinding(embedder);
-    const run = new RunValues(this.lib, this.hostInfo);
-    try {
-      binding.input(embedder.inputs[0]!.name, run.add(int64Array(ids), [1, ids.length], "int64"));
-      binding.outputTo(embedder.outputs[0]!.name, this.hostInfo);
-      await nativeCallSync(() => binding.run());
-      const [value] = binding.outputs();
-      try {
-        const t = valueTensor(this.lib, value!);
-        const n = t.dims.reduce((a, x) => a * x, 1);
-        const bytes = new Uint8Array(n * (t.type === "float16" ? 2 : 4));
-        bytes.set(new Uint8Array(hostBytes(t.address, bytes.byteLength)));
-        return t.type === "float16" ? halfToFloat(new Uint16Array(bytes.buffer)) : new Float32Array(bytes.buffer);
-      } finally {
-        releaseValue(this.lib, value!);
-      }
-    } finally {
-      run.release();
-      binding.release();
-    }
+    if (!this.embedder) throw new Error("this decoder has no embed_tokens graph");
+    return embedTokens(this.embedder, ids);
   }
 
   async release(): Promise<void> {
@@ -363,7 +354,7 @@ export class CapiDecoder implements Decoder {
     if (this.allocator) this.lib.call("ReleaseAllocator", this.allocator);
     this.general.session.release();
     this.oneToken?.session.release();
-    this.embedder?.release();
+    await this.embedder?.release();
     if (this.deviceInfo !== this.hostInfo) this.deviceInfo.release();
     this.hostInfo.release();
   }

@@ -24,7 +24,8 @@ import { NativeSession, type Fetches } from "./native-session.ts";
 import type { StepKvOutputs } from "./step-kv-outputs.ts";
 import { copyHeads, hostBuffer, HostKvMemory, type HostDeviceTraffic, type KvArray, type KvBuffer } from "./kv-memory.ts";
 import { floatInput, floatSlice, floatTensor, halfBits, int64Tensor, reusable } from "./tensors.ts";
-import { nativeCall, nativeCallSync } from "../../native-calls.ts";
+import { nativeCallSync } from "../../native-calls.ts";
+import { embedTokens, NodeHostSession, type HostSession } from "./host-session.ts";
 
 /** A lone sequence's past keys and values, grown by ONNX Runtime: [1, kv_heads, length, head_dim]. */
 export interface KvCache {
@@ -58,7 +59,7 @@ export class NodeDecoder implements Decoder {
     readonly spec: DecoderSpec,
     readonly provider: string,
     /** The embed_tokens graph of a split (vision-language) export: input_ids -> inputs_embeds. */
-    readonly embedder: ort.InferenceSession | null,
+    readonly embedder: HostSession | null,
     /**
      * The output holding only the positions a run adds, for shared-buffer graphs rewritten at
      * load (see load-graph.ts); null when the presents must be fetched.
@@ -109,7 +110,7 @@ export class NodeDecoder implements Decoder {
       }));
     const { spec, stepKv } = describeDecoder(d.files, meta(loaded.session.inputMetadata), meta(loaded.session.outputMetadata), loaded.step);
     const path = embedderPath(dir, d, spec);
-    const embedder = path ? await ort.InferenceSession.create(path, sessionOptions) : null;
+    const embedder = path ? await NodeHostSession.open(path, { providers: opts.providers, threads: d.threads }) : null;
     return new NodeDecoder(loaded.session, loaded.oneToken, spec, opts.providers[0]!, embedder, stepKv, stepKv ? loaded.step!.kind : null, loaded.notes, loaded.trimmedLogits);
   }
 
@@ -137,10 +138,7 @@ export class NodeDecoder implements Decoder {
   /** Token embeddings [ids.length, hidden] from the embed_tokens graph, as float32. */
   async embed(ids: ArrayLike<number>): Promise<Float32Array> {
     if (!this.embedder) throw new Error("this decoder has no embed_tokens graph");
-    const embedder = this.embedder;
-    const out = await nativeCall(() => embedder.run({ [embedder.inputNames[0]!]: int64Tensor(ids, [1, ids.length]) }));
-    const t = out[this.embedder.outputNames[0]!]!;
-    return floatSlice(t, 0, t.size);
+    return embedTokens(this.embedder, ids);
   }
 
   /** The feeds for ids (or their embeddings), mask and positions; the caller adds the past tensors. */

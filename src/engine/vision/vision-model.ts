@@ -6,10 +6,9 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import * as ort from "onnxruntime-node";
 import type { ImagePart } from "../types.ts";
 import type { RopePlan } from "../runtime/mrope.ts";
-import { floatSlice } from "../runtime/tensors.ts";
+import { hostFloats, type HostSession, type HostTensor } from "../runtime/host-session.ts";
 import { modelDType } from "../runtime/decoder-spec.ts";
 import { onnxFileName } from "../../onnx-dtypes.ts";
 import { decodeImage } from "../../vision/decode.ts";
@@ -20,11 +19,10 @@ import type { ImageAdapter, PreparedImage } from "./adapter.ts";
 import { Idefics3Adapter } from "./idefics3.ts";
 import { Qwen2VLAdapter } from "./qwen2vl.ts";
 import { ropeIndex } from "./rope-index.ts";
-import { nativeCall } from "../../native-calls.ts";
 
 export interface VisionSessionOptions {
-  providers: ("cuda" | "cpu")[];
-  threads: number;
+  /** Opens the encoder on the binding and provider the model's decoder uses. */
+  open: (path: string) => Promise<HostSession>;
   /** Bytes of image features kept for images sent again; absent = ENCODED_CACHE_BYTES. */
   encodedCacheBytes?: number;
 }
@@ -98,7 +96,7 @@ export class VisionModel {
   cacheHits = 0;
 
   private constructor(
-    private readonly encoder: ort.InferenceSession,
+    private readonly encoder: HostSession,
     private readonly adapter: ImageAdapter,
     readonly imageTokenId: number,
     private readonly encodedCacheBytes: number,
@@ -115,12 +113,7 @@ export class VisionModel {
     const config = readJson<ModelConfig>(join(dir, "config.json")) ?? {};
     const imageTokenId = config.image_token_id ?? config.image_token_index;
     if (imageTokenId === undefined) throw new Error("config.json has no image_token_id");
-    const encoder = await ort.InferenceSession.create(path, {
-      executionProviders: opts.providers.map((p) => ({ name: p })),
-      graphOptimizationLevel: "all",
-      ...(opts.threads > 0 ? { intraOpNumThreads: opts.threads } : {}),
-      interOpNumThreads: 1,
-    });
+    const encoder = await opts.open(path);
     try {
       return new VisionModel(encoder, adapterFor(dir, pre, config, encoder), imageTokenId, opts.encodedCacheBytes ?? ENCODED_CACHE_BYTES);
     } catch (e) {
@@ -171,8 +164,7 @@ export class VisionModel {
     const url = img.part.image_url.url;
     const fail = (why: string) => new ImageInputError(`Invalid image in ${img.param}: ${why}.`, img.param);
     if (!/^data:/i.test(url)) throw fail("the image was not resolved to inline data before reaching the engine");
-    const pixelType = this.encoder.inputMetadata.find((m) => m.name === "pixel_values");
-    const half = pixelType?.isTensor === true && pixelType.type === "float16";
+    const half = this.encoder.inputType("pixel_values") === "float16";
     let prepared: PreparedImage;
     try {
       const raw = await decodeImage(decodeDataUrl(url, Number.MAX_SAFE_INTEGER));
@@ -180,10 +172,10 @@ export class VisionModel {
     } catch (e) {
       throw e instanceof ImageInputError ? fail(e.message) : e;
     }
-    const out = await nativeCall(() => this.encoder.run(prepared.feeds));
+    const out = await this.encoder.run(prepared.feeds as Record<string, HostTensor>);
     const t = out.image_features ?? out[this.encoder.outputNames[0]!]!;
     const hidden = t.dims[t.dims.length - 1]!;
-    const features = floatSlice(t, 0, t.size);
+    const features = hostFloats(t);
     const rows = features.length / hidden;
     if (rows !== prepared.rows) throw new Error(`the vision encoder gave ${rows} feature rows for an image of ${prepared.rows} image tokens`);
     return { promptText: prepared.promptText, features, rows, grid: prepared.grid };

@@ -3,7 +3,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { chooseProviders, type ProviderChoice } from "../providers.ts";
-import { DEFAULT_ORT_BINDING, openDecoder } from "../decoders.ts";
+import { DEFAULT_ORT_BINDING, openDecoder, openHostSession } from "../decoders.ts";
 import type { Decoder } from "../runtime/decoder.ts";
 import { ChatTemplateError, renderChatPrompt } from "../text/chat-template.ts";
 import { PromptBound } from "../text/prompt-bound.ts";
@@ -50,7 +50,8 @@ export class ModelRunner {
     const providers = chooseProviders(opts.device);
     const decoder = await openDecoder(opts.dir, { providers: providers.providers, threads: opts.threads, binding: opts.binding ?? DEFAULT_ORT_BINDING });
     const tokenizer = TextTokenizer.load(opts.dir);
-    const vision = await VisionModel.load(opts.dir, { providers: providers.providers, threads: opts.threads });
+    const binding = opts.binding ?? DEFAULT_ORT_BINDING;
+    const vision = await VisionModel.load(opts.dir, { open: (path) => openHostSession(path, { providers: providers.providers, threads: opts.threads, binding }) });
     if (vision?.needs3dPositions && decoder.spec.positionRows !== 3) {
       await vision.release();
       throw new Error("the vision encoder's image tokens take 3-D (multimodal rotary) positions, but the decoder's position_ids are not [3, batch, sequence]");
