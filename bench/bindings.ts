@@ -1,0 +1,145 @@
+// The C API binding against the JS binding on the CPU (serve --ort-binding capi | node): decode
+// speed through the HTTP API, one stream and 16 at once, on stories260K and the ~50M synthetic
+// model, and what each moves between host memory and the KV cache's per decode step (the
+// server's own sluice_host_device_bytes_total over sluice_decode_steps_total). One server process
+// per binding, started side by side and measured in turn, the order rotating every round.
+//
+//   bun bench/bindings.ts [--rounds 7] [--tokens 128] [--quick]
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import OpenAI from "openai";
+import type { OrtBinding } from "../src/engine/ort-binding.ts";
+import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
+import { machine, median, rotated, table, writeSection } from "./report.ts";
+import { startServerProcess, type ServerProcess } from "./server-process.ts";
+import { streamChat, tpot } from "./stream-chat.ts";
+
+const { values } = parseArgs({
+  options: {
+    rounds: { type: "string", default: "7" },
+    tokens: { type: "string", default: "128" },
+    quick: { type: "boolean" },
+  },
+});
+const ROUNDS = values.quick ? 2 : Number(values.rounds);
+const TOKENS = Number(values.tokens);
+const STREAMS = 16;
+const ROOT = resolve(import.meta.dir, "../.cache/bench-models");
+const STORIES = resolve(import.meta.dir, "../../shared/models/stories260k");
+const BINDINGS: OrtBinding[] = ["capi", "node"];
+
+interface Target {
+  label: string;
+  dir: string;
+  id: string;
+  prompt: string;
+  /** End-of-text ids, banned so every stream runs its full length. */
+  eos: number[];
+}
+
+async function targets(): Promise<Target[]> {
+  mkdirSync(ROOT, { recursive: true });
+  const out: Target[] = [];
+  if (existsSync(join(STORIES, "stories260K.bin"))) {
+    const dir = join(ROOT, "stories260k-fused");
+    if (!existsSync(join(dir, "sluice.json"))) await importLlama2c(join(STORIES, "stories260K.bin"), join(STORIES, "tok512.bin"), { id: "bench/stories260k-fused", outDir: dir, variant: "fused" });
+    out.push({ label: "stories260K", dir, id: "bench/stories260k-fused", prompt: "Once upon a time", eos: [1, 2] });
+  } else console.warn(`stories260K absent at ${STORIES}: skipped`);
+  const dir = join(ROOT, "bench-50m-fused");
+  if (!existsSync(join(dir, "sluice.json"))) await buildSyntheticModel(dir, { preset: "bench-50m", variant: "fused", id: "bench/bench-50m-fused" });
+  const config = (await Bun.file(join(dir, "generation_config.json")).json()) as { eos_token_id: number | number[] };
+  out.push({ label: "synthetic ~50M", dir, id: "bench/bench-50m-fused", prompt: "The quick brown fox jumps over the lazy dog", eos: [config.eos_token_id].flat() });
+  return out;
+}
+
+interface Sample {
+  /** One stream's decode rate (tokens after the first over their span). */
+  single: number;
+  /** 16 streams' tokens over the time from the first request to the last token. */
+  batched: number;
+  /** Per decode step, bytes to the device and back, over both measurements. */
+  toDevice: number;
+  toHost: number;
+}
+
+async function counters(server: ServerProcess, id: string): Promise<{ toDevice: number; toHost: number; steps: number }> {
+  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const read = (name: string, extra = "") => Number(new RegExp(`^${name}\\{model="${id}"${extra}\\} (\\d+)`, "m").exec(text)?.[1] ?? 0);
+  return {
+    toDevice: read("sluice_host_device_bytes_total", ',direction="to_device"'),
+    toHost: read("sluice_host_device_bytes_total", ',direction="to_host"'),
+    steps: read("sluice_decode_steps_total"),
+  };
+}
+
+async function measure(server: ServerProcess, t: Target, client: OpenAI): Promise<Sample> {
+  const logitBias = Object.fromEntries(t.eos.map((e) => [e, -100]));
+  const before = await counters(server, t.id);
+  const one = await streamChat(client, t.id, t.prompt, TOKENS, { logitBias });
+  const t0 = performance.now();
+  const many = await Promise.all(Array.from({ length: STREAMS }, (_, i) => streamChat(client, t.id, `${t.prompt} (${i})`, TOKENS, { logitBias })));
+  const wall = performance.now() - t0;
+  // The counters reach /metrics a little after the last token.
+  await Bun.sleep(100);
+  const after = await counters(server, t.id);
+  const steps = Math.max(1, after.steps - before.steps);
+  return {
+    single: 1000 / tpot(one),
+    batched: (many.reduce((n, r) => n + r.tokens, 0) / wall) * 1000,
+    toDevice: (after.toDevice - before.toDevice) / steps,
+    toHost: (after.toHost - before.toHost) / steps,
+  };
+}
+
+const fmt = (n: number, digits = 0) => n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+const bytes = (n: number) => (n >= 10 * 1024 ? `${fmt(n / 1024)} KiB` : `${fmt(n)} B`);
+
+const rows: (string | number)[][] = [];
+const load: number[] = [];
+for (const t of await targets()) {
+  const models = mkdtempSync(join(tmpdir(), "sluice-bench-bindings-"));
+  symlinkSync(t.dir, join(models, "model"));
+  const servers = new Map<OrtBinding, ServerProcess>();
+  try {
+    for (const b of BINDINGS) servers.set(b, await startServerProcess(models, ["--ort-binding", b, "--speculate", "off"]));
+    const clients = new Map([...servers].map(([b, s]) => [b, new OpenAI({ apiKey: s.key, baseURL: `${s.url}/v1`, maxRetries: 0 })]));
+    // Untimed: the models' first requests, and the JIT's tiering of each server's per-token code.
+    for (const b of BINDINGS) await measure(servers.get(b)!, t, clients.get(b)!);
+    const samples = new Map<OrtBinding, Sample[]>(BINDINGS.map((b) => [b, []]));
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const b of rotated(BINDINGS, round)) {
+        load.push(loadavg()[0]!);
+        samples.get(b)!.push(await measure(servers.get(b)!, t, clients.get(b)!));
+      }
+      console.error(`${t.label}: round ${round + 1}/${ROUNDS}`);
+    }
+    const med = (b: OrtBinding, k: keyof Sample) => median(samples.get(b)!.map((s) => s[k]));
+    for (const b of BINDINGS) {
+      rows.push([
+        t.label,
+        b === "capi" ? "capi (C API)" : "node (JS binding)",
+        fmt(med(b, "single"), 1),
+        b === "capi" ? `${(med("capi", "single") / med("node", "single")).toFixed(2)}x` : "1.00x",
+        fmt(med(b, "batched"), 1),
+        b === "capi" ? `${(med("capi", "batched") / med("node", "batched")).toFixed(2)}x` : "1.00x",
+        bytes(med(b, "toDevice")),
+        bytes(med(b, "toHost")),
+      ]);
+    }
+  } finally {
+    for (const s of servers.values()) await s.stop();
+    rmSync(models, { recursive: true, force: true });
+  }
+}
+
+const header = ["model", "binding", "1 stream, tok/s", "vs node", `${STREAMS} streams, tok/s`, "vs node", "to device per step", "to host per step"];
+const body = `Written by \`bun bench/bindings.ts\` (${ROUNDS} rounds of ${TOKENS} tokens per stream, medians; ${new Date().toISOString().slice(0, 10)}; ${machine()}; load average during the runs ${fmt(median(load), 1)}).
+
+Two \`sluice serve\` processes on the same model directory, \`--ort-binding capi\` and \`--ort-binding node\`, \`--speculate off\`, greedy, the end of text banned. Each round runs one stream, then ${STREAMS} at once, on each server in turn (the order rotating). Bytes per decode step are the server's own counters (\`sluice_host_device_bytes_total\` over \`sluice_decode_steps_total\`) over both measurements: through the C API only the step's token ids, positions and lengths go to the KV cache's memory and the logits come back; the JS binding hands every run the pool its rows live in and takes back the logits and the step's new keys and values.
+
+${table(header, rows)}
+`;
+console.log(body);
+if (!values.quick) writeSection("The C API against the JS binding (bench/bindings.ts)", body);
