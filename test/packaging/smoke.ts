@@ -130,6 +130,10 @@ async function main(): Promise<void> {
     record("the banner's users create runs as printed", op.code === 0, (op.out + op.err).trim());
     const cacheNative = join(dir, ".cache", "sluice", "native");
     record("native libraries unpacked into the cache", existsSync(cacheNative), cacheNative);
+    // The default binding calls ONNX Runtime's C API on the unpacked libonnxruntime.so.1.
+    const doctor = run(dir, env, [exe, "doctor"]);
+    const capi = doctor.out.split("\n").find((l) => l.trim().startsWith("C API:")) ?? "";
+    record("doctor: the C API binding, on the unpacked ONNX Runtime", /C API: ONNX Runtime \d+\.\d+\.\d+ \(.*\.cache\/sluice\/native\/.*libonnxruntime\.so\.1\)/.test(capi), capi.trim() || doctor.err.trim());
 
     const created = run(dir, env, [exe, "keys", "create", "--account", "local", "--label", "smoke"]);
     const key = /sk-sluice-[A-Za-z0-9]+/.exec(created.out)?.[0] ?? "";
