@@ -5,17 +5,20 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { capacityClass, FusedKvBackend, SpareBuffers } from "../../../src/engine/batching/fused-kv.ts";
 import { HostKvMemory, type KvBuffer } from "../../../src/engine/runtime/kv-memory.ts";
+import { openDecoder } from "../../../src/engine/decoders.ts";
+import type { Decoder } from "../../../src/engine/runtime/decoder.ts";
 import { NodeDecoder } from "../../../src/engine/runtime/node-decoder.ts";
 import { buildSyntheticModel } from "../../../src/modelkit/index.ts";
 import { tempDir } from "../../helpers/paths.ts";
 
 const root = tempDir("sluice-pools-");
+const BINDINGS = ["node", "capi"] as const;
 afterAll(() => root.remove());
 
 const argmax = (l: Float32Array) => l.reduce((best, v, i) => (v > l[best]! ? i : best), 0);
 
 /** Each step's logits of one sequence decoded greedily alone on a fresh backend, after its prompt. */
-async function decodeAlone(decoder: NodeDecoder, prompt: number[], steps: number): Promise<Float32Array[]> {
+async function decodeAlone(decoder: Decoder, prompt: number[], steps: number): Promise<Float32Array[]> {
   const b = new FusedKvBackend(decoder, 1 << 26);
   const seq = b.open(256);
   let logits = await b.prefill(seq, prompt);
@@ -68,10 +71,10 @@ describe("spare pool buffers", () => {
   });
 });
 
-describe("a decoding batch crossing a class boundary", () => {
+describe.each(BINDINGS)("a decoding batch crossing a class boundary (%s binding)", (binding) => {
   test("moves up as one pool and decodes as each sequence alone", async () => {
-    const info = await buildSyntheticModel(join(root.path, "fused"), { preset: "tiny-qwen3", variant: "fused", seed: 5 });
-    const decoder = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const info = await buildSyntheticModel(join(root.path, `fused-${binding}`), { preset: "tiny-qwen3", variant: "fused", seed: 5 });
+    const decoder = await openDecoder(info.dir, { providers: ["cpu"], threads: 1, binding });
     try {
       const prompts = [60, 62, 63].map((n, r) => Array.from({ length: n }, (_, i) => 10 + ((i * 7 + r * 13) % 200)));
       const steps = 24; // from 61..64 positions to 84..87: across 64 and 80
@@ -82,11 +85,11 @@ describe("a decoding batch crossing a class boundary", () => {
       let logits = await Promise.all(prompts.map((p, r) => b.prefill(seqs[r]!, p)));
       const seen = new Set<number>();
       let runs = 0;
-      const run = decoder.run.bind(decoder);
-      decoder.run = ((...args: Parameters<typeof run>) => {
+      const run = decoder.runPool.bind(decoder);
+      decoder.runPool = (r) => {
         runs++;
-        return run(...args);
-      }) as typeof decoder.run;
+        return run(r);
+      };
       try {
         for (let s = 0; s < steps; s++) {
           runs = 0;
@@ -102,7 +105,7 @@ describe("a decoding batch crossing a class boundary", () => {
           });
         }
       } finally {
-        decoder.run = run;
+        decoder.runPool = run;
       }
       // It went through the classes 64 → 80 → 96 on the way.
       expect([...seen]).toEqual([64, 80, 96]);
@@ -112,12 +115,12 @@ describe("a decoding batch crossing a class boundary", () => {
   });
 });
 
-describe("rows given to sequences", () => {
+describe.each(BINDINGS)("rows given to sequences (%s binding)", (binding) => {
   test("hold zeros past their positions whatever the reused buffers held: NaN left in every spare buffer changes no logit", async () => {
     // Attention masks the positions past a row's length, but a masked position's zero weight times
     // NaN (or infinity) is NaN: a row must never read what an earlier sequence left there.
-    const info = await buildSyntheticModel(join(root.path, "poison"), { preset: "tiny-qwen3", variant: "fused", seed: 7 });
-    const decoder = await NodeDecoder.create(info.dir, { providers: ["cpu"], threads: 1 });
+    const info = await buildSyntheticModel(join(root.path, `poison-${binding}`), { preset: "tiny-qwen3", variant: "fused", seed: 7 });
+    const decoder = await openDecoder(info.dir, { providers: ["cpu"], threads: 1, binding });
     try {
       const prompts = [58, 61, 63, 20].map((n, r) => Array.from({ length: n }, (_, i) => 10 + ((i * 5 + r * 11) % 200)));
       const steps = 30;
