@@ -3,7 +3,7 @@
 import { existsSync, readFileSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { buildSyntheticModel, type SyntheticSpec } from "../../src/modelkit/index.ts";
-import { cacheDir } from "./paths.ts";
+import { BUN, cacheDir, REPO, STORIES_DIR } from "./paths.ts";
 
 const built = new Map<string, Promise<string>>();
 
@@ -42,4 +42,17 @@ export async function linkCachedModel(modelsDir: string, name: string, spec: Syn
   const dir = await syntheticModel(tinyModelsRoot(), name, spec);
   symlinkSync(dir, join(modelsDir, name));
   return dir;
+}
+
+/**
+ * stories260K imported into `dir/id` by the CLI, as an operator does (`models import llama2c`), in
+ * the graph variant asked for.
+ */
+export function importStories(dir: string, id: string, variant: "fused" | "standard"): void {
+  const r = Bun.spawnSync(
+    [BUN, join(REPO, "src/cli/main.ts"), "models", "import", "llama2c", join(STORIES_DIR, "stories260K.bin"), join(STORIES_DIR, "tok512.bin"),
+      "--id", id, "--out", join(dir, id), "--variant", variant],
+    { cwd: REPO },
+  );
+  if (r.exitCode !== 0) throw new Error(`import failed: ${r.stderr.toString()}`);
 }

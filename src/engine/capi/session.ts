@@ -1,29 +1,10 @@
 // Sessions, OrtValues and IoBindings of the C API (see ort-api.ts), as small owning objects: each
 // releases what it created exactly once.
 import { CString, ptr, read, toArrayBuffer } from "bun:ffi";
+import { ELEMENT_TYPES, elementType, type ElementType } from "../runtime/element-types.ts";
 import { cString, outArg, outEnum, outPtr, takeString, type OrtLibrary, type Ptr } from "./ort-api.ts";
 
-/** ONNX's element types by number (onnxruntime_c_api.h's ONNXTensorElementDataType). */
-export const ELEMENT_TYPES = [
-  "undefined",
-  "float32",
-  "uint8",
-  "int8",
-  "uint16",
-  "int16",
-  "int32",
-  "int64",
-  "string",
-  "bool",
-  "float16",
-  "float64",
-  "uint32",
-  "uint64",
-  "complex64",
-  "complex128",
-  "bfloat16",
-] as const;
-export type ElementType = (typeof ELEMENT_TYPES)[number];
+export type { ElementType };
 
 const ELEMENT_BYTES: Partial<Record<ElementType, number>> = {
   float32: 4,
@@ -49,7 +30,7 @@ export function elementBytes(type: ElementType): number {
 
 export interface ValueInfo {
   name: string;
-  /** Element type, or "non-tensor" for sequences and maps. */
+  /** Element type, or "non-tensor" for sequences and maps (and types no binding here reads). */
   type: ElementType | "non-tensor";
   /** Fixed sizes, and the names of symbolic ones. */
   shape: (number | string)[];
@@ -72,7 +53,8 @@ const OPTIMIZE_ALL = 99;
 function tensorInfo(lib: OrtLibrary, info: Ptr): { type: ElementType; shape: (number | string)[] } {
   const out = outArg();
   lib.check("GetTensorElementType", info, out);
-  const type = ELEMENT_TYPES[outEnum()] ?? "undefined";
+  const type = elementType(outEnum());
+  if (!type) throw new Error(`tensors of ONNX element type ${outEnum()} are not supported here`);
   lib.check("GetDimensionsCount", info, out);
   const n = Number(out[0]);
   const dims = new BigInt64Array(Math.max(1, n));

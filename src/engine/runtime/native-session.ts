@@ -12,38 +12,12 @@
 // off the hot path.
 import * as ort from "onnxruntime-node";
 import { binding, initOrt, type Binding } from "onnxruntime-node/dist/binding.js";
-
-/** ONNX's element types by number, as onnxruntime-node names them. */
-const DATA_TYPES: (ort.Tensor.Type | undefined)[] = [
-  undefined,
-  "float32",
-  "uint8",
-  "int8",
-  "uint16",
-  "int16",
-  "int32",
-  "int64",
-  "string",
-  "bool",
-  "float16",
-  "float64",
-  "uint32",
-  "uint64",
-  undefined,
-  undefined,
-  undefined,
-  undefined,
-  undefined,
-  undefined,
-  undefined,
-  "uint4",
-  "int4",
-];
+import { elementType } from "./element-types.ts";
 
 function metadata(raw: Binding.ValueMetadata[]): ort.InferenceSession.ValueMetadata[] {
   return raw.map((m): ort.InferenceSession.ValueMetadata => {
     if (!m.isTensor) return { name: m.name, isTensor: false };
-    const type = DATA_TYPES[m.type];
+    const type = elementType(m.type) as ort.Tensor.Type | null;
     if (!type) throw new Error(`unsupported data type ${m.type} of ${m.name}`);
     const shape = m.shape.map((d, i) => (d === -1 ? m.symbolicDimensions[i]! : d));
     return { name: m.name, isTensor: true, type, shape };

@@ -17,7 +17,6 @@ import {
   type StepInputs,
   type StepKvLayout,
   type StepMode,
-  type StepOutput,
 } from "./decoder.ts";
 import { LOGITS_START_INPUT } from "./last-logits.ts";
 import { NativeSession, type Fetches } from "./native-session.ts";

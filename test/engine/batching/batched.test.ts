@@ -2,10 +2,9 @@
 // among 15 concurrent requests of different lengths, cancelling one stream leaves the others
 // unchanged, a reused prefix gives the same text as a cold run, and a full queue is a 429.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { join } from "node:path";
 import OpenAI from "openai";
-import { syntheticModel } from "../../helpers/models.ts";
-import { BUN, hasStories, REPO, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
+import { importStories, syntheticModel } from "../../helpers/models.ts";
+import { hasStories, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
 import { startTestServer, type TestServer } from "../../helpers/server.ts";
 
 if (!hasStories) console.warn(`skipping stories260K batching tests: ${STORIES_DIR} is absent`);
@@ -15,17 +14,8 @@ const SYNTH_MODELS = ["synth-fused", "synth-standard"];
 /** onnxruntime-genai's CPU layout: one q/k/v MatMul feeding GroupQueryAttention as its query. */
 const PACKED_MODEL = "synth-packed";
 
-function importStories(dir: string, variant: string) {
-  const r = Bun.spawnSync(
-    [BUN, join(REPO, "src/cli/main.ts"), "models", "import", "llama2c", join(STORIES_DIR, "stories260K.bin"), join(STORIES_DIR, "tok512.bin"),
-      "--id", `stories-${variant}`, "--out", join(dir, `stories-${variant}`), "--variant", variant],
-    { cwd: REPO },
-  );
-  if (r.exitCode !== 0) throw new Error(`import failed: ${r.stderr.toString()}`);
-}
-
 async function buildModels(dir: string) {
-  if (hasStories) for (const v of ["fused", "standard"]) importStories(dir, v);
+  if (hasStories) for (const v of ["fused", "standard"] as const) importStories(dir, `stories-${v}`, v);
   for (const variant of ["fused", "standard"] as const) {
     await syntheticModel(dir, `synth-${variant}`, { preset: "tiny-qwen3", id: `synth-${variant}`, variant, seed: 7 });
   }

@@ -10,8 +10,8 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import type { OrtBinding } from "../../../src/engine/ort-binding.ts";
 import { unlimitedAccountKey } from "../../helpers/accounts.ts";
-import { syntheticModel } from "../../helpers/models.ts";
-import { BUN, hasStories, REPO, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
+import { importStories, syntheticModel } from "../../helpers/models.ts";
+import { hasStories, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
 import { startTestServer, type TestServer } from "../../helpers/server.ts";
 
 if (!hasStories) console.warn(`skipping the stories260K models of the binding comparison: ${STORIES_DIR} is absent`);
@@ -22,20 +22,11 @@ const MODELS = [...(hasStories ? ["stories-fused", "stories-standard"] : []), ..
 let models: ReturnType<typeof tempDir>;
 const servers = new Map<string, TestServer>();
 
-function importStories(dir: string, variant: string) {
-  const r = Bun.spawnSync(
-    [BUN, join(REPO, "src/cli/main.ts"), "models", "import", "llama2c", join(STORIES_DIR, "stories260K.bin"), join(STORIES_DIR, "tok512.bin"),
-      "--id", `stories-${variant}`, "--out", join(dir, `stories-${variant}`), "--variant", variant],
-    { cwd: REPO },
-  );
-  if (r.exitCode !== 0) throw new Error(`import failed: ${r.stderr.toString()}`);
-}
-
 const key = (binding: OrtBinding, speculate: "ngram" | "off") => `${binding}-${speculate}`;
 
 beforeAll(async () => {
   models = tempDir("sluice-bindings-");
-  if (hasStories) for (const v of ["fused", "standard"]) importStories(models.path, v);
+  if (hasStories) for (const v of ["fused", "standard"] as const) importStories(models.path, `stories-${v}`, v);
   await syntheticModel(models.path, "synth-fused", { preset: "tiny-bytes", id: "synth-fused", variant: "fused", seed: 11 });
   await syntheticModel(models.path, "synth-fp16", { preset: "tiny-bytes", id: "synth-fp16", variant: "fused", dtype: "float16", seed: 11 });
   await syntheticModel(models.path, "synth-standard", { preset: "tiny-bytes", id: "synth-standard", variant: "standard", seed: 11 });

@@ -3,10 +3,10 @@
 // context past 400: the C API binding moves a step's token id, position and lengths (a few bytes,
 // whatever the context), the JS binding the whole pool at every step.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { join } from "node:path";
 import OpenAI from "openai";
 import type { OrtBinding } from "../../../src/engine/ort-binding.ts";
-import { BUN, hasStories, REPO, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
+import { importStories } from "../../helpers/models.ts";
+import { hasStories, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
 import { startTestServer, type TestServer } from "../../helpers/server.ts";
 
 const MODEL = "stories-bytes";
@@ -21,12 +21,7 @@ const servers = new Map<OrtBinding, TestServer>();
 beforeAll(async () => {
   if (!hasStories) return;
   models = tempDir("sluice-bytes-");
-  const r = Bun.spawnSync(
-    [BUN, join(REPO, "src/cli/main.ts"), "models", "import", "llama2c", join(STORIES_DIR, "stories260K.bin"), join(STORIES_DIR, "tok512.bin"),
-      "--id", MODEL, "--out", join(models.path, MODEL), "--variant", "fused"],
-    { cwd: REPO },
-  );
-  if (r.exitCode !== 0) throw new Error(`import failed: ${r.stderr.toString()}`);
+  importStories(models.path, MODEL, "fused");
   for (const binding of ["capi", "node"] as const) servers.set(binding, await startTestServer({ modelsDir: models.path, engine: { binding, speculate: "off" } }));
 }, 120_000);
 
