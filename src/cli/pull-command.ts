@@ -15,7 +15,7 @@ const seconds = (ms: number) => (ms < 10_000 ? `${(ms / 1000).toFixed(1)} s` : `
 const rate = (bytes: number, ms: number) => (ms > 0 ? `${formatBytes(Math.round((bytes * 1000) / ms))}/s` : "");
 
 /** The device `--dtype auto` chooses for: the one serve would use. */
-async function deviceFor(flag: string): Promise<Device> {
+export async function deviceFor(flag: string): Promise<Device> {
   if (flag === "cuda" || flag === "cpu") return flag;
   const [{ configureNative }, { chooseProviders }] = await Promise.all([import("../packaging/native.ts"), import("../engine/providers.ts")]);
   configureNative({});
