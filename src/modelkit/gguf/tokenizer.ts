@@ -94,10 +94,12 @@ export function ggufTokenizerFiles(meta: GgufMetadata, contextLength: number): G
   const addEos = flag(meta, "tokenizer.ggml.add_eos_token", false);
 
   // Each text once in the vocabulary (the first id keeps it), as `tokenizers` needs.
-  const vocab: Record<string, number> = {};
+  // (A Map first: a plain object already "has" toString and the like.)
+  const ids = new Map<string, number>();
   tokens.forEach((t, i) => {
-    if (!(t in vocab)) vocab[t] = i;
+    if (!ids.has(t)) ids.set(t, i);
   });
+  const vocab = Object.fromEntries(ids);
   const added = tokens
     .map((content, id) => ({ id, content, type: types[id]! }))
     .filter((t) => t.type === CONTROL || t.type === UNKNOWN || t.type === USER_DEFINED)
