@@ -111,3 +111,50 @@ export function spmTokenizer(n: number): Record<string, GgufValue> {
     "tokenizer.ggml.unknown_token_id": 0,
   };
 }
+
+/** A file's metadata as the writer takes it, from @huggingface/gguf's typed metadata. */
+export async function ggufMetadataOf(path: string): Promise<Record<string, GgufValue>> {
+  const { gguf } = await import("@huggingface/gguf");
+  const { typedMetadata } = await gguf(path, { allowLocalFile: true, typedMetadata: true });
+  const out: Record<string, GgufValue> = {};
+  for (const [k, e] of Object.entries(typedMetadata)) {
+    if (k === "version" || k === "tensor_count" || k === "kv_count") continue;
+    const { value, type, subType } = e as { value: unknown; type: number; subType?: number };
+    if (type === 9) out[k] = subType === 8 ? (value as string[]) : subType === 6 ? { f32s: value as number[] } : { i32s: value as number[] };
+    else if (type === 6) out[k] = { f32: value as number };
+    else if (type === 5) out[k] = { i32: value as number };
+    else out[k] = value as string | number | boolean;
+  }
+  return out;
+}
+
+/**
+ * A GGUF file rewritten as llama.cpp's gguf-split lays a split model out: `NAME-0000i-of-0000n.gguf`,
+ * the first with the model's metadata, each with split.no / split.count / split.tensors.count and
+ * its share of the tensors; 2-D tensors whose rows are whole blocks stored as `type`.
+ */
+export async function writeSplitGguf(source: string, outPrefix: string, parts: number, type: number): Promise<string[]> {
+  const { GgufFile } = await import("../../src/modelkit/gguf/file.ts");
+  const meta = await ggufMetadataOf(source);
+  const f = await GgufFile.open(source);
+  try {
+    const tensors: GgufTensorSpec[] = [...f.tensors.values()].map((t) => {
+      const quantize = t.dims.length === 2 && t.dims[0]! % 32 === 0;
+      return quantize
+        ? { name: t.name, dims: t.dims, type, bytes: quantizeFloats(type, f.readFloat32(t)).bytes }
+        : { name: t.name, dims: t.dims, type: T.F32, bytes: quantizeFloats(T.F32, f.readFloat32(t)).bytes };
+    });
+    const per = Math.ceil(tensors.length / parts);
+    const paths: string[] = [];
+    for (let i = 0; i < parts; i++) {
+      const path = `${outPrefix}-${String(i + 1).padStart(5, "0")}-of-${String(parts).padStart(5, "0")}.gguf`;
+      const split = { "split.no": i, "split.count": parts, "split.tensors.count": tensors.length };
+      const own = i === 0 ? { ...meta, ...split } : { "general.architecture": meta["general.architecture"]!, ...split };
+      writeGguf(path, own, tensors.slice(i * per, (i + 1) * per));
+      paths.push(path);
+    }
+    return paths;
+  } finally {
+    f.close();
+  }
+}
