@@ -15,12 +15,18 @@ import { DATA_OPTION, DATABASE_OPTION, databaseOf } from "./commands.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
 import { deviceFor } from "./pull-command.ts";
 
-/** --context: a positive integer, or undefined when not given. */
-function contextOption(args: CommandArgs): number | undefined {
-  if (typeof args.values.context !== "string" || args.values.context === "") return undefined;
-  const n = Number(args.values.context);
-  if (!Number.isInteger(n) || n <= 0) throw new UsageError("--context must be a positive integer");
-  return n;
+/** An import command's --id (a canonical model id), --out, --dtype (one of `dtypes`) and --context. */
+function importTarget(args: CommandArgs, dtypes: readonly string[]): { id: string; out: string; dtype: string; contextLength: number | undefined } {
+  const id = requireString(args, "id");
+  if (!isCanonicalModelId(id)) throw new UsageError(`--id ${JSON.stringify(id)} is not a canonical model id (letters, digits, '.', '_', '-' in '/'-separated segments)`);
+  const dtype = String(args.values.dtype);
+  if (!dtypes.includes(dtype)) throw new UsageError(`--dtype must be one of ${dtypes.join(", ")}`);
+  let contextLength: number | undefined;
+  if (typeof args.values.context === "string" && args.values.context !== "") {
+    contextLength = Number(args.values.context);
+    if (!Number.isInteger(contextLength) || contextLength <= 0) throw new UsageError("--context must be a positive integer");
+  }
+  return { id, out: resolve(requireString(args, "out")), dtype, contextLength };
 }
 
 export const extraCommands: Command[] = [
@@ -69,13 +75,8 @@ export const extraCommands: Command[] = [
     async run(args) {
       const dir = positional(args, 0, "DIR");
       if (!existsSync(dir)) throw new UsageError(`no such directory: ${dir}`);
-      const id = requireString(args, "id");
-      if (!isCanonicalModelId(id)) throw new UsageError(`--id ${JSON.stringify(id)} is not a canonical model id (letters, digits, '.', '_', '-' in '/'-separated segments)`);
-      const dtype = String(args.values.dtype);
       const { HF_IMPORT_DTYPES, importHfCheckpoint } = await import("../modelkit/index.ts");
-      if (!(HF_IMPORT_DTYPES as readonly string[]).includes(dtype)) throw new UsageError(`--dtype must be one of ${HF_IMPORT_DTYPES.join(", ")}`);
-      const contextLength = contextOption(args);
-      const out = resolve(requireString(args, "out"));
+      const { id, out, dtype, contextLength } = importTarget(args, HF_IMPORT_DTYPES);
       await importHfCheckpoint({ dir, out, id, dtype: dtype as HfImportDType, contextLength, log: (line) => console.error(line) });
       console.log(`wrote ${out}`);
       return 0;
@@ -101,15 +102,10 @@ export const extraCommands: Command[] = [
     async run(args) {
       const file = positional(args, 0, "FILE");
       if (!existsSync(file)) throw new UsageError(`no such file: ${file}`);
-      const id = requireString(args, "id");
-      if (!isCanonicalModelId(id)) throw new UsageError(`--id ${JSON.stringify(id)} is not a canonical model id (letters, digits, '.', '_', '-' in '/'-separated segments)`);
-      const dtype = String(args.values.dtype);
       const { GGUF_IMPORT_DTYPES, importGguf } = await import("../modelkit/gguf/import.ts");
-      if (!(GGUF_IMPORT_DTYPES as readonly string[]).includes(dtype)) throw new UsageError(`--dtype must be one of ${GGUF_IMPORT_DTYPES.join(", ")}`);
+      const { id, out, dtype, contextLength } = importTarget(args, GGUF_IMPORT_DTYPES);
       const deviceFlag = String(args.values.device);
       if (!["auto", "cuda", "cpu"].includes(deviceFlag)) throw new UsageError("--device must be auto, cuda or cpu");
-      const contextLength = contextOption(args);
-      const out = resolve(requireString(args, "out"));
       const device = dtype === "auto" ? await deviceFor(deviceFlag) : "cpu";
       await importGguf({ file, out, id, dtype: dtype as GgufImportDType, device, contextLength, log: (line) => console.error(line) });
       console.log(`wrote ${out}`);

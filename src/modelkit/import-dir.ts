@@ -16,17 +16,13 @@ import type { LlamaWeightSource } from "./llama/weights.ts";
 import { genaiConfig, type SluiceGraphInfo, type SluiceJson, writeJson } from "./modeldir.ts";
 import { ExternalDataFile } from "./onnx/builder.ts";
 import { Q4_BLOCK } from "./quant/q4.ts";
+import { onnxFileName } from "../onnx-dtypes.ts";
 
 export const IMPORT_DTYPES = ["fp32", "fp16", "q4", "q4f16"] as const;
 export type ImportDType = (typeof IMPORT_DTYPES)[number];
 
 /** transformers.js's file name for each dtype (it loads `dtype: "q4"` from onnx/model_q4.onnx). */
-export const ONNX_FILES: Record<ImportDType, string> = {
-  fp32: "model.onnx",
-  fp16: "model_fp16.onnx",
-  q4: "model_q4.onnx",
-  q4f16: "model_q4f16.onnx",
-};
+export const ONNX_FILES = Object.fromEntries(IMPORT_DTYPES.map((d) => [d, onnxFileName("model", d)])) as Record<ImportDType, string>;
 
 export const DEFAULT_ACCURACY_LEVEL = 4;
 
@@ -61,6 +57,10 @@ export function describeWeights(dtype: ImportDType): string {
 }
 
 export interface ImportDirOptions {
+  /** What the source calls its architecture, for the log line. */
+  architecture: string;
+  /** What the operator should know, logged first. */
+  notes: string[];
   out: string;
   id: string;
   dtype: ImportDType;
@@ -93,6 +93,8 @@ export function writeImportedDir(o: ImportDirOptions): ImportedDir {
   const quantized = isQuantized(dtype);
   const activations = activationsOf(dtype);
   const staging = join(dirname(out), `.${basename(out)}.importing-${process.pid}`);
+  for (const n of o.notes) o.log(n);
+  o.log(`${o.architecture}: ${config.numLayers} layers, hidden ${config.hiddenSize}, ${config.numHeads}/${config.numKvHeads} heads of ${config.headDim}, vocab ${config.vocabSize}; writing ${dtype}`);
   try {
     rmSync(staging, { recursive: true, force: true });
     mkdirSync(join(staging, "onnx"), { recursive: true });

@@ -4,9 +4,10 @@
 // holds one tensor's bytes at most. A model split into `NAME-00001-of-0000N.gguf` files is opened
 // from any of them: each shard has its own header and tensors, the first the model's metadata.
 
-import { closeSync, existsSync, fstatSync, openSync, readSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, openSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { gguf, type MetadataValue, parseGgufShardFilename } from "@huggingface/gguf";
+import { readExactly } from "../hf/safetensors.ts";
 import { dequantize, ggmlBytes, ggmlType, type GgmlType } from "./ggml.ts";
 
 export interface GgufTensor {
@@ -35,15 +36,6 @@ export function ggufShardPaths(path: string): string[] {
     paths.push(p);
   }
   return paths;
-}
-
-function readExactly(fd: number, into: Uint8Array, position: number, what: string): void {
-  let at = 0;
-  while (at < into.length) {
-    const n = readSync(fd, into, at, into.length - at, position + at);
-    if (n === 0) throw new Error(`${what}: the file ends early`);
-    at += n;
-  }
 }
 
 export class GgufFile {

@@ -110,10 +110,10 @@ export async function importGguf(opts: ImportGgufOptions): Promise<ImportedGgufM
     const context = servedContext(g.contextLength, opts.contextLength, "file");
     const notes = [...g.notes, ...tok.notes];
     if (asked === "auto") notes.push(`--dtype auto: ${dtype} (the file's weights: ${summary(types)})`);
-    for (const n of notes) log(n);
-    log(`${g.architecture}: ${config.numLayers} layers, hidden ${config.hiddenSize}, ${config.numHeads}/${config.numKvHeads} heads of ${config.headDim}, vocab ${config.vocabSize}; writing ${dtype}`);
     const name = typeof file.metadata["general.name"] === "string" ? (file.metadata["general.name"] as string) : g.architecture;
     const written = writeImportedDir({
+      architecture: g.architecture,
+      notes,
       out,
       id: opts.id,
       dtype,

@@ -14,6 +14,7 @@
 // kept in decoded text), as llama.cpp treats them.
 
 import { BASE_CHAT_TEMPLATE } from "../llama2c/tokenizer.ts";
+import { bpeModelJson } from "../tokenizer/bytelevel.ts";
 import { sentencePieceBpeTokenizerJson, sentencePieceMerges } from "../tokenizer/sentencepiece.ts";
 import type { GgufMetadata } from "./file.ts";
 
@@ -148,18 +149,7 @@ export function ggufTokenizerFiles(meta: GgufMetadata, contextLength: number): G
               special_tokens: Object.fromEntries(ends.map((t) => [t.content, { id: t.content, ids: [t.id], tokens: [t.content] }])),
             },
       decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
-      model: {
-        type: "BPE",
-        dropout: null,
-        unk_token: null,
-        continuing_subword_prefix: null,
-        end_of_word_suffix: null,
-        fuse_unk: false,
-        byte_fallback: false,
-        ignore_merges: pre.ignoreMerges,
-        vocab,
-        merges,
-      },
+      model: bpeModelJson(vocab, merges, { ignoreMerges: pre.ignoreMerges }),
     };
   }
 

@@ -116,9 +116,9 @@ export async function importHfCheckpoint(opts: ImportHfOptions): Promise<Importe
   const notes = [...hf.notes];
   try {
     checkCheckpoint(config, ckpt);
-    for (const n of notes) log(n);
-    log(`${hf.architecture}: ${config.numLayers} layers, hidden ${config.hiddenSize}, ${config.numHeads}/${config.numKvHeads} heads of ${config.headDim}, vocab ${config.vocabSize}; writing ${dtype}`);
     const written = writeImportedDir({
+      architecture: hf.architecture,
+      notes,
       out,
       id: opts.id,
       dtype,

@@ -7,6 +7,8 @@
 // score. `tokenizers` applies merges by rank instead: ranking every two-piece split of every piece
 // by that piece's score gives the same result.
 
+import { bpeModelJson } from "./bytelevel.ts";
+
 /** SentencePiece's word-boundary mark, which stands for a space inside pieces. */
 export const SPIECE_UNDERLINE = "\u2581";
 
@@ -97,17 +99,6 @@ export function sentencePieceBpeTokenizerJson(
         ...(prefix ? [{ type: "Strip", content: " ", start: 1, stop: 0 }] : []),
       ],
     },
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: opts.unk === undefined ? "<unk>" : opts.unk,
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: true,
-      byte_fallback: true,
-      ignore_merges: false,
-      vocab,
-      merges,
-    },
+    model: bpeModelJson(vocab, merges, { unk: opts.unk === undefined ? "<unk>" : opts.unk, byteFallback: true }),
   };
 }
