@@ -111,7 +111,7 @@ export const pullCommand: Command = {
     "Fetch a model from the Hugging Face Hub into the models directory: an ONNX export (configs, tokenizer and one dtype's graphs), or weights it converts: a safetensors checkpoint, or one GGUF file (REPO:QUANT as llama-server -hf and Ollama's hf.co/ take it, e.g. Qwen/Qwen3-0.6B-GGUF:Q8_0, or --file; split files included; with neither, Q4_K_M). Resumable, SHA-256 verified, placed only when complete. HF_ENDPOINT chooses the Hub, HF_TOKEN (or huggingface-cli's token file) authenticates.",
   options: [
     { name: "revision", type: "string", help: "Branch, tag or commit", default: "main", env: "SLUICE_PULL_REVISION" },
-    { name: "file", type: "string", help: "A GGUF file of the repo to pull and import (the first part of a split one)", env: "SLUICE_PULL_FILE" },
+    { name: "file", type: "string", help: "A GGUF file of the repo to pull and import (any part of a split one brings them all)", env: "SLUICE_PULL_FILE" },
     {
       name: "dtype",
       type: "string",

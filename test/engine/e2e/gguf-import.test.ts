@@ -4,9 +4,9 @@
 // (five prompt tokens with BOS, as the README gives them) its continuation.
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { BUN, REPO, STORIES_DIR, storiesReferenceText } from "../../helpers/paths.ts";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { BUN, REPO, STORIES_DIR, storiesReferenceText, tempDir } from "../../helpers/paths.ts";
 import { serverFixture } from "../../helpers/server.ts";
-import { existsSync } from "node:fs";
 
 const GGUF = join(STORIES_DIR, "stories260K.gguf");
 const present = existsSync(GGUF);
@@ -43,5 +43,29 @@ describe.skipIf(!present)("stories260K.gguf imported with the CLI, served", () =
     let streamed = "";
     for await (const chunk of await fx.client.chat.completions.create({ ...req, stream: true })) streamed += chunk.choices[0]?.delta.content ?? "";
     expect(streamed).toBe(whole.choices[0]!.message.content!);
+  });
+});
+
+describe.skipIf(!present)("sluice models import gguf: refusals as an operator sees them", () => {
+  const cli = (args: string[]) => Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "models", "import", "gguf", ...args], { cwd: REPO });
+
+  test("bad arguments exit 2; a truncated file exits 1 in words, leaving nothing", () => {
+    const dir = tempDir("gguf-cli-");
+    try {
+      const badDtype = cli([GGUF, "--id", "a/b", "--out", join(dir.path, "x"), "--dtype", "q8"]);
+      expect(badDtype.exitCode).toBe(2);
+      expect(badDtype.stderr.toString()).toContain("--dtype must be one of fp32, fp16, q4, q4f16, auto");
+      const missing = cli([join(dir.path, "nope.gguf"), "--id", "a/b", "--out", join(dir.path, "x")]);
+      expect(missing.exitCode).toBe(2);
+      expect(missing.stderr.toString()).toContain("no such file");
+      const cut = join(dir.path, "cut.gguf");
+      writeFileSync(cut, readFileSync(GGUF).subarray(0, 600_000));
+      const r = cli([cut, "--id", "a/b", "--out", join(dir.path, "out")]);
+      expect(r.exitCode).toBe(1);
+      expect(r.stderr.toString()).toMatch(/cut\.gguf is truncated: tensor \S+ \(F32 \[[\d, ]+\]\) ends at byte \d+, but the file has 600000 bytes \(an incomplete download\?\)/);
+      expect(readdirSync(dir.path).sort()).toEqual(["cut.gguf"]);
+    } finally {
+      dir.remove();
+    }
   });
 });
