@@ -36,6 +36,8 @@ export interface GgufModelSpec {
   typeOf?: (name: string) => number;
   tokenizer: Record<string, GgufValue>;
   extra?: Record<string, GgufValue>;
+  /** Tensors beyond the weights (rope_freqs.weight). */
+  extraTensors?: GgufTensorSpec[];
 }
 
 /** Writes the file; returns the tensors' names and ggml dims, for tests that break them. */
@@ -72,6 +74,7 @@ export function writeGgufModel(path: string, s: GgufModelSpec): GgufTensorSpec[]
   });
   put("output_norm.weight", [H], s.weights.finalNorm);
   if (s.weights.lmHead) put("output.weight", [c.vocabSize, H], toRows(s.weights.lmHead, H, c.vocabSize));
+  tensors.push(...(s.extraTensors ?? []));
   const a = s.arch;
   writeGguf(
     path,

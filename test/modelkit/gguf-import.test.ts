@@ -94,6 +94,30 @@ describe("architectures: the file's tensors where the graph expects them", () =>
   }
 });
 
+test("llama with rope_freqs.weight (Llama 3.1's scaling as llama.cpp stores it): the frequencies divided by its factors", async () => {
+  const factors = Array.from({ length: 16 }, (_, i) => (i < 8 ? 1 : 1 + (i - 7) * 2));
+  const c = config("llama", { ropeFreqFactors: factors });
+  const w = randomWeights(c, 21);
+  const file = join(dir.path, "rope-freqs.gguf");
+  writeGgufModel(file, {
+    arch: "llama",
+    config: c,
+    weights: w,
+    tokenizer: spmTokenizer(c.vocabSize),
+    extraTensors: [{ name: "rope_freqs.weight", dims: [16], type: T.F32, bytes: new Uint8Array(Float32Array.from(factors).buffer) }],
+  });
+  const m = await importGguf({ file, out: join(dir.path, "rope-freqs"), id: "test/rope-freqs", dtype: "fp32" });
+  expect(m.config.ropeFreqFactors).toEqual(factors);
+  expect(m.notes.some((n) => n.startsWith("rope_freqs.weight"))).toBe(true);
+  // Long enough that the slow frequencies' rotation shows.
+  const ids = Array.from({ length: 64 }, (_, i) => 3 + ((i * 37) % 300));
+  const got = await logits(join(m.dir, m.onnxFile), c, ids);
+  const want = await logits(buildDecoderModel(c, w, { variant: "fused", dtype: "float32", rotaryCacheLength: 128 }).model, c, ids);
+  const plain = await logits(buildDecoderModel({ ...c, ropeFreqFactors: undefined }, w, { variant: "fused", dtype: "float32", rotaryCacheLength: 128 }).model, c, ids);
+  expect(maxDiff(got, want)).toBeLessThan(1e-4);
+  expect(maxDiff(got, plain)).toBeGreaterThan(1e-2);
+});
+
 describe("4-bit files", () => {
   const c = config("llama");
   const TYPES: Record<string, number> = { attn_q: T.Q4_K, attn_k: T.Q4_1, attn_v: T.Q4_0, attn_output: T.Q4_K, ffn_gate: T.Q4_0, ffn_up: T.Q4_1, ffn_down: T.Q4_K, token_embd: T.Q4_0 };

