@@ -12,8 +12,10 @@ import { configureNative } from "../packaging/native.ts";
 import { inspectPostgres, openPostgresStore } from "../store/index.ts";
 import { redactUrl } from "../store/postgres-db.ts";
 import { DATA_OPTION, DATABASE_OPTION, databaseOf } from "./commands.ts";
-import { positional, requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
-import { deviceFor } from "./pull-command.ts";
+import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
+import { AUTO_DEVICE_OPTION, deviceFor } from "./pull-command.ts";
+
+const IMPORT_OUT_OPTION: OptionSpec = { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)" };
 
 /** An import command's --id (a canonical model id), --out, --dtype (one of `dtypes`) and --context. */
 function importTarget(args: CommandArgs, dtypes: readonly string[]): { id: string; out: string; dtype: string; contextLength: number | undefined } {
@@ -63,7 +65,7 @@ export const extraCommands: Command[] = [
       `Import a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json; ${SUPPORTED_ARCHITECTURES.join(", ")}) as a model directory on the engine's fast path, with float32, float16 or 4-bit weights.`,
     options: [
       { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4" },
-      { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)" },
+      IMPORT_OUT_OPTION,
       {
         name: "dtype",
         type: "string",
@@ -89,14 +91,14 @@ export const extraCommands: Command[] = [
       `Import a GGUF file (llama.cpp's and Ollama's format; architectures ${Object.keys(GGUF_ARCHITECTURES).join(", ")}; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights; a split model from any of its parts) as a model directory on the engine's fast path, with its tokenizer and chat template.`,
     options: [
       { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4_k_m" },
-      { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)" },
+      IMPORT_OUT_OPTION,
       {
         name: "dtype",
         type: "string",
         help: "fp32, fp16, q4 (4-bit weights in blocks of 32, float32 activations), q4f16 (4-bit weights, float16 activations), or auto: the file's precision class (4- and 5-bit types: q4, q4f16 on CUDA; others: fp32, fp16 on CUDA)",
         default: "auto",
       },
-      { name: "device", type: "string", help: "The device --dtype auto chooses for: auto (what serve would use), cuda or cpu", default: "auto" },
+      AUTO_DEVICE_OPTION,
       { name: "context", type: "string", help: "Serve at most this many positions (default: the file's context_length)" },
     ],
     async run(args) {
@@ -104,9 +106,7 @@ export const extraCommands: Command[] = [
       if (!existsSync(file)) throw new UsageError(`no such file: ${file}`);
       const { GGUF_IMPORT_DTYPES, importGguf } = await import("../modelkit/gguf/import.ts");
       const { id, out, dtype, contextLength } = importTarget(args, GGUF_IMPORT_DTYPES);
-      const deviceFlag = String(args.values.device);
-      if (!["auto", "cuda", "cpu"].includes(deviceFlag)) throw new UsageError("--device must be auto, cuda or cpu");
-      const device = dtype === "auto" ? await deviceFor(deviceFlag) : "cpu";
+      const device = dtype === "auto" ? await deviceFor(String(args.values.device)) : "cpu";
       await importGguf({ file, out, id, dtype: dtype as GgufImportDType, device, contextLength, log: (line) => console.error(line) });
       console.log(`wrote ${out}`);
       return 0;

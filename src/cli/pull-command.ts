@@ -8,14 +8,18 @@ import { commandLine } from "../invocation.ts";
 import type { PullEvent } from "../modelkit/hub/pull.ts";
 import type { Device, DTypeChoice } from "../modelkit/hub/select.ts";
 import { ONNX_DTYPES } from "../onnx-dtypes.ts";
-import { positional, UsageError, type Command } from "./framework.ts";
+import { positional, UsageError, type Command, type OptionSpec } from "./framework.ts";
 
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
 const seconds = (ms: number) => (ms < 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 1000)} s`);
 const rate = (bytes: number, ms: number) => (ms > 0 ? `${formatBytes(Math.round((bytes * 1000) / ms))}/s` : "");
 
-/** The device `--dtype auto` chooses for: the one serve would use. */
+/** --device of the commands whose `--dtype auto` depends on the device (pull, import gguf). */
+export const AUTO_DEVICE_OPTION: OptionSpec = { name: "device", type: "string", help: "The device --dtype auto chooses for: auto (what serve would use), cuda or cpu", default: "auto" };
+
+/** The device `--dtype auto` chooses for: the one serve would use; a usage error for anything but auto, cuda or cpu. */
 export async function deviceFor(flag: string): Promise<Device> {
+  if (!["auto", "cuda", "cpu"].includes(flag)) throw new UsageError("--device must be auto, cuda or cpu");
   if (flag === "cuda" || flag === "cpu") return flag;
   const [{ configureNative }, { chooseProviders }] = await Promise.all([import("../packaging/native.ts"), import("../engine/providers.ts")]);
   configureNative({});
@@ -122,16 +126,14 @@ export const pullCommand: Command = {
     { name: "id", type: "string", help: "Model id to serve it as (default: the repo name, with -QUANT for a GGUF file)", env: "SLUICE_PULL_ID" },
     { name: "models", type: "string", help: "Models directory (the one serve reads)", default: "./models" },
     { name: "subfolder", type: "string", help: "Folder of the repo holding the model (onnxruntime-genai repos keep one per variant)", env: "SLUICE_PULL_SUBFOLDER" },
-    { name: "device", type: "string", help: "The device --dtype auto chooses for: auto (what serve would use), cuda or cpu", default: "auto" },
+    AUTO_DEVICE_OPTION,
     { name: "stall-seconds", type: "string", help: "Cut and resume a transfer that receives nothing for this long", default: "30", env: "SLUICE_PULL_STALL_SECONDS" },
   ],
   async run(args) {
     const repo = positional(args, 0, "REPO (a Hub model repository, e.g. onnx-community/Qwen3-0.6B-ONNX, or REPO:QUANT for a GGUF file)");
-    const device = String(args.values.device);
-    if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
     const stall = Number(args.values["stall-seconds"]);
     if (!Number.isFinite(stall) || stall <= 0) throw new UsageError("--stall-seconds must be a positive number");
-    const chosen = await deviceFor(device);
+    const chosen = await deviceFor(String(args.values.device));
     const [{ hubEndpoint, hubToken }, { PullError }, { pullModel }] = await Promise.all([
       import("../modelkit/hub/auth.ts"),
       import("../modelkit/hub/errors.ts"),
