@@ -3,6 +3,8 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { isCanonicalModelId } from "../engine/discovery.ts";
 // Only these light modules at load: the importers are loaded by the commands that run them.
+import { GGUF_ARCHITECTURES } from "../modelkit/gguf/config.ts";
+import type { GgufImportDType } from "../modelkit/gguf/import.ts";
 import { SUPPORTED_ARCHITECTURES } from "../modelkit/hf/config.ts";
 import type { HfImportDType } from "../modelkit/index.ts";
 import { doctorReport } from "../packaging/doctor.ts";
@@ -11,7 +13,24 @@ import { configureNative } from "../packaging/native.ts";
 import { inspectPostgres, openPostgresStore } from "../store/index.ts";
 import { redactUrl } from "../store/postgres-db.ts";
 import { DATA_OPTION, DATABASE_OPTION, databaseOf } from "./commands.ts";
-import { positional, requireString, UsageError, type Command } from "./framework.ts";
+import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
+import { AUTO_DEVICE_OPTION, deviceFor } from "./pull-command.ts";
+
+const IMPORT_OUT_OPTION: OptionSpec = { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)" };
+
+/** An import command's --id (a canonical model id), --out, --dtype (one of `dtypes`) and --context. */
+function importTarget(args: CommandArgs, dtypes: readonly string[]): { id: string; out: string; dtype: string; contextLength: number | undefined } {
+  const id = requireString(args, "id");
+  if (!isCanonicalModelId(id)) throw new UsageError(`--id ${JSON.stringify(id)} is not a canonical model id (letters, digits, '.', '_', '-' in '/'-separated segments)`);
+  const dtype = String(args.values.dtype);
+  if (!dtypes.includes(dtype)) throw new UsageError(`--dtype must be one of ${dtypes.join(", ")}`);
+  let contextLength: number | undefined;
+  if (typeof args.values.context === "string" && args.values.context !== "") {
+    contextLength = Number(args.values.context);
+    if (!Number.isInteger(contextLength) || contextLength <= 0) throw new UsageError("--context must be a positive integer");
+  }
+  return { id, out: resolve(requireString(args, "out")), dtype, contextLength };
+}
 
 export const extraCommands: Command[] = [
   {
@@ -47,7 +66,7 @@ export const extraCommands: Command[] = [
       `Import a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json; ${SUPPORTED_ARCHITECTURES.join(", ")}) as a model directory on the engine's fast path, with float32, float16 or 4-bit weights.`,
     options: [
       { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4" },
-      { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)" },
+      IMPORT_OUT_OPTION,
       {
         name: "dtype",
         type: "string",
@@ -59,18 +78,37 @@ export const extraCommands: Command[] = [
     async run(args) {
       const dir = positional(args, 0, "DIR");
       if (!existsSync(dir)) throw new UsageError(`no such directory: ${dir}`);
-      const id = requireString(args, "id");
-      if (!isCanonicalModelId(id)) throw new UsageError(`--id ${JSON.stringify(id)} is not a canonical model id (letters, digits, '.', '_', '-' in '/'-separated segments)`);
-      const dtype = String(args.values.dtype);
       const { HF_IMPORT_DTYPES, importHfCheckpoint } = await import("../modelkit/index.ts");
-      if (!(HF_IMPORT_DTYPES as readonly string[]).includes(dtype)) throw new UsageError(`--dtype must be one of ${HF_IMPORT_DTYPES.join(", ")}`);
-      let contextLength: number | undefined;
-      if (typeof args.values.context === "string" && args.values.context !== "") {
-        contextLength = Number(args.values.context);
-        if (!Number.isInteger(contextLength) || contextLength <= 0) throw new UsageError("--context must be a positive integer");
-      }
-      const out = resolve(requireString(args, "out"));
+      const { id, out, dtype, contextLength } = importTarget(args, HF_IMPORT_DTYPES);
       await importHfCheckpoint({ dir, out, id, dtype: dtype as HfImportDType, contextLength, log: (line) => console.error(line) });
+      console.log(`wrote ${out}`);
+      return 0;
+    },
+  },
+  {
+    path: ["models", "import", "gguf"],
+    usage: "FILE --id ID --out DIR [--dtype fp32|fp16|q4|q4f16|auto]",
+    summary:
+      `Import a GGUF file (llama.cpp's and Ollama's format; architectures ${Object.keys(GGUF_ARCHITECTURES).join(", ")}; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights; a split model from any of its parts) as a model directory on the engine's fast path, with its tokenizer and chat template.`,
+    options: [
+      { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4_k_m" },
+      IMPORT_OUT_OPTION,
+      {
+        name: "dtype",
+        type: "string",
+        help: "fp32, fp16, q4 (4-bit weights in blocks of 32, float32 activations), q4f16 (4-bit weights, float16 activations), or auto: the file's precision class (4- and 5-bit types: q4, q4f16 on CUDA; others: fp32, fp16 on CUDA)",
+        default: "auto",
+      },
+      AUTO_DEVICE_OPTION,
+      { name: "context", type: "string", help: "Serve at most this many positions (default: the file's context_length)" },
+    ],
+    async run(args) {
+      const file = positional(args, 0, "FILE");
+      if (!existsSync(file)) throw new UsageError(`no such file: ${file}`);
+      const { GGUF_IMPORT_DTYPES, importGguf } = await import("../modelkit/gguf/import.ts");
+      const { id, out, dtype, contextLength } = importTarget(args, GGUF_IMPORT_DTYPES);
+      const device = dtype === "auto" ? await deviceFor(String(args.values.device)) : "cpu";
+      await importGguf({ file, out, id, dtype: dtype as GgufImportDType, device, contextLength, log: (line) => console.error(line) });
       console.log(`wrote ${out}`);
       return 0;
     },

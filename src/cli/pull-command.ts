@@ -8,14 +8,18 @@ import { commandLine } from "../invocation.ts";
 import type { PullEvent } from "../modelkit/hub/pull.ts";
 import type { Device, DTypeChoice } from "../modelkit/hub/select.ts";
 import { ONNX_DTYPES } from "../onnx-dtypes.ts";
-import { positional, UsageError, type Command } from "./framework.ts";
+import { positional, UsageError, type Command, type OptionSpec } from "./framework.ts";
 
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
 const seconds = (ms: number) => (ms < 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 1000)} s`);
 const rate = (bytes: number, ms: number) => (ms > 0 ? `${formatBytes(Math.round((bytes * 1000) / ms))}/s` : "");
 
-/** The device `--dtype auto` chooses for: the one serve would use. */
-async function deviceFor(flag: string): Promise<Device> {
+/** --device of the commands whose `--dtype auto` depends on the device (pull, import gguf). */
+export const AUTO_DEVICE_OPTION: OptionSpec = { name: "device", type: "string", help: "The device --dtype auto chooses for: auto (what serve would use), cuda or cpu", default: "auto" };
+
+/** The device `--dtype auto` chooses for: the one serve would use; a usage error for anything but auto, cuda or cpu. */
+export async function deviceFor(flag: string): Promise<Device> {
+  if (!["auto", "cuda", "cpu"].includes(flag)) throw new UsageError("--device must be auto, cuda or cpu");
   if (flag === "cuda" || flag === "cpu") return flag;
   const [{ configureNative }, { chooseProviders }] = await Promise.all([import("../packaging/native.ts"), import("../engine/providers.ts")]);
   configureNative({});
@@ -106,25 +110,30 @@ function barReporter(Bars: typeof MultiBar, stream: NodeJS.WriteStream): Reporte
 
 export const pullCommand: Command = {
   path: ["models", "pull"],
-  usage: "REPO [--revision REV] [--dtype DTYPE] [--id ID] [--models DIR]",
+  usage: "REPO[:QUANT] [--file NAME.gguf] [--revision REV] [--dtype DTYPE] [--id ID] [--models DIR]",
   summary:
-    "Fetch an ONNX model from the Hugging Face Hub into the models directory: configs, tokenizer and one dtype's graphs; resumable, SHA-256 verified, placed only when complete. HF_ENDPOINT chooses the Hub, HF_TOKEN (or huggingface-cli's token file) authenticates.",
+    "Fetch a model from the Hugging Face Hub into the models directory: an ONNX export (configs, tokenizer and one dtype's graphs), or weights it converts: a safetensors checkpoint, or one GGUF file (REPO:QUANT as llama-server -hf and Ollama's hf.co/ take it, e.g. Qwen/Qwen3-0.6B-GGUF:Q8_0, or --file; split files included; with neither, Q4_K_M). Resumable, SHA-256 verified, placed only when complete. HF_ENDPOINT chooses the Hub, HF_TOKEN (or huggingface-cli's token file) authenticates.",
   options: [
     { name: "revision", type: "string", help: "Branch, tag or commit", default: "main", env: "SLUICE_PULL_REVISION" },
-    { name: "dtype", type: "string", help: `auto or one of ${ONNX_DTYPES.join(", ")} (transformers.js's file names: model_q4.onnx …); auto: CUDA fp16, else q4f16; CPU q4, else fp32`, default: "auto", env: "SLUICE_PULL_DTYPE" },
-    { name: "id", type: "string", help: "Model id to serve it as (default: the repo name)", env: "SLUICE_PULL_ID" },
+    { name: "file", type: "string", help: "A GGUF file of the repo to pull and import (any part of a split one brings them all)", env: "SLUICE_PULL_FILE" },
+    {
+      name: "dtype",
+      type: "string",
+      help: `auto or one of ${ONNX_DTYPES.join(", ")} (transformers.js's file names: model_q4.onnx …); auto: CUDA fp16, else q4f16; CPU q4, else fp32. A GGUF file converts to fp32, fp16, q4 or q4f16; auto keeps its precision class (4- and 5-bit types: q4)`,
+      default: "auto",
+      env: "SLUICE_PULL_DTYPE",
+    },
+    { name: "id", type: "string", help: "Model id to serve it as (default: the repo name, with -QUANT for a GGUF file)", env: "SLUICE_PULL_ID" },
     { name: "models", type: "string", help: "Models directory (the one serve reads)", default: "./models" },
     { name: "subfolder", type: "string", help: "Folder of the repo holding the model (onnxruntime-genai repos keep one per variant)", env: "SLUICE_PULL_SUBFOLDER" },
-    { name: "device", type: "string", help: "The device --dtype auto chooses for: auto (what serve would use), cuda or cpu", default: "auto" },
+    AUTO_DEVICE_OPTION,
     { name: "stall-seconds", type: "string", help: "Cut and resume a transfer that receives nothing for this long", default: "30", env: "SLUICE_PULL_STALL_SECONDS" },
   ],
   async run(args) {
-    const repo = positional(args, 0, "REPO (a Hub model repository, e.g. onnx-community/Qwen3-0.6B-ONNX)");
-    const device = String(args.values.device);
-    if (!["auto", "cuda", "cpu"].includes(device)) throw new UsageError("--device must be auto, cuda or cpu");
+    const repo = positional(args, 0, "REPO (a Hub model repository, e.g. onnx-community/Qwen3-0.6B-ONNX, or REPO:QUANT for a GGUF file)");
     const stall = Number(args.values["stall-seconds"]);
     if (!Number.isFinite(stall) || stall <= 0) throw new UsageError("--stall-seconds must be a positive number");
-    const chosen = await deviceFor(device);
+    const chosen = await deviceFor(String(args.values.device));
     const [{ hubEndpoint, hubToken }, { PullError }, { pullModel }] = await Promise.all([
       import("../modelkit/hub/auth.ts"),
       import("../modelkit/hub/errors.ts"),
@@ -147,6 +156,7 @@ export const pullCommand: Command = {
         revision: String(args.values.revision),
         dtype: String(args.values.dtype) as DTypeChoice,
         id: str(args.values.id),
+        file: str(args.values.file),
         modelsDir: String(args.values.models),
         subfolder: str(args.values.subfolder),
         endpoint,

@@ -23,3 +23,5 @@ export type { ImportHfOptions, ImportedHfModel, HfImportDType } from "./hf/impor
 export { writeHfCheckpoint } from "./hf/export.ts";
 export type { HfCheckpointSpec } from "./hf/export.ts";
 export { SUPPORTED_ARCHITECTURES } from "./hf/config.ts";
+export { importGguf, GGUF_IMPORT_DTYPES } from "./gguf/import.ts";
+export type { ImportGgufOptions, ImportedGgufModel, GgufImportDType } from "./gguf/import.ts";

@@ -11,7 +11,7 @@ import { openSqliteStore } from "../../src/store/index.ts";
 import { hasStories, REPO, STORIES_DIR, tempDir } from "../helpers/paths.ts";
 import { writeStoriesHfCheckpoint } from "../modelkit/hf-fixtures.ts";
 import { bannerCommands, hintIn, markdownCommands, readBanner, runPrinted, type Ran } from "../helpers/printed-commands.ts";
-import { buildHubRepos, STORIES_REPO, type HubFixtures } from "../helpers/hub-repos.ts";
+import { buildHubRepos, GGUF_REPO, STORIES_REPO, type HubFixtures } from "../helpers/hub-repos.ts";
 import { startHubServer, type HubServer } from "../helpers/hub-server.ts";
 
 const PASSWORD = "a long enough password\n";
@@ -20,6 +20,9 @@ const HF_DIR = "Qwen3-0.6B";
 const HF_EXAMPLE_ID = "qwen/qwen3-0.6b-q4";
 /** The README's models pull example, answered by a local Hub with stories260K standing in. */
 const PULL_EXAMPLE_REPO = "onnx-community/Qwen3-0.6B-ONNX";
+/** The README's GGUF pull example, answered by the local Hub's *-GGUF repository under that name. */
+const GGUF_EXAMPLE_REPO = "Qwen/Qwen3-0.6B-GGUF";
+const GGUF_EXAMPLE = `${GGUF_EXAMPLE_REPO}:Q8_0`;
 if (!hasStories) console.log(`printed commands: the README's model imports are skipped: ${STORIES_DIR} is absent`);
 
 let dir: ReturnType<typeof tempDir>;
@@ -31,12 +34,16 @@ beforeAll(async () => {
   dir = tempDir("sluice-first-run-");
   symlinkSync(join(REPO, "sluice"), join(dir.path, "sluice"));
   if (hasStories) {
-    for (const f of ["stories260K.bin", "tok512.bin"]) symlinkSync(join(STORIES_DIR, f), join(dir.path, f));
+    for (const f of ["stories260K.bin", "tok512.bin", "stories260K.gguf"]) symlinkSync(join(STORIES_DIR, f), join(dir.path, f));
     // The README's Hugging Face example names ./Qwen3-0.6B: stories260K written as an HF checkpoint stands in.
     writeStoriesHfCheckpoint(STORIES_DIR, join(dir.path, HF_DIR));
     hubFixtures = await buildHubRepos();
     const stories = hubFixtures.repos.find((r) => r.id === STORIES_REPO)!;
-    hub = startHubServer([{ ...stories, id: PULL_EXAMPLE_REPO }]);
+    const gguf = hubFixtures.repos.find((r) => r.id === GGUF_REPO)!;
+    hub = startHubServer([
+      { ...stories, id: PULL_EXAMPLE_REPO },
+      { ...gguf, id: GGUF_EXAMPLE_REPO },
+    ]);
   }
   mkdirSync(join(dir.path, "home"));
   // Port 0: the README's 8080 may be taken on a shared machine; the banner says which port it got.
@@ -170,6 +177,8 @@ async function walkReadme(server: Serving) {
     line = line
       .replace(/\bEMAIL\b/g, lastUser)
       .replace(/\bDIR --id MODEL --out models\/MODEL/, `./${HF_DIR} --id ${STORIES_ID}-hf --out models/${STORIES_ID}-hf`)
+      .replace(/\bFILE --id MODEL --out models\/MODEL/, `stories260K.gguf --id ${STORIES_ID}-gguf-table --out models/${STORIES_ID}-gguf-table`)
+      .replace(/\bREPO:QUANT\b/g, GGUF_EXAMPLE)
       .replace(/--id MODEL --out models\/MODEL/, `--id ${STORIES_ID} --out models/${STORIES_ID}`)
       .replace(/\bREPO\b/g, PULL_EXAMPLE_REPO)
       // Loading acts on a model the running server serves: once a model is imported, the demo is not.
@@ -181,7 +190,7 @@ async function walkReadme(server: Serving) {
       .replace(/\bN\b/g, "60")
       .replace("CHECKPOINT TOKENIZER", "stories260K.bin tok512.bin");
     if (line.includes("KEY_ID")) line = line.replace("KEY_ID", await keyId());
-    expect(line).not.toMatch(/\b(NAME|MODEL|KEY_ID|EMAIL|LABEL|USD|PID|CHECKPOINT|TOKENIZER|DIR|REPO)\b|…/);
+    expect(line).not.toMatch(/\b(NAME|MODEL|KEY_ID|EMAIL|LABEL|USD|PID|CHECKPOINT|TOKENIZER|DIR|REPO|FILE|QUANT)\b|…/);
     // A pull asks the local Hub (HF_ENDPOINT), as an operator's asks huggingface.co.
     const r = line.includes("models pull")
       ? ok(line, await runPrinted(line, dir.path, { ...env, HF_ENDPOINT: hub!.url }))
@@ -208,6 +217,8 @@ async function walkReadme(server: Serving) {
   }
   expect(ran.some((l) => l.startsWith("curl "))).toBe(true);
   if (hasStories) {
-    for (const id of [STORIES_ID, `${STORIES_ID}-hf`, HF_EXAMPLE_ID, PULL_EXAMPLE_REPO]) expect(existsSync(join(dir.path, "models", id, "sluice.json"))).toBe(true);
+    for (const id of [STORIES_ID, `${STORIES_ID}-hf`, HF_EXAMPLE_ID, PULL_EXAMPLE_REPO, `${STORIES_ID}-gguf`, `${STORIES_ID}-gguf-table`, `${GGUF_EXAMPLE_REPO}-Q8_0`]) {
+      expect(existsSync(join(dir.path, "models", id, "sluice.json"))).toBe(true);
+    }
   }
 }

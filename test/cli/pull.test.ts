@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { stagingDir } from "../../src/modelkit/hub/place.ts";
-import { buildHubRepos, GATED_REPO, STORIES_REPO, type HubFixtures } from "../helpers/hub-repos.ts";
+import { buildHubRepos, GATED_REPO, GGUF_REPO, STORIES_REPO, type HubFixtures } from "../helpers/hub-repos.ts";
 import { HUB_TOKEN, startHubServer, type HubServer } from "../helpers/hub-server.ts";
 import { BUN, hasStories, REPO, STORIES_DIR, tempDir } from "../helpers/paths.ts";
 import { spawnServe } from "../helpers/serve-process.ts";
@@ -76,6 +76,21 @@ describe.skipIf(!hasStories)("sluice models pull", () => {
     const bad = await runPull([STORIES_REPO, "--dtype", "int3", "--models", models]);
     expect(bad.code).toBe(2);
     expect(bad.err).toContain("--dtype must be auto or one of fp32, fp16, q8, int8, uint8, q4, q4f16, bnb4");
+  });
+
+  test("REPO:QUANT: one GGUF file, fetched, verified and converted, with the line that says so", async () => {
+    const models = join(dir.path, "gguf");
+    const r = await runPull([`${GGUF_REPO}:F32`, "--models", models]);
+    expect(r.err).toBe("");
+    expect(r.code).toBe(0);
+    const lines = r.out.trim().split("\n");
+    expect(lines[0]).toBe(`pulling ${GGUF_REPO} at main (commit ${hub.commitOf(GGUF_REPO).slice(0, 12)}) as ${GGUF_REPO}-F32: GGUF F32 (asked for; the repo has F32, Q8_0)`);
+    expect(lines).toContainEqual(expect.stringMatching(/^ {2}fetched {2}stories260K-F32\.gguf: 1\.\d+ MiB in .*, verified$/));
+    expect(lines).toContain("converting the GGUF file stories260K-F32.gguf to ONNX (dtype auto: the file's precision class)");
+    expect(existsSync(join(models, `${GGUF_REPO}-F32`, "onnx/model.onnx"))).toBe(true);
+    const refused = await runPull([`${GGUF_REPO}:Q4_K_M`, "--models", models]);
+    expect(refused.code).toBe(2);
+    expect(refused.err).toContain("the repository has no Q4_K_M GGUF file; it has: F32, Q8_0");
   });
 
   test("on a terminal: a progress bar with bytes, rate and ETA", async () => {

@@ -9,6 +9,8 @@ import { randomWeights } from "../../src/modelkit/llama/random.ts";
 import type { HubFileSpec, HubRepoSpec } from "./hub-server.ts";
 import { STORIES_DIR, tempDir } from "./paths.ts";
 import { writeStoriesHfCheckpoint } from "../modelkit/hf-fixtures.ts";
+import { writeSplitGguf } from "../modelkit/gguf-fixtures.ts";
+import { T } from "./gguf-writer.ts";
 
 export const STORIES_REPO = "onnx-community/stories260k-ONNX";
 export const GATED_REPO = "sluice-test/stories260k-gated";
@@ -21,6 +23,14 @@ export const SAFETENSORS_REPO = "sluice-test/stories260k-safetensors";
 /** A safetensors file that is no checkpoint the importer takes. */
 export const BROKEN_SAFETENSORS_REPO = "sluice-test/broken-safetensors";
 export const EMPTY_REPO = "sluice-test/readme-only";
+/**
+ * GGUF files as the Hub's *-GGUF repositories hold them: stories260K.gguf (llama.cpp's own) as
+ * its F32 file, a Q8_0 copy split in two files in a folder of its own, and a vision projector
+ * that is never the model.
+ */
+export const GGUF_REPO = "sluice-test/stories260k-GGUF";
+export const GGUF_F32 = "stories260K-F32.gguf";
+export const GGUF_Q8_SHARDS = ["Q8_0/stories260K-Q8_0-00001-of-00002.gguf", "Q8_0/stories260K-Q8_0-00002-of-00002.gguf"];
 
 /** What every Hub repository has and a pull must leave alone. */
 const REPO_EXTRAS: HubFileSpec[] = [
@@ -107,6 +117,13 @@ export async function buildHubRepos(): Promise<HubFixtures> {
   copyFileSync(join(fp32, "tokenizer.json"), join(safetensors, "tokenizer.json"));
   copyFileSync(join(fp32, "tokenizer_config.json"), join(safetensors, "tokenizer_config.json"));
 
+  const split = await writeSplitGguf(join(STORIES_DIR, "stories260K.gguf"), join(tmp.path, "stories260K-Q8_0"), 2, T.Q8_0);
+  const ggufFiles: HubFileSpec[] = [
+    { path: GGUF_F32, source: join(STORIES_DIR, "stories260K.gguf") },
+    ...split.map((p, i) => ({ path: GGUF_Q8_SHARDS[i]!, source: p })),
+    { path: "mmproj-stories260K-F16.gguf", source: new TextEncoder().encode("not a model") },
+  ];
+
   const repos: HubRepoSpec[] = [
     { id: STORIES_REPO, files: [...REPO_EXTRAS, ...configs, ...dtypeFiles], refs: ["main", "v1"] },
     { id: GATED_REPO, files: [...REPO_EXTRAS, ...configs, ...filesOf(fp32, (r) => (r.startsWith("onnx/") ? r : null))], gated: true },
@@ -119,6 +136,7 @@ export async function buildHubRepos(): Promise<HubFixtures> {
     { id: SAFETENSORS_REPO, files: [...REPO_EXTRAS, ...filesOf(hfCheckpoint)] },
     { id: BROKEN_SAFETENSORS_REPO, files: [...REPO_EXTRAS, ...filesOf(safetensors)] },
     { id: EMPTY_REPO, files: REPO_EXTRAS },
+    { id: GGUF_REPO, files: [...REPO_EXTRAS, ...ggufFiles] },
   ];
   return { repos, remove: () => rmSync(tmp.path, { recursive: true, force: true }) };
 }

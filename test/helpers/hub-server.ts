@@ -80,7 +80,7 @@ export interface HubFaults {
 
 export const HUB_TOKEN = "hf_localtesttoken0123456789";
 const PAGE = 50;
-const LFS_RE = /\.(onnx|onnx_data|data|safetensors|bin)$|\.onnx_data_\d+$/;
+const LFS_RE = /\.(onnx|onnx_data|data|safetensors|bin|gguf)$|\.onnx_data_\d+$/;
 
 const gitOid = (b: Uint8Array) => createHash("sha1").update(`blob ${b.byteLength}\0`).update(b).digest("hex");
 const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");

@@ -279,7 +279,7 @@ describe.skipIf(!hasStories)("models pull", () => {
       [STORIES_REPO, { revision: "no-such-branch", id: "x/rev" }, "not_found", /has no revision "no-such-branch"/],
       [STORIES_REPO, { endpoint: "http://127.0.0.1:9", id: "x/net" }, "network", /cannot reach the Hub at http:\/\/127\.0\.0\.1:9 .*HF_ENDPOINT/],
       [BROKEN_SAFETENSORS_REPO, {}, "no_model", /holds a safetensors checkpoint that cannot be converted: /],
-      [EMPTY_REPO, {}, "no_model", /neither ONNX files nor safetensors weights/],
+      [EMPTY_REPO, {}, "no_model", /neither ONNX files, safetensors weights nor GGUF files/],
       [STORIES_REPO, { dtype: "q4f16", id: "x/dtype" }, "usage", /no q4f16 export .* it has: fp32, fp16, q8, q4/],
     ];
     for (const [repo, o, kind, text] of cases) {

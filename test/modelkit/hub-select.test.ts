@@ -7,7 +7,9 @@ import { join } from "node:path";
 import { locateModelFiles, modelDType } from "../../src/engine/runtime/decoder-spec.ts";
 import { hubEndpoint, hubToken, hubTokenPath } from "../../src/modelkit/hub/auth.ts";
 import { PullError } from "../../src/modelkit/hub/errors.ts";
-import { selectGenai, selectTransformersJs } from "../../src/modelkit/hub/select.ts";
+import { parseGGUFQuantLabel } from "@huggingface/gguf";
+import { defaultPullId, splitRepoSpec, validatePullOptions } from "../../src/modelkit/hub/pull.ts";
+import { selectGenai, selectGguf, selectTransformersJs } from "../../src/modelkit/hub/select.ts";
 import { DTYPE_SUFFIX, isExternalDataOf } from "../../src/onnx-dtypes.ts";
 import { tempDir } from "../helpers/paths.ts";
 
@@ -149,5 +151,48 @@ describe("the engine loads the dtype the card names", () => {
     } finally {
       d.remove();
     }
+  });
+});
+
+describe("GGUF: which file REPO:QUANT and --file take", () => {
+  // As unsloth's and bartowski's *-GGUF repositories hold them.
+  const GGUF_REPO = [
+    ".gitattributes",
+    "README.md",
+    "Qwen3-8B-Q4_K_M.gguf",
+    "Qwen3-8B-Q8_0.gguf",
+    "Qwen3-8B-UD-Q4_K_XL.gguf",
+    "Qwen3-8B-IQ4_XS.gguf",
+    "mmproj-F16.gguf",
+    "BF16/Qwen3-8B-BF16-00001-of-00002.gguf",
+    "BF16/Qwen3-8B-BF16-00002-of-00002.gguf",
+  ];
+  const pick = (want: { quant?: string; file?: string }, files = GGUF_REPO) => selectGguf({ files }, want, parseGGUFQuantLabel);
+
+  test("a quantisation by its label, any case; Q4_K_M by default; a split model whole; projectors never", () => {
+    expect(pick({ quant: "q8_0" }).files).toEqual(["Qwen3-8B-Q8_0.gguf"]);
+    expect(pick({ quant: "UD-Q4_K_XL" }).files).toEqual(["Qwen3-8B-UD-Q4_K_XL.gguf"]);
+    expect(pick({})).toMatchObject({ files: ["Qwen3-8B-Q4_K_M.gguf"], quant: "Q4_K_M", note: "GGUF Q4_K_M (the default, as llama.cpp and Ollama choose; the repo has BF16, IQ4_XS, Q4_K_M, Q8_0, UD-Q4_K_XL)" });
+    expect(pick({ quant: "BF16" }).files).toEqual(["BF16/Qwen3-8B-BF16-00001-of-00002.gguf", "BF16/Qwen3-8B-BF16-00002-of-00002.gguf"]);
+    expect(pick({ file: "BF16/Qwen3-8B-BF16-00002-of-00002.gguf" }).files).toEqual(["BF16/Qwen3-8B-BF16-00001-of-00002.gguf", "BF16/Qwen3-8B-BF16-00002-of-00002.gguf"]);
+    expect(pick({}, ["README.md", "model-Q5_K_M.gguf", "mmproj-model-f16.gguf"]).files).toEqual(["model-Q5_K_M.gguf"]);
+  });
+
+  test("refusals in words", () => {
+    rejects(() => pick({ quant: "Q2_K" }), "usage", /^the repository has no Q2_K GGUF file; it has: BF16, IQ4_XS, Q4_K_M, Q8_0, UD-Q4_K_XL$/);
+    rejects(() => pick({}, ["a-Q8_0.gguf", "a-F16.gguf"]), "usage", /several GGUF models; choose one with REPO:QUANT or --file \(it has: F16, Q8_0\)/);
+    rejects(() => pick({ quant: "Q8_0" }, ["a-Q8_0-00001-of-00003.gguf", "a-Q8_0-00003-of-00003.gguf"]), "no_model", /split in 3 files, and the repository lacks a-Q8_0-00002-of-00003\.gguf/);
+    rejects(() => pick({}, ["README.md", "mmproj-F16.gguf"]), "no_model", /no GGUF model file/);
+    rejects(() => pick({ quant: "Q4_0" }, ["a-Q4_0.gguf", "b/a-Q4_0.gguf"]), "usage", /several Q4_0 GGUF files; choose one with --file: a-Q4_0\.gguf, b\/a-Q4_0\.gguf/);
+  });
+
+  test("REPO:QUANT, the id it is served as, and what is refused before any request", () => {
+    expect(splitRepoSpec("unsloth/Qwen3-8B-GGUF:Q4_K_M")).toEqual({ repo: "unsloth/Qwen3-8B-GGUF", quant: "Q4_K_M" });
+    expect(defaultPullId("unsloth/Qwen3-8B-GGUF:Q4_K_M")).toBe("unsloth/Qwen3-8B-GGUF-Q4_K_M");
+    expect(defaultPullId("unsloth/Qwen3-8B-GGUF", "BF16/Qwen3-8B-BF16-00001-of-00002.gguf")).toBe("unsloth/Qwen3-8B-GGUF-BF16");
+    expect(defaultPullId("onnx-community/Qwen3-0.6B-ONNX")).toBe("onnx-community/Qwen3-0.6B-ONNX");
+    rejects(() => validatePullOptions({ repo: "a/b:Q4 K" }), "usage", /not a GGUF quantisation/);
+    rejects(() => validatePullOptions({ repo: "a/b", file: "../x.gguf" }), "usage", /--file must be a \.gguf file of the repository/);
+    rejects(() => validatePullOptions({ repo: "a/b:Q8_0", file: "x.gguf" }), "usage", /give REPO:QUANT or --file, not both/);
   });
 });

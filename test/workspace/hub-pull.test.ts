@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { BrowserContext } from "playwright-core";
-import { GATED_REPO, GENAI_REPO, STORIES_REPO } from "../helpers/hub-repos.ts";
+import { GATED_REPO, GENAI_REPO, GGUF_REPO, STORIES_REPO } from "../helpers/hub-repos.ts";
 import { hasStories, REPO, STORIES_DIR } from "../helpers/paths.ts";
 import { hubFixture } from "../helpers/hub-fixture.ts";
 import { makeAccount, PASSWORD, WorkspaceClient } from "./helpers.ts";
@@ -71,6 +71,20 @@ describe.skipIf(!hasStories)("admin: add a model from the Hub, over HTTP", () =>
     // The page lists it, its bar full.
     const after = await (await c.get("/workspace/admin")).text();
     expect(after).toContain(`data-job="${job.id}" data-state="done"`);
+  });
+
+  test("REPO:QUANT: one GGUF file of a repository, imported and served as REPO-QUANT", async () => {
+    const c = await operator("hub-ops-gguf");
+    const page = await (await c.get("/workspace/admin")).text();
+    expect(page).toContain("<code>REPO:QUANT</code>");
+    const posted = await c.form("/workspace/admin/hub-pull", { repo: `${GGUF_REPO}:F32`, revision: "main", dtype: "auto" });
+    expect(posted.status).toBe(303);
+    const list = (await (await c.get("/workspace/api/hub-pulls")).json()) as { data: (PullJson & { repo: string })[] };
+    const started = list.data.find((j) => j.repo === `${GGUF_REPO}:F32`)!;
+    const job = await finished(c, started.id);
+    expect(job).toMatchObject({ state: "done", error: null, message: `${GGUF_REPO}:F32 is served as ${GGUF_REPO}-F32` });
+    expect(await served()).toContain(`${GGUF_REPO}-F32`);
+    expect(existsSync(join(fx.models, `${GGUF_REPO}-F32`, "onnx", "model.onnx"))).toBe(true);
   });
 
   test("a bad request is refused in words; a gated repo fails naming HF_TOKEN", async () => {

@@ -46,7 +46,8 @@ const READ_CHUNK = 1 << 20;
 /** Headers above this are refused: a corrupt length would otherwise be read as a huge allocation. */
 const MAX_HEADER_BYTES = 100 * 2 ** 20;
 
-function readExactly(fd: number, into: Uint8Array, position: number, what: string): void {
+/** Fills `into` from `position` of the file, or throws naming `what` when the file ends first. */
+export function readExactly(fd: number, into: Uint8Array, position: number, what: string): void {
   let at = 0;
   while (at < into.length) {
     const n = readSync(fd, into, at, into.length - at, position + at);

@@ -3,7 +3,7 @@
 // synchronise its catalog, so the model is served without a restart.
 import type { HubToken } from "./auth.ts";
 import { PullError } from "./errors.ts";
-import { pullModel, validatePullOptions } from "./pull.ts";
+import { defaultPullId, pullModel, validatePullOptions } from "./pull.ts";
 import type { Device, DTypeChoice } from "./select.ts";
 
 export type PullJobState = "running" | "done" | "failed";
@@ -49,7 +49,7 @@ export class PullJobs {
     const repo = req.repo.trim();
     const revision = req.revision?.trim() || "main";
     const dtype = (req.dtype?.trim() || "auto") as DTypeChoice;
-    const modelId = req.id?.trim() || repo;
+    const modelId = req.id?.trim() || defaultPullId(repo);
     validatePullOptions({ repo, dtype, id: modelId });
     for (const j of this.jobs.values()) {
       if (j.state === "running" && j.modelId === modelId) throw new PullError("busy", `${modelId} is already being pulled`);

@@ -12,11 +12,16 @@ import { formatBytes } from "../../format-bytes.ts";
 import { hubFailure, PullError } from "./errors.ts";
 import { filesBelow, linkOrCopy, lockPull, placeModel, STAGING_FOLDER, stagingDir, stagingKey, targetDir } from "./place.ts";
 import { safetensorsImporter } from "./safetensors-hook.ts";
-import { hasOnnx, hasSafetensors, safetensorsFiles, selectGenai, selectTransformersJs, type Device, type DTypeChoice, type Selection } from "./select.ts";
+import { parseGGUFQuantLabel } from "@huggingface/gguf";
+import { ggufImporter } from "./gguf-hook.ts";
+import { ggufQuantOf, hasGguf, hasOnnx, hasSafetensors, safetensorsFiles, selectGenai, selectGguf, selectTransformersJs, type Device, type DTypeChoice, type Selection } from "./select.ts";
 import { defaultBackoff, fileMatches, resumableBytes, transferFile } from "./transfer.ts";
 
 export interface PullOptions {
+  /** owner/name, or owner/name:QUANT for one GGUF file of a repository (as llama-server -hf takes it). */
   repo: string;
+  /** A GGUF file of the repository to pull (and import), e.g. model-Q4_K_M.gguf. */
+  file?: string;
   /** Branch, tag or commit; default main. */
   revision?: string;
   dtype?: DTypeChoice;
@@ -41,7 +46,7 @@ export interface PullOptions {
 export type FileAction = "present" | "fetch" | "resume";
 
 export type PullEvent =
-  | { type: "resolved"; repo: string; revision: string; commit: string; id: string; layout: Selection["layout"] | "safetensors"; dtype: OnnxDType | null; note: string; files: { path: string; size: number; action: FileAction }[]; totalBytes: number; fetchBytes: number }
+  | { type: "resolved"; repo: string; revision: string; commit: string; id: string; layout: PullLayout; dtype: OnnxDType | null; note: string; files: { path: string; size: number; action: FileAction }[]; totalBytes: number; fetchBytes: number }
   | { type: "checking"; path: string; size: number }
   | { type: "file-start"; path: string; size: number; action: FileAction; from: number }
   | { type: "progress"; path: string; done: number; size: number; totalDone: number; totalBytes: number }
@@ -50,12 +55,15 @@ export type PullEvent =
   | { type: "importing"; message: string }
   | { type: "placed"; id: string; dir: string };
 
+/** What the pull found: an ONNX export, or weights it converts (safetensors, a GGUF file). */
+export type PullLayout = Selection["layout"] | "safetensors" | "gguf";
+
 export interface PullResult {
   id: string;
   dir: string;
   repo: string;
   commit: string;
-  layout: Selection["layout"] | "safetensors";
+  layout: PullLayout;
   dtype: OnnxDType | null;
   note: string;
   files: string[];
@@ -82,9 +90,27 @@ function readJsonIf(path: string): Record<string, unknown> | null {
   }
 }
 
-export function validatePullOptions(o: Pick<PullOptions, "repo" | "id" | "dtype" | "subfolder">): void {
-  if (!REPO_ID.test(o.repo)) throw new PullError("usage", `${JSON.stringify(o.repo)} is not a Hub model repository id (owner/name, e.g. onnx-community/Qwen3-0.6B-ONNX)`);
-  const id = o.id ?? o.repo;
+/** `owner/name:QUANT` (one GGUF file of the repository, as llama-server -hf and Ollama's hf.co/ take it). */
+export function splitRepoSpec(spec: string): { repo: string; quant: string | undefined } {
+  const at = spec.lastIndexOf(":");
+  if (at < 0) return { repo: spec, quant: undefined };
+  return { repo: spec.slice(0, at), quant: spec.slice(at + 1) };
+}
+
+/** The id a pull serves the model as when none is given: the repository, with the GGUF quantisation or file asked for. */
+export function defaultPullId(spec: string, file?: string): string {
+  const { repo, quant } = splitRepoSpec(spec);
+  if (file) return `${repo}-${ggufQuantOf(file, parseGGUFQuantLabel) ?? file.slice(file.lastIndexOf("/") + 1).replace(/(-\d{5}-of-\d{5})?\.gguf$/i, "")}`;
+  return quant ? `${repo}-${quant}` : repo;
+}
+
+export function validatePullOptions(o: Pick<PullOptions, "repo" | "id" | "dtype" | "subfolder" | "file">): void {
+  const { repo, quant } = splitRepoSpec(o.repo);
+  if (!REPO_ID.test(repo)) throw new PullError("usage", `${JSON.stringify(repo)} is not a Hub model repository id (owner/name, e.g. onnx-community/Qwen3-0.6B-ONNX, or owner/name:QUANT for a GGUF file)`);
+  if (quant !== undefined && !/^[A-Za-z0-9_-]+$/.test(quant)) throw new PullError("usage", `${JSON.stringify(quant)} after the colon is not a GGUF quantisation (like Q4_K_M or Q8_0)`);
+  if (quant !== undefined && o.file !== undefined) throw new PullError("usage", "give REPO:QUANT or --file, not both");
+  if (o.file !== undefined && (!o.file.endsWith(".gguf") || o.file.startsWith("/") || o.file.split("/").includes(".."))) throw new PullError("usage", `--file must be a .gguf file of the repository, like model-Q4_K_M.gguf`);
+  const id = o.id ?? defaultPullId(o.repo, o.file);
   if (!isCanonicalModelId(id)) throw new PullError("usage", `${JSON.stringify(id)} is not a valid model id (segments of letters, digits, '.', '_' and '-', separated by '/')`);
   if (o.dtype !== undefined && o.dtype !== "auto" && !isOnnxDType(o.dtype)) {
     throw new PullError("usage", `--dtype must be auto or one of ${ONNX_DTYPES.join(", ")}`);
@@ -106,7 +132,7 @@ function templateMentionsTools(dir: string): boolean {
  * set on an earlier pull (name, context, capabilities), then what this pull decides: the id, the
  * dtype the server loads, and where it came from.
  */
-function writeCard(staging: string, target: string, o: { id: string; repo: string; commit: string; revision: string; endpoint: string; dtype: OnnxDType | null; vision: boolean }): void {
+function writeCard(staging: string, target: string, o: { id: string; repo: string; commit: string; revision: string; endpoint: string; dtype: OnnxDType | null; vision: boolean; gguf?: string[] }): void {
   const repoCard = readJsonIf(join(staging, "sluice.json")) ?? {};
   const old = readJsonIf(join(target, "sluice.json")) ?? {};
   const kept = Object.fromEntries(["display_name", "context_length", "capabilities", "owned_by"].filter((k) => k in old).map((k) => [k, old[k]]));
@@ -117,7 +143,7 @@ function writeCard(staging: string, target: string, o: { id: string; repo: strin
     ...repoCard,
     ...kept,
     id: o.id,
-    source: { hub: o.endpoint, repo: o.repo, revision: o.revision, commit: o.commit, dtype: o.dtype, pulled_at: new Date().toISOString() },
+    source: { hub: o.endpoint, repo: o.repo, revision: o.revision, commit: o.commit, dtype: o.dtype, ...(o.gguf ? { gguf: o.gguf } : {}), pulled_at: new Date().toISOString() },
   };
   if (o.dtype) card.dtype = o.dtype;
   else delete card.dtype;
@@ -134,8 +160,16 @@ interface Plan {
   files: string[];
 }
 
+/** A GGUF file of the repository (anywhere in it: some keep each quantisation in a folder). */
+async function planGguf(client: HubClient, want: { quant?: string; file?: string }): Promise<Plan> {
+  const files = (await client.list("", true)).filter((e) => e.type === "file").map((e) => e.path);
+  const s = selectGguf({ files }, want, parseGGUFQuantLabel);
+  return { layout: "gguf", dtype: null, note: s.note, top: "", files: s.files };
+}
+
 /** Lists what the model needs: the top folder, onnx/, and any folder genai_config.json points into. */
-async function planPull(client: HubClient, o: PullOptions, dtype: DTypeChoice): Promise<Plan> {
+async function planPull(client: HubClient, o: PullOptions, dtype: DTypeChoice, quant: string | undefined): Promise<Plan> {
+  if (quant !== undefined || o.file !== undefined) return planGguf(client, { quant, file: o.file });
   const listed = new Set<string>();
   const files: string[] = [];
   let folders: string[] = [];
@@ -187,9 +221,13 @@ async function planPull(client: HubClient, o: PullOptions, dtype: DTypeChoice): 
     return { layout: s.layout, dtype: s.dtype, note: s.note, top, files: s.files };
   }
   if (hasSafetensors(files)) return { layout: "safetensors", dtype: null, note: "safetensors checkpoint", top, files: safetensorsFiles({ files }) };
+  if (!o.subfolder && (hasGguf(files) || folders.length > 0)) {
+    const all = (await client.list("", true)).filter((e) => e.type === "file" && e.path.endsWith(".gguf"));
+    if (all.length > 0) return planGguf(client, {});
+  }
   throw new PullError(
     "no_model",
-    `${o.repo}${top ? `/${top}` : ""} has neither ONNX files nor safetensors weights: Sluice serves ONNX exports (transformers.js's onnx/ layout or onnxruntime-genai's genai_config.json), and converts safetensors checkpoints`,
+    `${o.repo}${top ? `/${top}` : ""} has neither ONNX files, safetensors weights nor GGUF files: Sluice serves ONNX exports (transformers.js's onnx/ layout or onnxruntime-genai's genai_config.json), and converts safetensors checkpoints and GGUF files`,
   );
 }
 
@@ -206,7 +244,9 @@ const IMPORT_DTYPES = { fp32: "fp32", fp16: "fp16", q4: "q4", q4f16: "q4f16" } a
 export async function pullModel(o: PullOptions): Promise<PullResult> {
   validatePullOptions(o);
   const requested: DTypeChoice = o.dtype ?? "auto";
-  const id = o.id ?? o.repo;
+  const id = o.id ?? defaultPullId(o.repo, o.file);
+  const { quant } = splitRepoSpec(o.repo);
+  o = { ...o, repo: splitRepoSpec(o.repo).repo };
   const revision = o.revision ?? "main";
   const modelsDir = resolve(o.modelsDir);
   const client = new HubClient({ endpoint: o.endpoint, token: o.token, repo: o.repo, revision, signal: o.signal });
@@ -214,14 +254,19 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
   const { commit, gated } = await client.resolve();
   if (gated && !client.hasToken) throw hubFailure({ status: 401, code: "GatedRepo", message: null }, client.context());
   client.revision = commit;
-  const plan = await planPull(client, o, requested);
+  const plan = await planPull(client, o, requested, quant);
 
-  let importDtype: (typeof IMPORT_DTYPES)[keyof typeof IMPORT_DTYPES] | null = null;
+  // Weights the pull converts (safetensors, GGUF) and the dtype they become; null for ONNX exports.
+  let importDtype: (typeof IMPORT_DTYPES)[keyof typeof IMPORT_DTYPES] | "auto" | null = null;
   if (plan.layout === "safetensors") {
     if (!safetensorsImporter) throw new PullError("safetensors_only", safetensorsMessage(o.repo));
     const d = requested === "auto" ? (o.device === "cuda" ? "q4f16" : "q4") : requested;
     importDtype = IMPORT_DTYPES[d as keyof typeof IMPORT_DTYPES] ?? null;
     if (!importDtype) throw new PullError("usage", `a safetensors checkpoint converts to fp32, fp16, q4 or q4f16, not ${d}`);
+  } else if (plan.layout === "gguf") {
+    // auto: the importer keeps the file's precision class (4-bit types: q4; others: float).
+    importDtype = requested === "auto" ? "auto" : (IMPORT_DTYPES[requested as keyof typeof IMPORT_DTYPES] ?? null);
+    if (!importDtype) throw new PullError("usage", `a GGUF file converts to fp32, fp16, q4, q4f16 or auto, not ${requested}`);
   }
 
   const repoFiles = await client.files(plan.files.map((f) => joinPath(plan.top, f)));
@@ -231,7 +276,7 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
   const unlock = lockPull(modelsDir, id);
   try {
     const staging = stagingDir(modelsDir, id);
-    // A safetensors pull downloads the checkpoint beside the directory the importer writes.
+    // A safetensors or GGUF pull downloads the weights beside the directory the importer writes.
     const downloads = importDtype ? join(staging, "source") : staging;
     mkdirSync(downloads, { recursive: true });
 
@@ -309,16 +354,18 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
     if (importDtype) {
       placeFrom = join(staging, "model");
       rmSync(placeFrom, { recursive: true, force: true });
-      o.onEvent?.({ type: "importing", message: `converting the safetensors checkpoint to ${importDtype} ONNX` });
+      const what = plan.layout === "gguf" ? `the GGUF file ${plan.files[0]}` : "the safetensors checkpoint";
+      o.onEvent?.({ type: "importing", message: `converting ${what} to ${importDtype === "auto" ? "ONNX (dtype auto: the file's precision class)" : `${importDtype} ONNX`}` });
       try {
-        await safetensorsImporter!(downloads, { id, outDir: placeFrom, dtype: importDtype });
+        if (plan.layout === "gguf") await ggufImporter(join(downloads, plan.files[0]!), { id, outDir: placeFrom, dtype: importDtype, device: o.device });
+        else await safetensorsImporter!(downloads, { id, outDir: placeFrom, dtype: importDtype as Exclude<typeof importDtype, "auto"> });
       } catch (e) {
         // The download stays for another try; what the importer could not convert is said as it said it.
-        throw new PullError("no_model", `${o.repo} holds a safetensors checkpoint that cannot be converted: ${(e as Error).message}`);
+        throw new PullError("no_model", `${o.repo} holds ${plan.layout === "gguf" ? "a GGUF file" : "a safetensors checkpoint"} that cannot be converted: ${(e as Error).message}`);
       }
     }
     const vision = plan.files.some((f) => /(^|\/)vision_encoder[^/]*\.onnx$/.test(f));
-    writeCard(placeFrom, target, { id, repo: o.repo, commit, revision, endpoint: o.endpoint, dtype: plan.dtype, vision });
+    writeCard(placeFrom, target, { id, repo: o.repo, commit, revision, endpoint: o.endpoint, dtype: plan.dtype, vision, ...(plan.layout === "gguf" ? { gguf: plan.files } : {}) });
     placeModel(placeFrom, target, join(modelsDir, STAGING_FOLDER, stagingKey(id)));
     if (importDtype) rmSync(staging, { recursive: true, force: true });
     o.onEvent?.({ type: "placed", id, dir: target });

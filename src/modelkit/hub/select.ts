@@ -145,3 +145,76 @@ export function safetensorsFiles(listing: Listing): string[] {
   const weights = listing.files.filter((f) => !f.includes("/") && (f.endsWith(".safetensors") || f === "model.safetensors.index.json"));
   return [...configsOf(listing.files), ...weights];
 }
+
+export function hasGguf(files: string[]): boolean {
+  return files.some((f) => f.endsWith(".gguf"));
+}
+
+/** A shard's name: `NAME-00001-of-00003.gguf` (llama.cpp's gguf-split). */
+const GGUF_SHARD = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/;
+
+/** Projector files of vision models, which are not the language model. */
+const isProjector = (f: string) => /(^|[/_-])mmproj[^/]*\.gguf$/i.test(f);
+
+/** The file's quantisation label from its name (llama.cpp's and the Hub's convention: `…-Q4_K_M.gguf`). */
+export function ggufQuantOf(file: string, parse: (name: string) => string | undefined): string | null {
+  const name = base(file).replace(GGUF_SHARD, "$1").replace(/\.gguf$/i, "");
+  return parse(name)?.toUpperCase() ?? null;
+}
+
+export interface GgufSelection {
+  /** The model's files: one, or every shard of a split model (first shard first). */
+  files: string[];
+  quant: string | null;
+  note: string;
+}
+
+/** Every shard of a split file, in order; the file alone when it is not one; throws when one is missing. */
+function withShards(files: string[], file: string): string[] {
+  const m = GGUF_SHARD.exec(file);
+  if (!m) return [file];
+  const total = Number(m[3]);
+  const shards = Array.from({ length: total }, (_, i) => `${m[1]}-${String(i + 1).padStart(5, "0")}-of-${m[3]}.gguf`);
+  const missing = shards.filter((s) => !files.includes(s));
+  if (missing.length > 0) throw new PullError("no_model", `${base(file)} is part of a model split in ${total} files, and the repository lacks ${missing.map(base).join(", ")}`);
+  return shards;
+}
+
+/**
+ * The GGUF file a pull takes, as `llama-server -hf REPO:QUANT` and Ollama's `hf.co/REPO:QUANT`
+ * do: the file named by --file, or the one whose name carries the quantisation asked for; with
+ * neither, Q4_K_M when the repository has it (their default), or its only model. Vision
+ * projectors (mmproj) are never the model. `parse` reads a name's quantisation label.
+ */
+export function selectGguf(listing: Listing, want: { quant?: string; file?: string }, parse: (name: string) => string | undefined): GgufSelection {
+  const models = listing.files.filter((f) => f.endsWith(".gguf") && !isProjector(f));
+  if (want.file) {
+    if (!listing.files.includes(want.file)) {
+      throw new PullError("usage", `the repository has no ${want.file}; its GGUF files: ${models.join(", ") || "none"}`);
+    }
+    const files = withShards(listing.files, want.file);
+    const quant = ggufQuantOf(want.file, parse);
+    return { files, quant, note: `GGUF ${files.length > 1 ? `${files.length} files from ${files[0]}` : want.file}` };
+  }
+  // One entry per model: a split model by its first shard.
+  const firsts = models.filter((f) => !GGUF_SHARD.exec(f) || GGUF_SHARD.exec(f)![2] === "00001");
+  const byQuant = new Map<string, string[]>();
+  for (const f of firsts) {
+    const q = ggufQuantOf(f, parse) ?? "(no quantisation in the name)";
+    byQuant.set(q, [...(byQuant.get(q) ?? []), f]);
+  }
+  const offered = [...byQuant.keys()].sort().join(", ") || "none";
+  if (firsts.length === 0) throw new PullError("no_model", "the repository has no GGUF model file");
+  let quant = want.quant?.toUpperCase();
+  let why = "asked for";
+  if (!quant) {
+    if (byQuant.has("Q4_K_M")) [quant, why] = ["Q4_K_M", "the default, as llama.cpp and Ollama choose"];
+    else if (firsts.length === 1) [quant, why] = [[...byQuant.keys()][0]!, "the repository's only GGUF model"];
+    else throw new PullError("usage", `the repository holds several GGUF models; choose one with REPO:QUANT or --file (it has: ${offered})`);
+  }
+  const chosen = byQuant.get(quant);
+  if (!chosen) throw new PullError("usage", `the repository has no ${quant} GGUF file; it has: ${offered}`);
+  if (chosen.length > 1) throw new PullError("usage", `the repository has several ${quant} GGUF files; choose one with --file: ${chosen.join(", ")}`);
+  const files = withShards(listing.files, chosen[0]!);
+  return { files, quant, note: `GGUF ${quant} (${why}; the repo has ${offered})${files.length > 1 ? `, split in ${files.length} files` : ""}` };
+}

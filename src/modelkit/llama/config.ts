@@ -46,6 +46,11 @@ export interface LlamaConfig {
   /** A bias on the output projection (Llama's attention_bias). */
   oBias?: boolean;
   ropeScaling?: Llama3RopeScaling | null;
+  /**
+   * Per-frequency divisors of the rotary frequencies, as llama.cpp applies a GGUF file's
+   * rope_freqs.weight (Llama 3.1's scaling, stored as the factors it computes).
+   */
+  ropeFreqFactors?: number[];
   bosTokenId: number;
   eosTokenId: number | number[];
   padTokenId?: number;
@@ -56,6 +61,7 @@ export function validateConfig(c: LlamaConfig): void {
   for (const k of pos) if (!Number.isInteger(c[k]) || c[k] <= 0) throw new Error(`config.${k} must be a positive integer`);
   if (c.numHeads % c.numKvHeads !== 0) throw new Error("numHeads must be a multiple of numKvHeads");
   if (c.headDim % 2 !== 0) throw new Error("headDim must be even for rotary embeddings");
+  if (c.ropeFreqFactors && c.ropeFreqFactors.length !== c.headDim / 2) throw new Error(`ropeFreqFactors must hold headDim / 2 = ${c.headDim / 2} factors`);
   const r = c.ropeScaling;
   if (r && !(r.factor > 0 && r.highFreqFactor > r.lowFreqFactor && r.originalMaxPositionEmbeddings > 0)) {
     throw new Error("rope scaling llama3 needs factor > 0, high_freq_factor > low_freq_factor and original_max_position_embeddings > 0");

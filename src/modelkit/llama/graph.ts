@@ -7,10 +7,11 @@
 import { type Dim, type ExternalDataFile, ExternalDataPlan, GraphBuilder, MS_DOMAIN, type OpsetImport, type SerializedModel, serializeModel } from "../onnx/builder.ts";
 import { checkHalfRange, float32ToHalf } from "../onnx/dtype.ts";
 import { floatTensor, tensor } from "../onnx/tensor.ts";
-import { Q4_BLOCK, type Q4Matrix, q4Blocks, quantizeQ4, quantizeQ4Rows } from "../quant/q4.ts";
+import { dequantizeQ4, Q4_BLOCK, type Q4Matrix, q4Blocks, quantizeQ4, quantizeQ4Rows, selectQ4Columns } from "../quant/q4.ts";
 import { type GraphVariant, type LlamaConfig, type WeightDType, validateConfig } from "./config.ts";
 import {
   type LlamaLayerWeights,
+  type LlamaMatrixKey,
   type LlamaWeightSource,
   type LlamaWeights,
   checkEmbed,
@@ -110,9 +111,25 @@ function weight(ctx: Ctx, name: string, dims: number[], values: Float32Array): s
   return ctx.g.initializer(name, floatTensor(ctx.dt, dims, values));
 }
 
-function matmul(ctx: Ctx, x: string, name: string, w: Float32Array, rows: number, cols: number): string {
-  if (ctx.q4) return matmulNBits(ctx, x, name, quantizeQ4(w, rows, cols));
-  return ctx.g.op("MatMul", [x, weight(ctx, name, [rows, cols], w)]);
+/** A projection [rows = in, cols = out]: float, or already in MatMulNBits' blocks (LlamaLayerWeights.q4). */
+type Matrix = Float32Array | Q4Matrix;
+
+/** A layer's projection: its 4-bit blocks where it has them and the graph writes 4-bit weights, else the float weight. */
+function layerMatrix(ctx: Ctx, l: LlamaLayerWeights, key: LlamaMatrixKey): Matrix {
+  return (ctx.q4 && l.q4?.[key]) || l[key];
+}
+
+function asQ4(w: Matrix, rows: number, cols: number): Q4Matrix {
+  return w instanceof Float32Array ? quantizeQ4(w, rows, cols) : w;
+}
+
+function asFloat(w: Matrix): Float32Array {
+  return w instanceof Float32Array ? w : dequantizeQ4(w);
+}
+
+function matmul(ctx: Ctx, x: string, name: string, w: Matrix, rows: number, cols: number): string {
+  if (ctx.q4) return matmulNBits(ctx, x, name, asQ4(w, rows, cols));
+  return ctx.g.op("MatMul", [x, weight(ctx, name, [rows, cols], asFloat(w))]);
 }
 
 /** What MatMulNBits' attributes need of a quantised weight. */
@@ -141,7 +158,17 @@ function nbits(ctx: Ctx, x: string, q: Q4Shape, init: Q4Names): string {
 }
 
 function matmulNBits(ctx: Ctx, x: string, name: string, q: Q4Matrix): string {
-  return nbits(ctx, x, q, q4Initializers(ctx, name, q));
+  const y = nbits(ctx, x, q, q4Initializers(ctx, name, q));
+  if (!q.offsets) return y;
+  // Blocks of q * scale + min (GGUF's Q4_1, Q4_K): MatMulNBits takes the q * scale part, and the
+  // mins add sum_b (sum of x over block b) * min[b, n], a product 32 times smaller. ONNX Runtime
+  // also takes float zero points, but its CPU kernel then dequantises the whole matrix on every
+  // call (measured: 47x slower on a 2048 x 2048 product).
+  const { g } = ctx;
+  const offsets = new Float32Array(q.blocks * q.n);
+  for (let c = 0; c < q.n; c++) for (let b = 0; b < q.blocks; b++) offsets[b * q.n + c] = q.offsets[c * q.blocks + b]!;
+  const sums = g.op("ReduceSum", [g.op("Reshape", [x, g.i64([0, 0, q.blocks, Q4_BLOCK])]), g.i64([-1])], { keepdims: 0 });
+  return g.op("Add", [y, g.op("MatMul", [sums, weight(ctx, `${name}_block_offsets`, [q.blocks, q.n], offsets)])]);
 }
 
 function addBias(ctx: Ctx, y: string, name: string, b: Float32Array | undefined): string {
@@ -169,14 +196,14 @@ function swiglu(ctx: Ctx, x: string, l: LlamaLayerWeights, i: number, packed = f
   let gate: string;
   let up: string;
   if (packed) {
-    const both = matmul(ctx, x, `model.layers.${i}.mlp.gate_up_proj.weight`, concatColumns(c.hiddenSize, [l.gate, l.up]), c.hiddenSize, 2 * I);
+    const both = matmul(ctx, x, `model.layers.${i}.mlp.gate_up_proj.weight`, concatColumns(c.hiddenSize, [layerMatrix(ctx, l, "gate"), layerMatrix(ctx, l, "up")]), c.hiddenSize, 2 * I);
     [gate, up] = g.node("Split", [both, g.i64([I, I])], 2, { axis: -1 }) as [string, string];
   } else {
-    gate = matmul(ctx, x, `model.layers.${i}.mlp.gate_proj.weight`, l.gate, c.hiddenSize, I);
-    up = matmul(ctx, x, `model.layers.${i}.mlp.up_proj.weight`, l.up, c.hiddenSize, I);
+    gate = matmul(ctx, x, `model.layers.${i}.mlp.gate_proj.weight`, layerMatrix(ctx, l, "gate"), c.hiddenSize, I);
+    up = matmul(ctx, x, `model.layers.${i}.mlp.up_proj.weight`, layerMatrix(ctx, l, "up"), c.hiddenSize, I);
   }
   const act = g.op("Mul", [gate, g.op("Sigmoid", [gate])]);
-  return matmul(ctx, g.op("Mul", [act, up]), `model.layers.${i}.mlp.down_proj.weight`, l.down, c.intermediateSize, c.hiddenSize);
+  return matmul(ctx, g.op("Mul", [act, up]), `model.layers.${i}.mlp.down_proj.weight`, layerMatrix(ctx, l, "down"), c.intermediateSize, c.hiddenSize);
 }
 
 /** Rows of a streamed table read, converted and written at a time (see LlamaWeightSource.embedRows). */
@@ -223,7 +250,7 @@ function streamedTable(ctx: Ctx, name: string, read: ReadRows | undefined, trans
 }
 
 /** A [vocab, hidden] table quantised row by row (see quantizeQ4Rows) a block of rows at a time; null as streamedTable. */
-function streamedQ4Rows(ctx: Ctx, name: string, read: ReadRows | undefined): { q: Q4Shape; init: Q4Names } | null {
+function streamedQ4Rows(ctx: Ctx, name: string, read: ReadRows | undefined, direct?: (start: number, count: number) => Q4Matrix | null): { q: Q4Shape; init: Q4Names } | null {
   const { g, c } = ctx;
   const [V, H] = [c.vocabSize, c.hiddenSize];
   const blocks = q4Blocks(H);
@@ -233,8 +260,14 @@ function streamedQ4Rows(ctx: Ctx, name: string, read: ReadRows | undefined): { q
   const scales = g.partInitializer(`${name}_scales`, ctx.dt, [V * blocks])!;
   const zeroPoints = g.partInitializer(`${name}_zero_points`, "uint8", [V * zpRow])!;
   const putScales = scales.put as (first: number, values: Float32Array | Uint16Array) => void;
-  forEachBlock(V, read, (start, count, values) => {
-    const q = quantizeQ4Rows(values, count, H);
+  // Rows already in 4-bit blocks (a GGUF file's Q4_0 table) are written as they are.
+  let given: Q4Matrix | null = null;
+  const rows: ReadRows = (start, count) => {
+    given = direct?.(start, count) ?? null;
+    return given ? new Float32Array(0) : read(start, count);
+  };
+  forEachBlock(V, rows, (start, count, values) => {
+    const q = given ?? quantizeQ4Rows(values, count, H);
     data.put(start * blocks * (Q4_BLOCK / 2), q.data);
     putScales(start * blocks, activationsPart(ctx, scales.name, q.scales));
     zeroPoints.put(start * zpRow, q.zeroPoints);
@@ -274,7 +307,7 @@ function embedding(ctx: Ctx, ids: string, src: LlamaWeightSource): { hidden: str
   }
   // The table's rows are the tied head's columns: one quantisation serves both.
   const tableName = c.tieWordEmbeddings ? "lm_head.weight" : "model.embed_tokens.weight";
-  const streamed = streamedQ4Rows(ctx, tableName, embedRows);
+  const streamed = streamedQ4Rows(ctx, tableName, embedRows, src.embedQ4Rows?.bind(src));
   let rows: Q4Shape;
   let init: Q4Names;
   if (streamed) ({ q: rows, init } = streamed);
@@ -359,7 +392,7 @@ function mropeFreqs(ctx: Ctx, pos: string, inv: string, section: [number, number
 /** cos/sin [batch, 1, seq, head_dim] from position_ids, computed in float32. */
 function rotaryTables(ctx: Ctx, pos: string): { cos: string; sin: string } {
   const { g, c } = ctx;
-  const inv = g.initializer("rotary_inv_freq", floatTensor("float32", [c.headDim / 2], inverseFrequencies(c.headDim, c.ropeTheta, c.ropeScaling)));
+  const inv = g.initializer("rotary_inv_freq", floatTensor("float32", [c.headDim / 2], inverseFrequencies(c.headDim, c.ropeTheta, c.ropeScaling, c.ropeFreqFactors)));
   const freqs = ctx.mropeSection
     ? mropeFreqs(ctx, pos, inv, ctx.mropeSection)
     : g.op("Mul", [g.op("Unsqueeze", [g.op("Cast", [pos], { to: 1 }), g.i64([-1])]), inv]); // [B,S,D/2]
@@ -488,9 +521,15 @@ function padDimIndex(j: number, d: number, dp: number): number {
   return j < d / 2 ? j : dp / 2 + (j - d / 2);
 }
 
-/** [rows, heads*d] -> [rows, heads*dp] (column padding). */
-function padColumns(w: Float32Array, rows: number, heads: number, d: number, dp: number): Float32Array {
+/** [rows, heads*d] -> [rows, heads*dp] (column padding); 4-bit blocks get zero columns likewise. */
+function padColumns<M extends Matrix>(w: M, rows: number, heads: number, d: number, dp: number): M;
+function padColumns(w: Matrix, rows: number, heads: number, d: number, dp: number): Matrix {
   if (d === dp) return w;
+  if (!(w instanceof Float32Array)) {
+    const columns: ([number, number] | null)[] = new Array(heads * dp).fill(null);
+    for (let h = 0; h < heads; h++) for (let j = 0; j < d; j++) columns[h * dp + padDimIndex(j, d, dp)] = [0, h * d + j];
+    return selectQ4Columns([w], columns);
+  }
   const out = new Float32Array(rows * heads * dp);
   for (let r = 0; r < rows; r++) {
     for (let h = 0; h < heads; h++) {
@@ -500,9 +539,13 @@ function padColumns(w: Float32Array, rows: number, heads: number, d: number, dp:
   return out;
 }
 
-/** [heads*d, cols] -> [heads*dp, cols] (row padding). */
-function padRows(w: Float32Array, cols: number, heads: number, d: number, dp: number): Float32Array {
-  if (d === dp) return w;
+/**
+ * [heads*d, cols] -> [heads*dp, cols] (row padding). Rows are what MatMulNBits' blocks run along,
+ * so padded 4-bit weights go through float (only heads below 16 values are padded: test models).
+ */
+function padRows(m: Matrix, cols: number, heads: number, d: number, dp: number): Matrix {
+  if (d === dp) return m;
+  const w = asFloat(m);
   const out = new Float32Array(heads * dp * cols);
   for (let h = 0; h < heads; h++) {
     for (let j = 0; j < d; j++) out.set(w.subarray((h * d + j) * cols, (h * d + j + 1) * cols), (h * dp + padDimIndex(j, d, dp)) * cols);
@@ -511,12 +554,20 @@ function padRows(w: Float32Array, cols: number, heads: number, d: number, dp: nu
 }
 
 /** [rows, a] [rows, b] [rows, c] -> [rows, a + b + c]: the columns of each side by side. */
-function concatColumns(rows: number, parts: Float32Array[]): Float32Array {
-  const width = parts.reduce((n, p) => n + p.length / rows, 0);
+function concatColumns(rows: number, parts: Float32Array[]): Float32Array;
+function concatColumns(rows: number, parts: Matrix[]): Matrix;
+function concatColumns(rows: number, parts: Matrix[]): Matrix {
+  if (parts.some((p) => !(p instanceof Float32Array))) {
+    // Any part in 4-bit blocks: all of them in blocks (a float part is quantised), joined as they are.
+    const q = parts.map((p) => asQ4(p, rows, p instanceof Float32Array ? p.length / rows : p.n));
+    return selectQ4Columns(q, q.flatMap((p, i) => Array.from({ length: p.n }, (_, j): [number, number] => [i, j])));
+  }
+  const floats = parts as Float32Array[];
+  const width = floats.reduce((n, p) => n + p.length / rows, 0);
   const out = new Float32Array(rows * width);
   for (let r = 0; r < rows; r++) {
     let at = r * width;
-    for (const p of parts) {
+    for (const p of floats) {
       const cols = p.length / rows;
       out.set(p.subarray(r * cols, (r + 1) * cols), at);
       at += cols;
@@ -538,7 +589,7 @@ function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packing:
   // As onnxruntime-genai's builder does: seqlens_k = sum(mask) - 1, total = mask width.
   const seqlensK = g.op("Cast", [g.op("Sub", [g.op("ReduceSum", [mask, g.i64([1])], { keepdims: 0 }), g.i64(1)])], { to: 6 });
   const totalLen = g.op("Cast", [g.op("Gather", [g.op("Shape", [mask]), g.i64(1)], { axis: 0 })], { to: 6 });
-  const tables = rotaryCaches(D, c.ropeTheta, cacheLen, c.ropeScaling);
+  const tables = rotaryCaches(D, c.ropeTheta, cacheLen, c.ropeScaling, c.ropeFreqFactors);
   const cosP = new Float32Array(cacheLen * (Dp / 2)).fill(1);
   const sinP = new Float32Array(cacheLen * (Dp / 2));
   for (let p = 0; p < cacheLen; p++) {
@@ -575,9 +626,9 @@ function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packing:
     else [n1, residual] = skipNorm(ctx, pending, residual, w1);
 
     const att = `${pre}.self_attn`;
-    const qw = padColumns(l.q, c.hiddenSize, c.numHeads, D, Dp);
-    const kw = padColumns(l.k, c.hiddenSize, c.numKvHeads, D, Dp);
-    const vw = padColumns(l.v, c.hiddenSize, c.numKvHeads, D, Dp);
+    const qw = padColumns(layerMatrix(ctx, l, "q"), c.hiddenSize, c.numHeads, D, Dp);
+    const kw = padColumns(layerMatrix(ctx, l, "k"), c.hiddenSize, c.numKvHeads, D, Dp);
+    const vw = padColumns(layerMatrix(ctx, l, "v"), c.hiddenSize, c.numKvHeads, D, Dp);
     // Biases are padded as one row of the weights.
     const bias = (b: Float32Array | undefined, heads: number) => (b ? padColumns(b, 1, heads, D, Dp) : undefined);
     const [qb, kb, vb] = [bias(l.qBias, c.numHeads), bias(l.kBias, c.numKvHeads), bias(l.vBias, c.numKvHeads)];
@@ -609,7 +660,7 @@ function buildFused(ctx: Ctx, src: LlamaWeightSource, cacheLen: number, packing:
       MS_DOMAIN,
     );
     presents.push([pk, pv]);
-    const o = addBias(ctx, matmul(ctx, attnOut, `${att}.o_proj.weight`, padRows(l.o, c.hiddenSize, c.numHeads, D, Dp), qDim, c.hiddenSize), `${att}.o_proj.bias`, l.oBias);
+    const o = addBias(ctx, matmul(ctx, attnOut, `${att}.o_proj.weight`, padRows(layerMatrix(ctx, l, "o"), c.hiddenSize, c.numHeads, D, Dp), qDim, c.hiddenSize), `${att}.o_proj.bias`, l.oBias);
     const w2 = weight(ctx, `${pre}.post_attention_layernorm.weight`, [c.hiddenSize], l.postNorm);
     const [n2, sum] = skipNorm(ctx, o, residual, w2);
     residual = sum;

@@ -1,7 +1,11 @@
 // Decoder weights in MatMul layout: every projection is stored [in, out] (y = x W), i.e. the
 // transpose of torch's nn.Linear.weight. Everything is float32 here; the graph converts.
 
+import type { Q4Matrix } from "../quant/q4.ts";
 import type { Llama3RopeScaling, LlamaConfig } from "./config.ts";
+
+/** The projections of a layer. */
+export type LlamaMatrixKey = "q" | "k" | "v" | "o" | "gate" | "up" | "down";
 
 export interface LlamaLayerWeights {
   inputNorm: Float32Array; // [hidden]
@@ -19,6 +23,12 @@ export interface LlamaLayerWeights {
   kBias?: Float32Array; // [kvHeads*headDim]
   vBias?: Float32Array; // [kvHeads*headDim]
   oBias?: Float32Array; // [hidden]
+  /**
+   * Projections that arrive already in MatMulNBits' 4-bit blocks (a GGUF file's Q4_0, Q4_1 and
+   * Q4_K tensors), in the same [in, out] orientation: a graph with 4-bit weights takes these
+   * instead of quantising the float field again; any other graph reads the float field.
+   */
+  q4?: Partial<Record<LlamaMatrixKey, Q4Matrix>>;
 }
 
 export interface LlamaWeights {
@@ -52,6 +62,11 @@ export interface LlamaWeightSource {
    */
   embedRows?(start: number, count: number): Float32Array;
   lmHeadRows?(start: number, count: number): Float32Array;
+  /**
+   * Rows of the embedding already in MatMulNBits' 4-bit blocks with integer zero points (n =
+   * rows, k = hidden), or null where they are not (then embedRows is read and quantised).
+   */
+  embedQ4Rows?(start: number, count: number): Q4Matrix | null;
 }
 
 /** A source over weights that are all in memory. */
@@ -111,6 +126,28 @@ export function checkWeights(c: LlamaConfig, w: LlamaWeights): void {
   w.layers.forEach((l, i) => checkLayer(c, l, i));
 }
 
+/** The adjacent-pair row that becomes row j of a head in the rotate-half order. */
+export function halfRotarySource(j: number, headDim: number): number {
+  const half = headDim / 2;
+  return j < half ? 2 * j : 2 * (j - half) + 1;
+}
+
+/**
+ * llama2.c (and llama.cpp's `llama` architecture) rotates adjacent pairs (2i, 2i+1) of each head; transformers rotates halves (i, i+d/2).
+ * Reordering the output rows of wq and wk within each head turns one into the other (the q.k dot
+ * product is unchanged by a shared permutation), as transformers' conversion script does.
+ */
+export function permuteForHalfRotary(w: Float32Array, heads: number, headDim: number, inDim: number): Float32Array {
+  const out = new Float32Array(w.length);
+  for (let h = 0; h < heads; h++) {
+    for (let j = 0; j < headDim; j++) {
+      const src = halfRotarySource(j, headDim);
+      out.set(w.subarray((h * headDim + src) * inDim, (h * headDim + src + 1) * inDim), (h * headDim + j) * inDim);
+    }
+  }
+  return out;
+}
+
 /** Transposes a row-major [rows, cols] matrix. */
 export function transpose(m: Float32Array, rows: number, cols: number): Float32Array {
   const out = new Float32Array(m.length);
@@ -125,10 +162,11 @@ export function transpose(m: Float32Array, rows: number, cols: number): Float32A
  * Rotary inverse frequencies theta^(-2i/d), computed in float32 as transformers does, with Llama
  * 3.1's scaling when given (transformers' _compute_llama3_parameters).
  */
-export function inverseFrequencies(headDim: number, theta: number, scaling?: Llama3RopeScaling | null): Float32Array {
+export function inverseFrequencies(headDim: number, theta: number, scaling?: Llama3RopeScaling | null, factors?: number[]): Float32Array {
   const half = headDim / 2;
   const out = new Float32Array(half);
   for (let i = 0; i < half; i++) out[i] = 1 / theta ** ((2 * i) / headDim);
+  if (factors) for (let i = 0; i < half; i++) out[i] = out[i]! / factors[i]!;
   if (!scaling) return out;
   const { factor, lowFreqFactor: low, highFreqFactor: high, originalMaxPositionEmbeddings: oldLen } = scaling;
   const lowWavelen = oldLen / low;
@@ -147,8 +185,8 @@ export function inverseFrequencies(headDim: number, theta: number, scaling?: Lla
 }
 
 /** cos/sin tables [maxPos, headDim/2] for the fused attention's rotary caches. */
-export function rotaryCaches(headDim: number, theta: number, maxPos: number, scaling?: Llama3RopeScaling | null): { cos: Float32Array; sin: Float32Array } {
-  const inv = inverseFrequencies(headDim, theta, scaling);
+export function rotaryCaches(headDim: number, theta: number, maxPos: number, scaling?: Llama3RopeScaling | null, factors?: number[]): { cos: Float32Array; sin: Float32Array } {
+  const inv = inverseFrequencies(headDim, theta, scaling, factors);
   const half = headDim / 2;
   const cos = new Float32Array(maxPos * half);
   const sin = new Float32Array(maxPos * half);

@@ -2,7 +2,7 @@
 
 import { readFileSync } from "node:fs";
 import type { LlamaLayerWeights, LlamaWeights } from "../llama/weights.ts";
-import { transpose } from "../llama/weights.ts";
+import { permuteForHalfRotary, transpose } from "../llama/weights.ts";
 
 export interface Llama2cHeader {
   dim: number;
@@ -19,23 +19,6 @@ export interface Llama2cHeader {
 export interface Llama2cCheckpoint {
   header: Llama2cHeader;
   weights: LlamaWeights;
-}
-
-/**
- * llama2.c rotates adjacent pairs (2i, 2i+1) of each head; transformers rotates halves (i, i+d/2).
- * Reordering the output rows of wq and wk within each head turns one into the other (the q.k dot
- * product is unchanged by a shared permutation), as transformers' conversion script does.
- */
-function permuteForHalfRotary(w: Float32Array, heads: number, headDim: number, inDim: number): Float32Array {
-  const out = new Float32Array(w.length);
-  const half = headDim / 2;
-  for (let h = 0; h < heads; h++) {
-    for (let j = 0; j < headDim; j++) {
-      const src = j < half ? 2 * j : 2 * (j - half) + 1;
-      out.set(w.subarray((h * headDim + src) * inDim, (h * headDim + src + 1) * inDim), (h * headDim + j) * inDim);
-    }
-  }
-  return out;
 }
 
 export function readLlama2cCheckpoint(path: string): Llama2cCheckpoint {

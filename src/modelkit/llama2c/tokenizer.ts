@@ -2,6 +2,7 @@
 // Llama 2's LlamaTokenizerFast, so `tokenizers` encodes exactly as llama2.c's encode() does.
 
 import { readFileSync } from "node:fs";
+import { SPIECE_UNDERLINE, sentencePieceBpeTokenizerJson, sentencePieceMerges } from "../tokenizer/sentencepiece.ts";
 
 export interface Llama2cVocab {
   maxTokenLength: number;
@@ -9,8 +10,7 @@ export interface Llama2cVocab {
   scores: number[];
 }
 
-/** SentencePiece's word-boundary mark, which stands for a space inside pieces. */
-export const SPIECE_UNDERLINE = "\u2581";
+export { SPIECE_UNDERLINE, sentencePieceBpeTokenizerJson };
 
 export function readLlama2cTokenizer(path: string, vocabSize: number): Llama2cVocab {
   const buf = readFileSync(path);
@@ -39,99 +39,25 @@ export interface ConvertedTokenizer {
 }
 
 /**
- * Merges: every split of every piece into two pieces that both exist, ranked by the merged
- * piece's score (highest first), which is the order llama2.c's greedy merge loop applies them.
+ * llama2.c's vocabulary: ids 0-2 `<unk>`, `<s>`, `</s>`, 3-258 the byte tokens, then pieces in
+ * which a space stands for SentencePiece's word boundary; merges as sentencePieceMerges ranks them.
  */
 export function llama2cToTokenizerJson(v: Llama2cVocab): ConvertedTokenizer {
   const vocab = v.pieces.map((p, i) => {
-    if (i < SPECIALS.length) return SPECIALS[i];
+    if (i < SPECIALS.length) return SPECIALS[i]!;
     return p.replaceAll(" ", SPIECE_UNDERLINE);
   });
   for (let i = 3; i < Math.min(259, vocab.length); i++) {
     const expect = `<0x${(i - 3).toString(16).toUpperCase().padStart(2, "0")}>`;
     if (vocab[i] !== expect) throw new Error(`token ${i} is ${JSON.stringify(vocab[i])}, expected byte token ${expect}`);
   }
-  const ids = new Map<string, number>();
-  vocab.forEach((p, i) => {
-    if (!ids.has(p)) ids.set(p, i);
-  });
-  const candidates: { a: string; b: string; score: number; id: number; split: number }[] = [];
-  vocab.forEach((piece, id) => {
-    if (id < 259) return; // specials and byte tokens never result from a merge
-    const chars = [...piece];
-    for (let k = 1; k < chars.length; k++) {
-      const a = chars.slice(0, k).join("");
-      const b = chars.slice(k).join("");
-      const ia = ids.get(a);
-      const ib = ids.get(b);
-      if (ia !== undefined && ib !== undefined && ia >= 259 && ib >= 259) candidates.push({ a, b, score: v.scores[id], id, split: k });
-    }
-  });
-  candidates.sort((x, y) => y.score - x.score || x.id - y.id || x.split - y.split);
   const tokenizerJson = sentencePieceBpeTokenizerJson(
     Object.fromEntries(vocab.map((p, i) => [p, i])),
-    candidates.map((c) => [c.a, c.b]),
+    // Specials and byte tokens never result from a merge.
+    sentencePieceMerges(vocab, v.scores, (id) => id >= 259),
     SPECIALS.map((content, id) => ({ id, content, special: true })),
   );
   return { tokenizerJson, vocab };
-}
-
-/**
- * A tokenizer.json in the layout of Hugging Face's Llama 2 conversion: the normaliser turns
- * spaces into "▁" and prepends one (SentencePiece's dummy prefix), BPE with byte fallback, BOS
- * added by the post-processor, and a decoder that undoes all of it.
- */
-export function sentencePieceBpeTokenizerJson(
-  vocab: Record<string, number>,
-  merges: [string, string][],
-  addedTokens: { id: number; content: string; special: boolean }[],
-): Record<string, unknown> {
-  return {
-    version: "1.0",
-    truncation: null,
-    padding: null,
-    added_tokens: addedTokens.map((t) => ({ ...t, single_word: false, lstrip: false, rstrip: false, normalized: false })),
-    normalizer: {
-      type: "Sequence",
-      normalizers: [
-        { type: "Prepend", prepend: SPIECE_UNDERLINE },
-        { type: "Replace", pattern: { String: " " }, content: SPIECE_UNDERLINE },
-      ],
-    },
-    pre_tokenizer: null,
-    post_processor: {
-      type: "TemplateProcessing",
-      single: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
-      pair: [
-        { SpecialToken: { id: "<s>", type_id: 0 } },
-        { Sequence: { id: "A", type_id: 0 } },
-        { SpecialToken: { id: "<s>", type_id: 1 } },
-        { Sequence: { id: "B", type_id: 1 } },
-      ],
-      special_tokens: { "<s>": { id: "<s>", ids: [1], tokens: ["<s>"] } },
-    },
-    decoder: {
-      type: "Sequence",
-      decoders: [
-        { type: "Replace", pattern: { String: SPIECE_UNDERLINE }, content: " " },
-        { type: "ByteFallback" },
-        { type: "Fuse" },
-        { type: "Strip", content: " ", start: 1, stop: 0 },
-      ],
-    },
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: "<unk>",
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: true,
-      byte_fallback: true,
-      ignore_merges: false,
-      vocab,
-      merges,
-    },
-  };
 }
 
 /** A base model's template: BOS, then the messages' text in order, one per line. */

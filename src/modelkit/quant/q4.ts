@@ -29,6 +29,12 @@ export interface Q4Matrix {
   scales: Float32Array;
   /** [n * ceil(blocks / 2)]. */
   zeroPoints: Uint8Array;
+  /**
+   * [n * blocks], optional: a value added to every weight of the block, for formats whose blocks
+   * are q * scale + min (GGUF's Q4_1 and Q4_K) and whose codes are kept as they are. MatMulNBits
+   * has no such term; the graph adds it as the input's block sums times these offsets.
+   */
+  offsets?: Float32Array;
 }
 
 export function q4Blocks(k: number): number {
@@ -109,9 +115,43 @@ export function dequantizeQ4(q: Q4Matrix): Float32Array {
         if (k >= q.k) break;
         const byte = q.data[(c * q.blocks + b) * half + (i >> 1)]!;
         const code = i & 1 ? byte >> 4 : byte & 15;
-        out[k * q.n + c] = Math.fround((code - zp) * scale);
+        const v = Math.fround((code - zp) * scale);
+        out[k * q.n + c] = q.offsets ? Math.fround(v + q.offsets[c * q.blocks + b]!) : v;
       }
     }
   }
+  return out;
+}
+
+/**
+ * A matrix whose columns are those of `parts` picked by `columns`: [part, column] pairs, or null
+ * for a zero column (code = zero point, scale 0). Concatenation and the fused graph's head padding
+ * (graph.ts padColumns) in the quantised layout, without a round trip through float.
+ */
+export function selectQ4Columns(parts: Q4Matrix[], columns: ([number, number] | null)[]): Q4Matrix {
+  const { k, blocks } = parts[0]!;
+  for (const p of parts) if (p.k !== k) throw new Error(`q4: cannot join columns of ${p.k} and ${k} rows`);
+  const withOffsets = parts.some((p) => p.offsets);
+  const half = Q4_BLOCK / 2;
+  const zpRow = Math.ceil(blocks / 2);
+  const n = columns.length;
+  const out: Q4Matrix = {
+    k,
+    n,
+    blocks,
+    data: new Uint8Array(n * blocks * half).fill(0x88),
+    scales: new Float32Array(n * blocks),
+    zeroPoints: new Uint8Array(n * zpRow).fill(0x88),
+    ...(withOffsets ? { offsets: new Float32Array(n * blocks) } : {}),
+  };
+  columns.forEach((src, c) => {
+    if (!src) return;
+    const p = parts[src[0]]!;
+    const j = src[1];
+    out.data.set(p.data.subarray(j * blocks * half, (j + 1) * blocks * half), c * blocks * half);
+    out.scales.set(p.scales.subarray(j * blocks, (j + 1) * blocks), c * blocks);
+    out.zeroPoints.set(p.zeroPoints.subarray(j * zpRow, (j + 1) * zpRow), c * zpRow);
+    if (p.offsets) out.offsets!.set(p.offsets.subarray(j * blocks, (j + 1) * blocks), c * blocks);
+  });
   return out;
 }

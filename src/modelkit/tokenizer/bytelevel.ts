@@ -141,18 +141,31 @@ export function byteLevelTokenizerJson(bpe: ByteBpe, added: SpecialToken[]): { j
     pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
     post_processor: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: true },
     decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: null,
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: false,
-      byte_fallback: false,
-      ignore_merges: false,
-      vocab: Object.fromEntries(bpe.vocab),
-      merges: bpe.merges,
-    },
+    model: bpeModelJson(Object.fromEntries(bpe.vocab), bpe.merges),
   };
   return { json, addedTokens };
+}
+
+/**
+ * tokenizer.json's `model` for a BPE: byte-level (no unknown token, no byte fallback) unless told
+ * otherwise; `ignoreMerges` takes a word that is a token whole before merging (Llama 3's BPE).
+ */
+export function bpeModelJson(
+  vocab: Record<string, number>,
+  merges: [string, string][],
+  opts: { unk?: string | null; byteFallback?: boolean; ignoreMerges?: boolean } = {},
+): Record<string, unknown> {
+  const fallback = opts.byteFallback === true;
+  return {
+    type: "BPE",
+    dropout: null,
+    unk_token: opts.unk ?? null,
+    continuing_subword_prefix: null,
+    end_of_word_suffix: null,
+    fuse_unk: fallback,
+    byte_fallback: fallback,
+    ignore_merges: opts.ignoreMerges === true,
+    vocab,
+    merges,
+  };
 }

@@ -28,9 +28,9 @@ export function hubPullPanel(c: SignedCtx, csrf: Html): Html | "" {
   if (!pulls) return "";
   // The section's own style and script come first: the panel ends with its content.
   return html`<section class="panel" id="hub"><link rel="stylesheet" href="${BASE}/assets/hub-pull.css?v=${HUB_PULL_JS_VERSION}"><script src="${BASE}/assets/hub-pull.js?v=${HUB_PULL_JS_VERSION}" defer></script><h2>Add a model from the Hub</h2>
-  <p class="muted">Fetches an ONNX export (transformers.js or onnxruntime-genai layout) into the models directory: its configs, tokenizer and one dtype's graphs, checked against the Hub's SHA-256. The model is served as soon as it is complete. Gated repositories need <code>HF_TOKEN</code> in the server's environment.</p>
+  <p class="muted">Fetches an ONNX export (transformers.js or onnxruntime-genai layout) into the models directory: its configs, tokenizer and one dtype's graphs, checked against the Hub's SHA-256; or weights it converts: a safetensors checkpoint, or one GGUF file, named as <code>REPO:QUANT</code> (<code>Qwen/Qwen3-0.6B-GGUF:Q8_0</code>, as llama.cpp and Ollama take it; Q4_K_M when no quantisation is given). The model is served as soon as it is complete. Gated repositories need <code>HF_TOKEN</code> in the server's environment.</p>
   <form class="inline" id="hub-pull-form" method="post" action="${BASE}/admin/hub-pull" data-api="${BASE}/api/hub-pulls">${csrf}
-    <div class="field grow"><label for="hub-repo">Repository</label><input id="hub-repo" name="repo" required placeholder="onnx-community/Qwen3-0.6B-ONNX" autocomplete="off" spellcheck="false"></div>
+    <div class="field grow"><label for="hub-repo">Repository (or REPO:QUANT for a GGUF file)</label><input id="hub-repo" name="repo" required placeholder="onnx-community/Qwen3-0.6B-ONNX" autocomplete="off" spellcheck="false"></div>
     <div class="field"><label for="hub-revision">Revision</label><input id="hub-revision" name="revision" value="main" autocomplete="off" spellcheck="false"></div>
     <div class="field"><label for="hub-dtype">Dtype</label><select id="hub-dtype" name="dtype"><option value="auto">auto (by device)</option>${ONNX_DTYPES.map((d) => html`<option>${d}</option>`)}</select></div>
     <button type="submit">Pull</button></form>
