@@ -1,7 +1,8 @@
 // A collector that is not there, or that takes connections and never answers: requests are
 // answered as ever, and the spans that cannot go out are dropped and counted in /metrics, as
 // export_failed (refused at once) or queue_full (the one export in flight hangs while the queue
-// fills). That it costs a request nothing measurable is bench/tracing.ts's to show.
+// fills); a collector that fails exports is left alone a while after each failure. That it costs
+// a request nothing measurable is bench/tracing.ts's to show.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { linkCachedModel } from "../helpers/models.ts";
 import { tempDir } from "../helpers/paths.ts";
@@ -11,7 +12,19 @@ const MODEL = "synthetic/dead-collector";
 let models: ReturnType<typeof tempDir>;
 let refused: TestServer;
 let hanging: TestServer;
+let failing: TestServer;
 const silent = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+/** A collector that refuses every export with a 400 (not retried), counting them. */
+let refusedExports = 0;
+const refusing = Bun.serve({
+  hostname: "127.0.0.1",
+  port: 0,
+  async fetch(req) {
+    await req.arrayBuffer();
+    refusedExports++;
+    return new Response("no", { status: 400 });
+  },
+});
 
 /** A port nothing listens on: bound, then released. */
 function closedPort(): number {
@@ -28,13 +41,16 @@ beforeAll(async () => {
   models = tempDir("sluice-dead-collector-");
   await linkCachedModel(models.path, "bytes", { preset: "tiny-bytes", seed: 5, id: MODEL });
   refused = await startTestServer({ modelsDir: models.path, tracing: { endpoint: `http://127.0.0.1:${closedPort()}`, batch, exportTimeoutMs: 800 } });
-  hanging = await startTestServer({ modelsDir: models.path, tracing: { endpoint: `http://127.0.0.1:${silent.port}`, batch, exportTimeoutMs: 1500 } });
+  hanging = await startTestServer({ modelsDir: models.path, tracing: { endpoint: `http://127.0.0.1:${silent.port}`, batch, exportTimeoutMs: 6000 } });
+  failing = await startTestServer({ modelsDir: models.path, tracing: { endpoint: `http://127.0.0.1:${refusing.port}`, batch, exportTimeoutMs: 1500 } });
 }, 120_000);
 
 afterAll(async () => {
   await refused?.cleanup();
   await hanging?.cleanup();
+  await failing?.cleanup();
   silent.stop(true);
+  refusing.stop(true);
   models?.remove();
 });
 
@@ -93,5 +109,18 @@ describe("a collector that is away", () => {
     expect(c.exported).toBe(0);
     const later = await until(hanging, (c) => c.exportFailed > 0);
     expect(later.exportFailed).toBeGreaterThan(0);
+  });
+
+  test("failing every export: after a failure the collector is left alone a while, its batches dropped without a request", async () => {
+    const t0 = Date.now();
+    await traffic(failing);
+    const c = await until(failing, (c) => c.exportFailed + c.queueFull >= 12 * 8);
+    // Without the pause, each of the dozen batches of 8 was a request to the collector. A pause
+    // of 1 s, doubling, allows one at the start and one per pause since.
+    const seconds = (Date.now() - t0) / 1000;
+    expect(refusedExports).toBeGreaterThanOrEqual(1);
+    expect(refusedExports).toBeLessThanOrEqual(1 + Math.ceil(Math.log2(seconds + 1)));
+    expect(c.exportFailed).toBeGreaterThan(12 * 8 - 16 - 8);
+    expect(c.exported).toBe(0);
   });
 });

@@ -6,10 +6,10 @@
 // counter, read here into /metrics). Nothing global is registered: the tracer and the
 // propagator are used explicitly, so nothing else in the process is traced by accident.
 import { createNoopMeter, ROOT_CONTEXT, SpanKind, trace, type Attributes, type Counter, type Meter, type MeterProvider } from "@opentelemetry/api";
-import { W3CTraceContextPropagator } from "@opentelemetry/core";
+import { ExportResultCode, W3CTraceContextPropagator, type ExportResult } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
 import { detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
-import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
+import { BatchSpanProcessor, TracerProvider, type ReadableSpan, type SpanExporter } from "@opentelemetry/sdk-trace";
 import { hostname } from "node:os";
 import type { Logger } from "../../log.ts";
 import { RequestTrace } from "./request-trace.ts";
@@ -43,6 +43,48 @@ function processedSpans(onCount: (n: number, errorType: string | undefined) => v
   return { getMeter: () => meter };
 }
 
+/** After a failed export, the next is not tried for this long (doubling while they keep failing, up to MAX). */
+const BACKOFF_MS = 1000;
+const MAX_BACKOFF_MS = 30_000;
+
+/**
+ * The exporter, paused after a failure. The batch processor starts the next export as soon as
+ * one ends while a full batch waits; against a collector that refuses connections at once, that
+ * was an HTTP request after another, on the HTTP thread (bench/tracing.ts measured it: the server
+ * spent more CPU per request with the collector down than up). While paused, a batch fails at
+ * once without touching the network: its spans are dropped and counted like any failed export's.
+ */
+class PausingExporter implements SpanExporter {
+  private resumeAt = 0;
+  private pause = 0;
+
+  constructor(private readonly inner: SpanExporter) {}
+
+  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
+    if (Date.now() < this.resumeAt) {
+      const error = new Error("the collector failed the last export; paused");
+      error.name = "CollectorPaused";
+      return done({ code: ExportResultCode.FAILED, error });
+    }
+    this.inner.export(spans, (result) => {
+      if (result.code === ExportResultCode.SUCCESS) this.pause = 0;
+      else {
+        this.pause = Math.min(MAX_BACKOFF_MS, this.pause === 0 ? BACKOFF_MS : this.pause * 2);
+        this.resumeAt = Date.now() + this.pause;
+      }
+      done(result);
+    });
+  }
+
+  shutdown(): Promise<void> {
+    return this.inner.shutdown();
+  }
+
+  forceFlush(): Promise<void> {
+    return this.inner.forceFlush?.() ?? Promise.resolve();
+  }
+}
+
 export interface TracingIdentity {
   version: string;
   /** This process's node id: the resource's service.instance.id. */
@@ -72,7 +114,7 @@ export class Tracing {
     })
       .merge(detectResources({ detectors: [envDetector] }))
       .merge(resourceFromAttributes({ "service.name": settings.serviceName }));
-    const exporter = new OTLPTraceExporter({ url: settings.url, headers: settings.headers, timeoutMillis: settings.exportTimeoutMs });
+    const exporter = new PausingExporter(new OTLPTraceExporter({ url: settings.url, headers: settings.headers, timeoutMillis: settings.exportTimeoutMs }));
     const counted = processedSpans((n, errorType) => {
       if (errorType === undefined) this.counts.exported += n;
       else if (errorType === "queue_full") this.counts.droppedQueueFull += n;
