@@ -13,6 +13,7 @@ import { syntheticModel, tinyModelsRoot } from "../test/helpers/models.ts";
 import { machine, median, percentile, rotated, table, writeSection } from "./report.ts";
 import { serverCpuUs, startServerProcess, sumCpu, type ServerProcess } from "./server-process.ts";
 import { streamChat } from "./stream-chat.ts";
+import { closedPort } from "../test/helpers/otlp-receiver.ts";
 
 const MODEL = "bench/tracing";
 const ROUNDS = Number(process.argv[2] ?? 6);
@@ -33,12 +34,6 @@ interface Runner {
   cpu0: { http: number; all: number };
 }
 
-function closedPort(): number {
-  const s = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
-  const port = s.port;
-  s.stop(true);
-  return port;
-}
 
 async function spanCounts(url: string): Promise<{ exported: number; dropped: number }> {
   const text = await (await fetch(`${url}/metrics`)).text();

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { linkCachedModel } from "../helpers/models.ts";
 import { tempDir } from "../helpers/paths.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { closedPort } from "../helpers/otlp-receiver.ts";
 
 const MODEL = "synthetic/dead-collector";
 let models: ReturnType<typeof tempDir>;
@@ -26,13 +27,6 @@ const refusing = Bun.serve({
   },
 });
 
-/** A port nothing listens on: bound, then released. */
-function closedPort(): number {
-  const s = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
-  const port = s.port;
-  s.stop(true);
-  return port;
-}
 
 // A small queue, so that it fills within a few requests; an export that gives up within a second.
 const batch = { scheduledDelayMillis: 10, maxQueueSize: 16, maxExportBatchSize: 8 };

@@ -144,3 +144,11 @@ export function startOtlpReceiver(): OtlpReceiver {
   r.url = `http://127.0.0.1:${server.port}`;
   return r;
 }
+
+/** A port nothing listens on (bound, then released): a collector that is down. */
+export function closedPort(): number {
+  const s = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+  const port = s.port;
+  s.stop(true);
+  return port;
+}
