@@ -17,6 +17,8 @@ import type { Logger } from "./log.ts";
 import { hubEndpoint, hubToken, type HubToken } from "./modelkit/hub/auth.ts";
 import { PullJobs } from "./modelkit/hub/jobs.ts";
 import { createWorkspace } from "./workspace/index.ts";
+import type { TracingSettings } from "./api/tracing/settings.ts";
+import { Tracing } from "./api/tracing/tracer.ts";
 import { openStore, type DiscoveredModel, type Store } from "./store/index.ts";
 import { randomBase62 } from "./store/keys.ts";
 import { VERSION } from "./version.ts";
@@ -56,6 +58,8 @@ export interface ServeOptions {
   watchModels?: boolean;
   /** The Hub the admin page pulls from (default: HF_ENDPOINT / HF_TOKEN of the environment, CPU). */
   hub?: { endpoint?: string; token?: () => HubToken | null; device?: "cuda" | "cpu" };
+  /** OpenTelemetry traces of chat requests (see api/tracing/settings.ts); absent or null: off. */
+  tracing?: TracingSettings | null;
 }
 
 export interface RunningServer {
@@ -67,6 +71,8 @@ export interface RunningServer {
   /** This node's id (in the node list of a shared database). */
   nodeId: string;
   cluster: Cluster | null;
+  /** Tracing, when configured (its span counts; flush). */
+  tracing: Tracing | null;
   /** Where the account workspace is served, e.g. http://127.0.0.1:8080/workspace/ */
   workspaceUrl: string;
   syncCatalog(): Promise<void>;
@@ -257,6 +263,8 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     },
   });
   const lifecycle = new Lifecycle();
+  const tracing = opts.tracing ? new Tracing(opts.tracing, { version: VERSION, nodeId }, log) : null;
+  if (tracing) log.info("tracing chat requests", { endpoint: opts.tracing!.url, service: opts.tracing!.serviceName, sampler: opts.tracing!.samplerName, content: opts.tracing!.traceContent });
   let listeningUrl = "";
   if (store.kind === "postgres") {
     cluster = createCluster({
@@ -286,6 +294,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     version: VERSION,
     nodeId,
     forwarding: cluster?.forwarding,
+    tracing: tracing ?? undefined,
     // Several nodes count rate limits in the database, so a limit holds across them.
     guard: cluster ? new RateGuard(store, storeCounter(store.rates, nodeId, (e) => log.warn("rate-limit settlement failed", { error: (e as Error).message }))) : undefined,
   });
@@ -372,6 +381,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     firstKey,
     nodeId,
     cluster,
+    tracing,
     workspaceUrl,
     syncCatalog,
     async stop(deadlineMs = 10_000) {
@@ -395,6 +405,8 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
       removeControlFile(opts.dataDir, controlToken);
       await control.stop();
       await store.close();
+      // What the last requests left in the batch goes out, unless the collector keeps it waiting.
+      await tracing?.shutdown();
     },
   };
 }

@@ -16,6 +16,7 @@ import { allowedMethods, isUnsupportedRoute, SUPPORTED_SUMMARY } from "./routes.
 import type { ModelObject } from "./schemas.ts";
 import type { Maybe } from "./maybe.ts";
 import type { ChatForwarding } from "./chat/forwarding.ts";
+import type { Tracing } from "./tracing/tracer.ts";
 
 export interface ApiOptions {
   store: Store;
@@ -37,6 +38,8 @@ export interface ApiOptions {
   nodeId?: string;
   /** Several nodes on one database: forwarding of requests for models served elsewhere. */
   forwarding?: ChatForwarding;
+  /** OpenTelemetry traces of chat requests (absent: off). */
+  tracing?: Tracing;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024;
@@ -92,6 +95,7 @@ export function createApi(opts: ApiOptions) {
     const seconds = scope ? (performance.now() - scope.started) / 1000 : 0;
     metrics.request(route, request.method, status, seconds);
     if (status >= 400) metrics.error(route, status, errorCode ?? null);
+    scope?.trace?.answered(status, errorCode);
     log.info("request", {
       request_id: scope?.requestId ?? null,
       method: request.method,
@@ -278,7 +282,7 @@ export function createApi(opts: ApiOptions) {
       }
     })
     .get("/health", () => ({ status: "ok" }))
-    .get("/metrics", () => metricsResponse(opts.engine, metrics))
+    .get("/metrics", () => metricsResponse(opts.engine, metrics, opts.tracing))
     .get("/ready", async ({ set }) => {
       const storeOk = await store.healthy();
       const ready = storeOk && opts.ready() && !lifecycle.draining;
@@ -311,8 +315,21 @@ export function createApi(opts: ApiOptions) {
       if (!m) throw modelNotFound(id);
       return modelObject(m);
     })
-    .post("/v1/chat/completions", ({ request, requestId, scope }) =>
-      handleChat({ store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle, guard, limits, metrics, nodeId, forwarding: opts.forwarding }, request, requestId, scope),
+    .post(
+      "/v1/chat/completions",
+      ({ request, requestId, scope }) => {
+        if (opts.tracing) {
+          // From the request's arrival; its response (error or not) names the trace.
+          scope.trace = opts.tracing.start(request, scope.started, "/v1/chat/completions");
+          Object.assign(scope.headers, scope.trace.responseHeaders());
+        }
+        return handleChat(
+          { store, engine: opts.engine, log, maxBodyBytes, systemFingerprint: fingerprint, lifecycle, guard, limits, metrics, nodeId, forwarding: opts.forwarding },
+          request,
+          requestId,
+          scope,
+        );
+      },
       { parse: "none" },
     );
 }

@@ -2,7 +2,7 @@
 // errors, rate-limit refusals) and the engine's scheduler and KV gauges, in Prometheus' text format.
 // Unauthenticated like /health: it carries counts and bytes, never prompts, keys or accounts.
 import { heapSize } from "bun:jsc";
-import type { Engine, ModelResidency, ModelStats, WorkerHealth } from "../engine/types.ts";
+import type { Engine, GenerationTimings, ModelResidency, ModelStats, WorkerHealth } from "../engine/types.ts";
 
 interface Metric {
   name: string;
@@ -78,22 +78,35 @@ const label = (v: string) => v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').repla
 // Seconds; from a cached /v1/models answer up to a long generation.
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
+/**
+ * Seconds per token (inter-token latency, time per output token): a GPU's few milliseconds to a
+ * CPU's fraction of a second for a large model, finely where streams are judged smooth or not.
+ */
+export const TOKEN_BUCKETS = [0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2.5, 5];
+
+/** Seconds per request or step of one (end to end, queue, prefill): milliseconds to a long CPU generation. */
+export const REQUEST_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200];
+
 class Histogram {
   /** Per bucket, not cumulative: an observation touches one slot; text() adds them up. */
-  private readonly slots = new Array<number>(LATENCY_BUCKETS.length + 1).fill(0);
+  private readonly slots: number[];
   sum = 0;
   count = 0;
+  constructor(private readonly buckets: readonly number[] = LATENCY_BUCKETS) {
+    this.slots = new Array<number>(buckets.length + 1).fill(0);
+  }
   observe(seconds: number): void {
     this.sum += seconds;
     this.count++;
+    const buckets = this.buckets;
     let i = 0;
-    while (i < LATENCY_BUCKETS.length && seconds > LATENCY_BUCKETS[i]!) i++;
+    while (i < buckets.length && seconds > buckets[i]!) i++;
     this.slots[i]!++;
   }
   lines(name: string, labels: string): string[] {
     const sep = labels ? "," : "";
     let below = 0;
-    const out = LATENCY_BUCKETS.map((b, i) => `${name}_bucket{${labels}${sep}le="${b}"} ${(below += this.slots[i]!)}`);
+    const out = this.buckets.map((b, i) => `${name}_bucket{${labels}${sep}le="${b}"} ${(below += this.slots[i]!)}`);
     out.push(`${name}_bucket{${labels}${sep}le="+Inf"} ${this.count}`, `${name}_sum{${labels}} ${this.sum}`, `${name}_count{${labels}} ${this.count}`);
     return out;
   }
@@ -121,6 +134,12 @@ export class HttpMetrics {
   private readonly requests = new Map<string, { n: number }>();
   private readonly latency = new Map<string, Histogram>();
   private readonly ttft = new Map<string, Histogram>();
+  /** Per model (a bounded set: the operator's), never per account or key. */
+  private readonly e2e = new Map<string, Histogram>();
+  private readonly queue = new Map<string, Histogram>();
+  private readonly prefill = new Map<string, Histogram>();
+  private readonly interToken = new Map<string, Histogram>();
+  private readonly perToken = new Map<string, Histogram>();
   private readonly promptTokens = new Map<string, number>();
   private readonly completionTokens = new Map<string, number>();
   private readonly errors = new Map<string, number>();
@@ -174,10 +193,30 @@ export class HttpMetrics {
     if (status === 429 && code === "rate_limit_exceeded") HttpMetrics.inc(this.rateLimited, `route="${label(route)}"`);
   }
 
+  private static histogram(m: Map<string, Histogram>, key: string, buckets?: readonly number[]): Histogram {
+    let h = m.get(key);
+    if (!h) m.set(key, (h = new Histogram(buckets)));
+    return h;
+  }
+
   firstToken(model: string, seconds: number): void {
-    let h = this.ttft.get(model);
-    if (!h) this.ttft.set(model, (h = new Histogram()));
-    h.observe(seconds);
+    HttpMetrics.histogram(this.ttft, model).observe(seconds);
+  }
+
+  /**
+   * A generation this node ran, at its end: `seconds` from its arrival, and where the engine's
+   * time went (queue, prefill, the gaps between tokens).
+   */
+  generationTimes(model: string, seconds: number, timings: GenerationTimings | undefined): void {
+    HttpMetrics.histogram(this.e2e, model, REQUEST_BUCKETS).observe(seconds);
+    if (!timings) return;
+    if (timings.queue) HttpMetrics.histogram(this.queue, model, REQUEST_BUCKETS).observe((timings.queue.end - timings.queue.start) / 1000);
+    // Only a prefill that gave a token: one cut short says nothing of how long prompts take.
+    if (timings.prefill && timings.decode) HttpMetrics.histogram(this.prefill, model, REQUEST_BUCKETS).observe((timings.prefill.end - timings.prefill.start) / 1000);
+    const itl = HttpMetrics.histogram(this.interToken, model, TOKEN_BUCKETS);
+    for (const s of timings.interTokenSeconds) itl.observe(s);
+    const tpot = HttpMetrics.histogram(this.perToken, model, TOKEN_BUCKETS);
+    for (const s of timings.timePerOutputTokenSeconds) tpot.observe(s);
   }
 
   /** A generation that ended (however), with its tokens. */
@@ -204,6 +243,11 @@ export class HttpMetrics {
     counter("sluice_http_errors_total", "Error answers by route, status and OpenAI error code.", this.errors);
     counter("sluice_rate_limited_total", "Requests refused by a per-account or per-key rate limit.", this.rateLimited);
     histogram("sluice_time_to_first_token_seconds", "From admission to the first generated token.", this.ttft, "model");
+    histogram("sluice_request_duration_seconds", "Generations this node ran, from the request's arrival to its last token (however it ended).", this.e2e, "model");
+    histogram("sluice_request_queue_seconds", "Time a generation waited in its model's queue for KV memory before it first ran.", this.queue, "model");
+    histogram("sluice_prefill_seconds", "From a generation's admission to its first token: reading the prompt (in chunks between other requests' steps).", this.prefill, "model");
+    histogram("sluice_inter_token_latency_seconds", "Between consecutive tokens of a choice, as the model made them (a step that gives several counts once).", this.interToken, "model");
+    histogram("sluice_time_per_output_token_seconds", "Per choice of two tokens or more: its time from first to last token over the tokens after the first.", this.perToken, "model");
     counter("sluice_prompt_tokens_total", "Prompt tokens of finished generations.", this.promptTokens);
     counter("sluice_completion_tokens_total", "Completion tokens of finished generations.", this.completionTokens);
     counter("sluice_generations_total", "Generations by how they ended (ok, cancelled, time_limit, idle_timeout, error, …).", this.generations);
@@ -211,7 +255,7 @@ export class HttpMetrics {
   }
 }
 
-export function metricsText(engine: Engine, http?: HttpMetrics): string {
+export function metricsText(engine: Engine, http?: HttpMetrics, tracing?: { metricsLines(): string[] }): string {
   const stats = engine.stats?.();
   const models = stats?.models ?? [];
   const lines: string[] = http ? [http.text().trimEnd()] : [];
@@ -238,6 +282,7 @@ export function metricsText(engine: Engine, http?: HttpMetrics): string {
       for (const r of residency.models) lines.push(`${m.name}{model="${label(r.model)}"} ${m.value(r)}`);
     }
   }
+  if (tracing) lines.push(...tracing.metricsLines());
   lines.push("# HELP sluice_process_heap_bytes JavaScript heap of the HTTP thread.", "# TYPE sluice_process_heap_bytes gauge", `sluice_process_heap_bytes ${heapSize()}`);
   for (const m of WORKER_METRICS) {
     lines.push(`# HELP ${m.name} ${m.help}`, `# TYPE ${m.name} ${m.type}`);
@@ -246,6 +291,6 @@ export function metricsText(engine: Engine, http?: HttpMetrics): string {
   return lines.join("\n") + "\n";
 }
 
-export function metricsResponse(engine: Engine, http?: HttpMetrics): Response {
-  return new Response(metricsText(engine, http), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
+export function metricsResponse(engine: Engine, http?: HttpMetrics, tracing?: { metricsLines(): string[] }): Response {
+  return new Response(metricsText(engine, http, tracing), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
 }

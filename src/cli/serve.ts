@@ -8,6 +8,7 @@ import { ENGINE_OPTIONS, ORT_BINDING_OPTION, parseEngineOptions, parseOrtBinding
 import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 import { parseResidencyOptions, RESIDENCY_OPTIONS } from "./residency-options.ts";
 import { POST_INTERVAL_MS } from "../engine/worker/round-batcher.ts";
+import { traceOptionsOf, TRACE_OPTIONS } from "./trace-options.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
@@ -82,6 +83,7 @@ export const serveCommand: Command = {
     ...RESIDENCY_OPTIONS,
     ...LIMIT_OPTIONS,
     ...ENGINE_OPTIONS,
+    ...TRACE_OPTIONS,
   ],
   async run(args) {
     const port = Number(args.values.port);
@@ -116,13 +118,21 @@ export const serveCommand: Command = {
     const timeoutMs = seconds("node-timeout-seconds", 0.5);
     if (timeoutMs <= heartbeatMs) throw new UsageError("--node-timeout-seconds must be longer than --heartbeat-seconds");
     // Loaded here, not at the top: every other command starts without the server's modules.
-    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }] = await Promise.all([
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
       import("../engine/index.ts"),
       import("../engine/providers.ts"),
       import("../modelkit/index.ts"),
       import("../vision/policy.ts"),
       import("../server.ts"),
+      import("../api/tracing/settings.ts"),
     ]);
+    let tracing;
+    try {
+      tracing = tracingSettings(traceOptionsOf(args));
+    } catch (e) {
+      if (e instanceof TracingConfigError) throw new UsageError(`tracing: ${e.message}`);
+      throw e;
+    }
     configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
@@ -167,6 +177,7 @@ export const serveCommand: Command = {
       log,
       engine,
       watchModels: args.values["no-watch"] !== true,
+      tracing,
       // The admin page's pulls choose `auto` dtypes for the device the models run on.
       hub: { device: device === "cpu" ? "cpu" : chooseProviders(device as "auto" | "cuda").providers[0] === "cuda" ? "cuda" : "cpu" },
     });

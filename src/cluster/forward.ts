@@ -48,6 +48,8 @@ export async function forwardChat(
   body: string,
   hop: HopIdentity,
   signal: AbortSignal,
+  /** Extra headers (the trace context); the hop's own cannot be overridden by them. */
+  extraHeaders: Record<string, string> = {},
 ): Promise<{ response: Response; done: Promise<ForwardOutcome> }> {
   const upstreamAbort = new AbortController();
   let lost = false;
@@ -76,7 +78,7 @@ export async function forwardChat(
   try {
     upstream = await fetch(`${target.url.replace(/\/+$/, "")}/v1/chat/completions`, {
       method: "POST",
-      headers: { ...hopHeaders(deps.secret, hop, body), "content-type": "application/json" },
+      headers: { ...extraHeaders, ...hopHeaders(deps.secret, hop, body), "content-type": "application/json" },
       body,
       signal: upstreamAbort.signal,
       redirect: "manual",

@@ -54,13 +54,14 @@ export function createCluster(opts: ClusterOptions): Cluster {
       return check.hop;
     },
     target: (modelId) => membership.target(modelId),
-    forward: (target, body, hop, signal) =>
+    forward: (target, body, hop, signal, headers) =>
       forwardChat(
         { secret: opts.secret, log: opts.log, isLive: (id) => membership.isLive(id), sendingTo: (id) => membership.sendingTo(id) },
         target,
         body,
         hop,
         signal,
+        headers,
       ),
   };
   return {

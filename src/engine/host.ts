@@ -24,6 +24,7 @@ import {
   type GenerateRequest,
   type Generation,
   type GenerationEvent,
+  type GenerationTimings,
   type EngineStats,
   type ModelEvent,
   type ModelLoadResult,
@@ -40,6 +41,7 @@ import { Residency, type ModelPlan } from "./residency/residency.ts";
 import { DEFAULT_KEEP_ALIVE_MS } from "./residency/settings.ts";
 import type { QueueOrder } from "./worker/fair-queue.ts";
 import type { HostMessage, RejectInfo, WorkerMessage, WorkerOptions } from "./worker/protocol.ts";
+import { epochMs } from "./worker/request-clock.ts";
 import type { OrtBinding } from "./ort-binding.ts";
 
 export { DEFAULT_GRAMMAR_CACHE_BYTES, DEFAULT_SUPERVISION, type SupervisionOptions };
@@ -142,6 +144,8 @@ class EventChannel implements AsyncIterable<GenerationEvent[]> {
 
 interface Pending {
   started: (promptTokens: number) => void;
+  /** Filled in with the worker's timings when the request ends. */
+  timings: GenerationTimings;
   rejected: (e: Error) => void;
   channel: EventChannel;
   /** The request left the worker (ended, refused, timed out, or the worker went away). */
@@ -254,6 +258,7 @@ class WorkerThread {
           if (r.type === "events") p?.channel.push(r.events);
           else {
             this.pending.delete(r.rid);
+            if (p && r.timings) Object.assign(p.timings, r.timings);
             p?.channel.end(r.error === undefined ? undefined : r.code ? new EngineRequestError(r.error, null, r.code) : new Error(r.error));
             p?.ended();
           }
@@ -280,6 +285,7 @@ class WorkerThread {
     const rid = this.nextRid++;
     const { signal, ...wire } = request;
     const channel = new EventChannel();
+    const timings: GenerationTimings = { interTokenSeconds: [], timePerOutputTokenSeconds: [], preemptions: 0 };
     return new Promise<Generation>((resolve, reject) => {
       // The worker answers once the prompt is read and the grammar compiled; a worker that
       // never answers is restarted by the stall check, and this bounds the wait regardless.
@@ -292,12 +298,13 @@ class WorkerThread {
       this.pending.set(rid, {
         started: (promptTokens) => {
           clearTimeout(timer);
-          resolve({ promptTokens, events: channel });
+          resolve({ promptTokens, events: channel, timings });
         },
         rejected: (e) => {
           clearTimeout(timer);
           reject(e);
         },
+        timings,
         channel,
         ended,
       });
@@ -793,15 +800,20 @@ export class WorkerEngine implements Engine {
     if (!this.sources.has(request.modelId)) throw new EngineRequestError(`model ${request.modelId} is not loaded`, "model", "model_not_found");
     // Before any load: a request refused for its own content never loads a model.
     const key = structureKey(request, this.compileLimits.maxSchemaBytes);
+    const loaded = this.slots.has(request.modelId);
+    const waitFrom = epochMs();
     // Held from here until the request leaves the worker: a model in use is never unloaded.
     const release = await this.memory.acquire(request.modelId, request.signal);
+    const modelLoad = loaded ? undefined : { start: waitFrom, end: epochMs() };
     const slot = this.slots.get(request.modelId);
     if (!slot) {
       release();
       throw new EngineUnavailableError(`The model ${request.modelId} was unloaded while the request waited for it. Retry.`, 1);
     }
     try {
-      return await slot.start(request, key, release);
+      const generation = await slot.start(request, key, release);
+      if (modelLoad && generation.timings) generation.timings.modelLoad = modelLoad;
+      return generation;
     } catch (e) {
       // Refused before the worker took it (restarting, crash loop); release is idempotent.
       release();

@@ -131,8 +131,38 @@ export type GenerationEvent =
   /** completionTokens include reasoningTokens (the thinking block's tokens, tags included). */
   | { type: "finish"; index: number; reason: FinishReason; completionTokens: number; reasoningTokens: number };
 
+/** A step of a request: when it began and ended, epoch ms (see worker/request-clock.ts epochMs). */
+export interface Interval {
+  start: number;
+  end: number;
+}
+
+/** Where a generation's time went in the engine: for its trace and the latency histograms. */
+export interface GenerationTimings {
+  /** Waiting for its model to be loaded (absent: it was loaded already). */
+  modelLoad?: Interval;
+  /** The chat template rendered and the prompt tokenised (images read). */
+  prompt?: Interval;
+  /** Its response format's or tools' grammar compiled or found compiled (absent: none). */
+  compile?: Interval;
+  /** Waiting for KV memory in the model's queue, until first admitted. */
+  queue?: Interval;
+  /** From admission to the first token: the prompt read, in chunks between other requests' steps. */
+  prefill?: Interval;
+  /** From the first token to the last. */
+  decode?: Interval;
+  /** Seconds between a choice's consecutive tokens (a step that gives several counts once), every choice. */
+  interTokenSeconds: number[];
+  /** Per choice of two tokens or more: its time from first to last token over the tokens after the first, seconds. */
+  timePerOutputTokenSeconds: number[];
+  /** Times it was preempted (its memory taken) and resumed. */
+  preemptions: number;
+}
+
 export interface Generation {
   promptTokens: number;
+  /** Filled in by the time the events end (absent from engines that do not measure). */
+  timings?: GenerationTimings;
   /**
    * The events in the batches they arrive in: each step of the iteration gives every event that
    * has come since the last (at least one), so a reader that falls behind catches up in one step

@@ -14,6 +14,8 @@ export interface NodeSpec {
   /** Model directory name → its synthetic spec (built once into the shared cache). */
   models: Record<string, SyntheticSpec>;
   args?: string[];
+  /** Environment variables of this node's process (over the cluster's). */
+  env?: Record<string, string>;
 }
 
 export interface ClusterNode extends ServeProcess {
@@ -49,7 +51,7 @@ export async function startCluster(specs: NodeSpec[], opts: { pg?: PostgresServe
     for (const [name, s] of Object.entries(spec.models)) symlinkSync(await syntheticModel(tinyModelsRoot(), name, s), join(models.path, name));
     const node = await spawnServe(
       ["--data", data.path, "--models", models.path, "--no-demo", "--device", "cpu", "--threads", "1", ...FAST_HEARTBEAT, ...(spec.args ?? [])],
-      { env: { SLUICE_DATABASE_URL: database, SLUICE_CLUSTER_SECRET: SECRET, SLUICE_LOG_LEVEL: "warn" }, stderr: process.env.SLUICE_TEST_LOGS ? "inherit" : "ignore" },
+      { env: { SLUICE_DATABASE_URL: database, SLUICE_CLUSTER_SECRET: SECRET, SLUICE_LOG_LEVEL: "warn", ...spec.env }, stderr: process.env.SLUICE_TEST_LOGS ? "inherit" : "ignore" },
     );
     const n = Object.assign(node, { modelsDir: models.path, dataDir: data.path });
     nodes.push(n);

@@ -5,6 +5,7 @@ import { createEngine, type CreateEngineOptions } from "../../src/engine/index.t
 import { createLogger, silentLogger, type Logger } from "../../src/log.ts";
 import { startServer, type RunningServer, type ServeOptions } from "../../src/server.ts";
 import { tempDir } from "./paths.ts";
+import { tracingSettings, type TracingOptions } from "../../src/api/tracing/settings.ts";
 
 export interface TestServer extends RunningServer {
   key: string;
@@ -23,6 +24,8 @@ export async function startTestServer(opts: {
   engine?: Partial<Omit<CreateEngineOptions, "log">>;
   /** The operator's request limits (serve's --max-tokens-cap and the like). */
   limits?: ServeOptions["limits"];
+  /** OpenTelemetry tracing as serve's flags set it (this process's OTEL_ variables are not read). */
+  tracing?: TracingOptions;
 }): Promise<TestServer> {
   const data = tempDir("sluice-data-");
   const log = opts.log ?? (process.env.SLUICE_TEST_LOGS ? createLogger({ level: "debug" }) : silentLogger());
@@ -40,6 +43,7 @@ export async function startTestServer(opts: {
     watchModels: opts.watchModels,
     hub: opts.hub,
     limits: opts.limits,
+    tracing: opts.tracing ? tracingSettings(opts.tracing, {}) : null,
   });
   return {
     ...server,

@@ -11,6 +11,7 @@ import { join, resolve } from "node:path";
 import { buildHubRepos, STORIES_REPO } from "../helpers/hub-repos.ts";
 import { startHubServer } from "../helpers/hub-server.ts";
 import { bannerCommands, hintIn, readBanner, runPrinted } from "../helpers/printed-commands.ts";
+import { startOtlpReceiver } from "../helpers/otlp-receiver.ts";
 
 const REPO = resolve(import.meta.dir, "../..");
 const STORIES = resolve(REPO, "../shared/models/stories260k");
@@ -77,6 +78,8 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "sluice-smoke-"));
   const env = { ...ENV, HOME: dir };
   let serve: Bun.Subprocess<"ignore", "pipe", "pipe"> | null = null;
+  // Traces from the binary (the OpenTelemetry SDK and exporter bundled in it) to a real OTLP receiver.
+  const collector = startOtlpReceiver();
   try {
     copyFileSync(binary, join(dir, "sluice"));
     Bun.spawnSync(["/bin/chmod", "755", join(dir, "sluice")]);
@@ -117,7 +120,12 @@ async function main(): Promise<void> {
     const url = `http://127.0.0.1:${port}`;
     const t0 = performance.now();
     const servedAt = Date.now();
-    serve = Bun.spawn([exe, "serve", "--port", String(port)], { cwd: dir, env, stdout: "pipe", stderr: "pipe" });
+    serve = Bun.spawn([exe, "serve", "--port", String(port)], {
+      cwd: dir,
+      env: { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_SERVICE_NAME: "sluice-smoke", OTEL_BSP_SCHEDULE_DELAY: "100" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
     const banner = await readBanner(serve.stdout);
     const readyMs = await waitReady(url, serve, 60_000);
     record("serve → /ready (first start: unpacking, demo model)", true, `${Math.round(readyMs)} ms`);
@@ -163,6 +171,17 @@ async function main(): Promise<void> {
       "curl chat completion (streamed)",
       events.at(-1) === "data: [DONE]" && chunks.length >= 2 && chunks.every((c) => c.object === "chat.completion.chunk"),
       `${chunks.length} chunks then [DONE]`,
+    );
+
+    const spans = await collector
+      .waitFor((all) => all.some((s) => s.name === "chat sluice/demo") && all.some((s) => s.name === "sluice.decode"), 15_000)
+      .catch(() => collector.spans);
+    const gen = spans.find((s) => s.name === "chat sluice/demo");
+    const tree = gen ? spans.filter((s) => s.traceId === gen.traceId) : [];
+    record(
+      "OTLP traces from the binary: server, GenAI and engine spans of one trace",
+      !!gen && gen.resource["service.name"] === "sluice-smoke" && ["POST /v1/chat/completions", "sluice.authenticate", "sluice.queue", "sluice.decode"].every((n) => tree.some((s) => s.name === n)),
+      `${collector.spans.length} spans received; ${tree.map((s) => s.name).join(", ")}`,
     );
 
     // The demo model has run: ONNX Runtime's telemetry (on by default since 1.30) would have left
@@ -238,6 +257,7 @@ async function main(): Promise<void> {
     console.log(`total ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   } finally {
     serve?.kill("SIGKILL");
+    collector.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 }

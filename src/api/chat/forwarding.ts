@@ -44,5 +44,12 @@ export interface ChatForwarding {
    * Throws an ApiError 503 (Retry-After) when the node cannot be reached or fails before it
    * answers; `done` settles once the response has ended, however it ended.
    */
-  forward(target: NodeTarget, body: string, hop: HopIdentity, signal: AbortSignal): Promise<{ response: Response; done: Promise<ForwardOutcome> }>;
+  forward(
+    target: NodeTarget,
+    body: string,
+    hop: HopIdentity,
+    signal: AbortSignal,
+    /** Extra headers for the node: the trace context the forward continues. */
+    headers?: Record<string, string>,
+  ): Promise<{ response: Response; done: Promise<ForwardOutcome> }>;
 }

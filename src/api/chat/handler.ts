@@ -32,6 +32,9 @@ import { HOP_HEADER, type ChatForwarding, type ForwardOutcome, type HopIdentity,
 import { scopeIds } from "../limits/guard.ts";
 import { eventually } from "../eventually.ts";
 import type { Ticket } from "../limits/rate-limiter.ts";
+import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
+import { ChatSpan } from "../tracing/chat-span.ts";
+import { traced, type RequestTrace } from "../tracing/request-trace.ts";
 
 export interface ChatDeps {
   store: Store;
@@ -83,6 +86,15 @@ const hopKey = (hop: HopIdentity): ApiKeyInfo => ({
   revokedAt: null,
 });
 
+/** A failure as the code a span may carry: the answer's error code, never its text. */
+const failureCode = (e: unknown): string => {
+  if (e instanceof ApiError) return e.code ?? String(e.status);
+  if (e instanceof EngineRequestError) return e.code ?? "invalid_request";
+  if (e instanceof EngineBusyError) return "account_queue_full";
+  if (e instanceof EngineUnavailableError) return e.code;
+  return "internal_error";
+};
+
 const notServedHere = (model: string) =>
   new ApiError(503, `The model '${model}' is not served by any live node right now; retry shortly.`, "service_unavailable", null, "model_unavailable", {
     "retry-after": "1",
@@ -96,19 +108,23 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   // A request from another node carries its identity in headers signed over the body: read the
   // body first for it. A client's request is authenticated before its body is read.
   const fromNode = deps.forwarding !== undefined && request.headers.has(HOP_HEADER);
+  const trace = scope?.trace;
   let hop: HopIdentity | null = null;
   let key: ApiKeyInfo;
   let raw: { text: string; value: unknown };
   if (fromNode) {
     raw = await readJsonText(request, deps.maxBodyBytes);
-    hop = deps.forwarding!.hop(request, raw.text);
+    const text = raw.text;
+    hop = await traced(trace, "sluice.authenticate", async () => deps.forwarding!.hop(request, text), failureCode, { "sluice.hop": true });
     key = hopKey(hop!);
     requestId = hop!.requestId;
   } else {
-    key = await authenticate(deps.store, request);
+    key = await traced(trace, "sluice.authenticate", async () => authenticate(deps.store, request), failureCode);
     raw = await readJsonText(request, deps.maxBodyBytes);
   }
   if (scope) scope.accountId = key.accountId;
+  // The account is no secret (the access log has it too); the key's id is, with the content.
+  trace?.setAttributes({ "sluice.request_id": requestId, "sluice.account.id": key.accountId, ...(trace.traceContent && key.id ? { "sluice.api_key.id": key.id } : {}) });
   try {
     return await admitAndRun(deps, request, requestId, scope, key, raw, hop);
   } catch (e) {
@@ -166,23 +182,20 @@ async function admitAndRun(
     key = { ...key, accountPriority: (await deps.store.accounts.getById(key.accountId))?.priority ?? 0 };
     ticket = settlingTicket(deps, hop);
   } else {
-    inflight = await admitRequest(deps, key, requestId, model, plan, deps.nodeId);
-    try {
-      ticket = await deps.guard?.admit(key, estimate, true, scope);
-    } catch (e) {
-      await endUnrecorded(deps, inflight.id, requestId);
-      throw e;
-    }
+    ({ inflight, ticket } = await traced(scope?.trace, "sluice.admit", () => admitAndCount(deps, key, requestId, model, plan, deps.nodeId, estimate, scope), failureCode));
   }
   const started = performance.now();
   const abort = new AbortController();
   request.signal.addEventListener("abort", () => abort.abort(), { once: true });
   deps.lifecycle.track(abort);
+  const trace = scope?.trace;
+  const chat = trace ? new ChatSpan(trace, model.id, plan, `chatcmpl-${requestId}`, requestId) : null;
   let generation: Generation;
   try {
     // The engine takes turns between accounts (and admits higher priorities first) on a busy model.
     generation = await deps.engine.start({ ...plan, requestId, signal: abort.signal, fairnessKey: String(key.accountId), priority: key.accountPriority });
   } catch (e) {
+    chat?.refused(failureCode(e));
     deps.lifecycle.untrack(abort);
     ticket?.finish(0);
     await endUnrecorded(deps, inflight.id, requestId);
@@ -221,9 +234,13 @@ async function admitAndRun(
     const final = watched.timedOut() && status !== "error" ? "time_limit" : status;
     ticket?.finish(generation.promptTokens + acc.completionTokens());
     deps.metrics?.generation(model.id, final, generation.promptTokens, acc.completionTokens());
-    recorded = recordUsage(deps, key, inflight.id, plan, requestId, model.id, generation.promptTokens, acc, started, final).finally(() =>
-      deps.lifecycle.untrack(abort),
-    );
+    deps.metrics?.generationTimes(model.id, (performance.now() - (scope?.started ?? started)) / 1000, generation.timings);
+    chat?.finished(final, generation.promptTokens, acc, generation.timings);
+    recorded = recordUsage(deps, key, inflight.id, plan, requestId, model.id, generation.promptTokens, acc, started, final).finally(() => {
+      deps.lifecycle.untrack(abort);
+      // A stream's server span ends here, with its body (the usage row written).
+      trace?.end(final === "error" ? "generation_failed" : undefined);
+    });
     return recorded;
   };
 
@@ -242,6 +259,7 @@ async function admitAndRun(
     await record(abort.signal.aborted ? "interrupted" : "ok");
     return Response.json(acc.toCompletion(meta, generation.promptTokens));
   }
+  trace?.holdForBody();
   return streamResponse(deps, generation, plan, meta, acc, abort, request.signal, record, limits.streamIdleMs);
 }
 
@@ -430,6 +448,26 @@ async function admitRequest(deps: ChatDeps, key: ApiKeyInfo, requestId: string, 
   return inflight;
 }
 
+/** Registers the request in flight (its price reserved) and counts it against the rate limits; both or neither. */
+async function admitAndCount(
+  deps: ChatDeps,
+  key: ApiKeyInfo,
+  requestId: string,
+  model: CatalogModel,
+  plan: ChatPlan,
+  nodeId: string,
+  estimate: number,
+  scope: RequestScope | undefined,
+): Promise<{ inflight: { id: string }; ticket: Ticket | undefined }> {
+  const inflight = await admitRequest(deps, key, requestId, model, plan, nodeId);
+  try {
+    return { inflight, ticket: await deps.guard?.admit(key, estimate, true, scope) };
+  } catch (e) {
+    await endUnrecorded(deps, inflight.id, requestId);
+    throw e;
+  }
+}
+
 /** The ticket of a forwarded request: it settles the forwarding node's token estimate in the shared counters. */
 function settlingTicket(deps: ChatDeps, hop: HopIdentity): Ticket {
   return {
@@ -460,14 +498,8 @@ async function forwardChat(
   body: string,
   target: NodeTarget,
 ): Promise<Response> {
-  const inflight = await admitRequest(deps, key, requestId, model, plan, target.id);
-  let ticket: Ticket | undefined;
-  try {
-    ticket = await deps.guard?.admit(key, estimate, true, scope);
-  } catch (e) {
-    await endUnrecorded(deps, inflight.id, requestId);
-    throw e;
-  }
+  const trace = scope?.trace;
+  const { inflight, ticket } = await traced(trace, "sluice.admit", () => admitAndCount(deps, key, requestId, model, plan, target.id, estimate, scope), failureCode);
   const abort = new AbortController();
   request.signal.addEventListener("abort", () => abort.abort(), { once: true });
   deps.lifecycle.track(abort);
@@ -492,12 +524,23 @@ async function forwardChat(
     };
     setTimeout(interrupt, INTERRUPT_AFTER_MS).unref();
   };
+  // The hop is a client span; the node it goes to continues the trace under it.
+  const forward = trace?.begin("sluice.forward", { "sluice.node.target": target.id, "server.address": new URL(target.url).hostname, "http.request.method": "POST" }, SpanKind.CLIENT);
   try {
-    const { response, done } = await deps.forwarding!.forward(target, body, hop, abort.signal);
-    void done.then(ended);
+    const { response, done } = await deps.forwarding!.forward(target, body, hop, abort.signal, forward && trace!.headersFor(forward.context));
+    forward?.span.setAttribute("http.response.status_code", response.status);
+    trace?.holdForBody();
+    void done.then((outcome) => {
+      ended(outcome);
+      if (outcome === "failed") forward?.span.setStatus({ code: SpanStatusCode.ERROR, message: "node_unavailable" });
+      forward?.span.end();
+      trace?.end(outcome === "failed" ? "node_unavailable" : undefined);
+    });
     return response;
   } catch (e) {
     ended(abort.signal.aborted ? "cancelled" : "failed");
+    forward?.span.setStatus({ code: SpanStatusCode.ERROR, message: failureCode(e) });
+    forward?.span.end();
     throw e;
   }
 }

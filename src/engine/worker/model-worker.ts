@@ -92,7 +92,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
         if (runner.info.supportsStructuredOutput || runner.info.supportsTools) structures.prepareBuiltIns();
         scheduler = new Scheduler(runner, {
           events: (rid, events) => rounds.add({ type: "events", rid, events }),
-          done: (rid, error, code) => rounds.add({ type: "done", rid, error, code }),
+          done: (rid, error, code, timings) => rounds.add({ type: "done", rid, error, code, timings }),
           endRound: (urgent) => rounds.endRound(urgent),
           stats: (stats) => post({ type: "stats", stats }),
         }, {

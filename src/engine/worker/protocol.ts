@@ -3,6 +3,7 @@ import type { CompileLimits } from "../../structured/index.ts";
 import type { Device } from "../providers.ts";
 import type { OrtBinding } from "../ort-binding.ts";
 import type { QueueOrder } from "./fair-queue.ts";
+import type { WorkerTimings } from "./request-clock.ts";
 import type { EngineModel, GenerateRequest, GenerationEvent, ModelStats, SpeculateMode } from "../types.ts";
 
 export type WireRequest = Omit<GenerateRequest, "signal">;
@@ -81,4 +82,4 @@ export type WorkerMessage =
 export type RoundMessage =
   | { type: "events"; rid: number; events: GenerationEvent[] }
   /** `code` is set when the request itself caused its error (a 400-class failure). */
-  | { type: "done"; rid: number; error?: string; code?: string };
+  | { type: "done"; rid: number; error?: string; code?: string; timings?: WorkerTimings };

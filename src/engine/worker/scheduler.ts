@@ -32,11 +32,15 @@ import { NgramHistory, ownerSalt } from "../speculation/history.ts";
 import { NgramDrafter } from "../speculation/ngram.ts";
 import { ChoiceSpeculation, MAX_DRAFT, SpeculationPlanner, type Plan, type PlanRow } from "../speculation/planner.ts";
 import { inlineStructures, type StructureSource } from "./structure-compiler.ts";
+import { epochMs, RequestClock, type WorkerTimings } from "./request-clock.ts";
 
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
-  /** The request ended; `error` when it failed, with `code` when the request itself caused it. */
-  done(rid: number, error?: string, code?: string): void;
+  /**
+   * The request ended; `error` when it failed, with `code` when the request itself caused it;
+   * `timings`: where its time went.
+   */
+  done(rid: number, error?: string, code?: string, timings?: WorkerTimings): void;
   /**
    * The end of a round (or of the work before going idle): what was reported may be sent on.
    * `urgent` when it must go now: a request's first token or its end is in it, or the scheduler
@@ -79,6 +83,8 @@ export interface SchedulerOptions {
   wrapBackend?: (backend: KvBackend) => KvBackend;
   /** Where grammars come from (absent: compiled in this thread, for tests and benchmarks). */
   structures?: StructureSource;
+  /** The clock of requests' timings, epoch ms (absent: epochMs; tests that control time give their own). */
+  clock?: () => number;
 }
 
 interface ChoiceRun {
@@ -117,6 +123,8 @@ interface Job extends Waiting {
   charged: number;
   /** When it was last admitted (a counter): the latest admitted is preempted first. */
   admittedAt: number;
+  /** Its timing points (queue, prefill, tokens). */
+  clock: RequestClock;
 }
 
 export class Scheduler {
@@ -156,6 +164,7 @@ export class Scheduler {
   readonly structures: StructureSource;
   /** Requests being admitted (prompt read, grammar compiled), and whether their client left meanwhile. */
   private readonly admitting = new Map<number, { cancelled: boolean }>();
+  private readonly now: () => number;
 
   constructor(
     private readonly model: ModelRunner,
@@ -179,6 +188,7 @@ export class Scheduler {
     this.speculation = (opts.speculate ?? "ngram") === "ngram" && this.backend.canVerify ? new SpeculationPlanner(opts.speculatePolicy) : null;
     this.history = this.speculation ? new NgramHistory() : null;
     this.structures = opts.structures ?? inlineStructures(model);
+    this.now = opts.clock ?? epochMs;
   }
 
   /**
@@ -197,11 +207,14 @@ export class Scheduler {
 
   private async admitNow(rid: number, request: WireRequest, structureKey: string | null, admission: { cancelled: boolean }): Promise<number> {
     const gone = () => new EngineRequestError("The request was cancelled before it started.", null, "cancelled");
+    const received = this.now();
     const { ids: prompt, images, thinking } = await this.model.prompt(request);
     if (admission.cancelled) throw gone();
+    const read = this.now();
     // Compiled on its own thread: the rounds of the running requests go on meanwhile.
     const structure = await this.structures.resolve(rid, request, structureKey);
     if (admission.cancelled) throw gone();
+    const compiled = this.now();
     const maxNew = Math.min(request.maxTokens ?? Number.MAX_SAFE_INTEGER, this.model.info.contextLength - prompt.length);
     const need = request.n * this.backend.sequenceBytes(this.backend.capacityFor(prompt.length + maxNew));
     if (need > this.budget.totalBytes) {
@@ -248,6 +261,7 @@ export class Scheduler {
       replay: null,
       charged: 0,
       admittedAt: 0,
+      clock: new RequestClock(compiled, { start: received, end: read }, structure.grammar ? { start: read, end: compiled } : null),
     });
     this.wake?.();
     return prompt.length;
@@ -340,7 +354,7 @@ export class Scheduler {
         for (const c of job.choices) c.stream.finish("stop", job.out);
         this.flush(job);
       }
-      this.sink.done(job.rid);
+      this.sink.done(job.rid, undefined, undefined, job.clock.timings(this.now()));
     }
     for (const job of this.active.filter((j) => j.cancelled)) {
       for (const c of job.choices) this.endChoice(c, job, false);
@@ -372,6 +386,7 @@ export class Scheduler {
       this.queue.take(job);
       this.queue.started(job.fairKey);
       job.admittedAt = ++this.admissions;
+      job.clock.admit(this.now());
       job.state = "prefill";
       this.active.push(job);
       if (job.replay) {
@@ -460,6 +475,7 @@ export class Scheduler {
     job.state = "queued";
     this.queue.requeue(job);
     this.counters.preemptions++;
+    job.clock.preempted();
   }
 
   /** Tokens served to a request so far: its prompt as far as it was read, and every token generated. */
@@ -565,9 +581,11 @@ export class Scheduler {
     if (job.prompt.length >= this.prefix.minTokens && !this.prefix.covers(job.key, job.fairKey)) this.prefix.insert(promptKv());
     // Taken before the first choice samples: it may finish at once (max_tokens 1) and free its cache.
     if (job.choices.length > 1) promptKv();
+    const at = this.now();
     job.choices.forEach((c, i) => {
       if (i > 0) this.backend.restore(c.seq!, promptKv(), job.prompt.length);
       c.next = advanceChoice(c.stream, i === 0 ? logits : logits.slice(), job.out);
+      job.clock.tokens(c.stream.index, at);
       this.counters.generatedTokens++;
       if (c.next === null) this.endChoice(c, job, true);
     });
@@ -652,6 +670,7 @@ export class Scheduler {
     );
     if (!logits) return false;
     const ran = performance.now();
+    const at = this.now();
     let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
       if (job.cancelled || failed.has(job)) return;
@@ -661,6 +680,7 @@ export class Scheduler {
         failed.set(job, e);
         return;
       }
+      job.clock.tokens(choice.stream.index, at);
       advanced++;
       this.counters.generatedTokens++;
       if (choice.next === null) this.endChoice(choice, job, true);
@@ -708,6 +728,7 @@ export class Scheduler {
     );
     if (!logits) return false;
     const ran = performance.now();
+    const at = this.now();
     let advanced = 0;
     batch.forEach(({ job, choice }, i) => {
       if (job.cancelled || failed.has(job)) return;
@@ -728,6 +749,7 @@ export class Scheduler {
         return;
       }
       advanced += used;
+      job.clock.tokens(choice.stream.index, at, used);
       this.counters.generatedTokens += used;
       this.counters.draftTokens += list.length - 1;
       this.counters.acceptedTokens += used - 1;
@@ -778,7 +800,7 @@ export class Scheduler {
     if (this.active.length < before) this.queue.ended(job.fairKey);
     for (const c of job.choices) this.endChoice(c, job, false);
     this.flush(job);
-    this.sink.done(job.rid, error, code);
+    this.sink.done(job.rid, error, code, job.clock.timings(this.now()));
   }
 
   /** At most every 250 ms while busy, and once on going idle, when something changed. */
