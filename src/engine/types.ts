@@ -1,59 +1,20 @@
 // The engine's public surface: what the api room may know of it. Plain data only; nothing of
 // HTTP, keys or accounts, and nothing of ONNX Runtime leaks through these types.
 
-export type ChatRole = "system" | "developer" | "user" | "assistant" | "tool";
-
-export interface TextPart {
-  type: "text";
-  text: string;
-}
-
-export interface ImagePart {
-  type: "image_url";
-  image_url: { url: string; detail?: "low" | "high" | "auto" };
-}
-
-export type ContentPart = TextPart | ImagePart;
-
-export interface ToolCall {
-  id: string;
-  type: "function";
-  function: { name: string; arguments: string };
-}
-
-export interface ChatMessage {
-  role: ChatRole;
-  content: string | ContentPart[] | null;
-  name?: string;
-  tool_calls?: ToolCall[];
-  tool_call_id?: string;
-  /** An assistant turn's thinking, sent back as the API returned it (passed to the template). */
-  reasoning_content?: string | null;
-}
-
-export interface FunctionTool {
-  type: "function";
-  function: {
-    name: string;
-    description?: string;
-    parameters?: Record<string, unknown>;
-    strict?: boolean | null;
-  };
-}
-
-export type ToolChoice =
-  | "none"
-  | "auto"
-  | "required"
-  | { type: "function"; function: { name: string } };
-
-export type ResponseFormat =
-  | { type: "text" }
-  | { type: "json_object" }
-  | {
-      type: "json_schema";
-      json_schema: { name: string; description?: string; schema?: Record<string, unknown>; strict?: boolean | null };
-    };
+export type {
+  ChatMessage,
+  ChatRole,
+  ContentPart,
+  FunctionTool,
+  ImagePart,
+  ReasoningEffort,
+  ResponseFormat,
+  TextPart,
+  ToolCall,
+  ToolChoice,
+} from "../protocol/chat.ts";
+export { REASONING_EFFORTS } from "../protocol/chat.ts";
+import type { ChatMessage, FunctionTool, ReasoningEffort, ResponseFormat, ToolChoice } from "../protocol/chat.ts";
 
 export interface SamplingParams {
   /** 0 means greedy. */
@@ -68,11 +29,6 @@ export interface SamplingParams {
   logitBias: Record<number, number>;
   seed?: number;
 }
-
-/** OpenAI's reasoning_effort: none/minimal switch thinking off, low/medium/high bound it. */
-export type ReasoningEffort = "none" | "minimal" | "low" | "medium" | "high";
-
-export const REASONING_EFFORTS: readonly ReasoningEffort[] = ["none", "minimal", "low", "medium", "high"];
 
 export type MaxTokensSource = "max_tokens" | "max_completion_tokens" | "max_tokens_cap";
 

@@ -1,4 +1,4 @@
-import type { ResponseFormat } from "../engine/types.ts";
+import type { ResponseFormat } from "../protocol/chat.ts";
 import { compileJsonSchema, jsonObjectGrammar } from "./compile.ts";
 import type { Grammar } from "./grammar.ts";
 import type { SchemaCompileOptions } from "./schema.ts";

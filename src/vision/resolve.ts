@@ -1,7 +1,7 @@
 // Turns every image part of a conversation into an inline data: URL before the engine sees it:
 // remote images are fetched here (network policy belongs to the gateway, not the model worker),
 // inline ones are checked. Bytes must be PNG, JPEG, WebP or GIF whatever the sender claims.
-import type { ChatMessage, ContentPart } from "../engine/types.ts";
+import type { ChatMessage, ContentPart } from "../protocol/chat.ts";
 import { checkImageSize } from "./decode.ts";
 import { ImageInputError } from "./errors.ts";
 import { fetchImage, type Resolver } from "./fetch.ts";

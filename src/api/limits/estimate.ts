@@ -1,6 +1,6 @@
 // A request's token bound before it runs, as OpenAI estimates it for rate limits: the prompt
 // (about four characters a token) plus the most it may generate. Settled with the real count after.
-import type { ChatMessage, FunctionTool } from "../../engine/types.ts";
+import type { ChatMessage, FunctionTool } from "../../protocol/chat.ts";
 
 const CHARS_PER_TOKEN = 4;
 // Role markers and separators of the chat template.

@@ -1,7 +1,7 @@
 // Grammars that make a model's tool calls parse: the syntax's markers around
 // {"name": <one of the tools>, "arguments": <that tool's parameters schema>}.
 
-import type { FunctionTool, ToolChoice } from "../../engine/types.ts";
+import type { FunctionTool, ToolChoice } from "../../protocol/chat.ts";
 import { alt, call, charSet, compileRe, complement, embed, intersect, lit, opt, type Re, seq, star } from "../automaton.ts";
 import { canonicalJson } from "../canonical.ts";
 import { cached } from "../compile.ts";
