@@ -6,7 +6,7 @@ import ortPkg from "onnxruntime-node/package.json" with { type: "json" };
 import { discoverModelDirs } from "../engine/discovery.ts";
 import { healthFilePath, readHealthFile, writerAlive } from "../engine/health-file.ts";
 import type { WorkerHealth } from "../engine/types.ts";
-import { checkCudaLibraries, chooseProviders, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
+import { checkCudaLibraries, chooseProviders, missingRequired, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
 import { probeCApi } from "../engine/capi/probe.ts";
 import type { OrtBinding } from "../engine/ort-binding.ts";
 import { describeOrtTelemetry, keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
@@ -92,12 +92,12 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   }
 
   const checks = libDir ? checkCudaLibraries(libDir, dirs) : [];
-  out.push("cuda libraries (by dlopen):");
+  out.push("cuda libraries (by dlopen; the CUDA provider by its ELF header, see docs/GPU.md):");
   for (const c of checks) {
-    const where = c.found ? `${c.path}${c.version ? `, version ${c.version}` : ""}` : c.detail;
+    const where = c.found ? `${c.path}${c.version ? `, version ${c.version}` : ""}` : `${c.detail}${c.optional ? " (optional)" : ""}`;
     out.push(`  ${c.found ? "found  " : "missing"} ${c.role.padEnd(30)} ${c.name.padEnd(36)} ${where}`);
   }
-  const cudaOk = checks.length > 0 && checks.every((c) => c.found);
+  const cudaOk = checks.length > 0 && missingRequired(checks).length === 0;
   let providers: string[] = ["cpu"];
   let refused: string | null = null;
   try {
@@ -108,7 +108,7 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   }
   out.push(`execution providers: ${refused ? `none, --device ${opts.device} refuses to start` : `${providers.join(", ")} (--device ${opts.device})`}`);
   out.push(`  cpu: available`);
-  const missing = checks.filter((c) => !c.found).map((c) => c.name);
+  const missing = missingRequired(checks).map((c) => c.name);
   // The table above says why each one is missing.
   out.push(`  cuda: ${cudaOk ? "available" : `unavailable: ${checks.length ? `missing ${missing.join(", ")}` : "native libraries missing"}`}`);
   if (refused) out.push(`  ${refused}`);
