@@ -114,7 +114,7 @@ export const serveCommand: Command = {
     const timeoutMs = seconds("node-timeout-seconds", 0.5);
     if (timeoutMs <= heartbeatMs) throw new UsageError("--node-timeout-seconds must be longer than --heartbeat-seconds");
     // Loaded here, not at the top: every other command starts without the server's modules.
-    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }] = await Promise.all([
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { claimServe, DEFAULT_ACCOUNT, startServer }] = await Promise.all([
       import("../engine/index.ts"),
       import("../engine/providers.ts"),
       import("../modelkit/index.ts"),
@@ -122,6 +122,10 @@ export const serveCommand: Command = {
       import("../server.ts"),
     ]);
     configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
+    const host = String(args.values.host);
+    const workspaceHost = typeof args.values["workspace-host"] === "string" ? args.values["workspace-host"] : undefined;
+    // Before anything starts or is written: a second server on this port or data directory stops here.
+    const dataLock = claimServe({ host, port, dataDir: String(args.values.data), workspaceHost, workspacePort: wsPort });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
       const v = Number(args.values[name]);
@@ -149,7 +153,8 @@ export const serveCommand: Command = {
       },
     });
     const server = await startServer({
-      host: String(args.values.host),
+      dataLock,
+      host,
       port,
       dataDir: String(args.values.data),
       database,
@@ -159,7 +164,7 @@ export const serveCommand: Command = {
       demoModel: args.values["no-demo"] !== true,
       limits,
       workspacePort: wsPort,
-      workspaceHost: typeof args.values["workspace-host"] === "string" ? args.values["workspace-host"] : undefined,
+      workspaceHost,
       buildDemoModel,
       log,
       engine,
