@@ -19,10 +19,10 @@ export const extraCommands: Command[] = [
     summary:
       "Import a llama2.c checkpoint (.bin) and tokenizer (.bin) as a model directory (ONNX graph, tokenizer.json, chat template).",
     options: [
-      { name: "id", type: "string", help: "Model id, e.g. karpathy/stories260k" },
-      { name: "out", type: "string", help: "Output directory (put it under the models directory to serve it)" },
-      { name: "variant", type: "string", help: "standard (any execution provider) or fused (ONNX Runtime contrib ops)", default: "fused" },
-      { name: "dtype", type: "string", help: "float32 or float16 weights", default: "float32" },
+      { name: "id", type: "string", help: "Model id, e.g. karpathy/stories260k", argument: true },
+      { name: "out", type: "string", help: "Output directory (put it under the models directory to serve it)", argument: true },
+      { name: "variant", type: "string", help: "standard (any execution provider) or fused (ONNX Runtime contrib ops)", default: "fused", argument: true },
+      { name: "dtype", type: "string", help: "float32 or float16 weights", default: "float32", argument: true },
     ],
     async run(args) {
       const checkpoint = positional(args, 0, "CHECKPOINT");
@@ -45,15 +45,16 @@ export const extraCommands: Command[] = [
     summary:
       `Import a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json; ${SUPPORTED_ARCHITECTURES.join(", ")}) as a model directory on the engine's fast path, with float32, float16 or 4-bit weights.`,
     options: [
-      { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4" },
-      { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)" },
+      { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4", argument: true },
+      { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)", argument: true },
       {
         name: "dtype",
         type: "string",
         help: "fp32, fp16, q4 (4-bit weights in blocks of 32, float32 activations: the CPU choice) or q4f16 (4-bit weights, float16 activations: for CUDA)",
         default: "fp32",
+        argument: true,
       },
-      { name: "context", type: "string", help: "Serve at most this many positions (default: the checkpoint's max_position_embeddings)" },
+      { name: "context", type: "string", help: "Serve at most this many positions (default: the checkpoint's max_position_embeddings)", argument: true },
     ],
     async run(args) {
       const dir = positional(args, 0, "DIR");

@@ -1,6 +1,6 @@
 // Operator commands for rate limits: per account, or per key on top of its account's.
 import type { RateLimits, Store } from "../store/index.ts";
-import { findAccount, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
+import { accountOption, findAccount, JSON_OPTION, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
 import { requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
 
 const DIMENSIONS = [
@@ -32,8 +32,8 @@ const show = (l: RateLimits) =>
 
 const SCOPE_OPTIONS = [
   ...STORE_OPTIONS,
-  { name: "account", type: "string" as const, help: "The account" },
-  { name: "key", type: "string" as const, help: "A key id of the account (key_…): limits for that key only, on top of the account's" },
+  accountOption("The account"),
+  { name: "key", type: "string" as const, help: "A key id of the account (key_…): limits for that key only, on top of the account's", argument: true },
 ];
 
 export const limitsCommands: Command[] = [
@@ -41,7 +41,7 @@ export const limitsCommands: Command[] = [
     path: ["limits", "set"],
     usage: "--account NAME [--key ID] [--rpm N] [--tpm N] [--concurrent N]",
     summary: "Set rate limits of an account (or one of its keys). Omitted limits stay as they are; 'none' removes one. Accounts without limits are unlimited. Applies on the next request.",
-    options: [...SCOPE_OPTIONS, ...DIMENSIONS.map((d) => ({ name: d.flag, type: "string" as const, help: `${d.help}, or none`, env: `SLUICE_LIMIT_${d.flag.toUpperCase()}` }))],
+    options: [...SCOPE_OPTIONS, ...DIMENSIONS.map((d) => ({ name: d.flag, type: "string" as const, help: `${d.help}, or none`, argument: true }))],
     run: (args) =>
       withStore(args, async (s) => {
         const scope = await scopeOf(s, args);
@@ -70,7 +70,7 @@ export const limitsCommands: Command[] = [
     path: ["limits", "list"],
     usage: "[--account NAME]",
     summary: "List the rate limits that are set (accounts and keys not listed are unlimited).",
-    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "Only this account" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, accountOption("Only this account"), JSON_OPTION],
     run: (args) =>
       withStore(args, async (s) => {
         let accountId: number | undefined;

@@ -110,13 +110,13 @@ export const pullCommand: Command = {
   summary:
     "Fetch an ONNX model from the Hugging Face Hub into the models directory: configs, tokenizer and one dtype's graphs; resumable, SHA-256 verified, placed only when complete. HF_ENDPOINT chooses the Hub, HF_TOKEN (or huggingface-cli's token file) authenticates.",
   options: [
-    { name: "revision", type: "string", help: "Branch, tag or commit", default: "main", env: "SLUICE_PULL_REVISION" },
-    { name: "dtype", type: "string", help: `auto or one of ${ONNX_DTYPES.join(", ")} (transformers.js's file names: model_q4.onnx …); auto: CUDA fp16, else q4f16; CPU q4, else fp32`, default: "auto", env: "SLUICE_PULL_DTYPE" },
-    { name: "id", type: "string", help: "Model id to serve it as (default: the repo name)", env: "SLUICE_PULL_ID" },
+    { name: "revision", type: "string", help: "Branch, tag or commit", default: "main", argument: true },
+    { name: "dtype", type: "string", help: `auto or one of ${ONNX_DTYPES.join(", ")} (transformers.js's file names: model_q4.onnx …); auto: CUDA fp16, else q4f16; CPU q4, else fp32`, default: "auto", argument: true },
+    { name: "id", type: "string", help: "Model id to serve it as (default: the repo name)", argument: true },
     { name: "models", type: "string", help: "Models directory (the one serve reads)", default: "./models" },
-    { name: "subfolder", type: "string", help: "Folder of the repo holding the model (onnxruntime-genai repos keep one per variant)", env: "SLUICE_PULL_SUBFOLDER" },
+    { name: "subfolder", type: "string", help: "Folder of the repo holding the model (onnxruntime-genai repos keep one per variant)", argument: true },
     { name: "device", type: "string", help: "The device --dtype auto chooses for: auto (what serve would use), cuda or cpu", default: "auto" },
-    { name: "stall-seconds", type: "string", help: "Cut and resume a transfer that receives nothing for this long", default: "30", env: "SLUICE_PULL_STALL_SECONDS" },
+    { name: "stall-seconds", type: "string", help: "Cut and resume a transfer that receives nothing for this long", default: "30" },
   ],
   async run(args) {
     const repo = positional(args, 0, "REPO (a Hub model repository, e.g. onnx-community/Qwen3-0.6B-ONNX)");

@@ -1,6 +1,6 @@
 // Operator commands for the account workspace: users (who signs in) and billing (plans, credit).
 import { EMAIL, MIN_PASSWORD_LENGTH, type Plan, type Store, type UserRole } from "../store/index.ts";
-import { findAccount, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
+import { accountOption, findAccount, JSON_OPTION, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 import { readHiddenLine, stdinIsTerminal } from "./prompt.ts";
 
@@ -8,7 +8,6 @@ const PASSWORD_STDIN: OptionSpec = {
   name: "password-stdin",
   type: "boolean",
   help: "Read the password from standard input, asking for it (twice, not echoed) at a terminal (else from SLUICE_PASSWORD; never from the command line)",
-  env: "SLUICE_PASSWORD_STDIN",
 };
 
 
@@ -40,7 +39,7 @@ export const workspaceCommands: Command[] = [
     path: ["users", "create"],
     usage: "EMAIL --account NAME [--operator] [--password-stdin]",
     summary: "Create a workspace user (email and password, argon2id-hashed) in an account. Operators also see the admin pages.",
-    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account the user belongs to" }, { name: "operator", type: "boolean", help: "Make the user an operator" }, PASSWORD_STDIN],
+    options: [...STORE_OPTIONS, accountOption("The account the user belongs to"), { name: "operator", type: "boolean", help: "Make the user an operator" }, PASSWORD_STDIN],
     run: (args) =>
       withStore(args, async (s) => {
         const email = positional(args, 0, "EMAIL");
@@ -63,7 +62,7 @@ export const workspaceCommands: Command[] = [
     path: ["users", "list"],
     usage: "[--account NAME]",
     summary: "List workspace users.",
-    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "Only this account's users" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, accountOption("Only this account's users"), JSON_OPTION],
     run: (args) =>
       withStore(args, async (s) => {
         const id = typeof args.values.account === "string" ? (await findAccount(s, args, args.values.account)).id : undefined;
@@ -109,7 +108,7 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "topup"],
     usage: "ACCOUNT --usd AMOUNT [--note TEXT]",
     summary: "Add credit to an account.",
-    options: [...STORE_OPTIONS, { name: "usd", type: "string", help: "Amount in USD" }, { name: "note", type: "string", help: "Shown in the account's billing history" }],
+    options: [...STORE_OPTIONS, { name: "usd", type: "string", help: "Amount in USD", argument: true }, { name: "note", type: "string", help: "Shown in the account's billing history", argument: true }],
     run: (args) =>
       withStore(args, async (s) => {
         const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
@@ -139,7 +138,7 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "show"],
     usage: "ACCOUNT",
     summary: "Show an account's plan, balance and recent charges and top-ups.",
-    options: [...STORE_OPTIONS, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, JSON_OPTION],
     run: (args) =>
       withStore(args, async (s) => {
         const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
