@@ -2,6 +2,8 @@
 // allows this while the server runs) or, with --database, the PostgreSQL database several nodes
 // share. Catalog, key and limit changes take effect on every server's next request (within a
 // second on a shared database).
+import { existsSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
 import { openStore, type Account, type Store } from "../store/index.ts";
@@ -26,8 +28,17 @@ export function openStoreFor(args: CommandArgs): Promise<Store> {
   return openStore({ database: databaseOf(args), dataDir: String(args.values.data) });
 }
 
-/** Opens the store for one command and closes it however the command ends. */
-export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T): Promise<T> {
+/**
+ * Opens the store for one command and closes it however the command ends. A command that only
+ * reads (`reads`) never creates an SQLite file: where there is none, it says where it looked.
+ */
+export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T, opts: { reads?: boolean } = {}): Promise<T> {
+  if (opts.reads && !databaseOf(args)) {
+    const file = join(String(args.values.data), "sluice.db");
+    if (!existsSync(file)) {
+      throw new Error(`there is no database in ${String(args.values.data)} (looked for ${resolve(file)}); this command only reads, and creates none. A server started with this --data creates it: ${seeCommand(args, "serve")}`);
+    }
+  }
   const store = await openStoreFor(args);
   try {
     return await fn(store);
@@ -40,7 +51,9 @@ function table(rows: Record<string, unknown>[], columns: string[]): string {
   if (rows.length === 0) return "(none)";
   const cell = (v: unknown) => (v === null || v === undefined ? "-" : String(v));
   const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
-  const line = (vals: string[]) => vals.map((v, i) => v.padEnd(widths[i]!)).join("  ").trimEnd();
+  // Numbers and amounts line up on their last digit.
+  const numeric = columns.map((c) => rows.every((r) => /^(-|[−-]?\$?[\d,]+(\.\d+)?)$/.test(cell(r[c]))));
+  const line = (vals: string[]) => vals.map((v, i) => (numeric[i] ? v.padStart(widths[i]!) : v.padEnd(widths[i]!))).join("  ").trimEnd();
   return [line(columns), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join("\n");
 }
 
@@ -93,7 +106,7 @@ export const storeCommands: Command[] = [
         }
         print(args, rows, ["name", "model_access", "priority", "keys", "created"]);
         return 0;
-      }),
+      }, { reads: true }),
   },
   {
     path: ["accounts", "set"],
@@ -152,7 +165,7 @@ export const storeCommands: Command[] = [
         }));
         print(args, rows, ["id", "account", "prefix", "label", "created", "last_used", "revoked"]);
         return 0;
-      }),
+      }, { reads: true }),
   },
   {
     path: ["keys", "revoke"],
@@ -189,7 +202,7 @@ export const storeCommands: Command[] = [
         }));
         print(args, rows, ["id", "status", "served", "context", "in$/M", "cached$/M", "out$/M", "images", "problem", "dir"]);
         return 0;
-      }),
+      }, { reads: true }),
   },
   ...(["enable", "disable"] as const).map(
     (verb): Command => ({

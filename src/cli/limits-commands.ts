@@ -1,6 +1,6 @@
 // Operator commands for rate limits: per account, or per key on top of its account's.
 import type { RateLimits, Store } from "../store/index.ts";
-import { accountOption, findAccount, JSON_OPTION, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
+import { accountOption, findAccount, JSON_OPTION, print, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
 import { requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
 
 const DIMENSIONS = [
@@ -62,7 +62,13 @@ export const limitsCommands: Command[] = [
       withStore(args, async (s) => {
         const scope = await scopeOf(s, args);
         await s.limits.set(scope.accountId, scope.keyId, { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null });
-        console.log(`${scope.label}: unlimited`);
+        // An account's keys may keep limits of their own: it is unlimited only if none does.
+        const kept = scope.keyId ? [] : (await s.limits.list(scope.accountId)).filter((r) => r.keyId !== null);
+        if (kept.length === 0) console.log(`${scope.label}: unlimited`);
+        else {
+          const name = requireString(args, "account");
+          console.log(`${scope.label}: no limits of its own; ${kept.map((r) => `key ${r.keyId} keeps ${show(r)}`).join(", ")} (clear ${kept.length === 1 ? "it" : "each"}: ${seeCommand(args, "limits", "clear", "--account", name, "--key", kept.length === 1 ? kept[0]!.keyId! : "KEY_ID")})`);
+        }
         return 0;
       }),
   },
@@ -79,9 +85,12 @@ export const limitsCommands: Command[] = [
         }
         const rows = await s.limits.list(accountId);
         if (args.values.json) console.log(JSON.stringify(rows, null, 2));
-        else if (rows.length === 0) console.log("(no limits set: every account is unlimited)");
-        else for (const r of rows) console.log(`${r.accountName.padEnd(16)} ${(r.keyId ?? "(account)").padEnd(22)} ${show(r)}`);
+        else if (rows.length === 0) console.log(`(no limits set: ${accountId === undefined ? "every account is" : `${args.values.account} and its keys are`} unlimited)`);
+        else {
+          const cell = (v: number | null) => v ?? "unlimited";
+          print(args, rows.map((r) => ({ account: r.accountName, key: r.keyId ?? "(account)", rpm: cell(r.requestsPerMinute), tpm: cell(r.tokensPerMinute), concurrent: cell(r.maxConcurrent) })), ["account", "key", "rpm", "tpm", "concurrent"]);
+        }
         return 0;
-      }),
+      }, { reads: true }),
   },
 ];

@@ -1,4 +1,6 @@
-// Display formats shared by the pages; all times are UTC so that charts, tables and CSV agree.
+// Display formats shared by the pages; all times are UTC so that charts, tables and CSV agree, and
+// each says so.
+import { usd } from "../format-money.ts";
 
 export const DAY_MS = 86_400_000;
 
@@ -16,13 +18,7 @@ export function parseDay(s: string | null): number | null {
 
 export const integer = (n: number) => Math.round(n).toLocaleString("en-US");
 
-/** USD with enough digits that per-request charges of cheap models are not shown as $0.00. */
-export function usd(n: number): string {
-  const abs = Math.abs(n);
-  // Whole cents print as cents; anything finer keeps micro-dollars, so $4.999956 never shows as $5.00.
-  const digits = Math.abs(abs * 100 - Math.round(abs * 100)) < 1e-6 ? 2 : 6;
-  const s = abs.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
-  return `${n < 0 ? "−" : ""}$${s}`;
-}
+export { usd, usdColumn } from "../format-money.ts";
 
-export const price = (perMTok: number) => (perMTok === 0 ? "free" : `$${perMTok.toLocaleString("en-US", { maximumFractionDigits: 4 })}`);
+/** A price per million tokens: "$0.50", "$0.075", or "free". */
+export const price = (perMTok: number) => (perMTok === 0 ? "free" : usd(perMTok));
