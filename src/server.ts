@@ -311,9 +311,12 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
     forwarding: cluster?.forwarding,
     // Several nodes count rate limits in the database, so a limit holds across them.
     guard: cluster ? new RateGuard(store, storeCounter(store.rates, nodeId, (e) => log.warn("rate-limit settlement failed", { error: (e as Error).message }))) : undefined,
+    // Under this address's /workspace/, or on its own port once that listens.
+    workspaceUrl: (request) => (opts.workspacePort !== undefined ? workspaceUrl : `${opts.publicUrl?.replace(/\/+$/, "") ?? new URL(request.url).origin}/workspace/`),
   });
   const ownPort = opts.workspacePort !== undefined;
   let apiUrl = () => "";
+  let workspaceUrl = "";
   const workspace = createWorkspace({
     store,
     log: log.child({ room: "workspace" }),
@@ -324,6 +327,7 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
       engine.residency && engine.loadModel && engine.unloadModel
         ? { summary: () => engine.residency!(), load: (id) => engine.loadModel!(id), unload: (id) => engine.unloadModel!(id) }
         : undefined,
+    bodyTimeoutMs: opts.limits?.bodyTimeoutMs,
     // The pages' CLI notes act on this server's database, wherever the operator keeps it.
     command: (...words) => commandLine(...words, ...(resolve(opts.dataDir) === resolve("data") ? [] : ["--data", opts.dataDir])),
   });
@@ -380,7 +384,7 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
         "--workspace-port",
       )
     : null;
-  const workspaceUrl = wsServer
+  workspaceUrl = wsServer
     ? `http://${(opts.workspaceHost ?? opts.host).includes(":") ? `[${opts.workspaceHost ?? opts.host}]` : (opts.workspaceHost ?? opts.host)}:${wsServer.port}/workspace/`
     : `${url}/workspace/`;
   log.info("account workspace", { url: workspaceUrl });

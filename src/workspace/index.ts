@@ -27,6 +27,9 @@ export interface Workspace {
   fetch(request: Request, client?: string | null): Promise<Response>;
 }
 
+/** As serve's --body-timeout-seconds by default. */
+const DEFAULT_BODY_TIMEOUT_MS = 30_000;
+
 const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
@@ -81,10 +84,13 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
     if (request.method === "POST") {
       let fields: Map<string, string[]>;
       try {
-        fields = await readFields(request);
+        fields = await readFields(request, opts.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS);
       } catch (e) {
-        if (e instanceof BodyError) return isApi ? json({ error: e.message }, e.status) : errorPage(base, e.status, "Bad request", e.message);
-        throw e;
+        if (!(e instanceof BodyError)) throw e;
+        const res = isApi ? json({ error: e.message }, e.status) : errorPage(base, e.status, e.status === 408 ? "Request timeout" : "Bad request", e.message);
+        // What is left of a late body is never read: the connection ends with this answer.
+        if (e.status === 408) res.headers.set("connection", "close");
+        return res;
       }
       base.fields = (n) => fields.get(n) ?? [];
       base.field = (n) => (fields.get(n)?.[0] ?? "").trim();

@@ -17,6 +17,8 @@ export interface WorkspaceOptions {
   hubPulls?: HubPullService;
   /** The engine's residency, for the admin page's "Loaded models"; absent: not shown. */
   residency?: ResidencyControl;
+  /** A form's body must arrive within this long (serve --body-timeout-seconds); a later one gets 408. */
+  bodyTimeoutMs?: number;
   /** A CLI command line that acts on this server's data, as its operator would type it (default: without --data). */
   command?: (...words: string[]) => string;
 }

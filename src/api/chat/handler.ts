@@ -100,13 +100,13 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   let key: ApiKeyInfo;
   let raw: { text: string; value: unknown };
   if (fromNode) {
-    raw = await readJsonText(request, deps.maxBodyBytes);
+    raw = await readJsonText(request, deps.maxBodyBytes, deps.limits?.bodyTimeoutMs);
     hop = deps.forwarding!.hop(request, raw.text);
     key = hopKey(hop!);
     requestId = hop!.requestId;
   } else {
     key = await authenticate(deps.store, request);
-    raw = await readJsonText(request, deps.maxBodyBytes);
+    raw = await readJsonText(request, deps.maxBodyBytes, deps.limits?.bodyTimeoutMs);
   }
   if (scope) scope.accountId = key.accountId;
   try {
