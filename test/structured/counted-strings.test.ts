@@ -2,6 +2,7 @@
 // counts (content-chains.ts, chain-solver.ts) and masks per content class: checked against every
 // token of small vocabularies, against a breadth-first search over whole vocabularies, and on
 // Qwen3's vocabulary for the story schema of bench/grammar.ts under the default compile limits.
+import { threadCpuClock } from "../../src/engine/worker/thread-priority.ts";
 import { describe, expect, test } from "bun:test";
 import { chainUnits, contentChains } from "../../src/structured/content-chains.ts";
 import {
@@ -185,13 +186,19 @@ describe("counted strings", () => {
     const vocab = await qwenVocab();
     prepareCompletionFacts(vocab);
     const schema = { type: "object", properties: { story: { type: "string", minLength: 400, maxLength: 2000 } }, required: ["story"], additionalProperties: false };
-    // As the compile thread does (compile-worker.ts): throws past --max-schema-seconds and the other limits.
-    const { grammar, tables } = withCompileBudget(DEFAULT_COMPILE_LIMITS, null, () => {
-      const grammar = compileJsonSchema(schema);
-      const m = new GrammarMatcher(grammar, vocab, { stopTokenIds: QWEN_EOS });
-      m.prepareBudgetTables();
-      return { grammar, tables: m.budgetTables() };
-    });
+    // As the compile thread does (compile-worker.ts): throws past --max-schema-seconds of this
+    // thread's CPU time (not wall time, which a busy machine stretches) and the other limits.
+    const { grammar, tables } = withCompileBudget(
+      DEFAULT_COMPILE_LIMITS,
+      null,
+      () => {
+        const grammar = compileJsonSchema(schema);
+        const m = new GrammarMatcher(grammar, vocab, { stopTokenIds: QWEN_EOS });
+        m.prepareBudgetTables();
+        return { grammar, tables: m.budgetTables() };
+      },
+      threadCpuClock() ?? undefined,
+    );
     // Every count of the string has its distance in the tables (2,000 positions and their states inside a character).
     expect(tables.offsets.length - 1).toBeGreaterThan(2000);
     const least = new GrammarMatcher(grammar, vocab, { stopTokenIds: QWEN_EOS }).tokensToFinish();
