@@ -243,10 +243,14 @@ describe("billing", () => {
       const usageBefore = (await server.store.usage.list(account.id)).length;
       const refused = await chat(key, 3);
       expect(refused.status).toBe(429);
-      expect(((await refused.json()) as { error: Record<string, unknown> }).error).toMatchObject({
+      const quota = ((await refused.json()) as { error: { message: string } }).error;
+      expect(quota).toMatchObject({
         type: "insufficient_quota",
         code: "insufficient_quota",
       });
+      // The account's members cannot add credit: the message sends them to an operator.
+      expect(quota.message).toContain("ask an operator of this server to add credit");
+      expect(quota.message).not.toMatch(/top it up in the (account )?workspace/i);
       // Refused before any generation: nothing recorded, nothing charged.
       expect((await server.store.usage.list(account.id)).length).toBe(usageBefore);
       expect((await server.store.billing.history(account.id)).filter((e) => e.kind === "charge").length).toBe(1);

@@ -67,7 +67,7 @@ function generationFailure(e: unknown): ApiError | null {
 }
 
 const noCredit = () =>
-  new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
+  new ApiError(429, "You exceeded your current quota: the account has no credit left; ask an operator of this server to add credit (members cannot).", "insufficient_quota", null, "insufficient_quota");
 
 /** A forwarded request's key, as the forwarding node authenticated it. */
 const hopKey = (hop: HopIdentity): ApiKeyInfo => ({
