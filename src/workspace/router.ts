@@ -3,6 +3,7 @@ import { commandLine } from "../invocation.ts";
 import type { ModelResidency, ResidencySummary } from "../engine/types.ts";
 import type { Logger } from "../log.ts";
 import type { SessionInfo, Store, User } from "../store/index.ts";
+import type { Flash } from "./flash.ts";
 
 export interface WorkspaceOptions {
   store: Store;
@@ -64,6 +65,8 @@ export interface BaseCtx {
   store: Store;
   /** The client's address (for throttling), or "unknown". */
   client: string;
+  /** What the form whose redirect led to this GET had to say (flash.ts); null otherwise. */
+  flash: Flash | null;
   /** First value of a submitted field, trimmed; "" when absent. */
   field(name: string): string;
   fields(name: string): string[];
