@@ -430,7 +430,8 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
       // A handler is done once it has thrown its answer (a 503 as the engine closed); the answer is
       // written a few ticks later. Connections close once those are written (or after a bound).
       await Promise.race([api.server?.stop(false), Bun.sleep(1000)]);
-      await api.stop(true);
+      // Elysia prints a stack trace when asked to stop a server that is gone (stopped twice).
+      if (api.server) await api.stop(true);
       await wsServer?.stop(true);
       removeControlFile(opts.dataDir, controlToken);
       await control.stop();
