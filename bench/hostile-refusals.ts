@@ -6,6 +6,7 @@
 //
 //   bun bench/hostile-refusals.ts [--rounds 2] [--concurrency 4] [--only REGEX] [--write]
 import { rmSync } from "node:fs";
+import { loadavg } from "node:os";
 import { parseArgs } from "node:util";
 import { hostileCases, type HostileCase } from "../test/hardening/hostile-cases.ts";
 import { hostileModels } from "./hostile-models.ts";
@@ -45,6 +46,7 @@ async function send(c: HostileCase): Promise<Refusal | null> {
   return code === null ? null : { name: `${c.model} ${c.name}`, ms, code };
 }
 
+const loadAtStart = loadavg()[0]!;
 const refusals: Refusal[] = [];
 let sent = 0;
 for (let round = 0; round < ROUNDS; round++) {
@@ -91,7 +93,9 @@ const out = [
   "",
   table(["slowest refusals", "code", "ms"], slowest.map((r) => [r.name, r.code, Math.round(r.ms)])),
   "",
-  `${sent} requests in ${ROUNDS} round${ROUNDS === 1 ? "" : "s"} at ${CONCURRENCY} in flight, at most one schema per model among them; serve with its default compile limits (--max-schema-seconds 1).`,
+  `${sent} requests in ${ROUNDS} round${ROUNDS === 1 ? "" : "s"} at ${CONCURRENCY} in flight, at most one schema per model among them; serve with its default compile limits (--max-schema-seconds 1). The machine's load average was ${loadAtStart.toFixed(1)} at the start and ${loadavg()[0]!.toFixed(1)} at the end (other work shares its cores).`,
+  "",
+  "What bounds it: a schema refused by the compile time limit has spent --max-schema-seconds of its compile thread's CPU time (1 s by default), at the lowest priority; four such refusals at once on two cores take about 2 s of wall time on an idle machine, more on a busy one. Under 2 s at a concurrency of 4 needs a lower limit (test/hardening/hostile.test.ts runs --max-schema-seconds 0.5: slowest refusal 1.9 s), at the price of refusing large legitimate schemas on 150k vocabularies sooner.",
 ].join("\n");
 console.log(out);
 if (values.write) {
