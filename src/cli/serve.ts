@@ -57,8 +57,8 @@ export const serveCommand: Command = {
     { name: "port", type: "string", help: "TCP port (0: any free port)", default: "8080" },
     DATA_OPTION,
     DATABASE_OPTION,
-    { name: "node-url", type: "string", help: "With --database: the URL other nodes reach this one at, e.g. http://10.0.0.5:8080 (default: the address it listens on)", env: "SLUICE_NODE_URL" },
-    { name: "cluster-secret", type: "string", help: "With --database (required): a secret shared by every node (16 characters or more) that authenticates requests forwarded between them", env: "SLUICE_CLUSTER_SECRET" },
+    { name: "node-url", type: "string", help: "With --database: the URL other nodes reach this one at, e.g. http://10.0.0.5:8080 (default: the address it listens on)" },
+    { name: "cluster-secret", type: "string", help: "With --database (required): a secret shared by every node (16 characters or more) that authenticates requests forwarded between them" },
     { name: "heartbeat-seconds", type: "string", help: "With --database: how often this node renews its registration and reads the others'", default: "1" },
     { name: "node-timeout-seconds", type: "string", help: "With --database: a node whose heartbeat is older than this is dead; its models leave the lists", default: "5" },
     { name: "models", type: "string", help: "Models directory", default: "./models" },
@@ -118,7 +118,7 @@ export const serveCommand: Command = {
     const timeoutMs = seconds("node-timeout-seconds", 0.5);
     if (timeoutMs <= heartbeatMs) throw new UsageError("--node-timeout-seconds must be longer than --heartbeat-seconds");
     // Loaded here, not at the top: every other command starts without the server's modules.
-    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { claimServe, DEFAULT_ACCOUNT, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
       import("../engine/index.ts"),
       import("../engine/providers.ts"),
       import("../modelkit/index.ts"),
@@ -134,6 +134,10 @@ export const serveCommand: Command = {
       throw e;
     }
     configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
+    const host = String(args.values.host);
+    const workspaceHost = typeof args.values["workspace-host"] === "string" ? args.values["workspace-host"] : undefined;
+    // Before anything starts or is written: a second server on this port or data directory stops here.
+    const dataLock = claimServe({ host, port, dataDir: String(args.values.data), workspaceHost, workspacePort: wsPort });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
       const v = Number(args.values[name]);
@@ -162,7 +166,8 @@ export const serveCommand: Command = {
       },
     });
     const server = await startServer({
-      host: String(args.values.host),
+      dataLock,
+      host,
       port,
       dataDir: String(args.values.data),
       database,
@@ -172,7 +177,7 @@ export const serveCommand: Command = {
       demoModel: args.values["no-demo"] !== true,
       limits,
       workspacePort: wsPort,
-      workspaceHost: typeof args.values["workspace-host"] === "string" ? args.values["workspace-host"] : undefined,
+      workspaceHost,
       buildDemoModel,
       log,
       engine,

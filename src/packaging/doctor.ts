@@ -126,7 +126,9 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   const health = readHealthFile(healthFilePath(data));
   if (health) {
     const live = writerAlive(health);
-    out.push(`model workers (as serve, pid ${health.pid}${live ? "" : ", which no longer runs,"} reported them at ${new Date(health.updatedAt).toISOString()}):`);
+    const reported = `as serve, pid ${health.pid}${live ? "" : ", which no longer runs,"} reported them at ${new Date(health.updatedAt).toISOString()}`;
+    if (health.models.length === 0) out.push(`model workers: none (no model loaded; ${reported})`);
+    else out.push(`model workers (${reported}):`);
     for (const w of health.models) out.push(`  ${w.model}: ${describeWorker(w)}`);
     if (live && health.models.some((w) => w.state === "unavailable")) ok = false;
   }
