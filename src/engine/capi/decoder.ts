@@ -9,6 +9,7 @@ import { onnxRuntimeLibDir } from "../providers.ts";
 import {
   positionBytes,
   rightPaddedMask,
+  type BatchInvariance,
   type Decoder,
   type Logits,
   type PaddedRun,
@@ -99,6 +100,7 @@ export class CapiDecoder implements Decoder {
     private readonly hostInfo: MemoryInfo,
     private readonly allocator: Ptr | null,
     readonly traffic: HostDeviceTraffic,
+    readonly invariance: BatchInvariance | null,
   ) {
     this.general = { session: general, binding: new IoBinding(general), pool: null };
     this.oneToken = oneToken ? { session: oneToken, binding: new IoBinding(oneToken), pool: null } : null;
@@ -125,7 +127,7 @@ export class CapiDecoder implements Decoder {
     const inPlace = provider === "cuda" || opts.inPlace === true;
     const loaded = await loadSessions(
       d,
-      { stepOutputs: !inPlace, lengthsInput: true, mask: d.files.genai?.model?.decoder?.inputs?.attention_mask ?? "attention_mask" },
+      { stepOutputs: !inPlace, lengthsInput: true, mask: d.files.genai?.model?.decoder?.inputs?.attention_mask ?? "attention_mask", invariant: opts.batchInvariant === true },
       async (model) => CapiSession.create(lib, model, typeof model === "string" ? base : fromMemory),
       (s) => s.release(),
     );
@@ -150,7 +152,7 @@ export class CapiDecoder implements Decoder {
     }
     const stepMode: StepMode | null = stepKv ? loaded.step!.kind : spec.sharedBuffer ? "inplace" : null;
     const notes = [...loaded.notes, `ONNX Runtime ${lib.version} through its C API (${provider} provider): the KV cache stays in the provider's memory`];
-    return new CapiDecoder(lib, spec, provider, notes, stepMode, stepKv, loaded.trimmedLogits, session, loaded.oneToken, embedder, memory, deviceInfo, hostInfo, allocator, traffic);
+    return new CapiDecoder(lib, spec, provider, notes, stepMode, stepKv, loaded.trimmedLogits, session, loaded.oneToken, embedder, memory, deviceInfo, hostInfo, allocator, traffic, loaded.invariance);
   }
 
   /** The logits positions a run of `width` returns on `bound`'s graph. */

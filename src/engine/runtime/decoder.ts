@@ -24,6 +24,26 @@ export interface SessionOptions {
    * step outputs. What the C API binding does on a GPU; on the CPU, for tests and benchmarks.
    */
   inPlace?: boolean;
+  /**
+   * Keep each request's output a function of the request alone (serve --batch-invariant): the
+   * attention rewritten as canonical-attention.ts builds it, and the runs' rows as
+   * BatchInvariance says. Shared-buffer graphs on the CPU only (see decoder-load.ts's note).
+   */
+  batchInvariant?: boolean;
+}
+
+/**
+ * What a decoder loaded with `batchInvariant` needs of the runs the KV backends make, for a
+ * position's logits and cache entries to be the same bits whatever run computes it (alone or in
+ * a batch, a decode step, a verification run or a prompt chunk of any width).
+ */
+export interface BatchInvariance {
+  /**
+   * Every run must compute two rows or more of each product: the graph has 4-bit products
+   * (MatMulNBits) whose kernel computes a lone row otherwise. A run of one token for one sequence
+   * gets a second row riding along, and a prompt chunk the logits of its last two positions.
+   */
+  pairRows: boolean;
 }
 
 /**
@@ -180,6 +200,8 @@ export interface Decoder {
   readonly traffic: HostDeviceTraffic;
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */
   readonly positionBytes: number;
+  /** Set when the graph was loaded batch-invariant (SessionOptions.batchInvariant); null otherwise. */
+  readonly invariance: BatchInvariance | null;
   /** Token embeddings [ids.length, hidden] from the embed_tokens graph, as float32. */
   embed(ids: ArrayLike<number>): Promise<Float32Array>;
   /** One run over pool rows; the new positions go to `onStep`, or are already in the pool ("inplace"). */
