@@ -7,6 +7,7 @@
 // the buffer bound as both its past and its present, as onnxruntime-genai does.
 import { onnxRuntimeLibDir } from "../providers.ts";
 import {
+  poolDims,
   positionBytes,
   rightPaddedMask,
   type BatchInvariance,
@@ -277,8 +278,8 @@ export class CapiDecoder implements Decoder {
     if (cached) return cached;
     const { spec } = this;
     const stride = spec.kvHeads * r.capacity * spec.headDim;
-    const dims = [r.rows, spec.kvHeads, r.capacity, spec.headDim];
-    const values = r.buffers.map((b) => {
+    const values = r.buffers.map((b, i) => {
+      const dims = poolDims(spec, this.stepKv, r.rows, r.capacity, i % 2 === 1);
       const v = tensorValue(this.lib, this.deviceInfo, b.address + r.firstRow * stride * this.elementBytes, r.rows * stride * this.elementBytes, dims, spec.kvType);
       this.views.add(v);
       return v;

@@ -86,7 +86,7 @@ export async function loadSessions<S>(
 export function describeDecoder(files: ModelFiles, inputs: TensorInfo[], outputs: TensorInfo[], step: StepKvOutputs | null): { spec: DecoderSpec; stepKv: StepKvLayout | null } {
   const spec = decoderSpec(files, inputs, outputs, step ? new Set(step.blocks.keys()) : undefined);
   const blocks = step ? spec.layers.map((l) => step.blocks.get(l.pastKey)) : [];
-  const stepKv = step && blocks.every((b) => b !== undefined) ? { output: step.packed, blocks: blocks as StepBlocks[] } : null;
+  const stepKv = step && blocks.every((b) => b !== undefined) ? { output: step.packed, blocks: blocks as StepBlocks[], valueBlock: step.valueBlock ?? null } : null;
   return { spec, stepKv };
 }
 

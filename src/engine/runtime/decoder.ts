@@ -134,6 +134,17 @@ export interface StepKvLayout {
   output: string;
   /** Per layer, as spec.layers. */
   blocks: StepBlocks[];
+  /** The value inputs take their buffer in blocks of this many positions (see StepKvOutputs.valueBlock); null: as it is. */
+  valueBlock: number | null;
+}
+
+/**
+ * The dims a pool buffer is fed with: [rows, kv_heads, capacity, head_dim], or for a value input
+ * of a graph that takes values in blocks, [rows, kv_heads, capacity / block, block, head_dim].
+ */
+export function poolDims(spec: DecoderSpec, stepKv: StepKvLayout | null, rows: number, capacity: number, value: boolean): number[] {
+  const block = value ? stepKv?.valueBlock : null;
+  return block ? [rows, spec.kvHeads, capacity / block, block, spec.headDim] : [rows, spec.kvHeads, capacity, spec.headDim];
 }
 
 /** A run's logits [batch, kept positions, vocab]: float32, or float16 as its bits. */

@@ -7,6 +7,7 @@ import type { DecoderSpec, TensorInfo } from "./decoder-spec.ts";
 import { decoderFiles, describeDecoder, embedderPath, loadSessions } from "./decoder-load.ts";
 import {
   chunkInputs,
+  poolDims,
   positionBytes,
   type BatchInvariance,
   rightPaddedMask,
@@ -178,8 +179,7 @@ export class NodeDecoder implements Decoder {
     let kv = r.views.get(key) as ort.Tensor[] | undefined;
     if (!kv) {
       const stride = spec.kvHeads * r.capacity * spec.headDim;
-      const dims = [r.rows, spec.kvHeads, r.capacity, spec.headDim];
-      kv = r.buffers.map((b) => floatTensor(spec.kvType, b.host!.subarray(r.firstRow * stride, (r.firstRow + r.rows) * stride), dims));
+      kv = r.buffers.map((b, i) => floatTensor(spec.kvType, b.host!.subarray(r.firstRow * stride, (r.firstRow + r.rows) * stride), poolDims(spec, stepKv, r.rows, r.capacity, i % 2 === 1)));
       r.views.set(key, kv);
     }
     const fetches: Record<string, ort.Tensor | null> = { [spec.logits]: null };

@@ -21,7 +21,7 @@
 // GroupQueryAttention on the CPU) is split into its parts first.
 import type { onnx } from "onnx-proto";
 import { onnx as proto } from "onnx-proto";
-import { canonicalAttentionNodes, canonicalSharedNodes, canonicalTiles } from "./canonical-attention.ts";
+import { blockValueInputs, CANONICAL_BLOCK, canonicalAttentionNodes, canonicalSharedNodes, canonicalTiles } from "./canonical-attention.ts";
 import { FLOAT, floatConstant, INT64, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
 import { packStepOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
 import { type AttentionLayer } from "./attention-weights.ts";
@@ -117,6 +117,8 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false, invari
   const graph = model.graph;
   const layers = graph ? supported(graph, invariant) : null;
   if (!graph || !layers) return null;
+  // The canonical attention's ops take their axes, sizes and batch dims as opset 13 has them.
+  if (invariant && Number(model.opsetImport?.find((o) => !o.domain || o.domain === "ai.onnx")?.version ?? 0) < 13) return null;
   const half = inputInfo(graph, layers[0]!.node.input![3]!)?.elemType === FLOAT16;
   // Heads the model kit padded for GroupQueryAttention's kernel lose their padding here.
   const exported = layers[0]!.dim;
@@ -177,7 +179,7 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false, invari
       node("Where", [`${p}_new_future`, `${p}_min_f`, `${p}_zero_f`], [`${p}_new_bias`]),
     );
   }
-  if (invariant) shared.push(...canonicalSharedNodes(p, oneToken));
+  if (invariant) shared.push(...canonicalSharedNodes(p, oneToken, layers[0]!.kvHeads));
   const added: onnx.INodeProto[] = [];
   const steps: { pastKey: string; key: string; value: string }[] = [];
   const groupTiles = new Map<number, string>();
@@ -342,6 +344,10 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false, invari
   const { kvHeads, dim } = layers[0]!;
   const packed = packStepOutputs("split", steps, half ? FLOAT16 : FLOAT, kvHeads, dim);
   if (unpadded) packed.step.headDims = { exported, used: unpadded };
+  if (invariant) {
+    blockValueInputs(graph, layers.map((l) => l.node.input![4]!));
+    packed.step.valueBlock = CANONICAL_BLOCK;
+  }
 
   // The presents are no longer produced: drop them from the outputs with their nodes.
   const renames = presentRenames(graph, layers.map((l) => l.node))!;

@@ -45,8 +45,13 @@ const argmax = (l: Float32Array) => {
   return best;
 };
 
-/** Per scenario, the first step whose logits are not the reference's bits (-1: none). */
-async function scenarios(decoder: Decoder): Promise<{ reference: Float32Array[]; firstDiffering: Record<string, number> }> {
+/**
+ * Per scenario, the first step whose logits are not the reference's bits (-1: none). `prompt`
+ * and `steps`: the short prompt and 40 steps, or 180 positions and 30 steps, whose chunks,
+ * verification runs and decode steps cross the attention's blocks of 64 positions.
+ */
+async function scenarios(decoder: Decoder, prompt = PROMPT, STEPS = 40): Promise<{ reference: Float32Array[]; firstDiffering: Record<string, number> }> {
+  const PROMPT = prompt;
   const backend = () => new FusedKvBackend(decoder, 64 * 2 ** 20);
   // The reference: the prompt in one chunk, then one token at a time, alone.
   const ref = backend();
@@ -95,7 +100,7 @@ async function scenarios(decoder: Decoder): Promise<{ reference: Float32Array[];
     }
     compare("beside a long sequence", got);
   }
-  for (const chunk of [1, 3]) {
+  for (const chunk of [1, 3, 70]) {
     const b = backend();
     const s = b.open(512);
     let last!: Float32Array;
@@ -103,6 +108,14 @@ async function scenarios(decoder: Decoder): Promise<{ reference: Float32Array[];
     const got = [last];
     for (let k = 0; k < STEPS; k++) got.push((await b.decode([s], [tokens[k]!]))[0]!.slice());
     compare(`prompt in chunks of ${chunk}`, got);
+  }
+  {
+    // One position a run of the general graph (a large model's decode steps), as a verification of no draft.
+    const b = backend();
+    const s = b.open(512);
+    const got = [(await b.prefill(s, PROMPT)).slice()];
+    for (let k = 0; k < STEPS; k++) got.push((await b.verify([s], [[tokens[k]!]]))[0]![0]!.slice());
+    compare("the general graph, one position a run", got);
   }
   {
     // Three positions a run, beside another row verifying a shorter draft.
@@ -151,6 +164,8 @@ describe.each(KINDS)("%s, batch-invariant", (kind) => {
         const { reference, firstDiffering } = await scenarios(decoder);
         expect(firstDiffering).toEqual(NONE(firstDiffering));
         references.set(binding, reference);
+        const across = await scenarios(decoder, LONG.slice(0, 180), 30);
+        expect(across.firstDiffering).toEqual(NONE(across.firstDiffering));
       } finally {
         await decoder.release();
       }
@@ -220,8 +235,8 @@ describe("what --batch-invariant changes", () => {
     const decoder = await openDecoder(dir, { providers: ["cpu"], threads: 1, binding: "capi", batchInvariant: true });
     try {
       const b = new FusedKvBackend(decoder, 64 * 2 ** 20);
-      for (const needed of [1, 65, 100, 999]) expect(b.capacityFor(needed) % 16).toBe(0);
-      expect(b.capacityFor(1000)).toBe(1008);
+      for (const needed of [1, 65, 100, 999]) expect(b.capacityFor(needed) % 64).toBe(0);
+      expect(b.capacityFor(1000)).toBe(1024);
       const s = b.open(b.capacityFor(1000));
       let logits = await b.prefill(s, Array.from({ length: 990 }, (_, i) => ((i * 11) % 50) + 3));
       for (let k = 0; k < 10; k++) logits = (await b.decode([s], [argmax(logits)]))[0]!;
