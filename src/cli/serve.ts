@@ -80,7 +80,7 @@ export const serveCommand: Command = {
       type: "boolean",
       help: "Make each request's greedy and seeded output depend on the request alone: the same tokens alone or among others, with speculation on or off, after preemption, on a prefix-cache hit (GroupQueryAttention models on the CPU; costs speed, see docs/BENCHMARKS.md)",
     },
-    { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, and in the account's earlier answers, verified by the model; the output is unchanged) or off", default: "ngram" },
+    { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, and in the account's earlier answers, verified by the model: with --batch-invariant the output is unchanged, without it an answer can differ where two tokens are nearly tied) or off", default: "ngram" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },

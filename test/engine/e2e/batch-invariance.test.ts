@@ -11,12 +11,14 @@
 // Without the option a 4-bit model's answers differ in these cells (issue 42; the mechanisms are
 // measured in test/engine/batching/invariance.test.ts and docs/BENCHMARKS.md).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import type { HfImportDType } from "../../../src/modelkit/index.ts";
 import { unlimitedAccountKey } from "../../helpers/accounts.ts";
 import { importedSyntheticModel, importStoriesHf, syntheticModel } from "../../helpers/models.ts";
 import { hasStories, STORIES_DIR, tempDir } from "../../helpers/paths.ts";
+import { spawnServe } from "../../helpers/serve-process.ts";
 import { startTestServer, type TestServer } from "../../helpers/server.ts";
 
 if (!hasStories) console.warn(`skipping the stories260K models of the batch-invariance matrix: ${STORIES_DIR} is absent`);
@@ -192,4 +194,30 @@ describe.each(MODELS)("%s with --batch-invariant", (model) => {
   test("speculation verified drafts on it", async () => {
     expect(await metric(servers.on, "sluice_draft_tokens_total", model)).toBeGreaterThan(0);
   });
+});
+
+describe("serve --batch-invariant as an operator starts it", () => {
+  test("each model's load says what holds: a GroupQueryAttention model is loaded batch-invariant, a standard-ops one as before; without the flag neither", async () => {
+    const dir = tempDir("sluice-invariant-cli-");
+    try {
+      const modelsDir = join(dir.path, "models");
+      mkdirSync(modelsDir);
+      await importedSyntheticModel(modelsDir, "cli-q4", { preset: "tiny-bytes", id: "cli-q4", seed: 23 }, "q4");
+      await syntheticModel(modelsDir, "cli-standard", { preset: "tiny-bytes", id: "cli-standard", variant: "standard", seed: 23 });
+      const logs = async (flags: string[]) => {
+        const serve = await spawnServe(["--data", join(dir.path, `data-${flags.length}`), "--models", modelsDir, "--no-demo", "--device", "cpu", "--preload", "all", ...flags], { stderr: "pipe" });
+        await serve.stop();
+        const lines = (await new Response(serve.proc.stderr as ReadableStream).text()).split("\n").filter((l) => l.startsWith("{"));
+        return lines.map((l) => JSON.parse(l) as { msg: string; model?: string });
+      };
+      const on = await logs(["--batch-invariant"]);
+      expect(on.some((l) => l.msg === "batch-invariant: canonical attention, and every run computes two rows or more of its 4-bit products")).toBe(true);
+      expect(on.some((l) => l.msg.startsWith("--batch-invariant does not apply to this graph"))).toBe(true);
+      const off = await logs([]);
+      expect(off.some((l) => l.msg.includes("batch-invariant"))).toBe(false);
+      expect(off.length).toBeGreaterThan(0);
+    } finally {
+      dir.remove();
+    }
+  }, 120_000);
 });
