@@ -70,7 +70,7 @@ export async function loadSessions<S>(
     let invariance: BatchInvariance | null = null;
     if (graph.invariant) {
       invariance = { pairRows: graph.rowSensitive };
-      notes.push(`batch-invariant: canonical attention${graph.rowSensitive ? ", and every run computes two rows or more of its 4-bit products" : ""}`);
+      notes.push(`batch-invariant: canonical attention${graph.rowSensitive ? ", and every run computes two rows or more of its 4-bit products" : ""}${graph.halfProducts ? `, and its ${graph.halfProducts} float16 weight products in float32` : ""}`);
     } else if (choices.invariant) notes.push(choices.stepOutputs === false ? NOT_IN_PLACE : NOT_INVARIANT);
     return { session, oneToken, step: graph.step, trimmedLogits: graph.trimmedLogits, notes, invariance };
   } catch (e) {

@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { onnx } from "onnx-proto";
 import { trimLogitsToLastPosition } from "./last-logits.ts";
 import { takeLengthsAsInputs } from "./lengths-input.ts";
+import { float16ProductsInFloat32 } from "./half-products.ts";
 import { splitAttention } from "./split-attention.ts";
 import { addStepKvOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
 
@@ -28,16 +29,20 @@ export interface PreparedGraph {
    * several (see ROW_SENSITIVE_OPS): a batch-invariant run must give them two rows or more.
    */
   rowSensitive: boolean;
+  /** Float16 weight products computed in float32 for batch invariance (half-products.ts). */
+  halfProducts: number;
 }
 
 /**
  * Operators whose CPU kernel takes another path for a product of one row (M = 1) than for several,
  * with other bits in each row: MatMulNBits measured so (docs/BENCHMARKS.md, "Batch invariance"),
  * and the other quantised products and Gemm, whose weights may not be prepacked, by the same
- * structure of their kernels. A float MatMul of prepacked weights gives every row the same bits
- * whatever M is (measured too), so float models need no second row.
+ * structure of their kernels. A float32 MatMul of prepacked weights gives every row the same bits
+ * whatever M is (measured too), so float32 models need no second row. A float16 one gives other
+ * bits by the number of rows (ONNX Runtime 1.29.0): half-products.ts computes those in float32.
  */
 const ROW_SENSITIVE_OPS = new Set(["MatMulNBits", "MatMulBnb4", "MatMulFpQ4", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm", "Gemm"]);
+
 
 export interface GraphChoices {
   /** Also a one-token graph for decode steps (small models; only where the attention is split). */
@@ -79,18 +84,20 @@ export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuff
   const lengthsInput = sharedBuffer && choices.lengthsInput === true && takeLengthsAsInputs(model, mask);
   const split = choices.split !== false;
   const invariant = choices.invariant === true;
-  const rowSensitive = (model.graph?.node ?? []).some((n) => ROW_SENSITIVE_OPS.has(n.opType ?? ""));
   const step = sharedBuffer && choices.stepOutputs !== false ? ((split || invariant ? splitAttention(model, false, invariant) : null) ?? addStepKvOutputs(model)) : null;
+  const halfProducts = invariant && step?.kind === "split" ? float16ProductsInFloat32(model) : 0;
+  const rowSensitive = (model.graph?.node ?? []).some((n) => ROW_SENSITIVE_OPS.has(n.opType ?? ""));
   let oneTokenBytes: Uint8Array | null = null;
   if (choices.oneToken && step?.kind === "split") {
     const decode = onnx.ModelProto.decode(file);
     trimLogitsToLastPosition(decode, logits);
     if (lengthsInput) takeLengthsAsInputs(decode, mask);
     splitAttention(decode, true, invariant);
+    if (halfProducts) float16ProductsInFloat32(decode);
     oneTokenBytes = onnx.ModelProto.encode(decode).finish();
   }
   // Encoding a model with inline weights copies them all: only when something changed.
-  const changed = trimmed || step !== null || lengthsInput;
+  const changed = trimmed || step !== null || lengthsInput || halfProducts > 0;
   return {
     bytes: changed ? onnx.ModelProto.encode(model).finish() : null,
     step,
@@ -99,5 +106,6 @@ export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuff
     lengthsInput,
     invariant: invariant && step?.kind === "split",
     rowSensitive,
+    halfProducts,
   };
 }

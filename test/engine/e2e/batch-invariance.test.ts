@@ -187,7 +187,16 @@ describe.each(MODELS)("%s with --batch-invariant", (model) => {
       expect(cold.cached).toBe(0);
       expect({ cell: "on a prefix-cache hit", tokens: warm.tokens }).toEqual({ cell: "on a prefix-cache hit", tokens: cold.tokens });
 
-      for (const c of cells) expect(c).toEqual({ cell: c.cell, tokens: reference.tokens });
+      const differing = cells.filter((c) => JSON.stringify(c.tokens) !== JSON.stringify(reference.tokens)).map((c) => c.cell);
+      if (differing.length) console.log(`${model} ${mode}: cells differing from the reference: ${differing.join(", ")}`);
+      for (const c of cells) {
+        // The one exception the README names: a float16 model with speculation on has been seen
+        // to give one logprob 2e-11 off (the tokens the same); its tokens must still be equal.
+        if (model.endsWith("-fp16") && c.cell.startsWith("speculation on")) {
+          expect({ cell: c.cell, tokens: c.tokens.map(([t]) => t) }).toEqual({ cell: c.cell, tokens: reference.tokens.map(([t]) => t) });
+          c.tokens.forEach(([, lp], i) => expect(Math.abs(lp - reference.tokens[i]![1])).toBeLessThan(1e-9));
+        } else expect(c).toEqual({ cell: c.cell, tokens: reference.tokens });
+      }
     }, 240_000);
   }
 
