@@ -11,6 +11,7 @@
 //      --batch-invariant), measured in turn, the order rotating every round; medians.
 //
 //   bun bench/batch-invariance.ts [--part mechanism|cost|all] [--rounds 5] [--tokens 128] [--quick]
+import ortPkg from "onnxruntime-node/package.json";
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -107,7 +108,7 @@ async function mechanism(): Promise<string> {
       ["**with --batch-invariant**: any scenario, also over a 180-position prompt", ...engine.map((e) => `${e.invariant}`)],
     ],
   );
-  return `Written by \`bun bench/batch-invariance.ts --part mechanism\` on ${today()}. Machine: ${machine()}, ONNX Runtime 1.30.0 (onnxruntime-node). Counts of bits: the same on any load.
+  return `Written by \`bun bench/batch-invariance.ts --part mechanism\` on ${today()}. Machine: ${machine()}, ONNX Runtime ${ortPkg.version} (onnxruntime-node). Counts of bits: the same on any load.
 
 **One product.** x [M, 512] · W [512, 512], each of 64 rows of x computed in runs of M rows, against the same row computed alone (M = 1) and in a run of all 64; 4-bit weights in blocks of 32 (MatMulNBits; accuracy_level 4 quantises activations to int8 per block, the model kit's default for q4), the same weights in float (MatMul, prepacked by ONNX Runtime). MatMulNBits takes another kernel for one row: every row computed among others differs from itself alone (fp16 activations round part of it away), while all runs of two rows or more agree with each other whatever M and the threads. The float product gives every row the same bits for any M:
 

@@ -1,13 +1,14 @@
-// Float16 weight products computed in float32, for `serve --batch-invariant` on the CPU. ONNX
-// Runtime 1.29.0's CPU kernel for a float16 MatMul gives a row other bits among four rows than
-// among two (a tiny fp16 model's greedy logits differed from step 16 at row 2 of a batch of four,
-// and in a verification run of two rows of three), so neither one row nor a pair is a canonical
-// run for it. Its float32 kernel gives every row the same bits whatever the number of rows
-// (docs/BENCHMARKS.md, "Batch invariance"). So each MatMul of a float16 weight becomes
-// Cast(A) × Cast(W) in float32, cast back to float16: the float16 activation and weight are exact in
-// float32, and the product is rounded to float16 once, per row. ONNX Runtime folds Cast(W) of an
-// initializer into a float32 initializer when the session is optimised, so the weights are cast
-// once at load (twice their float16 memory), not at every run.
+// Float16 weight products computed in float32, for `serve --batch-invariant` on the CPU. Under ONNX
+// Runtime 1.29.0 a float16 decoder's products, as its graph optimiser leaves them, give a row other
+// bits by how many rows run with it: a tiny fp16 model's greedy logits differed from step 16 at
+// row 2 of a batch of four, and in a verification run of two rows of three, and a second row in
+// every run did not help. (A bare float16 MatMul measured row-invariant: docs/BENCHMARKS.md, "Batch
+// invariance: the mechanism"; it is what the optimiser makes of them in the decoder that is not.)
+// The float32 products are row-invariant in the decoder too. So each MatMul of a float16 weight
+// becomes Cast(A) × Cast(W) in float32, cast back to float16: the float16 activation and weight
+// are exact in float32, and the product is rounded to float16 once, per row. ONNX Runtime folds
+// Cast(W) of an initializer into a float32 initializer when the session is optimised, so the
+// weights are cast once at load (twice their float16 memory), not at every run.
 import type { onnx } from "onnx-proto";
 import { FLOAT, node } from "./graph-edit.ts";
 

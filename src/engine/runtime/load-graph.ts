@@ -38,8 +38,8 @@ export interface PreparedGraph {
  * with other bits in each row: MatMulNBits measured so (docs/BENCHMARKS.md, "Batch invariance"),
  * and the other quantised products and Gemm, whose weights may not be prepacked, by the same
  * structure of their kernels. A float32 MatMul of prepacked weights gives every row the same bits
- * whatever M is (measured too), so float32 models need no second row. A float16 one gives other
- * bits by the number of rows (ONNX Runtime 1.29.0): half-products.ts computes those in float32.
+ * whatever M is (measured too), so float32 models need no second row. A float16 decoder's products
+ * give other bits by the number of rows (ONNX Runtime 1.29.0): half-products.ts computes them in float32.
  */
 const ROW_SENSITIVE_OPS = new Set(["MatMulNBits", "MatMulBnb4", "MatMulFpQ4", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm", "Gemm"]);
 
