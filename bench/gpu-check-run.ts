@@ -325,7 +325,7 @@ function report(cpu: CpuSide, gpu: GpuSide | null, gpuWhy: string, expected: str
   return [
     `bench/gpu-check on ${new Date().toISOString().slice(0, 10)}: ${card}; host ${machine()}; ONNX Runtime ${ort}${gpu ? `; CUDA libraries found by ${gpu.discovery}` : ""}.`,
     `Models (src/modelkit/synthetic.ts, fused GroupQueryAttention graphs, fp16, Qwen3 tokenizer): ${BIG} (random weights, Qwen3-0.6B's layers ×24, 0.53B parameters) and ${SCRIPTED} (its greedy answer is a fixed chain). ` +
-      `CUDA: \`serve --device cuda --ort-binding capi --speculate off\`; CPU: \`serve --device cpu\`. Streams are greedy with the end of turn banned, each from a new account; bytes per decode step are sluice_host_device_bytes_total over sluice_decode_steps_total, the difference of a 40-token and an 8-token request at the same prompt length.`,
+      `CUDA: \`serve --device cuda --ort-binding capi --speculate off\`; CPU: \`serve --device cpu --ort-binding node\`. Streams are greedy with the end of turn banned, each from a new account; bytes per decode step are sluice_host_device_bytes_total over sluice_decode_steps_total, the difference of a 40-token and an 8-token request at the same prompt length.`,
     "",
     table(["measure", "CUDA", "CPU"], rows),
   ].join("\n");
@@ -337,8 +337,8 @@ async function main() {
   const tok = TextTokenizer.load(join(MODELS, "qwen3-shape-0.5b"));
   const eos = [...tok.eosTokenIds];
   const expected = await TextTokenizer.load(join(MODELS, "scripted")).decode(CHAIN.slice(0, GREEDY_TOKENS));
-  log("CPU server (--device cpu)");
-  const cpuServer = await startServerProcess(MODELS);
+  log("CPU server (--device cpu --ort-binding node: the JavaScript binding, whose bytes per step are the pool's)");
+  const cpuServer = await startServerProcess(MODELS, ["--ort-binding", "node"]);
   let gpu: GpuSide | null = null;
   let gpuWhy = "--cpu-only";
   let cpu: CpuSide;
