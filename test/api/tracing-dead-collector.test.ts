@@ -35,7 +35,10 @@ beforeAll(async () => {
   models = tempDir("sluice-dead-collector-");
   await linkCachedModel(models.path, "bytes", { preset: "tiny-bytes", seed: 5, id: MODEL });
   refused = await startTestServer({ modelsDir: models.path, tracing: { endpoint: `http://127.0.0.1:${closedPort()}`, batch, exportTimeoutMs: 800 } });
-  hanging = await startTestServer({ modelsDir: models.path, tracing: { endpoint: `http://127.0.0.1:${silent.port}`, batch, exportTimeoutMs: 6000 } });
+  // Longer than the traffic takes on a busy machine (a load of 10 took it past 6 s, when the hung
+  // export gave up mid-traffic and the next one took a batch off the queue): the counts below hold
+  // while the first export hangs.
+  hanging = await startTestServer({ modelsDir: models.path, tracing: { endpoint: `http://127.0.0.1:${silent.port}`, batch, exportTimeoutMs: 15_000 } });
   failing = await startTestServer({ modelsDir: models.path, tracing: { endpoint: `http://127.0.0.1:${refusing.port}`, batch, exportTimeoutMs: 1500 } });
 }, 120_000);
 
@@ -72,9 +75,9 @@ async function traffic(server: TestServer): Promise<void> {
   }
 }
 
-/** Polls until `ok` holds of the server's counts (within 20 s). */
+/** Polls until `ok` holds of the server's counts (within 30 s). */
 async function until(server: TestServer, ok: (c: Awaited<ReturnType<typeof spans>>) => boolean) {
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + 30_000;
   let c = await spans(server);
   while (!ok(c) && Date.now() < deadline) {
     await Bun.sleep(50);

@@ -62,7 +62,7 @@ afterAll(async () => {
 
 interface Flood {
   texts: string[];
-  b?: { startsWhileWaiting: number; waitingAtQueue: number; tokensWhileWaiting: number };
+  b?: { startsWhileWaiting: number; waitingAtQueue: number; tokensWhileWaiting: number; endedWhileWaiting: number };
 }
 
 /** Each chunk's arrival, numbered across every stream: the order the client saw them in. */
@@ -122,13 +122,16 @@ async function flood(withB: { priority: number } | null): Promise<Flood> {
   await holdsEverySlot;
   await stream(b, "hello there", 4, { opened: () => (queuedAt = clock), token: () => (firstAt ||= clock) });
   const between = (t: number) => t > queuedAt && t < firstAt;
-  const bWait = {
-    startsWhileWaiting: started.filter((t) => t !== null && between(t)).length,
-    waitingAtQueue: started.filter((t) => t === null || t > queuedAt).length,
-    tokensWhileWaiting: Math.max(...tokens.map((x) => x.filter(between).length)),
-  };
-  console.log(`fair share, B at priority ${withB.priority}: ${bWait.startsWhileWaiting} of A's streams started while B waited (${bWait.waitingAtQueue} were waiting when B was queued); A's streams got up to ${bWait.tokensWhileWaiting} tokens meanwhile as the client read them`);
-  return { texts: await all, b: bWait };
+  const startsWhileWaiting = started.filter((t) => t !== null && between(t)).length;
+  const waitingAtQueue = started.filter((t) => t === null || t > queuedAt).length;
+  const tokensWhileWaiting = Math.max(...tokens.map((x) => x.filter(between).length));
+  const texts = await all;
+  // A stream of A that ended while B waited gave B its slot without a preemption (its last token
+  // read before B's first: the slot was free by then).
+  const endedWhileWaiting = tokens.filter((x) => x.length > 0 && between(x.at(-1)!)).length;
+  const bWait = { startsWhileWaiting, waitingAtQueue, tokensWhileWaiting, endedWhileWaiting };
+  console.log(`fair share, B at priority ${withB.priority}: ${startsWhileWaiting} of A's streams started while B waited (${waitingAtQueue} were waiting when B was queued); A's streams got up to ${tokensWhileWaiting} tokens meanwhile as the client read them; ${endedWhileWaiting} ended meanwhile`);
+  return { texts, b: bWait };
 }
 
 async function preemptions(): Promise<number> {
@@ -146,8 +149,10 @@ async function fairRun(priority: number) {
     // B came while the flood still waited: first-come order would have served them all first.
     expect(shared.b!.waitingAtQueue).toBeGreaterThan(MIN_WAITING);
     expect(shared.b!.startsWhileWaiting).toBeLessThanOrEqual(BOUND_STARTS);
-    // A held 8 sequences, B none (or B outranks A), so one of A's was preempted for B.
-    expect(await preemptions()).toBeGreaterThan(before);
+    // A held 8 sequences, B none (or B outranks A), so one of A's was preempted for B, unless one of
+    // A's ended while B waited and left B its slot (a busy machine's timing: seen once at a load of 10).
+    const preempted = (await preemptions()) > before;
+    expect({ preempted, endedWhileWaiting: shared.b!.endedWhileWaiting > 0 }).not.toEqual({ preempted: false, endedWhileWaiting: false });
     expect(shared.texts).toEqual(alone.texts);
     return;
   }
