@@ -4,7 +4,8 @@
 // second on a shared database).
 import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
-import { openStore, type Account, type Store } from "../store/index.ts";
+import { describeBudget, keyLimitsFrom } from "../key-limits.ts";
+import { openStore, periodStart, type Account, type ApiKeyInfo, type KeyLimits, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
@@ -64,6 +65,45 @@ export async function findAccount(store: Store, args: CommandArgs, name: string)
   return a;
 }
 
+/** A store call whose refusal (a limit that makes no sense) is the user's mistake: a usage error. */
+async function usage<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof UsageError || (e as Error).name === "StoreUnavailableError") throw e;
+    throw new UsageError((e as Error).message);
+  }
+}
+
+const KEY_OPTIONS: OptionSpec[] = [
+  { name: "label", type: "string", help: "A label to recognise the key by" },
+  { name: "budget-usd", type: "string", help: "What the key may spend per period, in USD (none: no budget of its own; the account's credit still applies)" },
+  { name: "budget-period", type: "string", help: "The budget's period: day or month (UTC), or total (default: total)" },
+  { name: "expires", type: "string", help: "When the key stops working: a duration from now (90m, 12h, 30d, 2w), a date (2027-01-31: through that UTC day), a date-time (2027-01-31T12:00:00Z), or none" },
+  { name: "models", type: "string", help: "The only models the key may use, as ID,ID… (of those its account may use), or none: all of them" },
+];
+
+/** The key limits a command was given (absent options: unchanged), with every model id checked against the catalog. */
+async function keyLimitOptions(s: Store, args: CommandArgs): Promise<Partial<KeyLimits>> {
+  const str = (n: string) => (typeof args.values[n] === "string" ? (args.values[n] as string) : undefined);
+  let limits: Partial<KeyLimits>;
+  try {
+    limits = keyLimitsFrom({ budgetUsd: str("budget-usd"), budgetPeriod: str("budget-period"), expires: str("expires"), models: str("models") });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  for (const m of limits.models ?? []) {
+    if (!(await s.catalog.get(m))) throw new UsageError(`--models: no model ${m} in the catalog (see: ${seeCommand(args, "models", "list")})`);
+  }
+  return limits;
+}
+
+/** ", budget $5/month, expires …, models a,b" for a message; "" without limits. */
+function describeKey(k: ApiKeyInfo): string {
+  const parts = [describeBudget(k) && `budget ${describeBudget(k)}`, k.expiresAt !== null && `expires ${date(k.expiresAt)}`, k.models && `models ${k.models.join(",")}`].filter(Boolean);
+  return parts.length ? `, ${parts.join(", ")}` : "";
+}
+
 const accountId = async (store: Store, args: CommandArgs, name: string) => (await findAccount(store, args, name)).id;
 
 export const storeCommands: Command[] = [
@@ -115,41 +155,63 @@ export const storeCommands: Command[] = [
   },
   {
     path: ["keys", "create"],
-    usage: "--account NAME [--label L]",
-    summary: "Create an API key. The key is printed once; only its hash is stored.",
-    options: [
-      ...STORE_OPTIONS,
-      { name: "account", type: "string", help: "Account that owns the key" },
-      { name: "label", type: "string", help: "A label to recognise the key by" },
-    ],
+    usage: "--account NAME [--label L] [--budget-usd X] [--budget-period day|month|total] [--expires DURATION|DATE] [--models ID,ID…]",
+    summary:
+      "Create an API key, optionally with limits of its own: a budget (refused with 429 insufficient_quota once spent, the worst case reserved per request), an expiry (refused with 401 afterwards) and a model list (other models are not found). The key is printed once; only its hash is stored.",
+    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "Account that owns the key" }, ...KEY_OPTIONS],
     run: (args) =>
       withStore(args, async (s) => {
         const id = await accountId(s, args, requireString(args, "account"));
         const label = typeof args.values.label === "string" ? args.values.label : null;
-        const { key, info } = await s.keys.create(id, label);
-        console.error(`created key ${info.id} for account ${info.accountName}; it is shown only this once:`);
+        const limits = await keyLimitOptions(s, args);
+        const { key, info } = await usage(() => s.keys.create(id, label, limits));
+        console.error(`created key ${info.id} for account ${info.accountName}${describeKey(info)}; it is shown only this once:`);
         console.log(key);
+        return 0;
+      }),
+  },
+  {
+    path: ["keys", "update"],
+    usage: "ID [--label L] [--budget-usd X|none] [--budget-period day|month|total] [--expires DURATION|DATE|none] [--models ID,ID…|none]",
+    summary: "Change an API key's label and limits; options not given stay as they are, none removes one. Applies to the key's next request on every node.",
+    options: [...STORE_OPTIONS, ...KEY_OPTIONS],
+    run: (args) =>
+      withStore(args, async (s) => {
+        const id = positional(args, 0, "key ID");
+        const limits = await keyLimitOptions(s, args);
+        const label = typeof args.values.label === "string" ? { label: args.values.label === "none" ? null : args.values.label } : {};
+        if (Object.keys(limits).length === 0 && !("label" in label)) throw new UsageError("nothing to change: give --label, --budget-usd, --budget-period, --expires or --models");
+        const info = await usage(() => s.keys.update(id, { ...limits, ...label }));
+        if (!info) throw new UsageError(`no key ${id} (see: ${seeCommand(args, "keys", "list")})`);
+        console.log(`updated ${info.id} of ${info.accountName}: ${describeKey(info).slice(2) || "no limits of its own"}`);
         return 0;
       }),
   },
   {
     path: ["keys", "list"],
     usage: "[--account NAME]",
-    summary: "List API keys (never the keys themselves: their id and display prefix).",
+    summary: "List API keys (never the keys themselves: their id and display prefix), with their limits and what they spent in their budget's period.",
     options: [...STORE_OPTIONS, JSON_OPTION, { name: "account", type: "string", help: "Only this account's keys" }],
     run: (args) =>
       withStore(args, async (s) => {
         const acct = typeof args.values.account === "string" ? await accountId(s, args, args.values.account) : undefined;
-        const rows = (await s.keys.list(acct)).map((k) => ({
-          id: k.id,
-          account: k.accountName,
-          prefix: k.prefix + "…",
-          label: k.label,
-          created: date(k.createdAt),
-          last_used: date(k.lastUsedAt),
-          revoked: date(k.revokedAt),
-        }));
-        print(args, rows, ["id", "account", "prefix", "label", "created", "last_used", "revoked"]);
+        const rows = [];
+        for (const k of await s.keys.list(acct)) {
+          rows.push({
+            id: k.id,
+            account: k.accountName,
+            prefix: k.prefix + "…",
+            label: k.label,
+            budget: describeBudget(k),
+            spent: k.budgetPeriod ? Number((await s.keys.spendUsd(k.id, periodStart(k.budgetPeriod))).toFixed(6)) : null,
+            expires: date(k.expiresAt),
+            models: k.models?.join(",") ?? null,
+            created: date(k.createdAt),
+            last_used: date(k.lastUsedAt),
+            revoked: date(k.revokedAt),
+          });
+        }
+        print(args, rows, ["id", "account", "prefix", "label", "budget", "spent", "expires", "models", "created", "last_used", "revoked"]);
         return 0;
       }),
   },

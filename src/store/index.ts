@@ -24,6 +24,8 @@ export type * from "./types.ts";
 export { PRIORITY_RANGE } from "./accounts.ts";
 export { KEY_PREFIX } from "./keys.ts";
 export { StoreUnavailableError } from "./db.ts";
+export { BudgetExceededError } from "./types.ts";
+export { BUDGET_PERIODS, periodStart } from "./keys.ts";
 export { EMAIL, MIN_PASSWORD_LENGTH } from "./users.ts";
 
 /** The table families over one Db (the store's, or a transaction's). */
@@ -57,9 +59,9 @@ function assemble(
     ...t,
     kind: opts.kind,
     location: opts.location,
-    keys: forgettingAfter(signal, cachedKeyStore(t.keys, signal), ["revoke"]),
+    keys: forgettingAfter(signal, cachedKeyStore(t.keys, signal), ["revoke", "update"]),
     // A key's cached record carries its account's priority.
-    accounts: forgettingAfter(signal, t.accounts, ["setPriority"]),
+    accounts: forgettingAfter(signal, t.accounts, ["setPriority", "setUserBudget"]),
     limits: forgettingAfter(signal, cachedLimitStore(t.limits, signal), ["set"]),
     catalog: forgettingAfter(signal, t.catalog, ["sync", "setStatus", "setPrices", "setKeepAlive", "grant", "revoke", "allowAll"]),
     billing: forgettingAfter(signal, t.billing, ["setPlan"]),

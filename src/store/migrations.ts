@@ -252,6 +252,25 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     { addColumn: "accounts", column: { name: "priority", type: "int", notNull: true, default: "0" } },
     { addColumn: "models", column: { name: "keep_alive_seconds", type: "int", check: "keep_alive_seconds IS NULL OR keep_alive_seconds >= -1" } },
   ],
+  // 8: keys with limits of their own: a budget in nano-USD per UTC day, UTC month or in total, an
+  // expiry, and a list of the models the key may use (JSON; NULL: all its account may use). Each
+  // usage row carries what it cost, so a key's spend in its period is a sum over its rows; a change
+  // to any of these moves the change counter (keys are cached on every node).
+  [
+    { addColumn: "api_keys", column: { name: "budget_nano", type: "int", check: "budget_nano IS NULL OR budget_nano > 0" } },
+    { addColumn: "api_keys", column: { name: "budget_period", type: "text", check: "budget_period IS NULL OR budget_period IN ('day', 'month', 'total')" } },
+    { addColumn: "api_keys", column: { name: "expires_at", type: "int" } },
+    { addColumn: "api_keys", column: { name: "models", type: "text" } },
+    { addColumn: "usage", column: { name: "cost_nano", type: "int", notNull: true, default: "0" } },
+    { index: "usage_key_time", on: "usage", columns: ["key_id", "created_at"] },
+    { signal: "api_keys_limits_changed", on: "api_keys", event: "update", columns: ["budget_nano", "budget_period", "expires_at", "models", "label"] },
+    // An account's budget per end user (the `user` or `safety_identifier` a request names), held
+    // like a key's: the requests in flight note their end user.
+    { addColumn: "accounts", column: { name: "user_budget_nano", type: "int", check: "user_budget_nano IS NULL OR user_budget_nano > 0" } },
+    { addColumn: "accounts", column: { name: "user_budget_period", type: "text", check: "user_budget_period IS NULL OR user_budget_period IN ('day', 'month', 'total')" } },
+    { addColumn: "inflight", column: { name: "end_user", type: "text" } },
+    { index: "usage_account_user_time", on: "usage", columns: ["account_id", '"user"', "created_at"] },
+  ],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

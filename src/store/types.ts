@@ -12,6 +12,9 @@ export interface Account {
   /** On a busy model, higher priorities are admitted first (and may preempt lower ones). */
   priority: number;
   createdAt: number;
+  /** What one end user (a request's `user` or `safety_identifier`) may spend per period; null: no such budget. */
+  userBudgetUsd: number | null;
+  userBudgetPeriod: BudgetPeriod | null;
 }
 
 export interface ApiKeyInfo {
@@ -25,6 +28,44 @@ export interface ApiKeyInfo {
   createdAt: number;
   lastUsedAt: number | null;
   revokedAt: number | null;
+  /** The key's own budget (USD per period), on top of its account's credit; null: none. */
+  budgetUsd: number | null;
+  /** The period the budget counts over; null when there is no budget. */
+  budgetPeriod: BudgetPeriod | null;
+  /** From then on the key is refused as expired; null: never. */
+  expiresAt: number | null;
+  /** The models the key may use (within its account's); null: every model its account may use. */
+  models: readonly string[] | null;
+}
+
+/** A budget counts spend since the start of the UTC day, the UTC month, or ever. */
+export type BudgetPeriod = "day" | "month" | "total";
+
+/** A key's own limits, as created or changed; in an update, an absent field stays as it is. */
+export interface KeyLimits {
+  budgetUsd: number | null;
+  budgetPeriod: BudgetPeriod | null;
+  expiresAt: number | null;
+  models: readonly string[] | null;
+}
+
+/**
+ * A request refused at admission because a budget other than the account's credit would be
+ * exceeded by its worst case: the key's own budget, or the account's budget per end user.
+ */
+export class BudgetExceededError extends Error {
+  constructor(
+    readonly scope: "key" | "user",
+    readonly budgetUsd: number,
+    readonly period: BudgetPeriod,
+    /** Spent in the period plus what requests in flight hold. */
+    readonly committedUsd: number,
+    /** This request's worst case. */
+    readonly requestUsd: number,
+  ) {
+    super(`${scope} budget of $${budgetUsd} per ${period} exceeded`);
+    this.name = "BudgetExceededError";
+  }
 }
 
 export interface CatalogModel {
@@ -86,6 +127,8 @@ export interface UsageRecord {
 export interface UsageRow extends Required<Omit<UsageRecord, "metadata">> {
   id: number;
   metadata: Record<string, string> | null;
+  /** What the request was charged (0: not charged, or recorded before costs were kept per row). */
+  costUsd: number;
 }
 
 export interface AccountStore {
@@ -95,12 +138,19 @@ export interface AccountStore {
   list(): Promise<Account[]>;
   /** False when there is no such account. */
   setPriority(id: number, priority: number): Promise<boolean>;
+  /** Sets (null: removes) the budget per end user; false when there is no such account. */
+  setUserBudget(id: number, usd: number | null, period?: BudgetPeriod): Promise<boolean>;
 }
 
 export interface KeyStore {
-  /** Returns the plain key once; only its hash is kept. */
-  create(accountId: number, label: string | null): Promise<{ key: string; info: ApiKeyInfo }>;
-  /** The active (not revoked) key with this plain text, or null. */
+  /** Returns the plain key once; only its hash is kept. Throws on limits that make no sense. */
+  create(accountId: number, label: string | null, limits?: Partial<KeyLimits>): Promise<{ key: string; info: ApiKeyInfo }>;
+  /** Changes a key's label and limits (absent fields stay); the key after, or null when there is no such key. */
+  update(keyId: string, changes: Partial<KeyLimits> & { label?: string | null }, accountId?: number): Promise<ApiKeyInfo | null>;
+  get(keyId: string): Promise<ApiKeyInfo | null>;
+  /** What the key's requests cost since `since` (ms). */
+  spendUsd(keyId: string, since: number): Promise<number>;
+  /** The active (not revoked) key with this plain text, or null; an expired key is returned (the caller says it expired). */
   authenticate(plainKey: string): Promise<ApiKeyInfo | null>;
   /**
    * What `authenticate` would answer, from memory: the key, null for a text that cannot be a key,
@@ -220,6 +270,8 @@ export interface AdmitInput {
   /** Worst case of the request, priced at the model's prices for the reservation. */
   promptTokens: number;
   completionTokens: number;
+  /** The end user the request names (its `user` or `safety_identifier`), for a per-user budget. */
+  user?: string | null;
 }
 
 export interface InflightStore {
@@ -227,6 +279,9 @@ export interface InflightStore {
    * Admits a request: on a prepaid plan it reserves the request's worst-case price, and refuses
    * (null) when the balance less the reservations already in flight is not positive. Serialised
    * per account across nodes, so credit is never overspent by more than the reservations in flight.
+   * A key with a budget (or an account with a budget per end user) also reserves the worst case
+   * on an unlimited plan, and throws BudgetExceededError when that worst case, with what was spent
+   * in the period and what other requests in flight hold, would exceed the budget: never overspent.
    */
   admit(r: AdmitInput): Promise<InflightRequest | null>;
   /**

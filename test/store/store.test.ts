@@ -106,7 +106,8 @@ eachStore((kind) => {
         } finally {
           await admin.close();
         }
-      });
+        // A database per version, each created and migrated: seconds on a busy machine.
+      }, 60_000);
     });
   }
 

@@ -1,0 +1,189 @@
+// Keys with limits of their own, end to end through real servers, on SQLite (one node) and on
+// PostgreSQL (two nodes, each serving one of the two models and forwarding requests for the
+// other's): a key's budget is never exceeded by 32 concurrent requests split across the nodes, an
+// expiry holds within a second on every node, and a key's model list holds in /v1/models, in
+// /v1/models/{id} and in chat completions.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { A_MODEL, B_MODEL, startPostgresDeployment, startSqliteDeployment, type Deployment } from "../helpers/deployments.ts";
+import { postgresMissing } from "../helpers/postgres.ts";
+
+const kinds = [
+  { name: "sqlite, one node", start: startSqliteDeployment, skip: null },
+  { name: "postgres, two nodes", start: startPostgresDeployment, skip: postgresMissing },
+] as const;
+
+for (const kind of kinds) {
+  describe.skipIf(kind.skip !== null)(`keys with limits of their own (${kind.name})`, () => {
+    let d: Deployment;
+    beforeAll(async () => {
+      d = await kind.start();
+    }, 120_000);
+    afterAll(async () => {
+      await d?.stop();
+    });
+
+    const headers = (key: string) => ({ authorization: `Bearer ${key}`, "content-type": "application/json" });
+    const listed = async (node: string, key: string) => {
+      const r = await fetch(`${node}/v1/models`, { headers: headers(key) });
+      expect(r.status).toBe(200);
+      return ((await r.json()) as { data: { id: string }[] }).data.map((m) => m.id).sort();
+    };
+    const chat = (node: string, key: string, body: Record<string, unknown> = {}) =>
+      fetch(`${node}/v1/chat/completions`, {
+        method: "POST",
+        headers: headers(key),
+        body: JSON.stringify({ model: A_MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 8, temperature: 0, ...body }),
+        signal: AbortSignal.timeout(30_000),
+      });
+    /** A new account on the unlimited plan (so only the key's own budget limits it), and a key made by the CLI with these options. */
+    let n = 0;
+    const keyWith = (...options: string[]) => {
+      const name = `gov${++n}`;
+      d.sluice("accounts", "create", name);
+      d.sluice("billing", "plan", name, "unlimited");
+      return { account: name, key: d.sluice("keys", "create", "--account", name, ...options).trim() };
+    };
+    const keyInfo = async (account: string) => (await d.store.keys.list((await d.store.accounts.get(account))!.id))[0]!;
+    /** Polls until fn is true; throws after limitMs. */
+    const within = async (fn: () => Promise<boolean>, limitMs: number) => {
+      const t0 = performance.now();
+      while (!(await fn())) {
+        if (performance.now() - t0 > limitMs) throw new Error(`not within ${limitMs} ms`);
+        await Bun.sleep(20);
+      }
+    };
+
+    test("both nodes serve both models", async () => {
+      const { key } = keyWith();
+      for (const node of d.nodes) await within(async () => (await listed(node, key)).length === 2, 20_000);
+    }, 30_000);
+
+    test("32 concurrent requests split across the nodes never exceed the key's budget", async () => {
+      // $1 per 1000 tokens: a request's worst case (prompt bytes, template, max_tokens) is about
+      // $0.09, what it really costs about $0.03, so 32 of them would cost about $0.9 unchecked.
+      for (const m of [A_MODEL, B_MODEL]) d.sluice("models", "price", m, "--input", "1000", "--output", "1000");
+      const budget = 0.4;
+      const { account, key } = keyWith("--budget-usd", String(budget), "--budget-period", "day", "--label", "budgeted");
+      const results = await Promise.all(
+        Array.from({ length: 32 }, async (_, i) => {
+          const r = await chat(d.nodes[i % 2]!, key, { model: i % 4 < 2 ? A_MODEL : B_MODEL });
+          return { status: r.status, body: (await r.json()) as { error?: { code: string; message: string; type: string } } };
+        }),
+      );
+      const ok = results.filter((r) => r.status === 200);
+      const refused = results.filter((r) => r.status === 429);
+      expect(ok.length + refused.length).toBe(32);
+      expect(ok.length).toBeGreaterThan(0);
+      expect(refused.length).toBeGreaterThan(0);
+      for (const r of refused) {
+        expect(r.body.error!.code).toBe("insufficient_quota");
+        expect(r.body.error!.type).toBe("insufficient_quota");
+        expect(r.body.error!.message).toContain("this API key's budget of $0.4 per UTC day");
+      }
+      // What the key spent, from its usage rows (each carries its cost) and from the ledger.
+      const info = await keyInfo(account);
+      const spent = await d.store.keys.spendUsd(info.id, 0);
+      expect(spent).toBeGreaterThan(0);
+      expect(spent).toBeLessThanOrEqual(budget);
+      const a = (await d.store.accounts.get(account))!;
+      expect((await d.store.billing.summary(a.id, 0)).spendUsd).toBeCloseTo(spent, 9);
+      expect(await d.store.inflight.list(a.id)).toEqual([]);
+      // Keep going one at a time until refused: the budget holds to the end, and every 200 was billed.
+      for (let i = 0; i < 40; i++) {
+        const r = await chat(d.nodes[i % 2]!, key);
+        await r.body?.cancel();
+        if (r.status === 429) break;
+        expect(r.status).toBe(200);
+      }
+      const final = await d.store.keys.spendUsd(info.id, 0);
+      expect(final).toBeLessThanOrEqual(budget);
+      // The CLI's list shows the spend against the budget.
+      const row = (JSON.parse(d.sluice("keys", "list", "--account", account, "--json")) as { budget: string; spent: number }[])[0]!;
+      expect(row.budget).toBe("$0.4/day");
+      expect(row.spent).toBeCloseTo(final, 5);
+      // Raising the budget lets the key work again, on every node, at once.
+      d.sluice("keys", "update", info.id, "--budget-usd", "100");
+      for (const node of d.nodes) await within(async () => {
+        const r = await chat(node, key);
+        await r.body?.cancel();
+        return r.status === 200;
+      }, 1500);
+      for (const m of [A_MODEL, B_MODEL]) d.sluice("models", "price", m, "--input", "0", "--output", "0");
+    }, 120_000);
+
+    test("an expiry holds within a second on every node, with a 401 saying the key expired", async () => {
+      const { account, key } = keyWith("--label", "short-lived");
+      for (const node of d.nodes) expect((await chat(node, key)).status).toBe(200);
+      const id = (await keyInfo(account)).id;
+      d.sluice("keys", "update", id, "--expires", "3s");
+      const expiresAt = (await keyInfo(account)).expiresAt!;
+      expect(expiresAt).toBeGreaterThan(Date.now());
+      // Before the expiry, the key still works everywhere (the change reached the nodes' caches).
+      for (const node of d.nodes) expect((await fetch(`${node}/v1/models`, { headers: headers(key) })).status).toBe(200);
+      for (const node of d.nodes) {
+        let late = -1;
+        await within(async () => {
+          const r = await fetch(`${node}/v1/models`, { headers: headers(key) });
+          if (r.status !== 401) return false;
+          late = Date.now() - expiresAt;
+          const body = (await r.json()) as { error: { code: string; message: string } };
+          expect(body.error.code).toBe("invalid_api_key");
+          expect(body.error.message).toContain("This API key expired at");
+          return true;
+        }, 10_000);
+        expect(late).toBeGreaterThanOrEqual(0);
+        expect(late).toBeLessThan(1000);
+        const r = await chat(node, key);
+        expect(r.status).toBe(401);
+        expect(((await r.json()) as { error: { message: string } }).error.message).toContain("expired");
+      }
+      // Lifting the expiry brings it back within a second on every node.
+      d.sluice("keys", "update", id, "--expires", "none");
+      for (const node of d.nodes) await within(async () => (await fetch(`${node}/v1/models`, { headers: headers(key) })).status === 200, 1000);
+    }, 60_000);
+
+    test("a key's model list holds in /v1/models, /v1/models/{id} and chat, on every node", async () => {
+      const { account, key } = keyWith("--models", A_MODEL);
+      const id = (await keyInfo(account)).id;
+      for (const node of d.nodes) {
+        expect(await listed(node, key)).toEqual([A_MODEL]);
+        expect((await fetch(`${node}/v1/models/${B_MODEL}`, { headers: headers(key) })).status).toBe(404);
+        expect((await fetch(`${node}/v1/models/${A_MODEL}`, { headers: headers(key) })).status).toBe(200);
+        const refused = await chat(node, key, { model: B_MODEL });
+        expect(refused.status).toBe(404);
+        expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("model_not_found");
+        expect((await chat(node, key, { model: A_MODEL })).status).toBe(200);
+      }
+      // Another key of the same account is not narrowed.
+      const other = d.sluice("keys", "create", "--account", account).trim();
+      for (const node of d.nodes) expect(await listed(node, other)).toEqual([A_MODEL, B_MODEL]);
+      d.sluice("keys", "update", id, "--models", `${B_MODEL}`);
+      for (const node of d.nodes) await within(async () => (await listed(node, key)).join() === B_MODEL, 1000);
+      d.sluice("keys", "update", id, "--models", "none");
+      for (const node of d.nodes) await within(async () => (await listed(node, key)).length === 2, 1000);
+    }, 60_000);
+
+    test("bad key options are refused, saying why, and change nothing", async () => {
+      const { account } = keyWith();
+      const before = d.store.keys.list((await d.store.accounts.get(account))!.id);
+      const cases: [string[], string][] = [
+        [["--budget-usd", "-3"], "a budget is a positive amount of USD"],
+        [["--budget-usd", "5", "--budget-period", "week"], "a budget period is day, month or total"],
+        [["--budget-period", "day"], "a budget period needs a budget"],
+        [["--expires", "2001-01-01"], "is in the past"],
+        [["--expires", "soon"], "give a duration (90s, 30m, 12h, 30d, 2w)"],
+        [["--models", "no/such-model"], "no model no/such-model in the catalog"],
+        [["--models", ","], "give the models as ID,ID…"],
+      ];
+      for (const [opts, message] of cases) {
+        const r = d.sluiceRaw("keys", "create", "--account", account, ...opts);
+        expect(r.code).toBe(2);
+        expect(r.stderr).toContain(message);
+      }
+      expect((await d.store.keys.list((await d.store.accounts.get(account))!.id)).length).toBe((await before).length);
+      const r = d.sluiceRaw("keys", "update", "key_nosuchkey", "--label", "x");
+      expect(r.code).toBe(2);
+      expect(r.stderr).toContain("no key key_nosuchkey");
+    });
+  });
+}
