@@ -1,0 +1,108 @@
+// The workspace's governance pages against the real server: a key's own limits set and changed in
+// the keys page (and refused, saying why, when they make no sense), and what they do to the API.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { symlinkSync } from "node:fs";
+import { join } from "node:path";
+import { syntheticModel, tinyModelsRoot } from "../helpers/models.ts";
+import { tempDir } from "../helpers/paths.ts";
+import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { makeAccount, PASSWORD, WorkspaceClient } from "./helpers.ts";
+
+const A = "wsgov/a";
+const B = "wsgov/b";
+let server: TestServer;
+let models: ReturnType<typeof tempDir>;
+
+beforeAll(async () => {
+  models = tempDir("sluice-wsgov-models-");
+  symlinkSync(await syntheticModel(tinyModelsRoot(), "wsgov-a", { preset: "tiny-bytes", seed: 51, id: A }), join(models.path, "a"));
+  symlinkSync(await syntheticModel(tinyModelsRoot(), "wsgov-b", { preset: "tiny-bytes", seed: 52, id: B }), join(models.path, "b"));
+  server = await startTestServer({ modelsDir: models.path });
+}, 60_000);
+afterAll(async () => {
+  await server?.cleanup();
+  models?.remove();
+});
+
+const listed = async (key: string) =>
+  ((await (await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] }).data.map((m) => m.id).sort();
+
+describe("a key's own limits in the workspace", () => {
+  test("created with a budget, an expiry and a model list; changed; bad input refused and nothing changed", async () => {
+    const { account, email } = await makeAccount(server.store, "wsgov", { plan: "unlimited" });
+    const c = new WorkspaceClient(server.url);
+    expect((await c.signIn(email, PASSWORD)).status).toBe(303);
+    const form = await (await c.get("/workspace/keys")).text();
+    for (const field of ['name="budget_usd"', 'name="budget_period"', 'name="expires"', `name="models" value="${A}"`, `name="models" value="${B}"`]) expect(form).toContain(field);
+
+    const created = await c.form("/workspace/keys", { label: "ci", budget_usd: "2.5", budget_period: "day", expires: "30d", models: [A] });
+    expect(created.status).toBe(200);
+    const page = await created.text();
+    const key = /id="new-key" readonly value="(sk-sluice-[0-9A-Za-z]+)"/.exec(page)![1]!;
+    const info = (await server.store.keys.list(account.id))[0]!;
+    expect(info.budgetUsd).toBe(2.5);
+    expect(info.budgetPeriod).toBe("day");
+    expect(info.expiresAt! - Date.now()).toBeGreaterThan(29 * 86_400_000);
+    expect(info.models).toEqual([A]);
+    expect(page).toContain("$0.00 of $2.5/day");
+    expect(await listed(key)).toEqual([A]);
+
+    // The edit page shows the limits; saving it unchanged keeps the expiry to the second.
+    const edit = await (await c.get(`/workspace/keys/${info.id}/edit`)).text();
+    expect(edit).toContain('value="2.5"');
+    const shown = /name="expires" value="([^"]+)"/.exec(edit)![1]!;
+    const unchanged = await c.form(`/workspace/keys/${info.id}/edit`, { label: "ci", budget_usd: "2.5", budget_period: "day", expires: shown, models: [A] });
+    expect(unchanged.status).toBe(303);
+    expect((await server.store.keys.get(info.id))!.expiresAt).toBe(info.expiresAt);
+
+    // Widened to both models, no budget, no expiry: the API sees it at once.
+    const saved = await c.form(`/workspace/keys/${info.id}/edit`, { label: "ci-2", budget_usd: "", expires: "", models: [A, B] });
+    expect(saved.status).toBe(303);
+    expect(saved.headers.get("location")).toBe(`/workspace/keys?updated=${info.id}`);
+    const after = (await server.store.keys.get(info.id))!;
+    expect([after.label, after.budgetUsd, after.budgetPeriod, after.expiresAt]).toEqual(["ci-2", null, null, null]);
+    expect(after.models).toEqual([A, B]);
+    expect(await listed(key)).toEqual([A, B]);
+
+    // Refusals say why and change nothing.
+    const cases: [Record<string, string | string[]>, string][] = [
+      [{ label: "x", budget_usd: "-1" }, "a budget is a positive amount of USD"],
+      [{ label: "x", expires: "yesterday" }, "give a duration"],
+      [{ label: "x", expires: "2001-02-03" }, "is in the past"],
+      [{ label: "x", models: ["other/model"] }, "The account may not use other/model"],
+    ];
+    for (const [fields, message] of cases) {
+      const r = await c.form(`/workspace/keys/${info.id}/edit`, fields);
+      expect(r.status).toBe(400);
+      expect(await r.text()).toContain(message);
+      const r2 = await c.form("/workspace/keys", fields);
+      expect(r2.status).toBe(400);
+      expect(await r2.text()).toContain(message);
+    }
+    expect(await server.store.keys.get(info.id)).toEqual(after);
+    expect((await server.store.keys.list(account.id)).length).toBe(1);
+
+    // Another account's key cannot be edited.
+    const other = await makeAccount(server.store, "wsgov-other");
+    const c2 = new WorkspaceClient(server.url);
+    await c2.signIn(other.email, PASSWORD);
+    expect((await c2.get(`/workspace/keys/${info.id}/edit`)).status).toBe(404);
+    expect((await c2.form(`/workspace/keys/${info.id}/edit`, { label: "stolen" })).status).toBe(404);
+    expect((await server.store.keys.get(info.id))!.label).toBe("ci-2");
+  });
+
+  test("the JSON route creates a key with limits, and refuses bad ones", async () => {
+    const { account, email } = await makeAccount(server.store, "wsgov-json", { plan: "unlimited" });
+    const c = new WorkspaceClient(server.url);
+    await c.signIn(email, PASSWORD);
+    const r = await c.postJson("/workspace/api/keys", { label: "script", budget_usd: 1, budget_period: "month", models: [B] });
+    expect(r.status).toBe(201);
+    const body = (await r.json()) as { key: string; budget_usd: number; budget_period: string; models: string[] };
+    expect([body.budget_usd, body.budget_period, body.models]).toEqual([1, "month", [B]]);
+    expect(await listed(body.key)).toEqual([B]);
+    const bad = await c.postJson("/workspace/api/keys", { label: "script", budget_period: "week", budget_usd: 1 });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: string }).error).toContain("a budget period is day, month or total");
+    expect((await server.store.keys.list(account.id)).length).toBe(1);
+  });
+});
