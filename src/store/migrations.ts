@@ -271,6 +271,12 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     { addColumn: "inflight", column: { name: "end_user", type: "text" } },
     { index: "usage_account_user_time", on: "usage", columns: ["account_id", '"user"', "created_at"] },
   ],
+  // 9: rate limits per model, for an account or one of its keys (model_id NULL: every model).
+  [
+    { addColumn: "rate_limits", column: { name: "model_id", type: "text" } },
+    { sql: "DROP INDEX rate_limits_scope" },
+    { index: "rate_limits_scope_model", on: "rate_limits", columns: ["account_id", "coalesce(key_id, '')", "coalesce(model_id, '')"], unique: true },
+  ],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

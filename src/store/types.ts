@@ -384,18 +384,23 @@ export interface RateLimitEntry extends RateLimits {
   accountName: string;
   /** null: the limit applies to the whole account; else to this key only (on top of the account's). */
   keyId: string | null;
+  /** null: to every model; else to requests for this model only (on top of the scope's others). */
+  modelId: string | null;
   updatedAt: number;
 }
 
-export type EffectiveLimits = Readonly<{ accountId: number; account: RateLimits | null; key: RateLimits | null }>;
+/** A limit on one model's requests, of the account or of the key. */
+export type ModelLimit = Readonly<{ modelId: string; onKey: boolean; limits: RateLimits }>;
+
+export type EffectiveLimits = Readonly<{ accountId: number; account: RateLimits | null; key: RateLimits | null; models: readonly ModelLimit[] }>;
 
 export interface LimitStore {
-  /** The limits set for exactly this scope (the account when keyId is null), or null. */
-  get(accountId: number, keyId?: string | null): Promise<RateLimits | null>;
+  /** The limits set for exactly this scope (the account when keyId is null; every model when modelId is null), or null. */
+  get(accountId: number, keyId?: string | null, modelId?: string | null): Promise<RateLimits | null>;
   /** Sets the scope's limits; all three null removes them. */
-  set(accountId: number, keyId: string | null, limits: RateLimits): Promise<void>;
+  set(accountId: number, keyId: string | null, limits: RateLimits, modelId?: string | null): Promise<void>;
   list(accountId?: number): Promise<RateLimitEntry[]>;
-  /** The account's and the key's limits for a request; cached, yet a change is seen on the next request. */
+  /** The account's and the key's limits for a request (and those per model); cached, yet a change is seen on the next request. */
   effective(accountId: number, keyId: string): Promise<EffectiveLimits>;
   /** `effective` from memory, or undefined when not cached. */
   peekEffective(accountId: number, keyId: string): EffectiveLimits | undefined;

@@ -163,6 +163,56 @@ for (const kind of kinds) {
       for (const node of d.nodes) await within(async () => (await listed(node, key)).length === 2, 1000);
     }, 60_000);
 
+    test("a per-model rpm limit holds across the nodes, and the rate-limit headers report the tightest limit", async () => {
+      const { account, key } = keyWith();
+      d.sluice("limits", "set", "--account", account, "--rpm", "100");
+      const out = d.sluice("limits", "set", "--account", account, "--model", A_MODEL, "--rpm", "3");
+      expect(out.trim()).toBe(`account ${account} for ${A_MODEL}: rpm=3 tpm=unlimited concurrent=unlimited`);
+      const statuses: number[] = [];
+      for (let i = 0; i < 6; i++) {
+        const r = await chat(d.nodes[i % 2]!, key, { model: A_MODEL });
+        statuses.push(r.status);
+        if (r.status === 200) {
+          // The account's 100 per minute and the model's 3: the headers report the model's.
+          expect(r.headers.get("x-ratelimit-limit-requests")).toBe("3");
+          expect(Number(r.headers.get("x-ratelimit-remaining-requests"))).toBeLessThan(3);
+          await r.body?.cancel();
+        } else {
+          const body = (await r.json()) as { error: { code: string; message: string } };
+          expect(body.error.code).toBe("rate_limit_exceeded");
+          expect(body.error.message).toContain(`on account '${account}' for model '${A_MODEL}': limit 3`);
+          expect(r.headers.get("retry-after")).toMatch(/^\d+$/);
+        }
+      }
+      expect(statuses.filter((s) => s === 200)).toHaveLength(3);
+      expect(statuses.filter((s) => s === 429)).toHaveLength(3);
+      // The other model counts only against the account's limit.
+      for (let i = 0; i < 4; i++) {
+        const r = await chat(d.nodes[i % 2]!, key, { model: B_MODEL });
+        expect(r.status).toBe(200);
+        expect(r.headers.get("x-ratelimit-limit-requests")).toBe("100");
+        await r.body?.cancel();
+      }
+      // A key's own per-model limit applies to that key only.
+      const id = (await keyInfo(account)).id;
+      d.sluice("limits", "set", "--account", account, "--key", id, "--model", B_MODEL, "--rpm", "1");
+      const other = d.sluice("keys", "create", "--account", account).trim();
+      const first = await chat(d.nodes[0]!, key, { model: B_MODEL });
+      const second = await chat(d.nodes[1]!, key, { model: B_MODEL });
+      expect([first.status, second.status]).toEqual([200, 429]);
+      expect(((await second.json()) as { error: { message: string } }).error.message).toContain(`on this API key for model '${B_MODEL}': limit 1`);
+      expect((await chat(d.nodes[1]!, other, { model: B_MODEL })).status).toBe(200);
+      const listed = d.sluice("limits", "list", "--account", account);
+      expect(listed).toContain(`${id}   ${B_MODEL}`);
+      // Bad input is refused, saying why.
+      const bad = d.sluiceRaw("limits", "set", "--account", account, "--model", "no/such", "--rpm", "1");
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain("no model no/such in the catalog");
+      const nothing = d.sluiceRaw("limits", "set", "--account", account, "--model", A_MODEL);
+      expect(nothing.code).toBe(2);
+      expect(nothing.stderr).toContain("give at least one of --rpm, --tpm, --concurrent");
+    }, 60_000);
+
     test("bad key options are refused, saying why, and change nothing", async () => {
       const { account } = keyWith();
       const before = d.store.keys.list((await d.store.accounts.get(account))!.id);

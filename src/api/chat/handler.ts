@@ -200,7 +200,7 @@ async function admitAndRun(
     // Admitted and counted by the forwarding node; what its estimate did not use is given back here.
     inflight = { id: hop.inflightId };
     key = { ...key, accountPriority: (await deps.store.accounts.getById(key.accountId))?.priority ?? 0 };
-    ticket = settlingTicket(deps, hop);
+    ticket = settlingTicket(deps, hop, model.id);
   } else {
     ({ inflight, ticket } = await traced(scope?.trace, "sluice.admit", () => admitAndCount(deps, key, requestId, model, plan, deps.nodeId, estimate, scope), failureCode));
   }
@@ -488,7 +488,7 @@ async function admitAndCount(
 ): Promise<{ inflight: { id: string }; ticket: Ticket | undefined }> {
   const inflight = await admitRequest(deps, key, requestId, model, plan, nodeId);
   try {
-    return { inflight, ticket: await deps.guard?.admit(key, estimate, true, scope) };
+    return { inflight, ticket: await deps.guard?.admit(key, estimate, true, scope, model.id) };
   } catch (e) {
     await endUnrecorded(deps, inflight.id, requestId);
     throw e;
@@ -496,13 +496,13 @@ async function admitAndCount(
 }
 
 /** The ticket of a forwarded request: it settles the forwarding node's token estimate in the shared counters. */
-function settlingTicket(deps: ChatDeps, hop: HopIdentity): Ticket {
+function settlingTicket(deps: ChatDeps, hop: HopIdentity, modelId: string): Ticket {
   return {
     ok: true,
     state: { requests: null, tokens: null },
     finish(actualTokens) {
       if (hop.estimatedTokens <= 0) return;
-      deps.store.rates.settle(scopeIds(hop.accountId, hop.keyId), hop.estimatedTokens, actualTokens).catch((e) =>
+      deps.store.rates.settle(scopeIds(hop.accountId, hop.keyId, modelId), hop.estimatedTokens, actualTokens).catch((e) =>
         deps.log.warn("could not settle a forwarded request's tokens", { request_id: hop.requestId, error: (e as Error).message }),
       );
     },
