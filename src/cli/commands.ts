@@ -5,7 +5,8 @@
 import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
 import { describeBudget, keyLimitsFrom } from "../key-limits.ts";
-import { openStore, periodStart, type Account, type ApiKeyInfo, type KeyLimits, type Store } from "../store/index.ts";
+import { hostname, userInfo } from "node:os";
+import { auditedStore, openStore, periodStart, type Account, type ApiKeyInfo, type AuditActor, type KeyLimits, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
@@ -26,11 +27,20 @@ export function openStoreFor(args: CommandArgs): Promise<Store> {
   return openStore({ database: databaseOf(args), dataDir: String(args.values.data) });
 }
 
-/** Opens the store for one command and closes it however the command ends. */
+/** The operator running a command, as the audit log names them: the OS user, on this host. */
+export function cliActor(): AuditActor {
+  let name = process.env.USER ?? process.env.LOGNAME ?? `uid ${process.getuid?.() ?? "unknown"}`;
+  try {
+    name = userInfo().username;
+  } catch {}
+  return { kind: "cli", name, source: `cli@${hostname()}` };
+}
+
+/** Opens the store for one command (its changes recorded in the audit log) and closes it however the command ends. */
 export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T): Promise<T> {
   const store = await openStoreFor(args);
   try {
-    return await fn(store);
+    return await fn(auditedStore(store, cliActor()));
   } finally {
     await store.close();
   }
@@ -47,7 +57,7 @@ function table(rows: Record<string, unknown>[], columns: string[]): string {
 export const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: string[]) =>
   console.log(args.values.json ? JSON.stringify(rows, null, 2) : table(rows, columns));
 
-const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
+export const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
 
 /**
  * A command to run next, for messages: with this command's --data when that is not the default,

@@ -10,9 +10,10 @@ import { workspaceCommands } from "./workspace-commands.ts";
 import { limitsCommands } from "./limits-commands.ts";
 import { residencyCommands } from "./residency-commands.ts";
 import { pullCommand } from "./pull-command.ts";
+import { governanceCommands } from "./governance-commands.ts";
 import { keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
 
-const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, pullCommand, ...workspaceCommands, ...limitsCommands, ...residencyCommands];
+const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, pullCommand, ...workspaceCommands, ...limitsCommands, ...residencyCommands, ...governanceCommands];
 
 function overview(): string {
   const lines = [`sluice ${VERSION}: an OpenAI-compatible gateway that serves ONNX language models`, "", "Commands:"];

@@ -1,5 +1,7 @@
 import { join } from "node:path";
 import { accountStore } from "./accounts.ts";
+import { adminTokenStore } from "./admin-tokens.ts";
+import { auditStore } from "./audit.ts";
 import { billingStore } from "./billing.ts";
 import { catalogStore } from "./catalog.ts";
 import type { Db } from "./db.ts";
@@ -25,6 +27,8 @@ export { PRIORITY_RANGE } from "./accounts.ts";
 export { KEY_PREFIX } from "./keys.ts";
 export { StoreUnavailableError } from "./db.ts";
 export { BudgetExceededError } from "./types.ts";
+export { auditedStore, recordAction } from "./audited.ts";
+export { ADMIN_TOKEN_PREFIX } from "./admin-tokens.ts";
 export { BUDGET_PERIODS, periodStart } from "./keys.ts";
 export { EMAIL, MIN_PASSWORD_LENGTH } from "./users.ts";
 
@@ -44,6 +48,8 @@ function tables(db: Db, shared: boolean): StoreTables {
     usageReports: usageReportStore(db),
     rates: rateStore(db),
     nodes: nodeStore(db),
+    audit: auditStore(db),
+    adminTokens: adminTokenStore(db),
   };
 }
 

@@ -277,6 +277,44 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     { sql: "DROP INDEX rate_limits_scope" },
     { index: "rate_limits_scope_model", on: "rate_limits", columns: ["account_id", "coalesce(key_id, '')", "coalesce(model_id, '')"], unique: true },
   ],
+  // 10: the audit log: every change made through the CLI, the workspace or the admin API, appended
+  // only (triggers refuse updates and deletes), each row's hash covering the previous row's, so that
+  // a row changed or removed behind the store's back breaks the chain (sluice audit verify). And
+  // the operator tokens of the admin API, stored as hashes.
+  [
+    {
+      table: "audit_log",
+      columns: [
+        id,
+        { name: "seq", type: "int", notNull: true, unique: true },
+        { name: "at", type: "int", notNull: true },
+        { name: "actor_kind", type: "text", notNull: true },
+        { name: "actor", type: "text", notNull: true },
+        { name: "source", type: "text" },
+        { name: "action", type: "text", notNull: true },
+        { name: "target", type: "text" },
+        { name: "before", type: "text" },
+        { name: "after", type: "text" },
+        { name: "prev_hash", type: "text", notNull: true },
+        { name: "hash", type: "text", notNull: true },
+      ],
+    },
+    { index: "audit_log_at", on: "audit_log", columns: ["at"] },
+    { appendOnly: "audit_log" },
+    {
+      table: "admin_tokens",
+      columns: [
+        { name: "id", type: "text", primaryKey: true },
+        { name: "label", type: "text", notNull: true },
+        { name: "hash", type: "text", notNull: true, unique: true },
+        { name: "prefix", type: "text", notNull: true },
+        createdAt,
+        { name: "last_used_at", type: "int" },
+        { name: "revoked_at", type: "int" },
+      ],
+    },
+    { signal: "admin_tokens_changed", on: "admin_tokens", event: "update", columns: ["revoked_at"] },
+  ],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

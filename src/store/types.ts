@@ -479,6 +479,73 @@ export interface NodeStore {
   sweep(): Promise<string[]>;
 }
 
+/** Who made a change: the OS user of a CLI command, a workspace user, an admin API token (its label). */
+export interface AuditActor {
+  kind: "cli" | "workspace" | "admin_api";
+  name: string;
+  /** Where the change came from: the client's address, or the host the CLI ran on. */
+  source: string | null;
+}
+
+export interface AuditInput {
+  actor: AuditActor;
+  /** What was done, e.g. "keys.create", "billing.topUp". */
+  action: string;
+  /** What it was done to, e.g. "key:key_…", "account:acme", "model:org/m". */
+  target: string | null;
+  /** The target's state before and after (no secret ever: keys, passwords and tokens are never in it). */
+  before: unknown;
+  after: unknown;
+}
+
+export interface AuditEntry {
+  id: number;
+  /** 1, 2, 3 … in the order of the chain. */
+  seq: number;
+  at: number;
+  actorKind: AuditActor["kind"];
+  actor: string;
+  source: string | null;
+  action: string;
+  target: string | null;
+  before: unknown;
+  after: unknown;
+  prevHash: string;
+  hash: string;
+}
+
+export type AuditVerdict = { ok: true; rows: number } | { ok: false; rows: number; seq: number; problem: string };
+
+export interface AuditStore {
+  /** Appends an entry to the chain (in the caller's transaction, when there is one). */
+  append(e: AuditInput): Promise<AuditEntry>;
+  /** Newest first. */
+  list(opts?: { since?: number; until?: number; limit?: number; target?: string }): Promise<AuditEntry[]>;
+  /** Walks the whole chain: every row's hash is recomputed and linked to the previous one's. */
+  verify(): Promise<AuditVerdict>;
+}
+
+export interface AdminToken {
+  id: string;
+  label: string;
+  prefix: string;
+  createdAt: number;
+  lastUsedAt: number | null;
+  revokedAt: number | null;
+}
+
+export interface AdminTokenStore {
+  /** The plain token is returned once; only its hash is kept. */
+  create(label: string): Promise<{ token: string; info: AdminToken }>;
+  /** The active token with this plain text, or null. */
+  authenticate(plain: string): Promise<AdminToken | null>;
+  list(): Promise<AdminToken[]>;
+  get(id: string): Promise<AdminToken | null>;
+  /** False when there is no such active token. */
+  revoke(id: string): Promise<boolean>;
+  touch(id: string): Promise<void>;
+}
+
 /** The table families, as a transaction sees them too. */
 export interface StoreTables {
   accounts: AccountStore;
@@ -494,6 +561,8 @@ export interface StoreTables {
   usageReports: UsageReportStore;
   rates: RateStore;
   nodes: NodeStore;
+  audit: AuditStore;
+  adminTokens: AdminTokenStore;
 }
 
 export interface Store extends StoreTables {

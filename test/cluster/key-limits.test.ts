@@ -213,6 +213,39 @@ for (const kind of kinds) {
       expect(nothing.stderr).toContain("give at least one of --rpm, --tpm, --concurrent");
     }, 60_000);
 
+    test("every change of the CLI is in the audit log; audit verify passes, then fails after a row is altered in the database", async () => {
+      const { account } = keyWith("--label", "audited", "--budget-usd", "3");
+      d.sluice("billing", "topup", account, "--usd", "1.5");
+      const entries = JSON.parse(d.sluice("audit", "list", "--format", "json", "--since", "1h")) as { seq: number; actorKind: string; source: string; action: string; target: string; before: unknown; after: Record<string, unknown> }[];
+      const mine = entries.filter((e) => e.target === `account:${account}` || (e.after?.account === account));
+      expect(mine.map((e) => e.action).reverse()).toEqual(["accounts.create", "billing.setPlan", "keys.create", "billing.topUp"]);
+      for (const e of mine) {
+        expect(e.actorKind).toBe("cli");
+        expect(e.source).toStartWith("cli@");
+      }
+      const topUp = mine[0]!;
+      expect(topUp.before).toEqual({ balance_usd: 0 });
+      expect(topUp.after).toMatchObject({ balance_usd: 1.5, top_up_usd: 1.5 });
+      // No secret: the key's display prefix, never the key.
+      const created = mine.find((e) => e.action === "keys.create")!;
+      expect(JSON.stringify(created)).not.toMatch(/sk-sluice-[0-9A-Za-z]{20,}/);
+      expect(created.after).toMatchObject({ label: "audited", budget_usd: 3, budget_period: "total" });
+
+      const ok = d.sluiceRaw("audit", "verify");
+      expect(ok.code).toBe(0);
+      expect(ok.stdout).toContain("audit log intact");
+      // The table refuses changes through SQL...
+      await expect(d.raw(`UPDATE audit_log SET actor = 'someone-else' WHERE seq = ${topUp.seq}`)).rejects.toThrow(/append-only/);
+      await expect(d.raw(`DELETE FROM audit_log WHERE seq = ${topUp.seq}`)).rejects.toThrow(/append-only/);
+      expect(d.sluiceRaw("audit", "verify").code).toBe(0);
+      // ...and whoever drops the guard and alters a row is found out.
+      await d.raw(kind.name.startsWith("sqlite") ? "DROP TRIGGER audit_log_no_update" : "DROP TRIGGER audit_log_append_only ON audit_log");
+      await d.raw(`UPDATE audit_log SET after = '{"balance_usd":1000,"top_up_usd":1000}' WHERE seq = ${topUp.seq}`);
+      const bad = d.sluiceRaw("audit", "verify");
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toContain(`audit log TAMPERED: row ${topUp.seq} was altered`);
+    }, 60_000);
+
     test("bad key options are refused, saying why, and change nothing", async () => {
       const { account } = keyWith();
       const before = d.store.keys.list((await d.store.accounts.get(account))!.id);

@@ -2,6 +2,8 @@
 // its SQLite file, and two processes on one PostgreSQL (each serving one model, forwarding
 // requests for the other's). Either way: the nodes' URLs, the CLI against the same store, and the
 // store itself opened beside them.
+import { Database } from "bun:sqlite";
+import { SQL } from "bun";
 import { symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { openPostgresStore, openSqliteStore, type Store } from "../../src/store/index.ts";
@@ -22,6 +24,8 @@ export interface Deployment {
   sluice(...args: string[]): string;
   /** The same, with its exit code and both outputs (for refusals). */
   sluiceRaw(...args: string[]): { code: number; stdout: string; stderr: string };
+  /** Raw SQL against the database, around the store (what someone with database access could do). */
+  raw(sql: string): Promise<unknown[]>;
   stop(): Promise<void>;
 }
 
@@ -37,6 +41,22 @@ function wrap(kind: Deployment["kind"], nodes: string[], store: Store, env: Reco
     nodes,
     store,
     sluiceRaw,
+    async raw(sql) {
+      if (kind === "sqlite") {
+        const db = new Database(store.location);
+        try {
+          return db.query(sql).all();
+        } finally {
+          db.close();
+        }
+      }
+      const c = new SQL(env.SLUICE_DATABASE_URL!, { max: 1 });
+      try {
+        return [...((await c.unsafe(sql)) as unknown[])];
+      } finally {
+        await c.close();
+      }
+    },
     sluice(...args) {
       const r = sluiceRaw(...args);
       if (r.code !== 0) throw new Error(`sluice ${args.join(" ")}: ${r.stderr}`);

@@ -106,3 +106,36 @@ describe("a key's own limits in the workspace", () => {
     expect((await server.store.keys.list(account.id)).length).toBe(1);
   });
 });
+
+describe("the audit log in the workspace", () => {
+  test("an operator's and a member's changes are recorded under their email and address; the audit page shows them to operators only", async () => {
+    const op = await makeAccount(server.store, "wsaudit-ops", { plan: "unlimited", role: "operator" });
+    const member = await makeAccount(server.store, "wsaudit-members", { plan: "prepaid" });
+    const oc = new WorkspaceClient(server.url);
+    await oc.signIn(op.email, PASSWORD);
+    expect((await oc.form("/workspace/admin/topup", { account: "wsaudit-members", usd: "4", note: "for the pilot" })).status).toBe(303);
+    expect((await oc.form("/workspace/admin/limits", { account: "wsaudit-members", rpm: "30", tpm: "", concurrent: "" })).status).toBe(303);
+    const mc = new WorkspaceClient(server.url);
+    await mc.signIn(member.email, PASSWORD);
+    expect((await mc.form("/workspace/keys", { label: "member key", budget_usd: "1" })).status).toBe(200);
+
+    const log = await server.store.audit.list({ limit: 10 });
+    const [key, limit, topUp] = log;
+    expect([key!.action, limit!.action, topUp!.action]).toEqual(["keys.create", "limits.set", "billing.topUp"]);
+    expect([topUp!.actorKind, topUp!.actor, topUp!.target]).toEqual(["workspace", op.email, "account:wsaudit-members"]);
+    expect(topUp!.source).toMatch(/127\.0\.0\.1|::1|localhost/);
+    expect(topUp!.after).toMatchObject({ balance_usd: 4, top_up_usd: 4, note: "for the pilot" });
+    expect(limit!.after).toMatchObject({ requestsPerMinute: 30 });
+    expect([key!.actor, key!.target]).toEqual([member.email, `key:${(await server.store.keys.list(member.account.id))[0]!.id}`]);
+
+    const page = await oc.get("/workspace/audit");
+    expect(page.status).toBe(200);
+    const text = await page.text();
+    expect(text).toContain("Hash chain intact");
+    expect(text).toContain(`data-seq="${topUp!.seq}"`);
+    expect(text).toContain("billing.topUp");
+    expect(text).toContain(op.email);
+    expect((await mc.get("/workspace/audit")).status).toBe(403);
+    expect(await mc.get("/workspace/keys").then((r) => r.text())).not.toContain("Audit log");
+  });
+});
