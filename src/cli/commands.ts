@@ -4,9 +4,9 @@
 // second on a shared database).
 import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
-import { describeBudget, keyLimitsFrom } from "../key-limits.ts";
+import { describeBudget, keyLimitsFrom, parseBudget, parsePeriod } from "../key-limits.ts";
 import { hostname, userInfo } from "node:os";
-import { auditedStore, openStore, periodStart, type Account, type ApiKeyInfo, type AuditActor, type KeyLimits, type Store } from "../store/index.ts";
+import { auditedStore, openStore, periodStart, type Account, type ApiKeyInfo, type AuditActor, type BudgetPeriod, type KeyLimits, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
@@ -146,20 +146,46 @@ export const storeCommands: Command[] = [
   },
   {
     path: ["accounts", "set"],
-    usage: "NAME --priority N",
+    usage: "NAME [--priority N] [--user-budget-usd X|none] [--user-budget-period day|month|total]",
     summary:
-      "Set an account's priority (-100 to 100, default 0): on a busy model its requests are admitted before those of lower priorities, whose running requests are paused for them when memory runs out. Applies to the next request.",
-    options: [...STORE_OPTIONS, { name: "priority", type: "string", help: "Whole number from -100 to 100" }],
+      "Set an account's priority (-100 to 100, default 0: on a busy model its requests are admitted before those of lower priorities, whose running requests are paused for them when memory runs out) and its budget per end user (what one `user` or `safety_identifier` of its requests may spend per period; requests that could pass it get 429 insufficient_quota). Applies to the next request.",
+    options: [
+      ...STORE_OPTIONS,
+      { name: "priority", type: "string", help: "Whole number from -100 to 100" },
+      { name: "user-budget-usd", type: "string", help: "What one end user may spend per period, in USD, or none" },
+      { name: "user-budget-period", type: "string", help: "The period of the budget per end user: day or month (UTC), or total (default: month)" },
+    ],
     run: (args) =>
       withStore(args, async (s) => {
         const a = await findAccount(s, args, positional(args, 0, "account NAME"));
-        const priority = Number(requireString(args, "priority"));
-        try {
-          await s.accounts.setPriority(a.id, priority);
-        } catch (e) {
-          throw new UsageError(`--priority: ${(e as Error).message}`);
+        const given = (n: string) => (typeof args.values[n] === "string" ? (args.values[n] as string) : undefined);
+        if (given("priority") === undefined && given("user-budget-usd") === undefined && given("user-budget-period") === undefined) {
+          throw new UsageError("nothing to change: give --priority, --user-budget-usd or --user-budget-period");
         }
-        console.log(`${a.name} now has priority ${priority}`);
+        const said: string[] = [];
+        if (given("priority") !== undefined) {
+          const priority = Number(given("priority"));
+          try {
+            await s.accounts.setPriority(a.id, priority);
+          } catch (e) {
+            throw new UsageError(`--priority: ${(e as Error).message}`);
+          }
+          said.push(`priority ${priority}`);
+        }
+        if (given("user-budget-usd") !== undefined || given("user-budget-period") !== undefined) {
+          let usd: number | null;
+          let period: BudgetPeriod;
+          try {
+            usd = given("user-budget-usd") !== undefined ? parseBudget(given("user-budget-usd")!) : a.userBudgetUsd;
+            period = given("user-budget-period") !== undefined ? parsePeriod(given("user-budget-period")!) : (a.userBudgetPeriod ?? "month");
+          } catch (e) {
+            throw new UsageError((e as Error).message);
+          }
+          if (usd === null && given("user-budget-period") !== undefined) throw new UsageError("--user-budget-period needs a budget (--user-budget-usd)");
+          await usage(() => s.accounts.setUserBudget(a.id, usd, period));
+          said.push(usd === null ? "no budget per end user" : `a budget of $${usd} per end user ${period === "total" ? "in total" : `per UTC ${period}`}`);
+        }
+        console.log(`${a.name} now has ${said.join(" and ")}`);
         return 0;
       }),
   },

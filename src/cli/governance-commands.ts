@@ -1,5 +1,6 @@
 // Operator commands of governance: the audit log (list, verify) and the admin API's tokens.
-import { withStore, date, print, STORE_OPTIONS, seeCommand } from "./commands.ts";
+import type { UsageGroup, UsageGrouping } from "../store/index.ts";
+import { findAccount, withStore, date, print, STORE_OPTIONS, seeCommand } from "./commands.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 const UNITS_MS: Record<string, number> = { m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 };
@@ -24,9 +25,61 @@ export function formatOf(args: CommandArgs, formats: string[]): string {
   return f;
 }
 
+const GROUPINGS: UsageGrouping[] = ["key", "model", "user", "day"];
+
+/** A CSV cell as RFC 4180 quotes it, with spreadsheet formulas in free text defused. */
+const csvCell = (v: string | number | null) => {
+  const s = v === null ? "" : String(v);
+  const safe = typeof v === "string" && /^[=+\-@\t\r]/.test(s) ? `'${s}` : s;
+  return /[",\n\r]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
+};
+
+/** A usage report's rows as the CLI and the admin API print them. */
+export const reportRows = (by: UsageGrouping, groups: UsageGroup[]) =>
+  groups.map((g) => ({
+    [by]: g.group,
+    requests: g.requests,
+    prompt_tokens: g.promptTokens,
+    cached_tokens: g.cachedTokens,
+    completion_tokens: g.completionTokens,
+    reasoning_tokens: g.reasoningTokens,
+    cost_usd: Number(g.costUsd.toFixed(9)),
+  }));
+
 const brief = (v: unknown) => (v === null || v === undefined ? "-" : JSON.stringify(v));
 
 export const governanceCommands: Command[] = [
+  {
+    path: ["usage", "report"],
+    usage: "--account NAME --by key|model|user|day [--since DATE] [--until DATE] [--format table|csv|json]",
+    summary:
+      "Report an account's requests, tokens and spend grouped by key, model, end user (the request's user or safety_identifier; '-' for none) or UTC day, dearest first.",
+    options: [
+      ...STORE_OPTIONS,
+      { name: "account", type: "string", help: "The account" },
+      { name: "by", type: "string", help: "Group by key, model, user or day" },
+      { name: "since", type: "string", help: "From: a date (2026-11-01), a date-time (2026-11-01T09:00:00Z) or a duration ago (7d); default 30 days ago" },
+      { name: "until", type: "string", help: "Up to (not including): a date or date-time; default now" },
+      FORMAT_OPTION(["table", "csv", "json"]),
+    ],
+    run: (args) =>
+      withStore(args, async (s) => {
+        const format = formatOf(args, ["table", "csv", "json"]);
+        const by = requireString(args, "by") as UsageGrouping;
+        if (!GROUPINGS.includes(by)) throw new UsageError(`--by must be key, model, user or day, not ${JSON.stringify(by)}`);
+        const a = await findAccount(s, args, requireString(args, "account"));
+        const since = typeof args.values.since === "string" ? parseSince(args.values.since) : Date.now() - 30 * 86_400_000;
+        const until = typeof args.values.until === "string" ? parseSince(args.values.until) : Date.now() + 1;
+        if (until <= since) throw new UsageError("--until must be after --since");
+        const rows = reportRows(by, await s.usageReports.grouped(a.id, by, since, until));
+        if (format === "json") console.log(JSON.stringify({ account: a.name, by, since: new Date(since).toISOString(), until: new Date(until).toISOString(), rows }, null, 2));
+        else if (format === "csv") {
+          const head = Object.keys(reportRows(by, [{ group: null, requests: 0, promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0, costUsd: 0 }])[0]!);
+          process.stdout.write([head.join(","), ...rows.map((r) => head.map((h) => csvCell((r as Record<string, string | number | null>)[h]!)).join(","))].join("\r\n") + "\r\n");
+        } else print(args, rows, Object.keys(rows[0] ?? { [by]: 0 }).length > 1 ? Object.keys(rows[0]!) : [by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens", "cost_usd"]);
+        return 0;
+      }),
+  },
   {
     path: ["audit", "list"],
     usage: "[--since DATE|DURATION] [--limit N] [--format table|json]",

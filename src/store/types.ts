@@ -367,9 +367,25 @@ export interface ModelUsage {
   reasoningTokens: number;
 }
 
+export type UsageGrouping = "key" | "model" | "user" | "day";
+
+/** An account's usage in a range, summed over one key, model, end user or UTC day. */
+export interface UsageGroup {
+  /** The key id, model id, end user (null: requests that named none) or YYYY-MM-DD. */
+  group: string | null;
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens: number;
+  costUsd: number;
+}
+
 export interface UsageReportStore {
   daily(accountId: number, since: number, until: number): Promise<DailyUsage[]>;
   byModel(accountId: number, since: number, until: number): Promise<ModelUsage[]>;
+  /** Spend and tokens grouped one way, dearest first (by day: in day order). */
+  grouped(accountId: number, by: UsageGrouping, since: number, until: number): Promise<UsageGroup[]>;
 }
 
 /** Per-minute and concurrency limits; null means no limit on that dimension. */

@@ -213,6 +213,84 @@ for (const kind of kinds) {
       expect(nothing.stderr).toContain("give at least one of --rpm, --tpm, --concurrent");
     }, 60_000);
 
+    test("spend by end user: the report agrees with the usage rows, in every format; a budget per end user holds", async () => {
+      for (const m of [A_MODEL, B_MODEL]) d.sluice("models", "price", m, "--input", "1000", "--output", "1000");
+      const { account, key } = keyWith("--label", "first");
+      const second = d.sluice("keys", "create", "--account", account, "--label", "second").trim();
+      const sends: [string, Record<string, unknown>][] = [
+        [key, { user: "alice" }],
+        [key, { user: "alice", model: B_MODEL }],
+        [second, { safety_identifier: "bob" }],
+        [second, {}],
+        [key, { user: "carol", max_tokens: 3 }],
+      ];
+      for (const [i, [k, extra]] of sends.entries()) {
+        const r = await chat(d.nodes[i % 2]!, k, extra);
+        expect(r.status).toBe(200);
+        await r.body?.cancel();
+      }
+      const a = (await d.store.accounts.get(account))!;
+      const rows = await d.store.usage.list(a.id);
+      expect(rows).toHaveLength(5);
+      const expected = new Map<string | null, { requests: number; prompt: number; completion: number; cost: number }>();
+      for (const r of rows) {
+        const e = expected.get(r.user) ?? { requests: 0, prompt: 0, completion: 0, cost: 0 };
+        expected.set(r.user, { requests: e.requests + 1, prompt: e.prompt + r.promptTokens, completion: e.completion + r.completionTokens, cost: e.cost + r.costUsd });
+      }
+      expect([...expected.keys()].sort()).toEqual(["alice", "bob", "carol", null].sort() as (string | null)[]);
+      const report = JSON.parse(d.sluice("usage", "report", "--account", account, "--by", "user", "--since", "1d", "--format", "json")) as { rows: { user: string | null; requests: number; prompt_tokens: number; completion_tokens: number; cost_usd: number }[] };
+      expect(report.rows).toHaveLength(4);
+      for (const r of report.rows) {
+        const e = expected.get(r.user)!;
+        expect([r.requests, r.prompt_tokens, r.completion_tokens]).toEqual([e.requests, e.prompt, e.completion]);
+        expect(r.cost_usd).toBeCloseTo(e.cost, 9);
+        expect(r.cost_usd).toBeGreaterThan(0);
+      }
+      // Dearest first; the CSV says the same.
+      expect(report.rows.map((r) => r.cost_usd)).toEqual([...report.rows.map((r) => r.cost_usd)].sort((x, y) => y - x));
+      const csv = d.sluice("usage", "report", "--account", account, "--by", "user", "--since", new Date(Date.now() - 86_400_000).toISOString().slice(0, 10), "--format", "csv").trim().split("\r\n");
+      expect(csv[0]).toBe("user,requests,prompt_tokens,cached_tokens,completion_tokens,reasoning_tokens,cost_usd");
+      expect(csv.slice(1).map((l) => l.split(",")[0]).sort()).toEqual(["", "alice", "bob", "carol"]);
+      // By key and by model sum to the same total.
+      const total = (by: string) => (JSON.parse(d.sluice("usage", "report", "--account", account, "--by", by, "--format", "json")) as { rows: { requests: number; cost_usd: number }[] }).rows.reduce((t, r) => t + r.cost_usd, 0);
+      for (const by of ["key", "model", "day"]) expect(total(by)).toBeCloseTo(total("user"), 9);
+      expect(d.sluice("usage", "report", "--account", account, "--by", "key")).toContain((await keyInfo(account)).id);
+
+      // A budget per end user: alice and bob each get what it allows, and not one request more.
+      d.sluice("accounts", "set", account, "--user-budget-usd", "0.1", "--user-budget-period", "day");
+      let refused: { error: { code: string; message: string } } | null = null;
+      for (let i = 0; i < 6 && !refused; i++) {
+        const r = await chat(d.nodes[i % 2]!, key, { user: "dave", max_tokens: 4 });
+        if (r.status === 429) refused = (await r.json()) as typeof refused;
+        else {
+          expect(r.status).toBe(200);
+          await r.body?.cancel();
+        }
+      }
+      expect(refused!.error.code).toBe("insufficient_quota");
+      expect(refused!.error.message).toContain("the budget per end user of this account of $0.1 per UTC day");
+      const dave = (await d.store.usage.list(a.id)).filter((r) => r.user === "dave").reduce((t, r) => t + r.costUsd, 0);
+      expect(dave).toBeGreaterThan(0);
+      expect(dave).toBeLessThanOrEqual(0.1);
+      // Another end user, and requests naming none, are not held by dave's spend.
+      expect((await chat(d.nodes[1]!, key, { user: "erin", max_tokens: 4 })).status).toBe(200);
+      expect((await chat(d.nodes[0]!, key, { max_tokens: 4 })).status).toBe(200);
+      // Bad input is refused, saying why.
+      const bad = [
+        [["usage", "report", "--account", account, "--by", "week"], "--by must be key, model, user or day"],
+        [["usage", "report", "--account", account, "--by", "user", "--since", "last tuesday"], "--since \"last tuesday\": give a date"],
+        [["usage", "report", "--account", account, "--by", "user", "--format", "xml"], "--format must be table, csv or json"],
+        [["usage", "report", "--account", "nobody", "--by", "user"], "no account named nobody"],
+        [["accounts", "set", account, "--user-budget-usd", "zero"], "a budget is a positive amount of USD"],
+      ] as const;
+      for (const [argv, message] of bad) {
+        const r = d.sluiceRaw(...argv);
+        expect(r.code).toBe(2);
+        expect(r.stderr).toContain(message);
+      }
+      for (const m of [A_MODEL, B_MODEL]) d.sluice("models", "price", m, "--input", "0", "--output", "0");
+    }, 90_000);
+
     test("every change of the CLI is in the audit log; audit verify passes, then fails after a row is altered in the database", async () => {
       const { account } = keyWith("--label", "audited", "--budget-usd", "3");
       d.sluice("billing", "topup", account, "--usd", "1.5");
