@@ -232,6 +232,13 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
             if (name === "keys") expect(await keyboardTabs(page)).toEqual(tabs.map((t) => `/workspace/${t}`));
             await page.screenshot({ path: join(SHOTS, `layout-${width}-${who}-${name}.png`), fullPage: true });
           }
+          // The usage page's spend grouped each way fits too.
+          for (const by of ["key", "user", "day"]) {
+            await page.goto(`${server.url}/workspace/usage?by=${by}#spend`);
+            expect(await page.locator("#spend h2").textContent()).toStartWith("Spend by");
+            expect({ width, page: `usage?by=${by}`, cut: await cutOff(page) }).toEqual({ width, page: `usage?by=${by}`, cut: [] });
+            await page.screenshot({ path: join(SHOTS, `layout-${width}-${who}-usage-by-${by}.png`), fullPage: true });
+          }
         }
         if (person.operator) await adminDetails(page);
         expect(failed).toEqual([]);

@@ -139,3 +139,50 @@ describe("the audit log in the workspace", () => {
     expect(await mc.get("/workspace/keys").then((r) => r.text())).not.toContain("Audit log");
   });
 });
+
+describe("spend by key, model, end user and day on the usage page", () => {
+  test("the page and its JSON group the account's requests each way, agreeing with the usage rows", async () => {
+    const { account, email } = await makeAccount(server.store, "wsusage", { plan: "unlimited" });
+    await server.store.catalog.setPrices(A, 100, 200);
+    const one = await server.store.keys.create(account.id, "one");
+    const two = await server.store.keys.create(account.id, "two");
+    const send = async (key: string, extra: Record<string, unknown>) => {
+      const r = await fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: A, messages: [{ role: "user", content: "hi" }], max_tokens: 3, ...extra }),
+      });
+      expect(r.status).toBe(200);
+      await r.body?.cancel();
+    };
+    await send(one.key, { user: "alice" });
+    await send(one.key, { user: "alice", model: B });
+    await send(two.key, { safety_identifier: "bob" });
+    await send(two.key, {});
+    const rows = await server.store.usage.list(account.id);
+    const c = new WorkspaceClient(server.url);
+    await c.signIn(email, PASSWORD);
+    const api = (await (await c.get("/workspace/api/usage?by=user")).json()) as { by: string; groups: { group: string | null; requests: number; cost_usd: number }[] };
+    expect(api.by).toBe("user");
+    const byUser = new Map(api.groups.map((g) => [g.group, g]));
+    expect(byUser.get("alice")!.requests).toBe(rows.filter((r) => r.user === "alice").length);
+    expect(byUser.get("bob")!.requests).toBe(1);
+    expect(byUser.get(null)!.requests).toBe(1);
+    expect(byUser.get("alice")!.cost_usd).toBeCloseTo(rows.filter((r) => r.user === "alice").reduce((t, r) => t + r.costUsd, 0), 9);
+    const page = await (await c.get("/workspace/usage?by=user")).text();
+    expect(page).toContain("Spend by end user");
+    expect(page).toContain('data-group="alice"');
+    expect(page).toContain("(none named)");
+    const keys = await (await c.get("/workspace/usage?by=key")).text();
+    expect(keys).toContain(`data-group="${one.info.id}"`);
+    expect(keys).toMatch(/<td class="">one<div class="muted mono">/);
+    const total = rows.reduce((t, r) => t + r.costUsd, 0);
+    expect(total).toBeGreaterThan(0);
+    for (const by of ["model", "key", "user", "day"]) {
+      const g = (await (await c.get(`/workspace/api/usage?by=${by}`)).json()) as { groups: { cost_usd: number; requests: number }[] };
+      expect(g.groups.reduce((t, x) => t + x.cost_usd, 0)).toBeCloseTo(total, 9);
+      expect(g.groups.reduce((t, x) => t + x.requests, 0)).toBe(4);
+    }
+    await server.store.catalog.setPrices(A, 0, 0);
+  }, 30_000);
+});

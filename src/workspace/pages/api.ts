@@ -73,6 +73,8 @@ export const apiRoutes: Route[] = [
       return json({
         from: d.range.from,
         to: d.range.to,
+        by: d.by,
+        groups: d.groups.map((g) => ({ group: g.group, requests: g.requests, ...tokens(g), cost_usd: g.costUsd })),
         daily: d.daily.map((x) => ({ day: x.day, requests: x.requests, ...tokens(x) })),
         by_model: d.byModel.map((x) => ({ model: x.modelId, requests: x.requests, ...tokens(x) })),
         recent: d.recent.map((u) => ({
@@ -82,6 +84,8 @@ export const apiRoutes: Route[] = [
           ...tokens(u),
           latency_ms: u.latencyMs,
           status: u.status,
+          user: u.user,
+          cost_usd: u.costUsd,
         })),
       });
     },
