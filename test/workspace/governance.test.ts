@@ -186,3 +186,33 @@ describe("spend by key, model, end user and day on the usage page", () => {
     await server.store.catalog.setPrices(A, 0, 0);
   }, 30_000);
 });
+
+describe("per-model limits and budgets per end user on the admin page", () => {
+  test("an operator sets and removes them; bad input is refused, saying why", async () => {
+    const op = await makeAccount(server.store, "wslimits-ops", { plan: "unlimited", role: "operator" });
+    const { account } = await makeAccount(server.store, "wslimits");
+    const c = new WorkspaceClient(server.url);
+    await c.signIn(op.email, PASSWORD);
+    const page = await (await c.get("/workspace/admin?account=wslimits")).text();
+    expect(page).toContain('action="/workspace/admin/user-budget"');
+    expect(page).toContain('name="model"');
+    expect((await c.form("/workspace/admin/limits", { account: "wslimits", model: A, rpm: "7", tpm: "" })).status).toBe(303);
+    expect(await server.store.limits.get(account.id, null, A)).toEqual({ requestsPerMinute: 7, tokensPerMinute: null, maxConcurrent: null });
+    expect(await server.store.limits.get(account.id)).toBeNull();
+    expect(await (await c.get("/workspace/admin?account=wslimits")).text()).toContain(`data-model-limit="${A}"`);
+    expect((await c.form("/workspace/admin/user-budget", { account: "wslimits", usd: "2.5", period: "day" })).status).toBe(303);
+    expect(await server.store.accounts.get("wslimits")).toMatchObject({ userBudgetUsd: 2.5, userBudgetPeriod: "day" });
+    const bad = await c.form("/workspace/admin/user-budget", { account: "wslimits", usd: "-2", period: "day" });
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toContain("a budget is a positive amount of USD");
+    const badModel = await c.form("/workspace/admin/limits", { account: "wslimits", model: "no/such", rpm: "1" });
+    expect(badModel.status).toBe(400);
+    expect(await badModel.text()).toContain("no model no/such");
+    expect((await c.form("/workspace/admin/user-budget", { account: "wslimits", usd: "", period: "month" })).status).toBe(303);
+    expect((await server.store.accounts.get("wslimits"))!.userBudgetUsd).toBeNull();
+    expect((await c.form("/workspace/admin/limits", { account: "wslimits", model: A, rpm: "", tpm: "" })).status).toBe(303);
+    expect(await server.store.limits.get(account.id, null, A)).toBeNull();
+    const log = (await server.store.audit.list({ limit: 4 })).map((e) => [e.action, e.actor]);
+    expect(log).toEqual([["limits.set", op.email], ["accounts.setUserBudget", op.email], ["accounts.setUserBudget", op.email], ["limits.set", op.email]]);
+  });
+});
