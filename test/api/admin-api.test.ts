@@ -124,6 +124,7 @@ describe("the admin API", () => {
       ["POST", "/keys", { account: "acme", surprise: 1 }, 400, "invalid_value", "surprise"],
       ["POST", "/accounts", { name: "acme" }, 409, "already_exists", "name"],
       ["POST", "/accounts", { name: "Bad Name" }, 400, "invalid_value", "name"],
+      ["POST", "/accounts", { name: "fresh", user_budget_period: "day" }, 400, "invalid_value", "user_budget_period"],
       ["PUT", "/limits", { account: "acme", rpm: 0 }, 400, "invalid_value", "rpm"],
       ["POST", "/accounts/acme/credit", { usd: "ten" }, 400, "invalid_value", "usd"],
       ["GET", "/usage?account=acme&by=week", undefined, 400, "invalid_value", "by"],

@@ -160,6 +160,7 @@ export const ADMIN_ROUTES: AdminRoute[] = [
     response: S.Account,
     async handle(c) {
       const b = c.body as Static<typeof S.AccountCreate>;
+      if (b.user_budget_period && !b.user_budget_usd) throw badRequest("A budget period needs a budget (user_budget_usd).", "user_budget_period", "invalid_value");
       if (await c.store.accounts.get(b.name)) throw new ApiError(409, `The account '${b.name}' already exists.`, "invalid_request_error", "name", "already_exists");
       const a = await checked(() => c.store.accounts.create(b.name), "name");
       if (b.plan) await c.store.billing.setPlan(a.id, b.plan);
