@@ -2,6 +2,8 @@
 import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { createApi, DEFAULT_MAX_BODY_BYTES } from "./api/app.ts";
+import { ADMIN_BASE, createAdminApi } from "./api/admin/handler.ts";
+import { ApiError } from "./api/errors.ts";
 import { RateGuard, storeCounter } from "./api/limits/guard.ts";
 import { createCluster, type Cluster } from "./cluster/index.ts";
 import { startControlListener } from "./api/control.ts";
@@ -53,6 +55,8 @@ export interface ServeOptions {
   /** Serve the account workspace on its own port (0: any free port) instead of under the API's. */
   workspacePort?: number;
   workspaceHost?: string;
+  /** The admin API: on under /admin/v1/ of the API's port unless turned off, or on a port of its own. */
+  admin?: { enabled: boolean; port?: number; host?: string; requestsPerMinute?: number };
   /**
    * Watch the models directory and synchronise the catalog when models appear, change or go
    * (debounced); otherwise only at start and on SIGHUP.
@@ -77,6 +81,8 @@ export interface RunningServer {
   tracing: Tracing | null;
   /** Where the account workspace is served, e.g. http://127.0.0.1:8080/workspace/ */
   workspaceUrl: string;
+  /** Where the admin API is served, e.g. http://127.0.0.1:8080/admin/v1; null when it is off. */
+  adminUrl: string | null;
   syncCatalog(): Promise<void>;
   /** Graceful: /ready turns false, nothing new starts, generations run up to the deadline. */
   stop(deadlineMs?: number): Promise<void>;
@@ -342,6 +348,28 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
   });
   // The workspace's icon at the API's root too, where a browser looking at the API asks for it.
   api.get("/favicon.ico", ({ request }) => workspace.fetch(request));
+  const adminOn = opts.admin?.enabled !== false;
+  const adminOwnPort = adminOn && opts.admin?.port !== undefined;
+  const residencyControl =
+    engine.loadModel && engine.unloadModel
+      ? {
+          load: (id: string) => engine.loadModel!(id),
+          unload: (id: string) => engine.unloadModel!(id),
+        }
+      : undefined;
+  const admin = adminOn ? createAdminApi({ store, log: log.child({ room: "admin" }), residency: residencyControl, requestsPerMinute: opts.admin?.requestsPerMinute }) : null;
+  if (!adminOwnPort) {
+    // Off, or served elsewhere: this port says so rather than a bare "invalid URL".
+    const answer = admin
+      ? ({ request, server }: { request: Request; server: Bun.Server<unknown> | null }) => admin.fetch(request, server?.requestIP(request)?.address)
+      : () => new ApiError(404, "The admin API is turned off on this server (serve --no-admin-api).", "invalid_request_error", null, "admin_api_off").toResponse();
+    api.all(ADMIN_BASE, answer, { parse: "none" });
+    api.all(`${ADMIN_BASE}/*`, answer, { parse: "none" });
+  } else {
+    const elsewhere = () => new ApiError(404, `The admin API is served on its own port (serve --admin-port), not here.`, "invalid_request_error", null, "admin_api_elsewhere").toResponse();
+    api.all(ADMIN_BASE, elsewhere, { parse: "none" });
+    api.all(`${ADMIN_BASE}/*`, elsewhere, { parse: "none" });
+  }
   if (!ownPort) {
     api.all("/workspace", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });
     api.all("/workspace/*", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });
@@ -397,6 +425,19 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
     ? `http://${(opts.workspaceHost ?? opts.host).includes(":") ? `[${opts.workspaceHost ?? opts.host}]` : (opts.workspaceHost ?? opts.host)}:${wsServer.port}/workspace/`
     : `${url}/workspace/`;
   log.info("account workspace", { url: workspaceUrl });
+  const adminHost = opts.admin?.host ?? opts.host;
+  const adminServer = adminOwnPort
+    ? Bun.serve({
+        hostname: adminHost,
+        port: opts.admin!.port,
+        fetch: (req, srv) =>
+          new URL(req.url).pathname.startsWith(ADMIN_BASE)
+            ? admin!.fetch(req, srv.requestIP(req)?.address)
+            : new ApiError(404, `This port serves the admin API only, under ${ADMIN_BASE}/.`, "invalid_request_error", null, "unknown_url").toResponse(),
+      })
+    : null;
+  const adminUrl = !adminOn ? null : adminServer ? `http://${adminHost.includes(":") ? `[${adminHost}]` : adminHost}:${adminServer.port}${ADMIN_BASE}` : `${url}${ADMIN_BASE}`;
+  if (adminUrl) log.info("admin API", { url: adminUrl });
 
   const onHup = () => {
     log.info("SIGHUP: synchronising the catalog");
@@ -423,6 +464,7 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
     cluster,
     tracing,
     workspaceUrl,
+    adminUrl,
     syncCatalog,
     async stop(deadlineMs = 10_000) {
       ready = false;
@@ -443,6 +485,7 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
       // Elysia prints a stack trace when asked to stop a server that is gone (stopped twice).
       if (api.server) await api.stop(true);
       await wsServer?.stop(true);
+      await adminServer?.stop(true);
       removeControlFile(opts.dataDir, controlToken);
       await control.stop();
       await store.close();

@@ -126,23 +126,28 @@ export function createApi(opts: ApiOptions) {
   // (any change of catalog, access, keys or limits moves it, from this process or another). Kept
   // as a Response to clone: a clone shares the body and copies the headers natively, cheaper than
   // building a Response and its headers from JavaScript for every request.
-  const modelLists = new Map<number, Response>();
+  const modelLists = new Map<number | string, Response>();
   let modelListsAt = -1;
-  const modelList = (accountId: number): Maybe<Response> => {
+  /** The key's models: its account's, narrowed to the key's own list when it has one. */
+  const modelList = (key: ApiKeyInfo): Maybe<Response> => {
     const generation = store.cacheGeneration();
     if (generation !== modelListsAt) {
       modelLists.clear();
       modelListsAt = generation;
     }
-    const template = modelLists.get(accountId);
+    const only = key.models;
+    // Keys with a list of their own are cached per key (a list change moves the generation).
+    const slot = only === null ? key.accountId : `key:${key.id}`;
+    const template = modelLists.get(slot);
     if (template !== undefined) return template.clone();
-    return store.catalog.listForAccount(accountId).then((models) => {
+    return store.catalog.listForAccount(key.accountId).then((all) => {
+      const models = only === null ? all : all.filter((m) => only.includes(m.id));
       const body = JSON.stringify({ object: "list", data: models.map(modelObject) });
       const made = new Response(body, { headers: { "content-type": "application/json" } });
       // Kept only if nothing changed while the list was read.
       if (store.cacheGeneration() === modelListsAt && modelListsAt === generation) {
         if (modelLists.size >= 1024) modelLists.clear();
-        modelLists.set(accountId, made);
+        modelLists.set(slot, made);
       }
       return made.clone();
     });
@@ -189,7 +194,7 @@ export function createApi(opts: ApiOptions) {
     try {
       if (lifecycle.draining) throw shuttingDown();
       const key = admitted(request, scope);
-      const res = key instanceof Promise ? key.then((k) => modelList(k.accountId)) : modelList(key.accountId);
+      const res = key instanceof Promise ? key.then((k) => modelList(k)) : modelList(key);
       if (!(res instanceof Promise)) return modelsAnswered(request, scope, res);
       return res.then(
         (r) => modelsAnswered(request, scope, r),
@@ -324,7 +329,7 @@ export function createApi(opts: ApiOptions) {
     })
     .get("/v1/models", async ({ request, scope }) => {
       const key = await admitted(request, scope);
-      return modelList(key.accountId);
+      return modelList(key);
     })
     .get("/v1/models/*", async ({ request, params, scope }) => {
       const key = await admitted(request, scope);
@@ -335,7 +340,7 @@ export function createApi(opts: ApiOptions) {
         throw modelNotFound(params["*"].slice(0, 256));
       }
       const m = await store.catalog.getForAccount(key.accountId, id);
-      if (!m) throw modelNotFound(id);
+      if (!m || (key.models !== null && !key.models.includes(m.id))) throw modelNotFound(id);
       return modelObject(m);
     })
     .post(

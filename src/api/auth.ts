@@ -16,7 +16,15 @@ function bearer(request: Request): string {
   return match[1]!;
 }
 
+/** A key past its expiry: said plainly (the holder can do something about it), checked on every request. */
+const expired = (key: ApiKeyInfo) =>
+  invalidApiKey(
+    `This API key expired at ${new Date(key.expiresAt!).toISOString()}. Create a new key in the account workspace, or ask an operator to extend this one's expiry.`,
+  );
+
 function used(store: Store, key: ApiKeyInfo): ApiKeyInfo {
+  // Against the clock on every request, cached or not: an expiry holds to the millisecond on every node.
+  if (key.expiresAt !== null && key.expiresAt <= Date.now()) throw expired(key);
   // Advisory, written at most every 30 s per key; the store's touch never rejects.
   void store.keys.touch(key.id);
   return key;

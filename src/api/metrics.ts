@@ -124,6 +124,7 @@ export function routeLabel(path: string): string {
   if (path.startsWith("/v1/models/")) return "/v1/models/{model}";
   if (path === "/health" || path === "/ready" || path === "/metrics") return path;
   if (path === "/workspace" || path.startsWith("/workspace/")) return "/workspace";
+  if (path === "/admin/v1" || path.startsWith("/admin/v1/")) return "/admin/v1";
   if (path.startsWith("/v1/")) return "/v1/other";
   return "other";
 }

@@ -6,7 +6,9 @@ import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
-import { openStore, type Account, type Store } from "../store/index.ts";
+import { describeBudget, keyLimitsFrom, parseBudget, parsePeriod } from "../key-limits.ts";
+import { hostname, userInfo } from "node:os";
+import { auditedStore, openStore, periodStart, type Account, type ApiKeyInfo, type AuditActor, type BudgetPeriod, type KeyLimits, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
@@ -28,9 +30,20 @@ export function openStoreFor(args: CommandArgs): Promise<Store> {
   return openStore({ database: databaseOf(args), dataDir: String(args.values.data) });
 }
 
+/** The operator running a command, as the audit log names them: the OS user, on this host. */
+export function cliActor(): AuditActor {
+  let name = process.env.USER ?? process.env.LOGNAME ?? `uid ${process.getuid?.() ?? "unknown"}`;
+  try {
+    name = userInfo().username;
+  } catch {}
+  return { kind: "cli", name, source: `cli@${hostname()}` };
+}
+
+
 /**
- * Opens the store for one command and closes it however the command ends. A command that only
- * reads (`reads`) never creates an SQLite file: where there is none, it says where it looked.
+ * Opens the store for one command (its changes recorded in the audit log under cliActor) and
+ * closes it however the command ends. A command that only reads (`reads`) never creates an SQLite
+ * file: where there is none, it says where it looked.
  */
 export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T, opts: { reads?: boolean } = {}): Promise<T> {
   if (opts.reads && !databaseOf(args)) {
@@ -41,7 +54,7 @@ export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Prom
   }
   const store = await openStoreFor(args);
   try {
-    return await fn(store);
+    return await fn(auditedStore(store, cliActor()));
   } finally {
     await store.close();
   }
@@ -60,7 +73,7 @@ function table(rows: Record<string, unknown>[], columns: string[]): string {
 export const print = (args: CommandArgs, rows: Record<string, unknown>[], columns: string[]) =>
   console.log(args.values.json ? JSON.stringify(rows, null, 2) : table(rows, columns));
 
-const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
+export const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
 
 /**
  * A command to run next, for messages: with this command's --data when that is not the default,
@@ -76,6 +89,45 @@ export async function findAccount(store: Store, args: CommandArgs, name: string)
   const a = await store.accounts.get(name);
   if (!a) throw new UsageError(`no account named ${name} (see: ${seeCommand(args, "accounts", "list")})`);
   return a;
+}
+
+/** A store call whose refusal (a limit that makes no sense) is the user's mistake: a usage error. */
+async function usage<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof UsageError || (e as Error).name === "StoreUnavailableError") throw e;
+    throw new UsageError((e as Error).message);
+  }
+}
+
+const KEY_OPTIONS: OptionSpec[] = [
+  { name: "label", type: "string", help: "A label to recognise the key by", argument: true },
+  { name: "budget-usd", type: "string", help: "What the key may spend per period, in USD (none: no budget of its own; the account's credit still applies)", argument: true },
+  { name: "budget-period", type: "string", help: "The budget's period: day or month (UTC), or total (default: total)", argument: true },
+  { name: "expires", type: "string", help: "When the key stops working: a duration from now (90m, 12h, 30d, 2w), a date (2027-01-31: through that UTC day), a date-time (2027-01-31T12:00:00Z), or none", argument: true },
+  { name: "models", type: "string", help: "The only models the key may use, as ID,ID… (of those its account may use), or none: all of them", argument: true },
+];
+
+/** The key limits a command was given (absent options: unchanged), with every model id checked against the catalog. */
+async function keyLimitOptions(s: Store, args: CommandArgs): Promise<Partial<KeyLimits>> {
+  const str = (n: string) => (typeof args.values[n] === "string" ? (args.values[n] as string) : undefined);
+  let limits: Partial<KeyLimits>;
+  try {
+    limits = keyLimitsFrom({ budgetUsd: str("budget-usd"), budgetPeriod: str("budget-period"), expires: str("expires"), models: str("models") });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  for (const m of limits.models ?? []) {
+    if (!(await s.catalog.get(m))) throw new UsageError(`--models: no model ${m} in the catalog (see: ${seeCommand(args, "models", "list")})`);
+  }
+  return limits;
+}
+
+/** ", budget $5/month, expires …, models a,b" for a message; "" without limits. */
+function describeKey(k: ApiKeyInfo): string {
+  const parts = [describeBudget(k) && `budget ${describeBudget(k)}`, k.expiresAt !== null && `expires ${date(k.expiresAt)}`, k.models && `models ${k.models.join(",")}`].filter(Boolean);
+  return parts.length ? `, ${parts.join(", ")}` : "";
 }
 
 const accountId = async (store: Store, args: CommandArgs, name: string) => (await findAccount(store, args, name)).id;
@@ -110,60 +162,108 @@ export const storeCommands: Command[] = [
   },
   {
     path: ["accounts", "set"],
-    usage: "NAME --priority N",
+    usage: "NAME [--priority N] [--user-budget-usd X|none] [--user-budget-period day|month|total]",
     summary:
-      "Set an account's priority (-100 to 100, default 0): on a busy model its requests are admitted before those of lower priorities, whose running requests are paused for them when memory runs out. Applies to the next request.",
-    options: [...STORE_OPTIONS, { name: "priority", type: "string", help: "Whole number from -100 to 100", argument: true }],
+      "Set an account's priority (-100 to 100, default 0: on a busy model its requests are admitted before those of lower priorities, whose running requests are paused for them when memory runs out) and its budget per end user (what one `user` or `safety_identifier` of its requests may spend per period; requests that could pass it get 429 insufficient_quota). Applies to the next request.",
+    options: [
+      ...STORE_OPTIONS,
+      { name: "priority", type: "string", help: "Whole number from -100 to 100", argument: true },
+      { name: "user-budget-usd", type: "string", help: "What one end user may spend per period, in USD, or none", argument: true },
+      { name: "user-budget-period", type: "string", help: "The period of the budget per end user: day or month (UTC), or total (default: month)", argument: true },
+    ],
     run: (args) =>
       withStore(args, async (s) => {
         const a = await findAccount(s, args, positional(args, 0, "account NAME"));
-        const priority = Number(requireString(args, "priority"));
-        try {
-          await s.accounts.setPriority(a.id, priority);
-        } catch (e) {
-          throw new UsageError(`--priority: ${(e as Error).message}`);
+        const given = (n: string) => (typeof args.values[n] === "string" ? (args.values[n] as string) : undefined);
+        if (given("priority") === undefined && given("user-budget-usd") === undefined && given("user-budget-period") === undefined) {
+          throw new UsageError("nothing to change: give --priority, --user-budget-usd or --user-budget-period");
         }
-        console.log(`${a.name} now has priority ${priority}`);
+        const said: string[] = [];
+        if (given("priority") !== undefined) {
+          const priority = Number(given("priority"));
+          try {
+            await s.accounts.setPriority(a.id, priority);
+          } catch (e) {
+            throw new UsageError(`--priority: ${(e as Error).message}`);
+          }
+          said.push(`priority ${priority}`);
+        }
+        if (given("user-budget-usd") !== undefined || given("user-budget-period") !== undefined) {
+          let usd: number | null;
+          let period: BudgetPeriod;
+          try {
+            usd = given("user-budget-usd") !== undefined ? parseBudget(given("user-budget-usd")!) : a.userBudgetUsd;
+            period = given("user-budget-period") !== undefined ? parsePeriod(given("user-budget-period")!) : (a.userBudgetPeriod ?? "month");
+          } catch (e) {
+            throw new UsageError((e as Error).message);
+          }
+          if (usd === null && given("user-budget-period") !== undefined) throw new UsageError("--user-budget-period needs a budget (--user-budget-usd)");
+          await usage(() => s.accounts.setUserBudget(a.id, usd, period));
+          said.push(usd === null ? "no budget per end user" : `a budget of $${usd} per end user ${period === "total" ? "in total" : `per UTC ${period}`}`);
+        }
+        console.log(`${a.name} now has ${said.join(" and ")}`);
         return 0;
       }),
   },
   {
     path: ["keys", "create"],
-    usage: "--account NAME [--label LABEL]",
-    summary: "Create an API key. The key is printed once; only its hash is stored.",
-    options: [
-      ...STORE_OPTIONS,
-      accountOption("Account that owns the key"),
-      { name: "label", type: "string", help: "A label to recognise the key by", argument: true },
-    ],
+    usage: "--account NAME [--label L] [--budget-usd X] [--budget-period day|month|total] [--expires DURATION|DATE] [--models ID,ID…]",
+    summary:
+      "Create an API key, optionally with limits of its own: a budget (refused with 429 insufficient_quota once spent, the worst case reserved per request), an expiry (refused with 401 afterwards) and a model list (other models are not found). The key is printed once; only its hash is stored.",
+    options: [...STORE_OPTIONS, accountOption("Account that owns the key"), ...KEY_OPTIONS],
     run: (args) =>
       withStore(args, async (s) => {
         const id = await accountId(s, args, requireString(args, "account"));
         const label = typeof args.values.label === "string" ? args.values.label : null;
-        const { key, info } = await s.keys.create(id, label);
-        console.error(`created key ${info.id} for account ${info.accountName}; it is shown only this once:`);
+        const limits = await keyLimitOptions(s, args);
+        const { key, info } = await usage(() => s.keys.create(id, label, limits));
+        console.error(`created key ${info.id} for account ${info.accountName}${describeKey(info)}; it is shown only this once:`);
         console.log(key);
+        return 0;
+      }),
+  },
+  {
+    path: ["keys", "update"],
+    usage: "ID [--label L] [--budget-usd X|none] [--budget-period day|month|total] [--expires DURATION|DATE|none] [--models ID,ID…|none]",
+    summary: "Change an API key's label and limits; options not given stay as they are, none removes one. Applies to the key's next request on every node.",
+    options: [...STORE_OPTIONS, ...KEY_OPTIONS],
+    run: (args) =>
+      withStore(args, async (s) => {
+        const id = positional(args, 0, "key ID");
+        const limits = await keyLimitOptions(s, args);
+        const label = typeof args.values.label === "string" ? { label: args.values.label === "none" ? null : args.values.label } : {};
+        if (Object.keys(limits).length === 0 && !("label" in label)) throw new UsageError("nothing to change: give --label, --budget-usd, --budget-period, --expires or --models");
+        const info = await usage(() => s.keys.update(id, { ...limits, ...label }));
+        if (!info) throw new UsageError(`no key ${id} (see: ${seeCommand(args, "keys", "list")})`);
+        console.log(`updated ${info.id} of ${info.accountName}: ${describeKey(info).slice(2) || "no limits of its own"}`);
         return 0;
       }),
   },
   {
     path: ["keys", "list"],
     usage: "[--account NAME]",
-    summary: "List API keys (never the keys themselves: their id and display prefix).",
+    summary: "List API keys (never the keys themselves: their id and display prefix), with their limits and what they spent in their budget's period.",
     options: [...STORE_OPTIONS, JSON_OPTION, accountOption("Only this account's keys")],
     run: (args) =>
       withStore(args, async (s) => {
         const acct = typeof args.values.account === "string" ? await accountId(s, args, args.values.account) : undefined;
-        const rows = (await s.keys.list(acct)).map((k) => ({
-          id: k.id,
-          account: k.accountName,
-          prefix: k.prefix + "…",
-          label: k.label,
-          created: date(k.createdAt),
-          last_used: date(k.lastUsedAt),
-          revoked: date(k.revokedAt),
-        }));
-        print(args, rows, ["id", "account", "prefix", "label", "created", "last_used", "revoked"]);
+        const rows = [];
+        for (const k of await s.keys.list(acct)) {
+          rows.push({
+            id: k.id,
+            account: k.accountName,
+            prefix: k.prefix + "…",
+            label: k.label,
+            budget: describeBudget(k),
+            spent: k.budgetPeriod ? Number((await s.keys.spendUsd(k.id, periodStart(k.budgetPeriod))).toFixed(6)) : null,
+            expires: date(k.expiresAt),
+            models: k.models?.join(",") ?? null,
+            created: date(k.createdAt),
+            last_used: date(k.lastUsedAt),
+            revoked: date(k.revokedAt),
+          });
+        }
+        print(args, rows, ["id", "account", "prefix", "label", "budget", "spent", "expires", "models", "created", "last_used", "revoked"]);
         return 0;
       }, { reads: true }),
   },

@@ -10,12 +10,15 @@ const DIMENSIONS = [
 ] as const;
 
 
-async function scopeOf(store: Store, args: CommandArgs): Promise<{ accountId: number; keyId: string | null; label: string }> {
+async function scopeOf(store: Store, args: CommandArgs): Promise<{ accountId: number; keyId: string | null; modelId: string | null; label: string }> {
   const name = requireString(args, "account");
   const a = await findAccount(store, args, name);
   const keyId = typeof args.values.key === "string" && args.values.key !== "" ? args.values.key : null;
   if (keyId && !(await store.keys.list(a.id)).some((k) => k.id === keyId)) throw new UsageError(`account ${name} has no key ${keyId} (see: ${seeCommand(args, "keys", "list", "--account", name)})`);
-  return { accountId: a.id, keyId, label: keyId ? `key ${keyId} of ${name}` : `account ${name}` };
+  const modelId = typeof args.values.model === "string" && args.values.model !== "" ? args.values.model : null;
+  if (modelId && !(await store.catalog.get(modelId))) throw new UsageError(`no model ${modelId} in the catalog (see: ${seeCommand(args, "models", "list")})`);
+  const label = `${keyId ? `key ${keyId} of ${name}` : `account ${name}`}${modelId ? ` for ${modelId}` : ""}`;
+  return { accountId: a.id, keyId, modelId, label };
 }
 
 /** "none" (or 0) clears a dimension; absent keeps what is set. */
@@ -34,36 +37,38 @@ const SCOPE_OPTIONS = [
   ...STORE_OPTIONS,
   accountOption("The account"),
   { name: "key", type: "string" as const, help: "A key id of the account (key_…): limits for that key only, on top of the account's", argument: true },
+  { name: "model", type: "string" as const, help: "A model id: limits for requests for that model only, on top of the others (the OpenAI rate-limit headers report the tightest)", argument: true },
 ];
 
 export const limitsCommands: Command[] = [
   {
     path: ["limits", "set"],
-    usage: "--account NAME [--key ID] [--rpm N] [--tpm N] [--concurrent N]",
-    summary: "Set rate limits of an account (or one of its keys). Omitted limits stay as they are; 'none' removes one. Accounts without limits are unlimited. Applies on the next request.",
+    usage: "--account NAME [--key ID] [--model ID] [--rpm N] [--tpm N] [--concurrent N]",
+    summary: "Set rate limits of an account (or one of its keys), for every model or (--model) for one. Omitted limits stay as they are; 'none' removes one. Accounts without limits are unlimited. Applies on the next request.",
     options: [...SCOPE_OPTIONS, ...DIMENSIONS.map((d) => ({ name: d.flag, type: "string" as const, help: `${d.help}, or none`, argument: true }))],
     run: (args) =>
       withStore(args, async (s) => {
         const scope = await scopeOf(s, args);
-        const current = (await s.limits.get(scope.accountId, scope.keyId)) ?? { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null };
+        const current = (await s.limits.get(scope.accountId, scope.keyId, scope.modelId)) ?? { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null };
         const next: RateLimits = { ...current };
         for (const d of DIMENSIONS) next[d.field] = parseLimit(args.values[d.flag], d.flag, current[d.field]);
-        await s.limits.set(scope.accountId, scope.keyId, next);
+        if (DIMENSIONS.every((d) => args.values[d.flag] === undefined)) throw new UsageError("give at least one of --rpm, --tpm, --concurrent (a number, or none)");
+        await s.limits.set(scope.accountId, scope.keyId, next, scope.modelId);
         console.log(`${scope.label}: ${show(next)}`);
         return 0;
       }),
   },
   {
     path: ["limits", "clear"],
-    usage: "--account NAME [--key ID]",
-    summary: "Remove every rate limit of an account (or of one of its keys).",
+    usage: "--account NAME [--key ID] [--model ID]",
+    summary: "Remove every rate limit of an account (or of one of its keys; with --model, those for that model only).",
     options: SCOPE_OPTIONS,
     run: (args) =>
       withStore(args, async (s) => {
         const scope = await scopeOf(s, args);
-        await s.limits.set(scope.accountId, scope.keyId, { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null });
+        await s.limits.set(scope.accountId, scope.keyId, { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null }, scope.modelId);
         // An account's keys may keep limits of their own: it is unlimited only if none does.
-        const kept = scope.keyId ? [] : (await s.limits.list(scope.accountId)).filter((r) => r.keyId !== null);
+        const kept = scope.keyId ? [] : (await s.limits.list(scope.accountId)).filter((r) => r.keyId !== null && (r.modelId ?? null) === (scope.modelId ?? null));
         if (kept.length === 0) console.log(`${scope.label}: unlimited`);
         else {
           const name = requireString(args, "account");
@@ -88,7 +93,7 @@ export const limitsCommands: Command[] = [
         else if (rows.length === 0) console.log(`(no limits set: ${accountId === undefined ? "every account is" : `${args.values.account} and its keys are`} unlimited)`);
         else {
           const cell = (v: number | null) => v ?? "unlimited";
-          print(args, rows.map((r) => ({ account: r.accountName, key: r.keyId ?? "(account)", rpm: cell(r.requestsPerMinute), tpm: cell(r.tokensPerMinute), concurrent: cell(r.maxConcurrent) })), ["account", "key", "rpm", "tpm", "concurrent"]);
+          print(args, rows.map((r) => ({ account: r.accountName, key: r.keyId ?? "(account)", model: r.modelId ?? "(all models)", rpm: cell(r.requestsPerMinute), tpm: cell(r.tokensPerMinute), concurrent: cell(r.maxConcurrent) })), ["account", "key", "model", "rpm", "tpm", "concurrent"]);
         }
         return 0;
       }, { reads: true }),

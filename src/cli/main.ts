@@ -10,9 +10,10 @@ import { workspaceCommands } from "./workspace-commands.ts";
 import { limitsCommands } from "./limits-commands.ts";
 import { residencyCommands } from "./residency-commands.ts";
 import { pullCommand } from "./pull-command.ts";
+import { governanceCommands } from "./governance-commands.ts";
 import { keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
 
-const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, pullCommand, ...workspaceCommands, ...limitsCommands, ...residencyCommands];
+const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, pullCommand, ...workspaceCommands, ...limitsCommands, ...residencyCommands, ...governanceCommands];
 
 /** A summary's first sentence, ending with its full stop. */
 const firstSentence = (summary: string) => summary.split(". ")[0]!.replace(/\.?$/, ".");

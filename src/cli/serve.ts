@@ -65,6 +65,10 @@ export const serveCommand: Command = {
     { name: "public-url", type: "string", help: "Public base URL announced by /v1/integrations (without /v1)" },
     { name: "workspace-port", type: "string", help: "Serve the account workspace on this port instead of under /workspace/ of --port (0: any free port)" },
     { name: "workspace-host", type: "string", help: "Interface for --workspace-port (default: --host)" },
+    { name: "no-admin-api", type: "boolean", help: "Turn the admin API (/admin/v1/, operator tokens from `sluice admin tokens create`) off" },
+    { name: "admin-port", type: "string", help: "Serve the admin API on this port instead of under /admin/v1/ of --port (0: any free port)" },
+    { name: "admin-host", type: "string", help: "Interface for --admin-port (default: --host), e.g. 127.0.0.1 to keep it off the network" },
+    { name: "admin-rpm", type: "string", help: "Requests per minute each admin token may make", default: "600" },
     { name: "log-level", type: "string", help: "debug, info, warn or error", default: "info" },
     { name: "log-prompts", type: "boolean", help: "Include prompt text in debug logs (off: never logged)" },
     { name: "no-demo", type: "boolean", help: "Do not generate the demo model when the models directory is empty" },
@@ -105,6 +109,11 @@ export const serveCommand: Command = {
     configureNative({ cacheDir: str(args.values["cache-dir"]), cudaLibDir: str(args.values["cuda-lib-dir"]) });
     const wsPort = typeof args.values["workspace-port"] === "string" ? Number(args.values["workspace-port"]) : undefined;
     if (wsPort !== undefined && (!Number.isInteger(wsPort) || wsPort < 0 || wsPort > 65535)) throw new UsageError("--workspace-port must be 0..65535");
+    const adminPort = typeof args.values["admin-port"] === "string" ? Number(args.values["admin-port"]) : undefined;
+    if (adminPort !== undefined && (!Number.isInteger(adminPort) || adminPort < 0 || adminPort > 65535)) throw new UsageError("--admin-port must be 0..65535");
+    const adminRpm = Number(args.values["admin-rpm"]);
+    if (!Number.isInteger(adminRpm) || adminRpm <= 0) throw new UsageError("--admin-rpm must be a positive whole number");
+    if (args.values["no-admin-api"] === true && (adminPort !== undefined || typeof args.values["admin-host"] === "string")) throw new UsageError("--no-admin-api turns the admin API off: drop --admin-port and --admin-host, or it");
     const limits = parseLimitOptions(args);
     const residency = parseResidencyOptions(args);
     const engineOptions = parseEngineOptions(args);
@@ -184,6 +193,7 @@ export const serveCommand: Command = {
       limits,
       workspacePort: wsPort,
       workspaceHost,
+      admin: { enabled: args.values["no-admin-api"] !== true, port: adminPort, host: str(args.values["admin-host"]), requestsPerMinute: adminRpm },
       buildDemoModel,
       log,
       engine,

@@ -1,4 +1,6 @@
 import type { Db } from "./db.ts";
+import { NANO } from "./billing.ts";
+import { BUDGET_PERIODS } from "./keys.ts";
 import type { Account, AccountStore } from "./types.ts";
 
 interface AccountRow {
@@ -7,6 +9,8 @@ interface AccountRow {
   model_access: "all" | "listed";
   priority: number;
   created_at: number;
+  user_budget_nano: number | null;
+  user_budget_period: Account["userBudgetPeriod"];
 }
 
 const toAccount = (r: AccountRow): Account => ({
@@ -15,6 +19,8 @@ const toAccount = (r: AccountRow): Account => ({
   modelAccess: r.model_access,
   priority: Number(r.priority),
   createdAt: r.created_at,
+  userBudgetUsd: r.user_budget_nano === null ? null : r.user_budget_nano / NANO,
+  userBudgetPeriod: r.user_budget_period,
 });
 
 export const ACCOUNT_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
@@ -49,6 +55,17 @@ export function accountStore(db: Db): AccountStore {
         throw new Error(`priority must be a whole number from ${PRIORITY_RANGE.min} to ${PRIORITY_RANGE.max}`);
       }
       return (await db.run("UPDATE accounts SET priority = $1 WHERE id = $2", [priority, id])) > 0;
+    },
+    async setUserBudget(id, usd, period = "month") {
+      if (usd !== null && (!Number.isFinite(usd) || usd <= 0 || usd > 1e9)) throw new Error(`a budget per end user must be a positive amount of USD, not ${usd}`);
+      if (!BUDGET_PERIODS.includes(period)) throw new Error(`a budget period is day, month or total, not ${JSON.stringify(period)}`);
+      return (
+        (await db.run("UPDATE accounts SET user_budget_nano = $1, user_budget_period = $2 WHERE id = $3", [
+          usd === null ? null : Math.round(usd * NANO),
+          usd === null ? null : period,
+          id,
+        ])) > 0
+      );
     },
   };
 }

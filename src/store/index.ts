@@ -1,5 +1,7 @@
 import { join } from "node:path";
 import { accountStore } from "./accounts.ts";
+import { adminTokenStore } from "./admin-tokens.ts";
+import { auditStore } from "./audit.ts";
 import { billingStore } from "./billing.ts";
 import { catalogStore } from "./catalog.ts";
 import type { Db } from "./db.ts";
@@ -24,6 +26,10 @@ export type * from "./types.ts";
 export { PRIORITY_RANGE } from "./accounts.ts";
 export { KEY_PREFIX } from "./keys.ts";
 export { StoreUnavailableError } from "./db.ts";
+export { BudgetExceededError } from "./types.ts";
+export { auditedStore, recordAction } from "./audited.ts";
+export { ADMIN_TOKEN_PREFIX } from "./admin-tokens.ts";
+export { BUDGET_PERIODS, periodStart } from "./keys.ts";
 export { EMAIL, MIN_PASSWORD_LENGTH } from "./users.ts";
 
 /** The table families over one Db (the store's, or a transaction's). */
@@ -42,6 +48,8 @@ function tables(db: Db, shared: boolean): StoreTables {
     usageReports: usageReportStore(db),
     rates: rateStore(db),
     nodes: nodeStore(db),
+    audit: auditStore(db),
+    adminTokens: adminTokenStore(db),
   };
 }
 
@@ -57,9 +65,9 @@ function assemble(
     ...t,
     kind: opts.kind,
     location: opts.location,
-    keys: forgettingAfter(signal, cachedKeyStore(t.keys, signal), ["revoke"]),
+    keys: forgettingAfter(signal, cachedKeyStore(t.keys, signal), ["revoke", "update"]),
     // A key's cached record carries its account's priority.
-    accounts: forgettingAfter(signal, t.accounts, ["setPriority"]),
+    accounts: forgettingAfter(signal, t.accounts, ["setPriority", "setUserBudget"]),
     limits: forgettingAfter(signal, cachedLimitStore(t.limits, signal), ["set"]),
     catalog: forgettingAfter(signal, t.catalog, ["sync", "setStatus", "setPrices", "setKeepAlive", "grant", "revoke", "allowAll"]),
     billing: forgettingAfter(signal, t.billing, ["setPlan"]),

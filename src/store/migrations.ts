@@ -252,6 +252,69 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     { addColumn: "accounts", column: { name: "priority", type: "int", notNull: true, default: "0" } },
     { addColumn: "models", column: { name: "keep_alive_seconds", type: "int", check: "keep_alive_seconds IS NULL OR keep_alive_seconds >= -1" } },
   ],
+  // 8: keys with limits of their own: a budget in nano-USD per UTC day, UTC month or in total, an
+  // expiry, and a list of the models the key may use (JSON; NULL: all its account may use). Each
+  // usage row carries what it cost, so a key's spend in its period is a sum over its rows; a change
+  // to any of these moves the change counter (keys are cached on every node).
+  [
+    { addColumn: "api_keys", column: { name: "budget_nano", type: "int", check: "budget_nano IS NULL OR budget_nano > 0" } },
+    { addColumn: "api_keys", column: { name: "budget_period", type: "text", check: "budget_period IS NULL OR budget_period IN ('day', 'month', 'total')" } },
+    { addColumn: "api_keys", column: { name: "expires_at", type: "int" } },
+    { addColumn: "api_keys", column: { name: "models", type: "text" } },
+    { addColumn: "usage", column: { name: "cost_nano", type: "int", notNull: true, default: "0" } },
+    { index: "usage_key_time", on: "usage", columns: ["key_id", "created_at"] },
+    { signal: "api_keys_limits_changed", on: "api_keys", event: "update", columns: ["budget_nano", "budget_period", "expires_at", "models", "label"] },
+    // An account's budget per end user (the `user` or `safety_identifier` a request names), held
+    // like a key's: the requests in flight note their end user.
+    { addColumn: "accounts", column: { name: "user_budget_nano", type: "int", check: "user_budget_nano IS NULL OR user_budget_nano > 0" } },
+    { addColumn: "accounts", column: { name: "user_budget_period", type: "text", check: "user_budget_period IS NULL OR user_budget_period IN ('day', 'month', 'total')" } },
+    { addColumn: "inflight", column: { name: "end_user", type: "text" } },
+    { index: "usage_account_user_time", on: "usage", columns: ["account_id", '"user"', "created_at"] },
+  ],
+  // 9: rate limits per model, for an account or one of its keys (model_id NULL: every model).
+  [
+    { addColumn: "rate_limits", column: { name: "model_id", type: "text" } },
+    { sql: "DROP INDEX rate_limits_scope" },
+    { index: "rate_limits_scope_model", on: "rate_limits", columns: ["account_id", "coalesce(key_id, '')", "coalesce(model_id, '')"], unique: true },
+  ],
+  // 10: the audit log: every change made through the CLI, the workspace or the admin API, appended
+  // only (triggers refuse updates and deletes), each row's hash covering the previous row's, so that
+  // a row changed or removed behind the store's back breaks the chain (sluice audit verify). And
+  // the operator tokens of the admin API, stored as hashes.
+  [
+    {
+      table: "audit_log",
+      columns: [
+        id,
+        { name: "seq", type: "int", notNull: true, unique: true },
+        { name: "at", type: "int", notNull: true },
+        { name: "actor_kind", type: "text", notNull: true },
+        { name: "actor", type: "text", notNull: true },
+        { name: "source", type: "text" },
+        { name: "action", type: "text", notNull: true },
+        { name: "target", type: "text" },
+        { name: "before", type: "text" },
+        { name: "after", type: "text" },
+        { name: "prev_hash", type: "text", notNull: true },
+        { name: "hash", type: "text", notNull: true },
+      ],
+    },
+    { index: "audit_log_at", on: "audit_log", columns: ["at"] },
+    { appendOnly: "audit_log" },
+    {
+      table: "admin_tokens",
+      columns: [
+        { name: "id", type: "text", primaryKey: true },
+        { name: "label", type: "text", notNull: true },
+        { name: "hash", type: "text", notNull: true, unique: true },
+        { name: "prefix", type: "text", notNull: true },
+        createdAt,
+        { name: "last_used_at", type: "int" },
+        { name: "revoked_at", type: "int" },
+      ],
+    },
+    { signal: "admin_tokens_changed", on: "admin_tokens", event: "update", columns: ["revoked_at"] },
+  ],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -42,7 +42,9 @@ export type Step =
    */
   | { changeCounter: true }
   /** A trigger that moves the change counter after this event on this table (these columns). */
-  | { signal: string; on: string; event: "insert" | "update" | "delete"; columns?: string[] };
+  | { signal: string; on: string; event: "insert" | "update" | "delete"; columns?: string[] }
+  /** Triggers that refuse every UPDATE and DELETE of the table's rows: it is only ever appended to. */
+  | { appendOnly: string };
 
 /** The channel PostgreSQL announces changes of the counter on; the payload is the new number. */
 export const CHANGE_CHANNEL = "sluice_changes";
@@ -94,6 +96,20 @@ export function renderStep(step: Step, d: DialectName): string[] {
     return [`CREATE ${step.unique ? "UNIQUE " : ""}INDEX ${step.index} ON ${step.on} (${step.columns.join(", ")})`];
   }
   if ("sql" in step) return [step.sql];
+  if ("appendOnly" in step) {
+    const t = step.appendOnly;
+    const message = `${t} is append-only`;
+    if (d === "sqlite") {
+      return (["UPDATE", "DELETE"] as const).map((e) => `CREATE TRIGGER ${t}_no_${e.toLowerCase()} BEFORE ${e} ON ${t}\n  BEGIN SELECT RAISE(ABORT, '${message}'); END`);
+    }
+    return [
+      `CREATE FUNCTION ${t}_append_only() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  RAISE EXCEPTION '${message}';
+END $fn$`,
+      `CREATE TRIGGER ${t}_append_only BEFORE UPDATE OR DELETE ON ${t} FOR EACH ROW EXECUTE FUNCTION ${t}_append_only()`,
+    ];
+  }
   if ("changeCounter" in step) {
     const out = [
       `CREATE TABLE ${COUNTER} (id INTEGER PRIMARY KEY CHECK (id = 1), n ${d === "sqlite" ? "INTEGER" : "BIGINT"} NOT NULL)`,

@@ -12,6 +12,9 @@ export interface Account {
   /** On a busy model, higher priorities are admitted first (and may preempt lower ones). */
   priority: number;
   createdAt: number;
+  /** What one end user (a request's `user` or `safety_identifier`) may spend per period; null: no such budget. */
+  userBudgetUsd: number | null;
+  userBudgetPeriod: BudgetPeriod | null;
 }
 
 export interface ApiKeyInfo {
@@ -25,6 +28,44 @@ export interface ApiKeyInfo {
   createdAt: number;
   lastUsedAt: number | null;
   revokedAt: number | null;
+  /** The key's own budget (USD per period), on top of its account's credit; null: none. */
+  budgetUsd: number | null;
+  /** The period the budget counts over; null when there is no budget. */
+  budgetPeriod: BudgetPeriod | null;
+  /** From then on the key is refused as expired; null: never. */
+  expiresAt: number | null;
+  /** The models the key may use (within its account's); null: every model its account may use. */
+  models: readonly string[] | null;
+}
+
+/** A budget counts spend since the start of the UTC day, the UTC month, or ever. */
+export type BudgetPeriod = "day" | "month" | "total";
+
+/** A key's own limits, as created or changed; in an update, an absent field stays as it is. */
+export interface KeyLimits {
+  budgetUsd: number | null;
+  budgetPeriod: BudgetPeriod | null;
+  expiresAt: number | null;
+  models: readonly string[] | null;
+}
+
+/**
+ * A request refused at admission because a budget other than the account's credit would be
+ * exceeded by its worst case: the key's own budget, or the account's budget per end user.
+ */
+export class BudgetExceededError extends Error {
+  constructor(
+    readonly scope: "key" | "user",
+    readonly budgetUsd: number,
+    readonly period: BudgetPeriod,
+    /** Spent in the period plus what requests in flight hold. */
+    readonly committedUsd: number,
+    /** This request's worst case. */
+    readonly requestUsd: number,
+  ) {
+    super(`${scope} budget of $${budgetUsd} per ${period} exceeded`);
+    this.name = "BudgetExceededError";
+  }
 }
 
 export interface CatalogModel {
@@ -86,6 +127,8 @@ export interface UsageRecord {
 export interface UsageRow extends Required<Omit<UsageRecord, "metadata">> {
   id: number;
   metadata: Record<string, string> | null;
+  /** What the request was charged (0: not charged, or recorded before costs were kept per row). */
+  costUsd: number;
 }
 
 export interface AccountStore {
@@ -95,12 +138,19 @@ export interface AccountStore {
   list(): Promise<Account[]>;
   /** False when there is no such account. */
   setPriority(id: number, priority: number): Promise<boolean>;
+  /** Sets (null: removes) the budget per end user; false when there is no such account. */
+  setUserBudget(id: number, usd: number | null, period?: BudgetPeriod): Promise<boolean>;
 }
 
 export interface KeyStore {
-  /** Returns the plain key once; only its hash is kept. */
-  create(accountId: number, label: string | null): Promise<{ key: string; info: ApiKeyInfo }>;
-  /** The active (not revoked) key with this plain text, or null. */
+  /** Returns the plain key once; only its hash is kept. Throws on limits that make no sense. */
+  create(accountId: number, label: string | null, limits?: Partial<KeyLimits>): Promise<{ key: string; info: ApiKeyInfo }>;
+  /** Changes a key's label and limits (absent fields stay); the key after, or null when there is no such key. */
+  update(keyId: string, changes: Partial<KeyLimits> & { label?: string | null }, accountId?: number): Promise<ApiKeyInfo | null>;
+  get(keyId: string): Promise<ApiKeyInfo | null>;
+  /** What the key's requests cost since `since` (ms). */
+  spendUsd(keyId: string, since: number): Promise<number>;
+  /** The active (not revoked) key with this plain text, or null; an expired key is returned (the caller says it expired). */
   authenticate(plainKey: string): Promise<ApiKeyInfo | null>;
   /**
    * What `authenticate` would answer, from memory: the key, null for a text that cannot be a key,
@@ -220,6 +270,8 @@ export interface AdmitInput {
   /** Worst case of the request, priced at the model's prices for the reservation. */
   promptTokens: number;
   completionTokens: number;
+  /** The end user the request names (its `user` or `safety_identifier`), for a per-user budget. */
+  user?: string | null;
 }
 
 export interface InflightStore {
@@ -227,6 +279,9 @@ export interface InflightStore {
    * Admits a request: on a prepaid plan it reserves the request's worst-case price, and refuses
    * (null) when the balance less the reservations already in flight is not positive. Serialised
    * per account across nodes, so credit is never overspent by more than the reservations in flight.
+   * A key with a budget (or an account with a budget per end user) also reserves the worst case
+   * on an unlimited plan, and throws BudgetExceededError when that worst case, with what was spent
+   * in the period and what other requests in flight hold, would exceed the budget: never overspent.
    */
   admit(r: AdmitInput): Promise<InflightRequest | null>;
   /**
@@ -312,9 +367,25 @@ export interface ModelUsage {
   reasoningTokens: number;
 }
 
+export type UsageGrouping = "key" | "model" | "user" | "day";
+
+/** An account's usage in a range, summed over one key, model, end user or UTC day. */
+export interface UsageGroup {
+  /** The key id, model id, end user (null: requests that named none) or YYYY-MM-DD. */
+  group: string | null;
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens: number;
+  costUsd: number;
+}
+
 export interface UsageReportStore {
   daily(accountId: number, since: number, until: number): Promise<DailyUsage[]>;
   byModel(accountId: number, since: number, until: number): Promise<ModelUsage[]>;
+  /** Spend and tokens grouped one way, dearest first (by day: in day order). */
+  grouped(accountId: number, by: UsageGrouping, since: number, until: number): Promise<UsageGroup[]>;
 }
 
 /** Per-minute and concurrency limits; null means no limit on that dimension. */
@@ -329,18 +400,23 @@ export interface RateLimitEntry extends RateLimits {
   accountName: string;
   /** null: the limit applies to the whole account; else to this key only (on top of the account's). */
   keyId: string | null;
+  /** null: to every model; else to requests for this model only (on top of the scope's others). */
+  modelId: string | null;
   updatedAt: number;
 }
 
-export type EffectiveLimits = Readonly<{ accountId: number; account: RateLimits | null; key: RateLimits | null }>;
+/** A limit on one model's requests, of the account or of the key. */
+export type ModelLimit = Readonly<{ modelId: string; onKey: boolean; limits: RateLimits }>;
+
+export type EffectiveLimits = Readonly<{ accountId: number; account: RateLimits | null; key: RateLimits | null; models: readonly ModelLimit[] }>;
 
 export interface LimitStore {
-  /** The limits set for exactly this scope (the account when keyId is null), or null. */
-  get(accountId: number, keyId?: string | null): Promise<RateLimits | null>;
+  /** The limits set for exactly this scope (the account when keyId is null; every model when modelId is null), or null. */
+  get(accountId: number, keyId?: string | null, modelId?: string | null): Promise<RateLimits | null>;
   /** Sets the scope's limits; all three null removes them. */
-  set(accountId: number, keyId: string | null, limits: RateLimits): Promise<void>;
+  set(accountId: number, keyId: string | null, limits: RateLimits, modelId?: string | null): Promise<void>;
   list(accountId?: number): Promise<RateLimitEntry[]>;
-  /** The account's and the key's limits for a request; cached, yet a change is seen on the next request. */
+  /** The account's and the key's limits for a request (and those per model); cached, yet a change is seen on the next request. */
   effective(accountId: number, keyId: string): Promise<EffectiveLimits>;
   /** `effective` from memory, or undefined when not cached. */
   peekEffective(accountId: number, keyId: string): EffectiveLimits | undefined;
@@ -419,6 +495,73 @@ export interface NodeStore {
   sweep(): Promise<string[]>;
 }
 
+/** Who made a change: the OS user of a CLI command, a workspace user, an admin API token (its label). */
+export interface AuditActor {
+  kind: "cli" | "workspace" | "admin_api";
+  name: string;
+  /** Where the change came from: the client's address, or the host the CLI ran on. */
+  source: string | null;
+}
+
+export interface AuditInput {
+  actor: AuditActor;
+  /** What was done, e.g. "keys.create", "billing.topUp". */
+  action: string;
+  /** What it was done to, e.g. "key:key_…", "account:acme", "model:org/m". */
+  target: string | null;
+  /** The target's state before and after (no secret ever: keys, passwords and tokens are never in it). */
+  before: unknown;
+  after: unknown;
+}
+
+export interface AuditEntry {
+  id: number;
+  /** 1, 2, 3 … in the order of the chain. */
+  seq: number;
+  at: number;
+  actorKind: AuditActor["kind"];
+  actor: string;
+  source: string | null;
+  action: string;
+  target: string | null;
+  before: unknown;
+  after: unknown;
+  prevHash: string;
+  hash: string;
+}
+
+export type AuditVerdict = { ok: true; rows: number } | { ok: false; rows: number; seq: number; problem: string };
+
+export interface AuditStore {
+  /** Appends an entry to the chain (in the caller's transaction, when there is one). */
+  append(e: AuditInput): Promise<AuditEntry>;
+  /** Newest first. */
+  list(opts?: { since?: number; until?: number; limit?: number; target?: string }): Promise<AuditEntry[]>;
+  /** Walks the whole chain: every row's hash is recomputed and linked to the previous one's. */
+  verify(): Promise<AuditVerdict>;
+}
+
+export interface AdminToken {
+  id: string;
+  label: string;
+  prefix: string;
+  createdAt: number;
+  lastUsedAt: number | null;
+  revokedAt: number | null;
+}
+
+export interface AdminTokenStore {
+  /** The plain token is returned once; only its hash is kept. */
+  create(label: string): Promise<{ token: string; info: AdminToken }>;
+  /** The active token with this plain text, or null. */
+  authenticate(plain: string): Promise<AdminToken | null>;
+  list(): Promise<AdminToken[]>;
+  get(id: string): Promise<AdminToken | null>;
+  /** False when there is no such active token. */
+  revoke(id: string): Promise<boolean>;
+  touch(id: string): Promise<void>;
+}
+
 /** The table families, as a transaction sees them too. */
 export interface StoreTables {
   accounts: AccountStore;
@@ -434,6 +577,8 @@ export interface StoreTables {
   usageReports: UsageReportStore;
   rates: RateStore;
   nodes: NodeStore;
+  audit: AuditStore;
+  adminTokens: AdminTokenStore;
 }
 
 export interface Store extends StoreTables {

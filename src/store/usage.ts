@@ -1,3 +1,4 @@
+import { NANO } from "./billing.ts";
 import type { Db } from "./db.ts";
 import type { UsageRecord, UsageRow, UsageStore } from "./types.ts";
 
@@ -17,6 +18,7 @@ interface Row {
   user: string | null;
   metadata: string | null;
   created_at: number;
+  cost_nano: number;
 }
 
 const toRow = (r: Row): UsageRow => ({
@@ -35,14 +37,15 @@ const toRow = (r: Row): UsageRow => ({
   user: r.user,
   metadata: r.metadata === null ? null : (JSON.parse(r.metadata) as Record<string, string>),
   createdAt: r.created_at,
+  costUsd: r.cost_nano / NANO,
 });
 
-/** Writes one usage row (also inside a transaction of inflight.ts). */
-export async function insertUsage(db: Db, u: UsageRecord): Promise<void> {
+/** Writes one usage row (also inside a transaction of inflight.ts), with what it was charged. */
+export async function insertUsage(db: Db, u: UsageRecord, costNano = 0): Promise<void> {
   await db.run(
     `INSERT INTO usage (request_id, account_id, key_id, model_id, prompt_tokens, completion_tokens, cached_tokens,
-       reasoning_tokens, latency_ms, status, finish_reason, "user", metadata, created_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+       reasoning_tokens, latency_ms, status, finish_reason, "user", metadata, created_at, cost_nano)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
     [
       u.requestId,
       u.accountId,
@@ -58,6 +61,7 @@ export async function insertUsage(db: Db, u: UsageRecord): Promise<void> {
       u.user,
       u.metadata ? JSON.stringify(u.metadata) : null,
       u.createdAt ?? Date.now(),
+      costNano,
     ],
   );
 }

@@ -1,7 +1,7 @@
 // The account workspace: a server-rendered web application at /workspace/, separate from the
 // public API. `createWorkspace(...).fetch` answers any request under /workspace; the server mounts
 // it on the API's port or on a port of its own.
-import type { SessionInfo, User } from "../store/index.ts";
+import { auditedStore, type SessionInfo, type User } from "../store/index.ts";
 import { ASSETS } from "./assets.ts";
 import { faviconResponse } from "./favicon.ts";
 import { clearFlash, FLASH_COOKIE, readFlash, redirectWithFlash } from "./flash.ts";
@@ -9,6 +9,7 @@ import { BodyError, cookies, json, readFields, redirect, SESSION_COOKIE, sameTok
 import { BASE } from "./layout.ts";
 import { adminRoutes } from "./pages/admin.ts";
 import { apiRoutes } from "./pages/api.ts";
+import { auditRoutes } from "./pages/audit.ts";
 import { billingRoutes } from "./pages/billing.ts";
 import { errorPage, notFoundPage } from "./pages/errors.ts";
 import { hubPullRoutes } from "./pages/hub-pull.ts";
@@ -31,7 +32,7 @@ export interface Workspace {
 /** As serve's --body-timeout-seconds by default. */
 const DEFAULT_BODY_TIMEOUT_MS = 30_000;
 
-const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
+const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...auditRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
   const { store, log } = opts;
@@ -106,7 +107,9 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
       if (isApi) return json({ error: "sign in first" }, 401);
       return request.method === "GET" ? redirect(`${BASE}/signin`) : redirectWithFlash(base, `${BASE}/signin`, { error: "Your session has ended. Sign in again." });
     }
-    const ctx: SignedCtx = { ...base, ...who };
+    // Every change a signed-in user makes goes to the audit log under their email.
+    const actor = { kind: "workspace" as const, name: who.user.email, source: client };
+    const ctx: SignedCtx = { ...base, ...who, actor, store: auditedStore(store, actor) };
     if (route.access === "operator" && who.user.role !== "operator") {
       return isApi ? json({ error: "operators only" }, 403) : errorPage(ctx, 403, "Forbidden", "This page is for operators.");
     }

@@ -19,6 +19,7 @@ export const TABS: Tab[] = [
   { id: "integrations", label: "Integrations", href: `${BASE}/integrations` },
   { id: "billing", label: "Billing", href: `${BASE}/billing` },
   { id: "admin", label: "Admin", href: `${BASE}/admin`, operatorOnly: true },
+  { id: "audit", label: "Audit log", href: `${BASE}/audit`, operatorOnly: true },
 ];
 
 export const SECURITY_HEADERS: Record<string, string> = {

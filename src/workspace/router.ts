@@ -2,7 +2,7 @@
 import { commandLine } from "../invocation.ts";
 import type { ModelResidency, ResidencySummary } from "../engine/types.ts";
 import type { Logger } from "../log.ts";
-import type { SessionInfo, Store, User } from "../store/index.ts";
+import type { AuditActor, SessionInfo, Store, User } from "../store/index.ts";
 import type { Flash } from "./flash.ts";
 
 export interface WorkspaceOptions {
@@ -75,6 +75,8 @@ export interface BaseCtx {
 export interface SignedCtx extends BaseCtx {
   user: User;
   session: SessionInfo;
+  /** Who the audit log names for this request's changes (its `store` records them). */
+  actor: AuditActor;
 }
 
 export type Access = "public" | "user" | "operator";

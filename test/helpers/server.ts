@@ -26,6 +26,8 @@ export async function startTestServer(opts: {
   limits?: ServeOptions["limits"];
   /** OpenTelemetry tracing as serve's flags set it (this process's OTEL_ variables are not read). */
   tracing?: TracingOptions;
+  /** The admin API's settings (serve --no-admin-api, --admin-port, --admin-host, --admin-rpm). */
+  admin?: ServeOptions["admin"];
 }): Promise<TestServer> {
   const data = tempDir("sluice-data-");
   const log = opts.log ?? (process.env.SLUICE_TEST_LOGS ? createLogger({ level: "debug" }) : silentLogger());
@@ -44,6 +46,7 @@ export async function startTestServer(opts: {
     hub: opts.hub,
     limits: opts.limits,
     tracing: opts.tracing ? tracingSettings(opts.tracing, {}) : null,
+    admin: opts.admin,
   });
   return {
     ...server,

@@ -196,7 +196,7 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
   }, 60_000);
 
   describe("every page at 390 and 1280 px, operator and member", () => {
-    const PAGES = ["keys", "usage", "models", "integrations", "billing", "admin"];
+    const PAGES = ["keys", "usage", "models", "integrations", "billing", "admin", "audit"];
     let people: { who: string; email: string; operator: boolean }[] = [];
 
     beforeAll(async () => {
@@ -227,7 +227,7 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
         page.on("response", (r) => {
           if (r.status() >= 400) failed.push(`${r.status()} ${r.url()}`);
         });
-        const tabs = person.operator ? PAGES : PAGES.filter((p) => p !== "admin");
+        const tabs = person.operator ? PAGES : PAGES.filter((p) => p !== "admin" && p !== "audit");
         for (const width of [390, 1280]) {
           await page.setViewportSize({ width, height: 844 });
           for (const name of tabs) {
@@ -236,6 +236,13 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
             // The tab bar is the same on every page: its keyboard walk is checked on the first.
             if (name === "keys") expect(await keyboardTabs(page)).toEqual(tabs.map((t) => `/workspace/${t}`));
             await page.screenshot({ path: join(SHOTS, `layout-${width}-${who}-${name}.png`), fullPage: true });
+          }
+          // The usage page's spend grouped each way fits too.
+          for (const by of ["key", "user", "day"]) {
+            await page.goto(`${server.url}/workspace/usage?by=${by}#spend`);
+            expect(await page.locator("#spend h2").textContent()).toStartWith("Spend by");
+            expect({ width, page: `usage?by=${by}`, cut: await cutOff(page) }).toEqual({ width, page: `usage?by=${by}`, cut: [] });
+            await page.screenshot({ path: join(SHOTS, `layout-${width}-${who}-usage-by-${by}.png`), fullPage: true });
           }
         }
         if (person.operator) await adminDetails(page);

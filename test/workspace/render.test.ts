@@ -11,10 +11,10 @@ test("interpolations are escaped unless already Html", () => {
 });
 
 test("CSV quotes fields and defuses spreadsheet formulas", () => {
-  const row = { id: 1, requestId: "r,1", accountId: 1, keyId: null, modelId: "m/a", promptTokens: 3, completionTokens: 4, cachedTokens: 2, reasoningTokens: 1, latencyMs: 5, status: "ok", finishReason: "stop", user: "=HYPERLINK(1)", metadata: null, createdAt: 0 };
+  const row = { id: 1, requestId: "r,1", accountId: 1, keyId: null, modelId: "m/a", promptTokens: 3, completionTokens: 4, cachedTokens: 2, reasoningTokens: 1, latencyMs: 5, status: "ok", finishReason: "stop", user: "=HYPERLINK(1)", metadata: null, createdAt: 0, costUsd: 0 };
   const [head, line] = usageCsv([row]).trim().split("\r\n");
-  expect(head).toBe("time,request_id,model,prompt_tokens,cached_tokens,completion_tokens,reasoning_tokens,total_tokens,latency_ms,status,finish_reason,key_id,user");
-  expect(line).toBe(`1970-01-01T00:00:00.000Z,"r,1",m/a,3,2,4,1,7,5,ok,stop,,'=HYPERLINK(1)`);
+  expect(head).toBe("time,request_id,model,prompt_tokens,cached_tokens,completion_tokens,reasoning_tokens,total_tokens,latency_ms,status,finish_reason,key_id,user,cost_usd");
+  expect(line).toBe(`1970-01-01T00:00:00.000Z,"r,1",m/a,3,2,4,1,7,5,ok,stop,,'=HYPERLINK(1),0`);
 });
 
 test("date ranges: defaults, swapped ends, inclusive days, zero-filled", () => {

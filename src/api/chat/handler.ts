@@ -9,7 +9,7 @@ import {
   type GenerationEvent,
 } from "../../engine/types.ts";
 import type { Logger } from "../../log.ts";
-import type { ApiKeyInfo, CatalogModel, Store } from "../../store/index.ts";
+import { BudgetExceededError, type ApiKeyInfo, type CatalogModel, type Store } from "../../store/index.ts";
 import { authenticate } from "../auth.ts";
 import { MAX_BODY_DEPTH, nestedDeeperThan, readJsonText } from "../body.ts";
 import { ApiError, badRequest, modelNotFound } from "../errors.ts";
@@ -69,6 +69,20 @@ function generationFailure(e: unknown): ApiError | null {
   return null;
 }
 
+/** A budget other than the account's credit would be exceeded by the request's worst case. */
+function overBudget(e: BudgetExceededError): ApiError {
+  const per = e.period === "total" ? "in total" : `per UTC ${e.period}`;
+  const whose = e.scope === "key" ? "this API key's budget" : "the budget per end user of this account";
+  const left = Math.max(0, e.budgetUsd - e.committedUsd);
+  return new ApiError(
+    429,
+    `You exceeded your current quota: ${whose} of $${e.budgetUsd} ${per} is used up ($${left.toFixed(6)} left, not enough for this request's worst case of $${e.requestUsd.toFixed(6)}; lower max_tokens to ask for less).`,
+    "insufficient_quota",
+    null,
+    "insufficient_quota",
+  );
+}
+
 const noCredit = () =>
   new ApiError(429, "You exceeded your current quota: the account has no credit left; ask an operator of this server to add credit (members cannot).", "insufficient_quota", null, "insufficient_quota");
 
@@ -84,6 +98,11 @@ const hopKey = (hop: HopIdentity): ApiKeyInfo => ({
   createdAt: 0,
   lastUsedAt: null,
   revokedAt: null,
+  // The forwarding node checked the key's expiry, model list and budget.
+  budgetUsd: null,
+  budgetPeriod: null,
+  expiresAt: null,
+  models: null,
 });
 
 /** A failure as the code a span may carry: the answer's error code, never its text. */
@@ -158,7 +177,8 @@ async function admitAndRun(
   if (problem) throw badRequest(problem.message, problem.param, "invalid_value");
   const req = body as ChatCompletionRequest;
   const model = await deps.store.catalog.getForAccount(key.accountId, req.model);
-  if (!model) throw modelNotFound(req.model);
+  // A key with a model list may use only those (of what its account may use).
+  if (!model || (key.models !== null && !key.models.includes(model.id))) throw modelNotFound(req.model);
   const plan = applyRequestLimits(planChat(req, model), limits);
   const where = deps.forwarding ? await deps.forwarding.target(model.id) : "local";
   // A forwarded request is never forwarded again: the node that sent it is told to retry.
@@ -180,7 +200,7 @@ async function admitAndRun(
     // Admitted and counted by the forwarding node; what its estimate did not use is given back here.
     inflight = { id: hop.inflightId };
     key = { ...key, accountPriority: (await deps.store.accounts.getById(key.accountId))?.priority ?? 0 };
-    ticket = settlingTicket(deps, hop);
+    ticket = settlingTicket(deps, hop, model.id);
   } else {
     ({ inflight, ticket } = await traced(scope?.trace, "sluice.admit", () => admitAndCount(deps, key, requestId, model, plan, deps.nodeId, estimate, scope), failureCode));
   }
@@ -435,15 +455,22 @@ const endUnrecorded = (deps: ChatDeps, inflightId: string, requestId: string) =>
  */
 async function admitRequest(deps: ChatDeps, key: ApiKeyInfo, requestId: string, model: CatalogModel, plan: ChatPlan, nodeId: string) {
   const worst = worstCaseTokens(plan, model.contextLength);
-  const inflight = await deps.store.inflight.admit({
-    requestId,
-    accountId: key.accountId,
-    keyId: key.id,
-    modelId: model.id,
-    nodeId,
-    promptTokens: worst.prompt,
-    completionTokens: worst.completion,
-  });
+  let inflight;
+  try {
+    inflight = await deps.store.inflight.admit({
+      requestId,
+      accountId: key.accountId,
+      keyId: key.id,
+      modelId: model.id,
+      nodeId,
+      promptTokens: worst.prompt,
+      completionTokens: worst.completion,
+      user: plan.user,
+    });
+  } catch (e) {
+    if (e instanceof BudgetExceededError) throw overBudget(e);
+    throw e;
+  }
   if (!inflight) throw noCredit();
   return inflight;
 }
@@ -461,7 +488,7 @@ async function admitAndCount(
 ): Promise<{ inflight: { id: string }; ticket: Ticket | undefined }> {
   const inflight = await admitRequest(deps, key, requestId, model, plan, nodeId);
   try {
-    return { inflight, ticket: await deps.guard?.admit(key, estimate, true, scope) };
+    return { inflight, ticket: await deps.guard?.admit(key, estimate, true, scope, model.id) };
   } catch (e) {
     await endUnrecorded(deps, inflight.id, requestId);
     throw e;
@@ -469,13 +496,13 @@ async function admitAndCount(
 }
 
 /** The ticket of a forwarded request: it settles the forwarding node's token estimate in the shared counters. */
-function settlingTicket(deps: ChatDeps, hop: HopIdentity): Ticket {
+function settlingTicket(deps: ChatDeps, hop: HopIdentity, modelId: string): Ticket {
   return {
     ok: true,
     state: { requests: null, tokens: null },
     finish(actualTokens) {
       if (hop.estimatedTokens <= 0) return;
-      deps.store.rates.settle(scopeIds(hop.accountId, hop.keyId), hop.estimatedTokens, actualTokens).catch((e) =>
+      deps.store.rates.settle(scopeIds(hop.accountId, hop.keyId, modelId), hop.estimatedTokens, actualTokens).catch((e) =>
         deps.log.warn("could not settle a forwarded request's tokens", { request_id: hop.requestId, error: (e as Error).message }),
       );
     },

@@ -37,8 +37,16 @@ export function storeCounter(rates: RateStore, nodeId: string, onError: (e: unkn
   };
 }
 
-/** The scope ids a request of this key counts against (for a settlement made on another node). */
-export const scopeIds = (accountId: number, keyId: string | null) => [`account:${accountId}`, ...(keyId ? [`key:${keyId}`] : [])];
+/** The scope of a per-model limit: counted apart from the scope's limits for every model. */
+const modelScope = (base: string, modelId: string) => `${base}:model:${modelId}`;
+
+/** The scope ids a request of this key for this model counts against (for a settlement made on another node). */
+export const scopeIds = (accountId: number, keyId: string | null, modelId?: string) => {
+  const bases = [`account:${accountId}`, ...(keyId ? [`key:${keyId}`] : [])];
+  return modelId === undefined ? bases : [...bases, ...bases.map((b) => modelScope(b, modelId))];
+};
+
+const NO_MODEL = "";
 
 export class RateGuard {
   readonly limiter: RateLimiter | null;
@@ -52,22 +60,31 @@ export class RateGuard {
     this.counter = counter ?? this.limiter!;
   }
 
-  // The scopes made from one effective-limits answer: the store hands out the same frozen object
-  // while its cache stays valid, so a request finds its scopes without building ids or objects.
-  private readonly made = new WeakMap<object, { keyId: string; accountId: number; scopes: readonly LimitScope[] }>();
+  // The scopes made from one effective-limits answer (per model asked for): the store hands out the
+  // same frozen object while its cache stays valid, so a request finds its scopes without building
+  // ids or objects.
+  private readonly made = new WeakMap<object, { keyId: string; accountId: number; byModel: Map<string, readonly LimitScope[] | null> }>();
 
-  /** The limited scopes of a request; null when neither its account nor its key has limits. */
-  private scopes(key: ApiKeyInfo, effective: EffectiveLimits): readonly LimitScope[] | null {
-    if (!effective.account && !effective.key) return null;
-    const known = this.made.get(effective);
+  /** The limited scopes of a request; null when neither its account nor its key has limits (for this model). */
+  private scopes(key: ApiKeyInfo, effective: EffectiveLimits, modelId: string): readonly LimitScope[] | null {
+    if (!effective.account && !effective.key && effective.models.length === 0) return null;
+    let known = this.made.get(effective);
     // Checked against the key too: nothing promises that one answer object serves one key only.
-    if (known && known.keyId === key.id && known.accountId === key.accountId) return known.scopes;
+    if (!known || known.keyId !== key.id || known.accountId !== key.accountId) {
+      known = { keyId: key.id, accountId: key.accountId, byModel: new Map() };
+      this.made.set(effective, known);
+    }
+    const cached = known.byModel.get(modelId);
+    if (cached !== undefined) return cached;
     const { account, key: own } = effective;
     const list: LimitScope[] = [];
     if (account) list.push({ id: `account:${key.accountId}`, limits: account });
     if (own) list.push({ id: `key:${key.id}`, limits: own });
-    const scopes = Object.freeze(list);
-    this.made.set(effective, { keyId: key.id, accountId: key.accountId, scopes });
+    for (const m of effective.models) {
+      if (m.modelId === modelId) list.push({ id: modelScope(m.onKey ? `key:${key.id}` : `account:${key.accountId}`, modelId), limits: m.limits });
+    }
+    const scopes = list.length ? Object.freeze(list) : null;
+    if (known.byModel.size < 1024) known.byModel.set(modelId, scopes);
     return scopes;
   }
 
@@ -76,16 +93,16 @@ export class RateGuard {
    * response (or the error) carries them. `hold` keeps a concurrency slot until ticket.finish().
    * Synchronous when the limits are cached and counted in memory (the hot path of GET /v1/models).
    */
-  admit(key: ApiKeyInfo, estimatedTokens: number, hold: boolean, scope?: RequestScope): Ticket | Promise<Ticket> {
+  admit(key: ApiKeyInfo, estimatedTokens: number, hold: boolean, scope?: RequestScope, modelId: string = NO_MODEL): Ticket | Promise<Ticket> {
     const effective = this.store.limits.peekEffective(key.accountId, key.id);
     if (effective === undefined) {
-      return this.store.limits.effective(key.accountId, key.id).then((e) => this.count(key, e, estimatedTokens, hold, scope));
+      return this.store.limits.effective(key.accountId, key.id).then((e) => this.count(key, e, estimatedTokens, hold, scope, modelId));
     }
-    return this.count(key, effective, estimatedTokens, hold, scope);
+    return this.count(key, effective, estimatedTokens, hold, scope, modelId);
   }
 
-  private count(key: ApiKeyInfo, effective: EffectiveLimits, estimatedTokens: number, hold: boolean, scope?: RequestScope): Ticket | Promise<Ticket> {
-    const scopes = this.scopes(key, effective);
+  private count(key: ApiKeyInfo, effective: EffectiveLimits, estimatedTokens: number, hold: boolean, scope: RequestScope | undefined, modelId: string): Ticket | Promise<Ticket> {
+    const scopes = this.scopes(key, effective, modelId);
     if (scopes === null) return NOOP_TICKET;
     const r = this.counter.admit(scopes, estimatedTokens, hold);
     return r instanceof Promise ? r.then((x) => this.answer(key, estimatedTokens, x, scope)) : this.answer(key, estimatedTokens, r, scope);
@@ -96,7 +113,8 @@ export class RateGuard {
     const headers = rateHeaders(r.state, scope?.headers);
     if (r.ok) return r;
     const wait = Math.max(1, Math.ceil(r.retryAfterMs / 1000));
-    const on = r.scope.startsWith("key:") ? "this API key" : `account '${key.accountName}'`;
+    const model = /:model:(.+)$/.exec(r.scope)?.[1];
+    const on = `${r.scope.startsWith("key:") ? "this API key" : `account '${key.accountName}'`}${model ? ` for model '${model}'` : ""}`;
     const what =
       r.dimension === "concurrency"
         ? `Too many concurrent requests on ${on}: the limit is ${r.limit} at a time.`

@@ -1,6 +1,7 @@
 // Admin (operators only): accounts, users, model access per account, prices, plans and top-ups.
 import { PRIORITY_RANGE, type Account, type NodeInfo, type Plan, type UserRole } from "../../store/index.ts";
-import { timeCell, usd, usdColumn } from "../format.ts";
+import { parseBudget, parsePeriod } from "../../key-limits.ts";
+import { dateTime, timeCell, usd, usdColumn } from "../format.ts";
 import { html, type Html } from "../html.ts";
 import { redirectWithFlash } from "../flash.ts";
 import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
@@ -35,7 +36,7 @@ export async function adminPage(c: SignedCtx): Promise<Response> {
     html`${accounts.map((a) => html`<option${a.name === current ? html` selected` : ""}${withPlans ? html` data-plan="${planOf.get(a.id)!}"` : ""}>${a.name}</option>`)}`;
   const planOptions = (current: Plan): Html => html`${PLANS.map((p) => html`<option${p === current ? html` selected` : ""}>${p}</option>`)}`;
   const allowed = selected ? new Set((await c.store.catalog.listForAccount(selected.id)).map((m) => m.id)) : new Set<string>();
-  const limits = selected ? await rateLimitPanel(c, selected.id, selected.name, csrf) : "";
+  const limits = selected ? await rateLimitPanel(c, selected, csrf, catalog.map((m) => m.id)) : "";
   const nodes = c.store.kind === "postgres" ? nodesPanel(await c.store.nodes.live()) : "";
   const body = html`<h1>Admin</h1>
 <p class="lead">Operator tools. Changes apply to the next API request.</p>
@@ -136,11 +137,14 @@ function nodesPanel(nodes: NodeInfo[]): Html {
       )}</section>`;
 }
 
-/** Rate limits of one account: blank means no limit. */
-async function rateLimitPanel(c: SignedCtx, accountId: number, name: string, csrf: Html): Promise<Html> {
+/** Rate limits of one account (for every model, and per model) and its budget per end user: blank means no limit. */
+async function rateLimitPanel(c: SignedCtx, account: Account, csrf: Html, models: string[]): Promise<Html> {
+  const { id: accountId, name } = account;
   const l = await c.store.limits.get(accountId);
   const value = (v: number | null | undefined) => (v == null ? "" : String(v));
-  const keyLimits = (await c.store.limits.list(accountId)).filter((e) => e.keyId !== null);
+  const all = await c.store.limits.list(accountId);
+  const keyLimits = all.filter((e) => e.keyId !== null);
+  const perModel = all.filter((e) => e.keyId === null && e.modelId !== null);
   return html`<section class="panel" id="limits"><h2>Rate limits for ${name}</h2>
   <p class="muted">Blank: no limit. Tokens are counted as the prompt estimate plus max_tokens when a request starts and settled with the real count when it ends.</p>
   <form class="inline" method="post" action="${BASE}/admin/limits">${csrf}<input type="hidden" name="account" value="${name}">
@@ -148,6 +152,22 @@ async function rateLimitPanel(c: SignedCtx, accountId: number, name: string, csr
     <div class="field"><label for="rl-tpm">Tokens / minute</label><input id="rl-tpm" name="tpm" type="number" min="1" step="1" value="${value(l?.tokensPerMinute)}"></div>
     <div class="field"><label for="rl-conc">Concurrent requests</label><input id="rl-conc" name="concurrent" type="number" min="1" step="1" value="${value(l?.maxConcurrent)}"></div>
     <button type="submit">Save limits</button></form>
+  <h3>For one model</h3>
+  ${perModel.length
+    ? html`<ul class="plain-list">${perModel.map((e) => html`<li data-model-limit="${e.modelId!}"><code>${e.modelId!}</code>: ${e.requestsPerMinute ?? "∞"} requests, ${e.tokensPerMinute ?? "∞"} tokens per minute${e.maxConcurrent ? `, ${e.maxConcurrent} at a time` : ""}</li>`)}</ul>`
+    : ""}
+  <form class="inline" method="post" action="${BASE}/admin/limits" aria-label="Rate limits for one model">${csrf}<input type="hidden" name="account" value="${name}">
+    <div class="field"><label for="rlm-model">Model</label><select id="rlm-model" name="model">${models.map((m) => html`<option>${m}</option>`)}</select></div>
+    <div class="field"><label for="rlm-rpm">Requests / minute</label><input id="rlm-rpm" name="rpm" type="number" min="1" step="1"></div>
+    <div class="field"><label for="rlm-tpm">Tokens / minute</label><input id="rlm-tpm" name="tpm" type="number" min="1" step="1"></div>
+    <button type="submit" class="secondary">Save model limits</button>
+    <p class="muted form-note">On top of the limits above; both blank removes the model's. The x-ratelimit headers report the tightest limit that applies.</p></form>
+  <h3>Budget per end user</h3>
+  <form class="inline" method="post" action="${BASE}/admin/user-budget" aria-label="Budget per end user">${csrf}<input type="hidden" name="account" value="${name}">
+    <div class="field"><label for="ub-usd">USD</label><input id="ub-usd" name="usd" type="number" min="0.000001" step="any" value="${account.userBudgetUsd ?? ""}" placeholder="none"></div>
+    <div class="field"><label for="ub-period">Per</label><select id="ub-period" name="period">${(["day", "month", "total"] as const).map((p) => html`<option value="${p}"${p === (account.userBudgetPeriod ?? "month") ? html` selected` : ""}>${p === "total" ? "in total" : `UTC ${p}`}</option>`)}</select></div>
+    <button type="submit" class="secondary">Save budget</button>
+    <p class="muted form-note">What one end user (a request's <code>user</code> or <code>safety_identifier</code>) may spend; blank: no such budget.</p></form>
   ${keyLimits.length
     ? html`<p class="muted">Keys with limits of their own (set with <code>${operatorCommand(c.opts, "limits", "set", "--account", name, "--key", "KEY_ID", "--rpm", "N")}</code>): ${keyLimits.map((k) => html`<code>${k.keyId}</code> `)}</p>`
     : ""}</section>`;
@@ -280,12 +300,30 @@ export const adminRoutes: Route[] = [
     access: "operator",
     handle: (c) =>
       accountChange(c, async (a) => {
-        await c.store.limits.set(a.id, null, {
-          requestsPerMinute: limitField(c, "rpm", "Requests per minute"),
-          tokensPerMinute: limitField(c, "tpm", "Tokens per minute"),
-          maxConcurrent: limitField(c, "concurrent", "Concurrent requests"),
-        });
-        return `saved rate limits for ${a.name}`;
+        const model = c.field("model") || null;
+        if (model && !(await c.store.catalog.get(model))) throw new Error(`no model ${model}`);
+        await c.store.limits.set(
+          a.id,
+          null,
+          {
+            requestsPerMinute: limitField(c, "rpm", "Requests per minute"),
+            tokensPerMinute: limitField(c, "tpm", "Tokens per minute"),
+            maxConcurrent: limitField(c, "concurrent", "Concurrent requests"),
+          },
+          model,
+        );
+        return `saved rate limits for ${a.name}${model ? ` on ${model}` : ""}`;
+      }),
+  },
+  {
+    method: "POST",
+    path: "/admin/user-budget",
+    access: "operator",
+    handle: (c) =>
+      accountChange(c, async (a) => {
+        const usd = c.field("usd") === "" ? null : parseBudget(c.field("usd"));
+        await c.store.accounts.setUserBudget(a.id, usd, parsePeriod(c.field("period") || "month"));
+        return usd === null ? `${a.name} has no budget per end user` : `${a.name}: $${usd} per end user per ${c.field("period") || "month"}`;
       }),
   },
   {

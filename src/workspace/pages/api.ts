@@ -1,6 +1,7 @@
 // The workspace's internal JSON routes (not under /v1): the same data as the pages, for scripts
 // and for tests. Every route is scoped to the signed-in user's account.
 import type { ApiKeyInfo } from "../../store/index.ts";
+import { keyLimitsFrom } from "../../key-limits.ts";
 import { json } from "../http.ts";
 import type { Route } from "../router.ts";
 import { billingData } from "./billing.ts";
@@ -13,6 +14,10 @@ const keyJson = (k: ApiKeyInfo) => ({
   created_at: k.createdAt,
   last_used_at: k.lastUsedAt,
   revoked_at: k.revokedAt,
+  budget_usd: k.budgetUsd,
+  budget_period: k.budgetPeriod,
+  expires_at: k.expiresAt,
+  models: k.models,
 });
 
 /** Token counts as the API's usage names them (cached within prompt, reasoning within completion). */
@@ -38,8 +43,18 @@ export const apiRoutes: Route[] = [
     async handle(c) {
       const label = c.field("label");
       if (!label || label.length > 80) return json({ error: "label must have 1 to 80 characters" }, 400);
-      const { key, info } = await c.store.keys.create(c.user.accountId, label);
-      return json({ key, ...keyJson(info) }, 201);
+      const given = (n: string) => (c.fields(n).length ? c.fields(n).join(",") : undefined);
+      let limits;
+      try {
+        limits = keyLimitsFrom({ budgetUsd: given("budget_usd"), budgetPeriod: given("budget_period"), expires: given("expires"), models: given("models") });
+        const allowed = new Set((await c.store.catalog.listForAccount(c.user.accountId)).map((m) => m.id));
+        const other = limits.models?.find((m) => !allowed.has(m));
+        if (other) return json({ error: `the account may not use ${other}` }, 400);
+        const { key, info } = await c.store.keys.create(c.user.accountId, label, limits);
+        return json({ key, ...keyJson(info) }, 201);
+      } catch (e) {
+        return json({ error: (e as Error).message }, 400);
+      }
     },
   },
   {
@@ -58,6 +73,8 @@ export const apiRoutes: Route[] = [
       return json({
         from: d.range.from,
         to: d.range.to,
+        by: d.by,
+        groups: d.groups.map((g) => ({ group: g.group, requests: g.requests, ...tokens(g), cost_usd: g.costUsd })),
         daily: d.daily.map((x) => ({ day: x.day, requests: x.requests, ...tokens(x) })),
         by_model: d.byModel.map((x) => ({ model: x.modelId, requests: x.requests, ...tokens(x) })),
         recent: d.recent.map((u) => ({
@@ -67,6 +84,8 @@ export const apiRoutes: Route[] = [
           ...tokens(u),
           latency_ms: u.latencyMs,
           status: u.status,
+          user: u.user,
+          cost_usd: u.costUsd,
         })),
       });
     },

@@ -2,7 +2,7 @@
 // weights and KV budget, requests in flight), its keep-alive (kept in the catalog: blank follows
 // the model's sluice.json, else serve --keep-alive), and loading or unloading one now.
 import { describeKeepAlive, keepAliveSeconds, parseKeepAlive, PINNED } from "../../engine/residency/settings.ts";
-import type { CatalogModel } from "../../store/index.ts";
+import { recordAction, type CatalogModel } from "../../store/index.ts";
 import { formatBytes } from "../../format-bytes.ts";
 import { dateTime } from "../format.ts";
 import { html, type Html } from "../html.ts";
@@ -52,9 +52,11 @@ export const residencyRoutes: Route[] = [
           if (!control.summary().models.some((m) => m.model === id)) throw new Error(`no model ${id} on this server`);
           if (c.field("action") === "load") {
             const m = await control.load(id);
+            await recordAction(c.store, c.actor, "models.load", `model:${id}`, null, { state: m.state, bytes: m.bytes });
             return `loaded ${id} (${formatBytes(m.bytes)}) in ${m.lastLoadMs ?? 0} ms`;
           }
-          await control.unload(id);
+          const m = await control.unload(id);
+          await recordAction(c.store, c.actor, "models.unload", `model:${id}`, null, { state: m.state });
           return `unloaded ${id}`;
         },
         `${BASE}/admin#residency`,

@@ -1,7 +1,7 @@
 // Usage: requests and tokens per day and per model, recent requests, a date range, CSV export.
-import type { DailyUsage, UsageRow } from "../../store/index.ts";
+import type { DailyUsage, UsageGroup, UsageGrouping, UsageRow } from "../../store/index.ts";
 import { barChart, rowChart } from "../charts.ts";
-import { DAY_MS, integer, isoDay, parseDay, timeCell } from "../format.ts";
+import { DAY_MS, dateTime, integer, isoDay, parseDay, timeCell, usd } from "../format.ts";
 import { html } from "../html.ts";
 import { BASE, htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
@@ -35,11 +35,24 @@ export function fillDays(rows: DailyUsage[], since: number, until: number): Dail
   return out;
 }
 
+export const GROUPINGS: { by: UsageGrouping; label: string }[] = [
+  { by: "model", label: "Model" },
+  { by: "key", label: "Key" },
+  { by: "user", label: "End user" },
+  { by: "day", label: "Day" },
+];
+
+/** The grouping a page asks for (?by=), by model unless it names another. */
+export const groupingOf = (url: URL): UsageGrouping => GROUPINGS.find((g) => g.by === url.searchParams.get("by"))?.by ?? "model";
+
 export async function usageData(c: SignedCtx) {
   const r = usageRange(c.url);
   const id = c.user.accountId;
+  const by = groupingOf(c.url);
   return {
     range: r,
+    by,
+    groups: await c.store.usageReports.grouped(id, by, r.since, r.until),
     daily: fillDays(await c.store.usageReports.daily(id, r.since, r.until), r.since, r.until),
     byModel: await c.store.usageReports.byModel(id, r.since, r.until),
     recent: await c.store.usage.list(id, { since: r.since, until: r.until, limit: 100 }),
@@ -55,17 +68,43 @@ const csvCell = (v: string | number | null) => {
 
 export function usageCsv(rows: UsageRow[]): string {
   // cached_tokens are part of prompt_tokens and reasoning_tokens part of completion_tokens, as in the API's usage.
-  const head = ["time", "request_id", "model", "prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "latency_ms", "status", "finish_reason", "key_id", "user"];
+  const head = ["time", "request_id", "model", "prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "latency_ms", "status", "finish_reason", "key_id", "user", "cost_usd"];
   const lines = rows.map((u) =>
-    [new Date(u.createdAt).toISOString(), u.requestId, u.modelId, u.promptTokens, u.cachedTokens, u.completionTokens, u.reasoningTokens, u.promptTokens + u.completionTokens, u.latencyMs, u.status, u.finishReason, u.keyId, u.user]
+    [new Date(u.createdAt).toISOString(), u.requestId, u.modelId, u.promptTokens, u.cachedTokens, u.completionTokens, u.reasoningTokens, u.promptTokens + u.completionTokens, u.latencyMs, u.status, u.finishReason, u.keyId, u.user, Number(u.costUsd.toFixed(9))]
       .map(csvCell)
       .join(","),
   );
   return [head.join(","), ...lines].join("\r\n") + "\r\n";
 }
 
+/** Spend grouped one way (the request's `user` or `safety_identifier` for end users), with links to the others. */
+async function spendPanel(c: SignedCtx, by: UsageGrouping, groups: UsageGroup[], qs: string) {
+  const labels = new Map((await c.store.keys.list(c.user.accountId)).map((k) => [k.id, k.label ?? k.prefix + "…"]));
+  const name = (g: string | null) => (by === "user" ? (g ?? "(none named)") : by === "key" ? (g === null ? "(none)" : `${labels.get(g) ?? g}`) : (g ?? "—"));
+  const total = groups.reduce((t, g) => t + g.costUsd, 0);
+  const current = GROUPINGS.find((g) => g.by === by)!;
+  return html`<section class="panel" id="spend">
+  <h2>Spend by ${current.label.toLowerCase()}</h2>
+  <nav class="segmented" aria-label="Group spend by">${GROUPINGS.map(
+    (g) => html`<a href="${BASE}/usage?${qs}&by=${g.by}#spend"${g.by === by ? html` aria-current="true"` : ""}>${g.label}</a>`,
+  )}</nav>
+  ${by === "user" ? html`<p class="muted">End users are what requests name in <code>user</code> or <code>safety_identifier</code>.</p>` : ""}
+  ${groups.length === 0
+    ? html`<p class="empty">No requests in this range.</p>`
+    : scrollTable(
+        `Spend by ${current.label.toLowerCase()}`,
+        html`<thead><tr><th scope="col">${current.label}</th><th scope="col" class="num">Requests</th><th scope="col" class="num hide-sm">Prompt</th><th scope="col" class="num hide-sm">Completion</th><th scope="col" class="num">Cost</th></tr></thead>
+  <tbody>${groups.map(
+    (g) => html`<tr data-group="${g.group ?? ""}"><td class="${by === "key" ? "" : "mono"}">${name(g.group)}${by === "key" && g.group ? html`<div class="muted mono">${g.group}</div>` : ""}</td><td class="num">${integer(g.requests)}</td><td class="num hide-sm">${integer(g.promptTokens)}</td><td class="num hide-sm">${integer(g.completionTokens)}</td><td class="num" data-label="Cost">${usd(g.costUsd)}</td></tr>`,
+  )}</tbody>
+  <tfoot><tr><th scope="row">Total</th><td class="num">${integer(groups.reduce((t, g) => t + g.requests, 0))}</td><td class="num hide-sm"></td><td class="num hide-sm"></td><td class="num" data-testid="spend-total">${usd(total)}</td></tr></tfoot>`,
+        html` id="spend-table"`,
+      )}
+</section>`;
+}
+
 async function usagePage(c: SignedCtx) {
-  const { range, daily, byModel, recent } = await usageData(c);
+  const { range, by, groups, daily, byModel, recent } = await usageData(c);
   const total = daily.reduce(
     (a, d) => ({ r: a.r + d.requests, p: a.p + d.promptTokens, c: a.c + d.completionTokens, cached: a.cached + d.cachedTokens, reasoning: a.reasoning + d.reasoningTokens }),
     { r: 0, p: 0, c: 0, cached: 0, reasoning: 0 },
@@ -78,6 +117,7 @@ async function usagePage(c: SignedCtx) {
   <form class="inline" method="get" action="${BASE}/usage" aria-label="Date range">
     <div class="field"><label for="from">From (UTC day)</label><input id="from" name="from" ${DAY_INPUT} value="${range.from}"></div>
     <div class="field"><label for="to">To (UTC day)</label><input id="to" name="to" ${DAY_INPUT} value="${range.to}"></div>
+    <input type="hidden" name="by" value="${by}">
     <button type="submit">Show</button>
     <a class="button secondary right" href="${BASE}/usage.csv?${qs}" download>Export CSV</a>
   </form>
@@ -114,6 +154,7 @@ async function usagePage(c: SignedCtx) {
       })
     : html`<h2>Tokens per model</h2><p class="empty">No requests in this range.</p>`}</section>
 </div>
+${await spendPanel(c, by, groups, `from=${range.from}&to=${range.to}`)}
 <section class="panel">
   <h2>Recent requests</h2>
   ${recent.length === 0
