@@ -16,10 +16,12 @@ import { keyRoutes } from "./pages/keys.ts";
 import { modelRoutes } from "./pages/models.ts";
 import { residencyRoutes } from "./pages/residency.ts";
 import { signInRoutes } from "./pages/signin.ts";
+import { ssoRoutes } from "./pages/sso.ts";
 import { usageRoutes } from "./pages/usage.ts";
 import { compile, match, type BaseCtx, type SignedCtx, type WorkspaceOptions } from "./router.ts";
 
 export type { WorkspaceOptions } from "./router.ts";
+export { createOidcClient, OIDC_CALLBACK_PATH, type OidcSettings, type SsoAuditEvent } from "./oidc.ts";
 export { BASE as WORKSPACE_PATH } from "./layout.ts";
 
 export interface Workspace {
@@ -27,7 +29,7 @@ export interface Workspace {
   fetch(request: Request, client?: string | null): Promise<Response>;
 }
 
-const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
+const ROUTES = [...signInRoutes, ...ssoRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
   const { store, log } = opts;

@@ -4,6 +4,7 @@ import OpenAI from "openai";
 import { createEngine, type CreateEngineOptions } from "../../src/engine/index.ts";
 import { createLogger, silentLogger, type Logger } from "../../src/log.ts";
 import { startServer, type RunningServer, type ServeOptions } from "../../src/server.ts";
+import { openStore, type Store } from "../../src/store/index.ts";
 import { tempDir } from "./paths.ts";
 import { tracingSettings, type TracingOptions } from "../../src/api/tracing/settings.ts";
 
@@ -26,8 +27,22 @@ export async function startTestServer(opts: {
   limits?: ServeOptions["limits"];
   /** OpenTelemetry tracing as serve's flags set it (this process's OTEL_ variables are not read). */
   tracing?: TracingOptions;
+  /** Single sign-on and the password form, as serve's --oidc-* flags and --no-password-sign-in set them. */
+  oidc?: ServeOptions["oidc"];
+  passwordSignIn?: boolean;
+  ssoAudit?: ServeOptions["ssoAudit"];
+  /** Runs on the fresh data directory's store before the server starts (accounts it expects). */
+  prepareData?: (store: Store) => Promise<unknown>;
 }): Promise<TestServer> {
   const data = tempDir("sluice-data-");
+  if (opts.prepareData) {
+    const store = await openStore({ dataDir: data.path });
+    try {
+      await opts.prepareData(store);
+    } finally {
+      await store.close();
+    }
+  }
   const log = opts.log ?? (process.env.SLUICE_TEST_LOGS ? createLogger({ level: "debug" }) : silentLogger());
   const engine = await createEngine({ log, device: "cpu", threads: 1, ...opts.engine });
   const server = await startServer({
@@ -44,6 +59,9 @@ export async function startTestServer(opts: {
     hub: opts.hub,
     limits: opts.limits,
     tracing: opts.tracing ? tracingSettings(opts.tracing, {}) : null,
+    oidc: opts.oidc,
+    passwordSignIn: opts.passwordSignIn,
+    ssoAudit: opts.ssoAudit,
   });
   return {
     ...server,
