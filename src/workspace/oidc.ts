@@ -144,12 +144,22 @@ export function createOidcClient(settings: OidcSettings, store: Store, log: Logg
         issuer: idClaims.iss,
         subject: idClaims.sub,
         email: typeof claims.email === "string" && claims.email !== "" ? claims.email : null,
-        // Only a boolean true counts: absent, "true" or anything else is not a verified address.
-        emailVerified: claims.email_verified === true,
+        emailVerified: emailVerified(claims),
         claims,
       };
     },
   };
+}
+
+/**
+ * Whether the provider vouches for the email: email_verified true (a boolean: absent, "true" or
+ * anything else is not). Microsoft Entra ID never sends email_verified for organisational accounts;
+ * its optional claim xms_edov (the email's domain is verified by the tenant) stands in for it
+ * there, only where email_verified is absent.
+ */
+export function emailVerified(claims: Record<string, unknown>): boolean {
+  if ("email_verified" in claims) return claims.email_verified === true;
+  return claims.xms_edov === true;
 }
 
 /**

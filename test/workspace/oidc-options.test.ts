@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { parseCommand, UsageError } from "../../src/cli/framework.ts";
 import { parseOidcOptions } from "../../src/cli/oidc-options.ts";
 import { serveCommand } from "../../src/cli/serve.ts";
+import { emailVerified } from "../../src/workspace/oidc.ts";
 import { checkIssuerUrl, claimMatches, parseClaimRule } from "../../src/workspace/oidc-rules.ts";
 import { tempDir } from "../helpers/paths.ts";
 
@@ -36,6 +37,14 @@ describe("the operator rule", () => {
     expect(() => checkIssuerUrl("http://id.example.com")).toThrow(/https/);
     expect(() => checkIssuerUrl("id.example.com")).toThrow(/not a URL/);
   });
+});
+
+test("an email is verified by email_verified true, or by Entra's xms_edov where email_verified is absent", () => {
+  expect(emailVerified({ email_verified: true })).toBe(true);
+  for (const v of [false, "true", 1, null]) expect(emailVerified({ email_verified: v })).toBe(false);
+  expect(emailVerified({})).toBe(false);
+  expect(emailVerified({ xms_edov: true })).toBe(true);
+  expect(emailVerified({ email_verified: false, xms_edov: true })).toBe(false);
 });
 
 describe("serve's --oidc-* flags", () => {
