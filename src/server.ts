@@ -93,6 +93,13 @@ export interface RunningServer {
 
 export const DEFAULT_ACCOUNT = "local";
 
+/** serve --oidc-account names an account the store does not have: it must be created first. */
+export class MissingSsoAccountError extends Error {
+  constructor(readonly account: string) {
+    super(`the account for users created by single sign-on (--oidc-account ${account}) does not exist`);
+  }
+}
+
 function catalogEntry(m: DiscoveredModelDir, model: EngineModel, loadError: string | null): DiscoveredModel {
   return {
     id: m.id,
@@ -175,7 +182,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
   const firstKey = await ensureLocalAccount(store);
   if (opts.oidc?.account && !(await store.accounts.get(opts.oidc.account))) {
     await store.close();
-    throw new Error(`the account for users created by single sign-on (--oidc-account ${opts.oidc.account}) does not exist; create it first: ${commandLine("accounts", "create", opts.oidc.account)}`);
+    throw new MissingSsoAccountError(opts.oidc.account);
   }
   if (store.kind === "sqlite") {
     // One server per file: whatever is still in flight was left by a process that died.

@@ -123,7 +123,7 @@ export const serveCommand: Command = {
     const timeoutMs = seconds("node-timeout-seconds", 0.5);
     if (timeoutMs <= heartbeatMs) throw new UsageError("--node-timeout-seconds must be longer than --heartbeat-seconds");
     // Loaded here, not at the top: every other command starts without the server's modules.
-    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, MissingSsoAccountError, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
       import("../engine/index.ts"),
       import("../engine/providers.ts"),
       import("../modelkit/index.ts"),
@@ -186,6 +186,9 @@ export const serveCommand: Command = {
       ...sso,
       // The admin page's pulls choose `auto` dtypes for the device the models run on.
       hub: { device: device === "cpu" ? "cpu" : chooseProviders(device as "auto" | "cuda").providers[0] === "cuda" ? "cuda" : "cpu" },
+    }).catch((e) => {
+      if (e instanceof MissingSsoAccountError) throw new UsageError(`${e.message}: create it first (see: ${seeCommand(args, "accounts", "create", e.account)})`);
+      throw e;
     });
     // startServer returns once every model has loaded and both ports listen: only now is the
     // banner true. The log lines before it go out first, so it is the last thing on the screen.
