@@ -5,11 +5,13 @@
 // browser, with a forged state, or played twice. A second server has password sign-in off.
 // Skipped, with a message, when chromium is absent.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import type { SsoAuditEvent } from "../../src/workspace/index.ts";
+import { parseClaimRule } from "../../src/workspace/oidc-rules.ts";
 import { reserveOidcProvider, type TestOidcProvider } from "../helpers/oidc-provider.ts";
-import { tempDir } from "../helpers/paths.ts";
+import { REPO, tempDir } from "../helpers/paths.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 import { PASSWORD, WorkspaceClient } from "./helpers.ts";
 
@@ -18,6 +20,7 @@ const hasChromium = existsSync(CHROMIUM);
 if (!hasChromium) console.log(`SSO browser tests skipped: ${CHROMIUM} is absent (apt-get install -y chromium)`);
 
 const PROVIDER = "Test IdP";
+const SHOTS = join(REPO, "test-output", "workspace");
 let provider: TestOidcProvider;
 let server: TestServer; // SSO and passwords
 let ssoOnly: TestServer; // SSO, password sign-in off
@@ -27,6 +30,7 @@ const models = tempDir("sluice-models-");
 
 beforeAll(async () => {
   if (!hasChromium) return;
+  mkdirSync(SHOTS, { recursive: true });
   provider = await reserveOidcProvider();
   const oidc = {
     issuer: provider.issuer,
@@ -35,7 +39,7 @@ beforeAll(async () => {
     providerName: PROVIDER,
     scopes: "openid email profile groups",
     account: "corp",
-    operatorClaim: { path: ["groups"], value: "sluice-admins", text: "groups=sluice-admins" },
+    operatorClaim: parseClaimRule("groups=sluice-admins"),
   };
   server = await startTestServer({
     modelsDir: models.path,
@@ -110,6 +114,17 @@ describe.skipIf(!hasChromium)("single sign-on in chromium, against oidc-provider
     expect(body).toContain(`Sign in with ${PROVIDER}`);
     expect(body).toContain('name="password"');
     expect(server.oidcRedirectUri).toBe(`${server.url}/workspace/oidc/callback`);
+    // At a phone's width and a desktop's, both fit.
+    const context = await freshContext();
+    const page = await context.newPage();
+    for (const width of [390, 1280]) {
+      await page.setViewportSize({ width, height: 800 });
+      await page.goto(`${server.url}/workspace/signin`);
+      expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(width);
+      await expect(page.getByRole("link", { name: `Sign in with ${PROVIDER}` }).isVisible()).resolves.toBe(true);
+      await page.screenshot({ path: join(SHOTS, `sso-signin-${width}.png`), fullPage: true });
+    }
+    await context.close();
   }, 60_000);
 
   test("a new user whose group makes them an operator is created in the configured account", async () => {
