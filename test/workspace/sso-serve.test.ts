@@ -27,6 +27,10 @@ test("serve prints the redirect URI; with password sign-in off the page offers o
     const start = await fetch(`${serve.url}/workspace/oidc/start`, { redirect: "manual" });
     expect(start.status).toBe(503);
     expect(await start.text()).toContain("Keycloak cannot be reached just now");
+    // The provider's own refusal (the person cancelled), in its words.
+    const cancelled = await fetch(`${serve.url}/workspace/oidc/callback?error=access_denied&error_description=The+user+cancelled&state=x`);
+    expect(cancelled.status).toBe(403);
+    expect(await cancelled.text()).toContain("Keycloak did not sign you in: The user cancelled (access_denied).");
     // The server goes on: the API answers.
     expect((await fetch(`${serve.url}/health`)).status).toBe(200);
   } finally {

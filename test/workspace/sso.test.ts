@@ -191,10 +191,15 @@ describe.skipIf(!hasChromium)("single sign-on in chromium, against oidc-provider
   }, 60_000);
 
   test("a callback is good once, in the browser that began the sign-in, with a state the server issued", async () => {
+    // Bob was made an operator meanwhile (by the CLI, say): without the group, the provider's word wins.
+    const bob = (await server.store.users.getByEmail("bob@corp.example"))!;
+    await server.store.users.setRole(bob.id, "operator");
     let callback = "";
     const context = await freshContext();
     const page = await ssoSignIn(context, server.url, "bob", { seeCallback: (u) => (callback = u) });
     expect(page.url()).toBe(`${server.url}/workspace/keys`);
+    expect((await server.store.users.get(bob.id))!.role).toBe("member");
+    expect(audit).toContainEqual(expect.objectContaining({ action: "user.role_changed", userId: bob.id, before: "operator", after: "member" }));
     const url = new URL(callback);
     const state = url.searchParams.get("state")!;
     expect(url.searchParams.get("code")).toBeTruthy();
