@@ -34,8 +34,6 @@ export function signInPage(c: BaseCtx, opts: { email?: string; error?: string; s
   });
 }
 
-const form = signInPage;
-
 /** Opens a session for the user and sends the browser to its keys, dropping the sign-in's own cookies. */
 export async function startSession(c: BaseCtx, userId: number, dropCookies: string[]): Promise<Response> {
   await c.store.sessions.purgeExpired();
@@ -47,17 +45,17 @@ export async function startSession(c: BaseCtx, userId: number, dropCookies: stri
 }
 
 export const signInRoutes: Route[] = [
-  { method: "GET", path: "/signin", access: "public", handle: (c) => form(c, {}) },
+  { method: "GET", path: "/signin", access: "public", handle: (c) => signInPage(c, {}) },
   {
     method: "POST",
     path: "/signin",
     access: "public",
     async handle(c) {
       if (c.opts.passwordSignIn === false) {
-        return form(c, { status: 403, error: `Password sign-in is turned off on this server.${c.opts.oidc ? ` Sign in with ${c.opts.oidc.settings.providerName}.` : ""}` });
+        return signInPage(c, { status: 403, error: `Password sign-in is turned off on this server.${c.opts.oidc ? ` Sign in with ${c.opts.oidc.settings.providerName}.` : ""}` });
       }
       if (!sameToken(cookies(c.request).get(PRE_COOKIE), c.field("_csrf"))) {
-        return form(c, { error: "The sign-in form expired. Please try again.", status: 403 });
+        return signInPage(c, { error: "The sign-in form expired. Please try again.", status: 403 });
       }
       const email = c.field("email");
       const password = c.fields("password")[0] ?? "";
@@ -66,12 +64,12 @@ export const signInRoutes: Route[] = [
       if (failures.email >= t.perEmail || failures.client >= t.perClient) {
         c.opts.log.warn("workspace sign-in throttled", { client: c.client });
         const minutes = Math.ceil(t.windowMs / 60_000);
-        return form(c, { email, status: 429, error: `Too many failed sign-ins. Try again in ${minutes} minutes.` });
+        return signInPage(c, { email, status: 429, error: `Too many failed sign-ins. Try again in ${minutes} minutes.` });
       }
       const user = email && password ? await c.store.users.verify(email, password) : null;
       if (!user) {
         await c.store.signIns.recordFailure(email || "(empty)", c.client);
-        return form(c, { email, status: 401, error: "Wrong email or password." });
+        return signInPage(c, { email, status: 401, error: "Wrong email or password." });
       }
       await c.store.signIns.clear(email);
       return startSession(c, user.id, [PRE_COOKIE]);
