@@ -388,7 +388,12 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     ? `http://${(opts.workspaceHost ?? opts.host).includes(":") ? `[${opts.workspaceHost ?? opts.host}]` : (opts.workspaceHost ?? opts.host)}:${wsServer.port}/workspace/`
     : `${url}/workspace/`;
   log.info("account workspace", { url: workspaceUrl });
-  if (oidc) log.info("single sign-on", { issuer: oidc.settings.issuer, redirect_uri: oidcRedirectUri(), password_sign_in: opts.passwordSignIn !== false });
+  if (oidc) {
+    log.info("single sign-on", { issuer: oidc.settings.issuer, redirect_uri: oidcRedirectUri(), password_sign_in: opts.passwordSignIn !== false });
+    // In the background: a provider that is down does not hold the API up; a failure is logged
+    // with its reason (a wrong issuer, say) and the first sign-in tries again.
+    void oidc.discover();
+  }
 
   const onHup = () => {
     log.info("SIGHUP: synchronising the catalog");

@@ -68,6 +68,8 @@ export interface OidcClient {
   begin(): Promise<{ url: URL; state: string }>;
   /** The callback's query checked and the code exchanged: who signed in. Throws OidcSignInError. */
   finish(callbackQuery: URLSearchParams, state: string): Promise<OidcIdentity>;
+  /** Reads the provider's configuration now (at start), so a wrong issuer shows in the log before anyone signs in. */
+  discover(): Promise<boolean>;
 }
 
 export function createOidcClient(settings: OidcSettings, store: Store, log: Logger): OidcClient {
@@ -91,6 +93,11 @@ export function createOidcClient(settings: OidcSettings, store: Store, log: Logg
 
   return {
     settings,
+    discover: () =>
+      configuration().then(
+        () => (log.info("OpenID provider ready", { issuer: settings.issuer }), true),
+        () => false,
+      ),
     async begin() {
       const c = await configuration();
       const state = oidc.randomState();

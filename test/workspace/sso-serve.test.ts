@@ -9,15 +9,32 @@ import { hintIn, runPrinted } from "../helpers/printed-commands.ts";
 import { spawnServe } from "../helpers/serve-process.ts";
 
 const dir = tempDir("sluice-sso-serve-");
+
+/** What a stream gives up to and including the first line holding `needle`. */
+async function readUntil(stream: ReadableStream<Uint8Array>, needle: string): Promise<string> {
+  const reader = stream.getReader();
+  let text = "";
+  while (!text.slice(0, text.lastIndexOf("\n") + 1).includes(needle)) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the stream ended without ${JSON.stringify(needle)}:\n${text}`);
+    text += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  return text;
+}
 afterAll(() => dir.remove());
 
 test("serve prints the redirect URI; with password sign-in off the page offers only the provider; an unreachable provider is a clear 503", async () => {
   const issuer = `http://127.0.0.1:${closedPort()}`;
   const serve = await spawnServe(
     ["--data", join(dir.path, "a"), "--models", join(dir.path, "no-models"), "--no-demo", "--oidc-issuer", issuer, "--oidc-client-id", "sluice", "--oidc-provider-name", "Keycloak", "--no-password-sign-in"],
-    { env: { SLUICE_OIDC_CLIENT_SECRET: "from-the-environment" } },
+    { env: { SLUICE_OIDC_CLIENT_SECRET: "from-the-environment" }, stderr: "pipe" },
   );
   try {
+    // At start, in the background, the provider is looked for; the log says why it failed.
+    const log = await readUntil(serve.proc.stderr as ReadableStream<Uint8Array>, "OpenID provider discovery failed");
+    expect(log).toContain(issuer);
+    expect(log).not.toContain("from-the-environment");
     const redirectUri = `${serve.url}/workspace/oidc/callback`;
     expect(serve.banner).toContain(`Single sign-on: register this redirect URI at the OpenID provider: ${redirectUri}`);
     expect(serve.banner).not.toContain("from-the-environment");
