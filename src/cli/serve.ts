@@ -41,7 +41,9 @@ async function banner(server: RunningServer, args: CommandArgs, account: string)
   // With SSO creating users, the first operator signs in through the provider instead.
   if ((await server.store.users.list()).length === 0 && !(server.oidcRedirectUri && args.values["oidc-account"])) {
     lines.push(
-      "No one can sign in yet. Create an operator (EMAIL is yours; it asks for a password):",
+      server.oidcRedirectUri
+        ? "No one can sign in yet. Create an operator (EMAIL is yours, as the OpenID provider knows it; it asks for a password, for password sign-in while that is on):"
+        : "No one can sign in yet. Create an operator (EMAIL is yours; it asks for a password):",
       `  ${seeCommand(args, "users", "create", "EMAIL", "--account", account, "--operator", "--password-stdin")}`,
     );
   }

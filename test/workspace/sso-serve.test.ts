@@ -38,6 +38,7 @@ test("serve prints the redirect URI; with password sign-in off the page offers o
     const redirectUri = `${serve.url}/workspace/oidc/callback`;
     expect(serve.banner).toContain(`Single sign-on: register this redirect URI at the OpenID provider: ${redirectUri}`);
     expect(serve.banner).not.toContain("from-the-environment");
+    expect(serve.banner).toContain("Create an operator (EMAIL is yours, as the OpenID provider knows it;");
     const page = await (await fetch(`${serve.url}/workspace/signin`)).text();
     expect(page).toContain("Sign in with Keycloak");
     expect(page).not.toContain('name="password"');
