@@ -20,7 +20,7 @@ import { commandLine } from "./invocation.ts";
 import type { Logger } from "./log.ts";
 import { hubEndpoint, hubToken, type HubToken } from "./modelkit/hub/auth.ts";
 import { PullJobs } from "./modelkit/hub/jobs.ts";
-import { createWorkspace } from "./workspace/index.ts";
+import { createOidcClient, createWorkspace, OIDC_CALLBACK_PATH, WORKSPACE_PATH, type OidcSettings, type WorkspaceOptions } from "./workspace/index.ts";
 import type { TracingSettings } from "./api/tracing/settings.ts";
 import { Tracing } from "./api/tracing/tracer.ts";
 import { openStore, type DiscoveredModel, type Store } from "./store/index.ts";
@@ -66,6 +66,15 @@ export interface ServeOptions {
   hub?: { endpoint?: string; token?: () => HubToken | null; device?: "cuda" | "cpu" };
   /** OpenTelemetry traces of chat requests (see api/tracing/settings.ts); absent or null: off. */
   tracing?: TracingSettings | null;
+  /**
+   * Workspace sign-in through an OpenID provider. redirectUri defaults to the workspace's public
+   * address + /workspace/oidc/callback (see oidcRedirectUri on the running server).
+   */
+  oidc?: Omit<OidcSettings, "redirectUri"> & { redirectUri?: string };
+  /** false: the workspace's password form is off (SSO only). */
+  passwordSignIn?: boolean;
+  /** Told of users created and roles changed by SSO (for the audit log). */
+  ssoAudit?: WorkspaceOptions["ssoAudit"];
 }
 
 export interface RunningServer {
@@ -83,12 +92,21 @@ export interface RunningServer {
   workspaceUrl: string;
   /** Where the admin API is served, e.g. http://127.0.0.1:8080/admin/v1; null when it is off. */
   adminUrl: string | null;
+  /** With SSO: the redirect URI to register at the OpenID provider. */
+  oidcRedirectUri: string | null;
   syncCatalog(): Promise<void>;
   /** Graceful: /ready turns false, nothing new starts, generations run up to the deadline. */
   stop(deadlineMs?: number): Promise<void>;
 }
 
 export const DEFAULT_ACCOUNT = "local";
+
+/** serve --oidc-account names an account the store does not have: it must be created first. */
+export class MissingSsoAccountError extends Error {
+  constructor(readonly account: string) {
+    super(`the account for users created by single sign-on (--oidc-account ${account}) does not exist`);
+  }
+}
 
 function catalogEntry(m: DiscoveredModelDir, model: EngineModel, loadError: string | null): DiscoveredModel {
   return {
@@ -191,6 +209,10 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
   // Names this process in the requests it runs (and, with a shared database, in the node list).
   const nodeId = `node_${randomBase62(12)}`;
   const firstKey = await ensureLocalAccount(store);
+  if (opts.oidc?.account && !(await store.accounts.get(opts.oidc.account))) {
+    await store.close();
+    throw new MissingSsoAccountError(opts.oidc.account);
+  }
   if (store.kind === "sqlite") {
     // One server per file: whatever is still in flight was left by a process that died.
     const interrupted = await store.inflight.sweep([nodeId]);
@@ -332,7 +354,15 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
   const ownPort = opts.workspacePort !== undefined;
   let apiUrl = () => "";
   let workspaceUrl = "";
+  // Where the provider sends the browser back: the workspace as the public reaches it. Known once
+  // the ports listen (port 0), which is before any sign-in can begin.
+  const oidcRedirectUri = () =>
+    opts.oidc?.redirectUri ?? `${!ownPort && opts.publicUrl ? `${opts.publicUrl.replace(/\/+$/, "")}${WORKSPACE_PATH}/` : workspaceUrl}${OIDC_CALLBACK_PATH.slice(1)}`;
+  const oidc = opts.oidc ? createOidcClient({ ...opts.oidc, redirectUri: oidcRedirectUri }, store, log.child({ room: "workspace" })) : undefined;
   const workspace = createWorkspace({
+    oidc,
+    passwordSignIn: opts.passwordSignIn,
+    ssoAudit: opts.ssoAudit,
     store,
     log: log.child({ room: "workspace" }),
     // The same base URL /v1/integrations announces: the public URL, else the API's own address.
@@ -438,6 +468,12 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
     : null;
   const adminUrl = !adminOn ? null : adminServer ? `http://${adminHost.includes(":") ? `[${adminHost}]` : adminHost}:${adminServer.port}${ADMIN_BASE}` : `${url}${ADMIN_BASE}`;
   if (adminUrl) log.info("admin API", { url: adminUrl });
+  if (oidc) {
+    log.info("single sign-on", { issuer: oidc.settings.issuer, redirect_uri: oidcRedirectUri(), password_sign_in: opts.passwordSignIn !== false });
+    // In the background: a provider that is down does not hold the API up; a failure is logged
+    // with its reason (a wrong issuer, say) and the first sign-in tries again.
+    void oidc.discover();
+  }
 
   const onHup = () => {
     log.info("SIGHUP: synchronising the catalog");
@@ -465,6 +501,7 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
     tracing,
     workspaceUrl,
     adminUrl,
+    oidcRedirectUri: oidc ? oidcRedirectUri() : null,
     syncCatalog,
     async stop(deadlineMs = 10_000) {
       ready = false;

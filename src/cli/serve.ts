@@ -9,6 +9,7 @@ import { LIMIT_OPTIONS, parseLimitOptions } from "./limit-options.ts";
 import { parseResidencyOptions, RESIDENCY_OPTIONS } from "./residency-options.ts";
 import { POST_INTERVAL_MS } from "../engine/worker/round-batcher.ts";
 import { traceOptionsOf, TRACE_OPTIONS } from "./trace-options.ts";
+import { OIDC_OPTIONS, parseOidcOptions } from "./oidc-options.ts";
 
 const LEVELS = ["debug", "info", "warn", "error"];
 const str = (v: string | boolean | undefined) => (typeof v === "string" && v !== "" ? v : undefined);
@@ -35,10 +36,14 @@ async function banner(server: RunningServer, args: CommandArgs, account: string)
     lines.push("Create an API key (printed once):", `  ${seeCommand(args, "keys", "create", "--account", account)}`);
   }
   lines.push(`Account workspace: ${server.workspaceUrl}`);
+  if (server.oidcRedirectUri) lines.push(`Single sign-on: register this redirect URI at the OpenID provider: ${server.oidcRedirectUri}`);
   if (server.cluster) lines.push(`Node ${server.nodeId}, one of ${server.cluster.membership.nodes().length} live on ${server.store.location}`);
-  if ((await server.store.users.list()).length === 0) {
+  // With SSO creating users, the first operator signs in through the provider instead.
+  if ((await server.store.users.list()).length === 0 && !(server.oidcRedirectUri && args.values["oidc-account"])) {
     lines.push(
-      "No one can sign in yet. Create an operator (EMAIL is yours; it asks for a password):",
+      server.oidcRedirectUri
+        ? "No one can sign in yet. Create an operator (EMAIL is yours, as the OpenID provider knows it; it asks for a password, for password sign-in while that is on):"
+        : "No one can sign in yet. Create an operator (EMAIL is yours; it asks for a password):",
       `  ${seeCommand(args, "users", "create", "EMAIL", "--account", account, "--operator", "--password-stdin")}`,
     );
   }
@@ -93,6 +98,7 @@ export const serveCommand: Command = {
     ...LIMIT_OPTIONS,
     ...ENGINE_OPTIONS,
     ...TRACE_OPTIONS,
+    ...OIDC_OPTIONS,
   ],
   async run(args) {
     const port = Number(args.values.port);
@@ -117,6 +123,7 @@ export const serveCommand: Command = {
     const limits = parseLimitOptions(args);
     const residency = parseResidencyOptions(args);
     const engineOptions = parseEngineOptions(args);
+    const sso = parseOidcOptions(args);
     const database = databaseOf(args);
     const secret = str(args.values["cluster-secret"]);
     if (database && !secret) throw new UsageError("--cluster-secret (or SLUICE_CLUSTER_SECRET) is required with --database: it authenticates requests forwarded between nodes");
@@ -132,7 +139,7 @@ export const serveCommand: Command = {
     const timeoutMs = seconds("node-timeout-seconds", 0.5);
     if (timeoutMs <= heartbeatMs) throw new UsageError("--node-timeout-seconds must be longer than --heartbeat-seconds");
     // Loaded here, not at the top: every other command starts without the server's modules.
-    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { claimServe, DEFAULT_ACCOUNT, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { claimServe, DEFAULT_ACCOUNT, MissingSsoAccountError, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
       import("../engine/index.ts"),
       import("../engine/providers.ts"),
       import("../modelkit/index.ts"),
@@ -199,8 +206,12 @@ export const serveCommand: Command = {
       engine,
       watchModels: args.values["no-watch"] !== true,
       tracing,
+      ...sso,
       // The admin page's pulls choose `auto` dtypes for the device the models run on.
       hub: { device: device === "cpu" ? "cpu" : chooseProviders(device as "auto" | "cuda").providers[0] === "cuda" ? "cuda" : "cpu" },
+    }).catch((e) => {
+      if (e instanceof MissingSsoAccountError) throw new UsageError(`${e.message}: create it first (see: ${seeCommand(args, "accounts", "create", e.account)})`);
+      throw e;
     });
     // startServer returns once every model has loaded and both ports listen: only now is the
     // banner true. The log lines before it go out first, so it is the last thing on the screen.

@@ -100,6 +100,7 @@ const AUDITED: { [F in keyof StoreTables]?: Record<string, Spec> } = {
     // The password is never in the log: only that it was set.
     create: { target: (_, a) => `user:${a[0].email}`, after: (_t, _a, r) => userState(r) },
     setPassword: { target: async (t, a) => `user:${(await t.users.get(a[0]))?.email ?? a[0]}`, after: () => ({ password: "changed" }) },
+    setRole: { target: async (t, a) => `user:${(await t.users.get(a[0]))?.email ?? a[0]}`, before: async (t, a) => userState(await t.users.get(a[0])), after: async (t, a) => userState(await t.users.get(a[0])) },
     remove: { target: async (t, a) => `user:${(await t.users.get(a[0]))?.email ?? a[0]}`, before: async (t, a) => userState(await t.users.get(a[0])), after: () => null },
   },
   adminTokens: {

@@ -16,6 +16,7 @@ import { connectPostgres, PostgresDb, redactUrl } from "./postgres-db.ts";
 import { postgresChangeSignal, uncachedSignal } from "./postgres-signal.ts";
 import { rateStore } from "./rates.ts";
 import { sessionStore, signInThrottleStore } from "./sessions.ts";
+import { oidcLoginStore } from "./oidc-logins.ts";
 import { openDatabase, SqliteDb } from "./sqlite-db.ts";
 import type { Store, StoreTables } from "./types.ts";
 import { usageReportStore } from "./usage-reports.ts";
@@ -45,6 +46,7 @@ function tables(db: Db, shared: boolean): StoreTables {
     users: userStore(db),
     sessions: sessionStore(db),
     signIns: signInThrottleStore(db),
+    oidcLogins: oidcLoginStore(db),
     usageReports: usageReportStore(db),
     rates: rateStore(db),
     nodes: nodeStore(db),

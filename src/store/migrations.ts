@@ -315,6 +315,23 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     },
     { signal: "admin_tokens_changed", on: "admin_tokens", event: "update", columns: ["revoked_at"] },
   ],
+  // 11: workspace sign-in through an OpenID provider. A sign-in sent to the provider and not yet back:
+  // its state (hashed, like session tokens), nonce and PKCE verifier, kept in the database so any
+  // node can finish it and each is used once. A user created by SSO has an empty password_hash: no
+  // password signs in as them until one is set.
+  [
+    {
+      table: "oidc_logins",
+      columns: [
+        { name: "state_hash", type: "text", primaryKey: true },
+        { name: "nonce", type: "text", notNull: true },
+        { name: "code_verifier", type: "text", notNull: true },
+        createdAt,
+        { name: "expires_at", type: "int", notNull: true },
+      ],
+    },
+    { index: "oidc_logins_expiry", on: "oidc_logins", columns: ["expires_at"] },
+  ],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

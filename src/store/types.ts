@@ -311,8 +311,13 @@ export interface User {
 }
 
 export interface UserStore {
-  /** Hashes the password with argon2id; throws on a bad email, a short password or a taken email. */
-  create(input: { accountId: number; email: string; password: string; role?: UserRole }): Promise<User>;
+  /**
+   * Hashes the password with argon2id; throws on a bad email, a short password or a taken email.
+   * password null: a user who signs in through the OpenID provider only, until a password is set.
+   */
+  create(input: { accountId: number; email: string; password: string | null; role?: UserRole }): Promise<User>;
+  /** Changes the user's role; false when there is no such user. */
+  setRole(userId: number, role: UserRole): Promise<boolean>;
   /** The user whose email and password match, or null (same work either way: no user enumeration by timing). */
   verify(email: string, password: string): Promise<User | null>;
   setPassword(userId: number, password: string): Promise<void>;
@@ -346,6 +351,14 @@ export interface SignInThrottleStore {
   failures(email: string, client: string, since: number): Promise<{ email: number; client: number }>;
   /** Forgets an email's failures after a successful sign-in. */
   clear(email: string): Promise<void>;
+}
+
+/** Workspace sign-ins sent to the OpenID provider and not yet back (see workspace/oidc.ts). */
+export interface OidcLoginStore {
+  /** Remembers a sign-in under its state for ttlMs; the state itself is not stored, only its hash. */
+  begin(state: string, pending: { nonce: string; codeVerifier: string }, ttlMs: number): Promise<void>;
+  /** The sign-in begun with this state, removed as it is read: null when unknown, used or expired. */
+  take(state: string): Promise<{ nonce: string; codeVerifier: string } | null>;
 }
 
 export interface DailyUsage {
@@ -574,6 +587,7 @@ export interface StoreTables {
   users: UserStore;
   sessions: SessionStore;
   signIns: SignInThrottleStore;
+  oidcLogins: OidcLoginStore;
   usageReports: UsageReportStore;
   rates: RateStore;
   nodes: NodeStore;

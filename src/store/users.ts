@@ -30,6 +30,9 @@ function checkPassword(password: string) {
   if (password.length > 1024) throw new Error("a password may have at most 1024 characters");
 }
 
+/** password_hash of a user without a password (created by SSO): no hash verifies against it. */
+const NO_PASSWORD = "";
+
 const hashPassword = (password: string) => Bun.password.hash(password, { algorithm: "argon2id" });
 
 export function userStore(db: Db): UserStore {
@@ -44,10 +47,10 @@ export function userStore(db: Db): UserStore {
       const e = email.trim();
       if (!EMAIL.test(e)) throw new Error(`invalid email address ${JSON.stringify(email)}`);
       if (role !== "member" && role !== "operator") throw new Error(`unknown role ${JSON.stringify(role)}`);
-      checkPassword(password);
+      if (password !== null) checkPassword(password);
       if (!(await db.get("SELECT id FROM accounts WHERE id = $1", [accountId]))) throw new Error(`no account with id ${accountId}`);
       if (await byEmail(e)) throw new Error(`a user with email ${e} already exists`);
-      const hash = await hashPassword(password);
+      const hash = password === null ? NO_PASSWORD : await hashPassword(password);
       const { id } = (await db.get<{ id: number }>(
         "INSERT INTO users (account_id, email, password_hash, role, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
         [accountId, e, hash, role, Date.now()],
@@ -61,7 +64,17 @@ export function userStore(db: Db): UserStore {
         await Bun.password.verify(password, await dummyHash);
         return null;
       }
+      if (r.password_hash === NO_PASSWORD) {
+        // A user of the OpenID provider only: the same work as a wrong password, then no.
+        dummyHash ??= hashPassword("not-a-real-password-" + crypto.randomUUID());
+        await Bun.password.verify(password, await dummyHash);
+        return null;
+      }
       return (await Bun.password.verify(password, r.password_hash)) ? toUser(r) : null;
+    },
+    async setRole(userId, role) {
+      if (role !== "member" && role !== "operator") throw new Error(`unknown role ${JSON.stringify(role)}`);
+      return (await db.run("UPDATE users SET role = $1 WHERE id = $2", [role, userId])) > 0;
     },
     async setPassword(userId, password) {
       checkPassword(password);

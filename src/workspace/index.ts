@@ -18,10 +18,12 @@ import { keyRoutes } from "./pages/keys.ts";
 import { modelRoutes } from "./pages/models.ts";
 import { residencyRoutes } from "./pages/residency.ts";
 import { signInRoutes } from "./pages/signin.ts";
+import { ssoRoutes } from "./pages/sso.ts";
 import { usageRoutes } from "./pages/usage.ts";
 import { compile, match, type BaseCtx, type SignedCtx, type WorkspaceOptions } from "./router.ts";
 
 export type { WorkspaceOptions } from "./router.ts";
+export { createOidcClient, OIDC_CALLBACK_PATH, type OidcSettings, type SsoAuditEvent } from "./oidc.ts";
 export { BASE as WORKSPACE_PATH } from "./layout.ts";
 
 export interface Workspace {
@@ -32,7 +34,7 @@ export interface Workspace {
 /** As serve's --body-timeout-seconds by default. */
 const DEFAULT_BODY_TIMEOUT_MS = 30_000;
 
-const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...auditRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
+const ROUTES = [...signInRoutes, ...ssoRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...auditRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
 export function createWorkspace(opts: WorkspaceOptions): Workspace {
   const { store, log } = opts;

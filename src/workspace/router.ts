@@ -4,6 +4,7 @@ import type { ModelResidency, ResidencySummary } from "../engine/types.ts";
 import type { Logger } from "../log.ts";
 import type { AuditActor, SessionInfo, Store, User } from "../store/index.ts";
 import type { Flash } from "./flash.ts";
+import type { OidcClient, SsoAuditEvent } from "./oidc.ts";
 
 export interface WorkspaceOptions {
   store: Store;
@@ -22,6 +23,12 @@ export interface WorkspaceOptions {
   bodyTimeoutMs?: number;
   /** A CLI command line that acts on this server's data, as its operator would type it (default: without --data). */
   command?: (...words: string[]) => string;
+  /** Sign-in through an OpenID provider; absent: email and password only. */
+  oidc?: OidcClient;
+  /** false: the password form is gone and POST /signin is refused (default true). */
+  passwordSignIn?: boolean;
+  /** Told of every user SSO creates and every role it changes, for the audit log. */
+  ssoAudit?: (event: SsoAuditEvent) => void | Promise<void>;
 }
 
 /** What the admin page may see and do of the models in memory. */

@@ -55,7 +55,7 @@ function run(args: string[]): string {
   return p.stdout.toString();
 }
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const s = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
   const port = s.port;
   s.stop(true);

@@ -4,6 +4,7 @@ import OpenAI from "openai";
 import { createEngine, type CreateEngineOptions } from "../../src/engine/index.ts";
 import { createLogger, silentLogger, type Logger } from "../../src/log.ts";
 import { startServer, type RunningServer, type ServeOptions } from "../../src/server.ts";
+import { openStore, type Store } from "../../src/store/index.ts";
 import { tempDir } from "./paths.ts";
 import { tracingSettings, type TracingOptions } from "../../src/api/tracing/settings.ts";
 
@@ -28,8 +29,22 @@ export async function startTestServer(opts: {
   tracing?: TracingOptions;
   /** The admin API's settings (serve --no-admin-api, --admin-port, --admin-host, --admin-rpm). */
   admin?: ServeOptions["admin"];
+  /** Single sign-on and the password form, as serve's --oidc-* flags and --no-password-sign-in set them. */
+  oidc?: ServeOptions["oidc"];
+  passwordSignIn?: boolean;
+  ssoAudit?: ServeOptions["ssoAudit"];
+  /** Runs on the fresh data directory's store before the server starts (accounts it expects). */
+  prepareData?: (store: Store) => Promise<unknown>;
 }): Promise<TestServer> {
   const data = tempDir("sluice-data-");
+  if (opts.prepareData) {
+    const store = await openStore({ dataDir: data.path });
+    try {
+      await opts.prepareData(store);
+    } finally {
+      await store.close();
+    }
+  }
   const log = opts.log ?? (process.env.SLUICE_TEST_LOGS ? createLogger({ level: "debug" }) : silentLogger());
   const engine = await createEngine({ log, device: "cpu", threads: 1, ...opts.engine });
   const server = await startServer({
@@ -47,6 +62,9 @@ export async function startTestServer(opts: {
     limits: opts.limits,
     tracing: opts.tracing ? tracingSettings(opts.tracing, {}) : null,
     admin: opts.admin,
+    oidc: opts.oidc,
+    passwordSignIn: opts.passwordSignIn,
+    ssoAudit: opts.ssoAudit,
   });
   return {
     ...server,

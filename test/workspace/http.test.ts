@@ -77,6 +77,11 @@ describe("sign-in and sessions", () => {
     expect(res.headers.getSetCookie().some((s) => s.startsWith("sluice_session="))).toBe(false);
   });
 
+  test("without --oidc-issuer there is no provider's button and no SSO route", async () => {
+    expect(await (await fetch(`${server.url}/workspace/signin`)).text()).not.toContain("Sign in with");
+    for (const path of ["/workspace/oidc/start", "/workspace/oidc/callback?code=x&state=y"]) expect((await fetch(`${server.url}${path}`, { redirect: "manual" })).status).toBe(404);
+  });
+
   test("repeated failures throttle the email, even with the right password", async () => {
     await makeAccount(server.store, "throttled");
     const c = new WorkspaceClient(server.url);

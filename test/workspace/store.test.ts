@@ -124,6 +124,30 @@ eachStore((kind) => {
       expect(await store.users.get(u.id)).toBeNull();
     });
 
+    test("single sign-on: users without a password, roles, and sign-ins taken once", async () => {
+      const store = await kind.open();
+      const a = await store.accounts.create("acme");
+      const u = await store.users.create({ accountId: a.id, email: "sso@x.io", password: null });
+      expect(u.role).toBe("member");
+      // No password, not even the empty one, signs in as a user the provider created.
+      expect(await store.users.verify("sso@x.io", "")).toBeNull();
+      expect(await store.users.verify("sso@x.io", "long enough pw")).toBeNull();
+      expect(await store.users.setRole(u.id, "operator")).toBe(true);
+      expect((await store.users.get(u.id))!.role).toBe("operator");
+      expect(await store.users.setRole(u.id + 100, "operator")).toBe(false);
+      await store.users.setPassword(u.id, "now a password");
+      expect((await store.users.verify("sso@x.io", "now a password"))?.id).toBe(u.id);
+
+      await store.oidcLogins.begin("state-one", { nonce: "n1", codeVerifier: "v1" }, 60_000);
+      await store.oidcLogins.begin("state-old", { nonce: "n2", codeVerifier: "v2" }, -1);
+      // The state itself is not on disk, only its hash.
+      expect((await kind.raw(store, "SELECT state_hash FROM oidc_logins")).map((r) => r.state_hash)).not.toContain("state-one");
+      expect(await store.oidcLogins.take("state-old")).toBeNull();
+      expect(await store.oidcLogins.take("state-two")).toBeNull();
+      expect(await store.oidcLogins.take("state-one")).toEqual({ nonce: "n1", codeVerifier: "v1" });
+      expect(await store.oidcLogins.take("state-one")).toBeNull();
+    });
+
     test("sign-in failures count per email and per client within the window", async () => {
       const store = await kind.open();
       for (let i = 0; i < 3; i++) await store.signIns.recordFailure("a@x.io", "10.0.0.1", 1000 + i);

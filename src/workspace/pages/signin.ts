@@ -2,7 +2,7 @@
 // failures are counted per email and per client in SQLite, so throttling survives restarts.
 import { randomBase62 } from "../../store/keys.ts";
 import { html } from "../html.ts";
-import { clearFlash, redirectWithFlash } from "../flash.ts";
+import { FLASH_COOKIE, redirectWithFlash } from "../flash.ts";
 import { clearCookie, cookies, PRE_COOKIE, redirect, SESSION_COOKIE, sameToken, setCookie } from "../http.ts";
 import { bare, BASE, htmlResponse } from "../layout.ts";
 import type { BaseCtx, Route, SignedCtx } from "../router.ts";
@@ -10,33 +10,51 @@ import type { BaseCtx, Route, SignedCtx } from "../router.ts";
 export const DEFAULT_THROTTLE = { windowMs: 15 * 60_000, perEmail: 5, perClient: 30 };
 export const DEFAULT_SESSION_TTL_MS = 12 * 3600_000;
 
-function form(c: BaseCtx): Response {
-  const opts = { email: c.flash?.fields?.email, error: c.flash?.error };
+/** The sign-in page: the provider's button when SSO is configured, the password form unless it is off. */
+export function signInPage(c: BaseCtx, opts: { email?: string; error?: string; status?: number }): Response {
   const token = randomBase62(32);
+  const oidc = c.opts.oidc;
+  const passwords = c.opts.passwordSignIn !== false;
   const body = html`<div class="signin">
   <h1>Sign in</h1>
   <p class="lead">Sluice account workspace: API keys, usage, models and billing.</p>
   ${opts.error ? html`<div class="notice error" role="alert">${opts.error}</div>` : ""}
-  <form class="panel" method="post" action="${BASE}/signin">
+  ${oidc ? html`<p><a class="button" id="sso" href="${BASE}/oidc/start">Sign in with ${oidc.settings.providerName}</a></p>` : ""}
+  ${passwords
+    ? html`<form class="panel" method="post" action="${BASE}/signin">
     <input type="hidden" name="_csrf" value="${token}">
-    <div class="field"><label for="email">Email</label><input id="email" name="email" type="email" autocomplete="username" required value="${opts.email ?? ""}" autofocus></div>
+    <div class="field"><label for="email">Email</label><input id="email" name="email" type="email" autocomplete="username" required value="${opts.email ?? ""}" ${oidc ? "" : "autofocus"}></div>
     <div class="field"><label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password" required></div>
     <button type="submit">Sign in</button>
-  </form>
+  </form>`
+    : ""}
   <p class="muted">No account yet? Ask an operator of this server to create one for you.</p>
 </div>`;
-  return htmlResponse(bare("Sign in", body), 200, {
+  return htmlResponse(bare("Sign in", body), opts.status ?? 200, {
     "set-cookie": setCookie(c.request, PRE_COOKIE, token, { sameSite: "Strict", maxAgeSeconds: 3600 }),
   });
 }
 
+/** Opens a session for the user and sends the browser to its keys, dropping the sign-in's own cookies. */
+export async function startSession(c: BaseCtx, userId: number, dropCookies: string[]): Promise<Response> {
+  await c.store.sessions.purgeExpired();
+  const ttl = c.opts.sessionTtlMs ?? DEFAULT_SESSION_TTL_MS;
+  const { token } = await c.store.sessions.create(userId, ttl);
+  return redirect(`${BASE}/keys`, {
+    "set-cookie": [setCookie(c.request, SESSION_COOKIE, token, { maxAgeSeconds: Math.floor(ttl / 1000) }), ...dropCookies.map((n) => clearCookie(c.request, n))],
+  });
+}
+
 export const signInRoutes: Route[] = [
-  { method: "GET", path: "/signin", access: "public", handle: form },
+  { method: "GET", path: "/signin", access: "public", handle: (c) => signInPage(c, { email: c.flash?.fields?.email, error: c.flash?.error }) },
   {
     method: "POST",
     path: "/signin",
     access: "public",
     async handle(c) {
+      if (c.opts.passwordSignIn === false) {
+        return signInPage(c, { status: 403, error: `Password sign-in is turned off on this server.${c.opts.oidc ? ` Sign in with ${c.opts.oidc.settings.providerName}.` : ""}` });
+      }
       // Every answer is a redirect: a reload after a failed sign-in shows the form again and
       // sends no password a second time.
       const again = (error: string, email = "") => redirectWithFlash(c, `${BASE}/signin`, { error, fields: { email } });
@@ -56,16 +74,7 @@ export const signInRoutes: Route[] = [
         return again("Wrong email or password.", email);
       }
       await c.store.signIns.clear(email);
-      await c.store.sessions.purgeExpired();
-      const ttl = c.opts.sessionTtlMs ?? DEFAULT_SESSION_TTL_MS;
-      const { token } = await c.store.sessions.create(user.id, ttl);
-      return redirect(`${BASE}/keys`, {
-        "set-cookie": [
-          setCookie(c.request, SESSION_COOKIE, token, { maxAgeSeconds: Math.floor(ttl / 1000) }),
-          clearCookie(c.request, PRE_COOKIE),
-          clearFlash(c.request),
-        ],
-      });
+      return startSession(c, user.id, [PRE_COOKIE, FLASH_COOKIE]);
     },
   },
   {
