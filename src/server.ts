@@ -93,6 +93,7 @@ function catalogEntry(m: DiscoveredModelDir, model: EngineModel, loadError: stri
     supportsStructured: model.supportsStructuredOutput,
     ownedBy: m.card.owned_by ?? (m.id.includes("/") ? m.id.split("/")[0]! : "sluice"),
     loadError,
+    samplingDefaults: model.samplingDefaults,
   };
 }
 
@@ -227,6 +228,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
             supportsImages: e.model.supportsImages,
             supportsTools: e.model.supportsTools,
             supportsStructured: e.model.supportsStructuredOutput,
+            samplingDefaults: e.model.samplingDefaults,
           }
         : { ...before, loadError: `failed to load: ${e.error}` };
     if (JSON.stringify(after) === JSON.stringify(before)) return;

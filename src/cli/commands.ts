@@ -4,6 +4,7 @@
 // second on a shared database).
 import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
+import { describeSamplingDefaults } from "../protocol/sampling.ts";
 import { openStore, type Account, type Store } from "../store/index.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
@@ -183,10 +184,11 @@ export const storeCommands: Command[] = [
           "cached$/M": m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
           "out$/M": m.outputPricePerMTok,
           images: m.supportsImages ? "yes" : "no",
+          sampling: describeSamplingDefaults(m.samplingDefaults) || "API defaults",
           problem: m.loadError ?? (m.present ? null : "directory missing"),
           dir: m.sourceDir,
         }));
-        print(args, rows, ["id", "status", "served", "context", "in$/M", "cached$/M", "out$/M", "images", "problem", "dir"]);
+        print(args, rows, ["id", "status", "served", "context", "in$/M", "cached$/M", "out$/M", "images", "sampling", "problem", "dir"]);
         return 0;
       }),
   },

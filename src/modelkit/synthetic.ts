@@ -48,6 +48,10 @@ export interface SyntheticSpec {
   chatTemplate?: string;
   /** Written to sluice.json (the thinking block's tags and budgets, or false). */
   reasoning?: SluiceReasoning | false;
+  /** Added to generation_config.json (sampling defaults such as Qwen3's temperature 0.6, or do_sample). */
+  generation?: Record<string, unknown>;
+  /** Written to sluice.json: sampling defaults over generation_config.json's, or false. */
+  defaults?: SluiceJson["defaults"];
 }
 
 export interface SyntheticScript {
@@ -217,8 +221,8 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
       bos_token_id: tok.bos,
       eos_token_id: tok.eos,
       pad_token_id: tok.pad,
-      do_sample: false,
       transformers_version: "4.51.0",
+      ...spec.generation,
     },
     sluice: {
       id,
@@ -231,6 +235,7 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
           ? `Synthetic ${spec.preset} model whose logits follow a fixed token script: the real layout and tokenizer. For tests only.`
           : `Synthetic ${spec.preset} model with random weights (seed ${seed}): the real layout and tokenizer, but its output is noise. For tests and benchmarks only.`),
       ...(spec.reasoning !== undefined ? { reasoning: spec.reasoning } : {}),
+      ...(spec.defaults !== undefined ? { defaults: spec.defaults } : {}),
     },
     readme: spec.readme,
     externalDataThreshold: spec.externalDataThreshold,

@@ -252,6 +252,9 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     { addColumn: "accounts", column: { name: "priority", type: "int", notNull: true, default: "0" } },
     { addColumn: "models", column: { name: "keep_alive_seconds", type: "int", check: "keep_alive_seconds IS NULL OR keep_alive_seconds >= -1" } },
   ],
+  // 8: the model's sampling defaults (generation_config.json under sluice.json's "defaults"), JSON
+  // with temperature, topP, topK and minP where the model sets them; NULL: not known yet.
+  [{ addColumn: "models", column: { name: "sampling_defaults", type: "text" } }],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -5,6 +5,7 @@ import { allocateTokenBitmask, type GrammarMatcher } from "../../structured/inde
 import { ToolCallStreamParser, type ToolStreamEvent } from "../../structured/tools/index.ts";
 import type { Detokenizer } from "../text/detokenizer.ts";
 import { StopMatcher } from "../text/stop.ts";
+import { withModelDefaults } from "../sampling/defaults.ts";
 import type { FinishReason, GenerationEvent, TokenLogprob } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
@@ -50,7 +51,7 @@ export class ChoiceStream {
     structure: RequestStructure,
     thinking: ThinkingPlan | null = null,
   ) {
-    this.sampler = createChoiceSampler(request.sampling, model.tokenizer.vocabSize, index);
+    this.sampler = createChoiceSampler(withModelDefaults(request.sampling, model.info.samplingDefaults), model.tokenizer.vocabSize, index);
     this.detok = model.tokenizer.createDetokenizer();
     this.stop = new StopMatcher(request.stop);
     this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
