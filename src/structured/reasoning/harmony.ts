@@ -63,6 +63,14 @@ export interface HarmonyHeader {
   contentType: string | null;
 }
 
+/**
+ * The function a message calls (`to=functions.get_weather` → "get_weather"), or null: a tool
+ * call is a message with a `functions.` recipient, on the commentary channel in gpt-oss's output.
+ */
+export function harmonyFunctionName(header: HarmonyHeader): string | null {
+  return header.recipient?.startsWith("functions.") ? header.recipient.slice("functions.".length) : null;
+}
+
 export type HarmonyEvent =
   /** A header was completed by `<|message|>`; `tokens` counts its tokens (the `<|message|>` included). */
   | { type: "header"; header: HarmonyHeader; tokens: number }

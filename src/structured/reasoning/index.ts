@@ -15,6 +15,7 @@ export { ThinkBlockSplitter, type ThinkOptions, type ThinkStep, type ThinkTokens
 export {
   HARMONY_MARKERS,
   HarmonyStreamParser,
+  harmonyFunctionName,
   harmonyTokens,
   isHarmonyTemplate,
   type HarmonyEvent,
