@@ -5,7 +5,7 @@
 // per binding, started side by side and measured in turn, the order rotating every round.
 //
 //   bun bench/bindings.ts [--rounds 7] [--tokens 128] [--quick]
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -62,7 +62,19 @@ interface Sample {
   /** Per decode step, bytes to the device and back, over both measurements. */
   toDevice: number;
   toHost: number;
+  /** The server process's CPU time (every thread) per generated token, µs, over both measurements. */
+  cpuPerToken: number;
 }
+
+/** A process's CPU time over all its threads, live and exited (utime + stime of /proc/PID/stat), µs. */
+function processCpuUs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // Fields 14 and 15 of stat(5), counted from the state (field 3) here.
+  return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS) * 1e6;
+}
+/** sysconf(_SC_CLK_TCK): 100 on Linux's x86-64 and arm64 builds. */
+const CLOCK_TICKS = 100;
 
 async function counters(server: ServerProcess, id: string): Promise<{ toDevice: number; toHost: number; steps: number }> {
   const text = await (await fetch(`${server.url}/metrics`)).text();
@@ -77,6 +89,7 @@ async function counters(server: ServerProcess, id: string): Promise<{ toDevice: 
 async function measure(server: ServerProcess, t: Target, client: OpenAI): Promise<Sample> {
   const logitBias = Object.fromEntries(t.eos.map((e) => [e, -100]));
   const before = await counters(server, t.id);
+  const cpu0 = processCpuUs(server.pid);
   const one = await streamChat(client, t.id, t.prompt, TOKENS, { logitBias });
   const t0 = performance.now();
   const many = await Promise.all(Array.from({ length: STREAMS }, (_, i) => streamChat(client, t.id, `${t.prompt} (${i})`, TOKENS, { logitBias })));
@@ -84,12 +97,14 @@ async function measure(server: ServerProcess, t: Target, client: OpenAI): Promis
   // The counters reach /metrics a little after the last token.
   await Bun.sleep(100);
   const after = await counters(server, t.id);
+  const cpu = processCpuUs(server.pid) - cpu0;
   const steps = Math.max(1, after.steps - before.steps);
   return {
     single: 1000 / tpot(one),
     batched: (many.reduce((n, r) => n + r.tokens, 0) / wall) * 1000,
     toDevice: (after.toDevice - before.toDevice) / steps,
     toHost: (after.toHost - before.toHost) / steps,
+    cpuPerToken: cpu / (one.tokens + many.reduce((n, r) => n + r.tokens, 0)),
   };
 }
 
@@ -124,6 +139,8 @@ for (const t of await targets()) {
         b === "capi" ? `${(med("capi", "single") / med("node", "single")).toFixed(2)}x` : "1.00x",
         fmt(med(b, "batched"), 1),
         b === "capi" ? `${(med("capi", "batched") / med("node", "batched")).toFixed(2)}x` : "1.00x",
+        fmt(med(b, "cpuPerToken")),
+        b === "capi" ? `${(med("capi", "cpuPerToken") / med("node", "cpuPerToken")).toFixed(2)}x` : "1.00x",
         bytes(med(b, "toDevice")),
         bytes(med(b, "toHost")),
       ]);
@@ -134,10 +151,10 @@ for (const t of await targets()) {
   }
 }
 
-const header = ["model", "binding", "1 stream, tok/s", "vs node", `${STREAMS} streams, tok/s`, "vs node", "to device per step", "to host per step"];
+const header = ["model", "binding", "1 stream, tok/s", "vs node", `${STREAMS} streams, tok/s`, "vs node", "server CPU µs per token", "vs node", "to device per step", "to host per step"];
 const body = `Written by \`bun bench/bindings.ts\` (${ROUNDS} rounds of ${TOKENS} tokens per stream, medians; ${new Date().toISOString().slice(0, 10)}; ${machine()}; load average during the runs ${fmt(median(load), 1)}).
 
-Two \`sluice serve\` processes on the same model directory, \`--ort-binding capi\` and \`--ort-binding node\`, \`--speculate off\`, greedy, the end of text banned. Each round runs one stream, then ${STREAMS} at once, on each server in turn (the order rotating). Bytes per decode step are the server's own counters (\`sluice_host_device_bytes_total\` over \`sluice_decode_steps_total\`) over both measurements: through the C API only the step's token ids, positions and lengths go to the KV cache's memory and the logits come back; the JS binding hands every run the pool its rows live in and takes back the logits and the step's new keys and values.
+Two \`sluice serve\` processes on the same model directory, \`--ort-binding capi\` and \`--ort-binding node\`, \`--speculate off\`, greedy, the end of text banned. Each round runs one stream, then ${STREAMS} at once, on each server in turn (the order rotating). Server CPU per token is the process's CPU time, every thread (\`/proc/PID/stat\`), over the tokens of both measurements: unlike the rates, other work on the machine moves it little. Bytes per decode step are the server's own counters (\`sluice_host_device_bytes_total\` over \`sluice_decode_steps_total\`) over both measurements: through the C API only the step's token ids, positions and lengths go to the KV cache's memory and the logits come back; the JS binding hands every run the pool its rows live in and takes back the logits and the step's new keys and values.
 
 ${table(header, rows)}
 `;

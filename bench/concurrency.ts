@@ -8,7 +8,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
 import { RunnerProcess } from "./runner-process.ts";
-import { streamChat, tpot, type StreamResult } from "./stream-chat.ts";
+import { prose, streamChat, tpot, type StreamResult } from "./stream-chat.ts";
 import { freshClients, startServerProcess, threadsCpu } from "./server-process.ts";
 import { machine, median, percentile, table, writeSection } from "./report.ts";
 
@@ -70,8 +70,6 @@ const cpuPerToken = (a: CpuSample, b: CpuSample, tokens: number) => ({
   client: (b.client - a.client) / 1000 / tokens,
 });
 
-const words = "the cat sat on a mat and looked at the big red ball that rolled down the green hill".split(" ");
-const prose = (n: number, seed: number) => Array.from({ length: n }, (_, i) => words[(i * 7 + seed * 3) % words.length]).join(" ");
 
 async function main() {
   const ids = await models();

@@ -5,16 +5,10 @@
 // then normal requests). Also the caches /metrics reports. Target: back within 1.5× of the start.
 //
 //   bun bench/hostile-memory.ts [--requests 5000] [--concurrency 8] [--only REGEX] [--write]
-import { existsSync, readFileSync, symlinkSync } from "node:fs";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync, rmSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { TextTokenizer } from "../src/engine/text/tokenizer.ts";
-import { buildSyntheticVlm, importLlama2c } from "../src/modelkit/index.ts";
-import { linkCachedModel, tinyModelsRoot } from "../test/helpers/models.ts";
-import { hasStories, STORIES_DIR } from "../test/helpers/paths.ts";
-import { hostileCases, type HostileCase, type HostileModels } from "../test/hardening/hostile-cases.ts";
+import { hostileCases, type HostileCase } from "../test/hardening/hostile-cases.ts";
+import { hostileModels } from "./hostile-models.ts";
 import { startServerProcess } from "./server-process.ts";
 import { machine, table, writeSection } from "./report.ts";
 
@@ -24,32 +18,7 @@ const ONLY = values.only ? new RegExp(values.only) : null;
 const REQUESTS = Number(values.requests);
 const CONCURRENCY = Number(values.concurrency);
 
-const modelsDir = mkdtempSync(join(tmpdir(), "sluice-bench-hostile-"));
-const tiny = await linkCachedModel(modelsDir, "hostile-tiny", { preset: "tiny-bytes", seed: 5, id: "hostile/tiny" });
-const qwen = await linkCachedModel(modelsDir, "hostile-qwen", { preset: "tiny-qwen3", seed: 7, id: "hostile/qwen" });
-const vlm = join(modelsDir, "vlm");
-buildSyntheticVlm(vlm, { id: "hostile/vlm" });
-let stories: string | null = null;
-if (hasStories) {
-  stories = join(tinyModelsRoot(), "hostile-stories260k");
-  if (!existsSync(join(stories, "sluice.json"))) await importLlama2c(join(STORIES_DIR, "stories260K.bin"), join(STORIES_DIR, "tok512.bin"), { id: "hostile/stories260k", outDir: stories });
-  symlinkSync(stories, join(modelsDir, "stories"));
-}
-const tinyTok = TextTokenizer.load(tiny);
-const models: HostileModels = {
-  text: "hostile/tiny",
-  tools: "hostile/qwen",
-  vision: "hostile/vlm",
-  stories: stories ? "hostile/stories260k" : null,
-  vocab: {
-    "hostile/tiny": tinyTok.vocabSize,
-    "hostile/qwen": TextTokenizer.load(qwen).vocabSize,
-    "hostile/vlm": TextTokenizer.load(vlm).vocabSize,
-    ...(stories ? { "hostile/stories260k": TextTokenizer.load(stories).vocabSize } : {}),
-  },
-  xToken: tinyTok.tokenToId("x")!,
-};
-
+const { modelsDir, models } = await hostileModels();
 const server = await startServerProcess(modelsDir);
 const headers = { authorization: `Bearer ${server.key}`, "content-type": "application/json" };
 const rssMiB = () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${server.pid}/status`, "utf8"))![1]) / 1024;

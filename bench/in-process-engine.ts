@@ -34,8 +34,8 @@ export class InProcessEngine {
    * its own: a benchmark that sends one prompt again and again would otherwise measure decoding
    * drafted from its own earlier answer.
    */
-  static async load(dir: string, id: string, opts: { speculate?: SpeculateMode; oneAccount?: boolean } = {}): Promise<InProcessEngine> {
-    const runner = await ModelRunner.load({ id, dir, device: "cpu", threads: 0, kvBudgetBytes: 0, maxQueue: 0 });
+  static async load(dir: string, id: string, opts: { speculate?: SpeculateMode; oneAccount?: boolean; batchInvariant?: boolean } = {}): Promise<InProcessEngine> {
+    const runner = await ModelRunner.load({ id, dir, device: "cpu", threads: 0, kvBudgetBytes: 0, maxQueue: 0, batchInvariant: opts.batchInvariant });
     let self: InProcessEngine | null = null;
     const scheduler = new Scheduler(runner, {
       events: (rid, events) => self!.events(rid, events),

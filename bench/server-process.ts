@@ -18,13 +18,23 @@ export interface ServerProcess {
   stop(): Promise<void>;
 }
 
-export async function startServerProcess(modelsDir: string, extraArgs: string[] = []): Promise<ServerProcess> {
+export interface ServerProcessOptions {
+  /** --device (default cpu). */
+  device?: "cpu" | "cuda";
+  /** Variables the server gets besides this process's. */
+  env?: Record<string, string | undefined>;
+}
+
+export async function startServerProcess(modelsDir: string, extraArgs: string[] = [], opts: ServerProcessOptions = {}): Promise<ServerProcess> {
   const data = mkdtempSync(join(tmpdir(), "sluice-bench-data-"));
   const server = await spawnServe(
-    ["--data", data, "--models", modelsDir, "--no-demo", "--device", "cpu", "--log-level", "error", ...extraArgs],
+    ["--data", data, "--models", modelsDir, "--no-demo", "--device", opts.device ?? "cpu", "--log-level", "error", ...extraArgs],
     // As an operator starts it: the models warmed up at load as serve does by default.
-    { stderr: "inherit", env: { SLUICE_WARMUP_MS: process.env.SLUICE_WARMUP_MS } },
-  );
+    { stderr: "inherit", env: { SLUICE_WARMUP_MS: process.env.SLUICE_WARMUP_MS, ...opts.env } },
+  ).catch((e: unknown) => {
+    rmSync(data, { recursive: true, force: true });
+    throw e;
+  });
   return {
     url: server.url,
     key: server.key!,
@@ -43,6 +53,25 @@ export async function startServerProcess(modelsDir: string, extraArgs: string[] 
       rmSync(data, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * One sample of the server's /metrics: the value of `name` on the line whose labels are exactly
+ * `labels` (in any order); null when the server has no such line.
+ */
+export async function readMetric(server: Pick<ServerProcess, "url">, name: string, labels: Record<string, string>): Promise<number | null> {
+  const body = await (await fetch(`${server.url}/metrics`)).text();
+  const want = Object.entries(labels)
+    .map(([k, v]) => `${k}="${v}"`)
+    .sort()
+    .join(",");
+  for (const line of body.split("\n")) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? (\S+)/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const have = (m[2] ?? "").split(",").filter(Boolean).sort().join(",");
+    if (have === want) return Number(m[3]);
+  }
+  return null;
 }
 
 /** Keys of `count` new accounts named `prefix`-1, -2, …: all models, an unlimited plan (benchmarks measure speed, not credit). */

@@ -58,3 +58,8 @@ export async function streamChat(client: OpenAI, model: string, content: string,
 
 /** Time per output token after the first, ms (vLLM's TPOT): the stream's span over the tokens after the first. */
 export const tpot = (r: StreamResult): number => r.span / Math.max(1, r.tokens - 1);
+
+const WORDS = "the cat sat on a mat and looked at the big red ball that rolled down the green hill".split(" ");
+
+/** `n` words of plain prose, starting at a word the seed picks (20 seeds, then they repeat): prompts of a chosen length. */
+export const prose = (n: number, seed: number) => Array.from({ length: n }, (_, i) => WORDS[(i * 7 + seed * 3) % WORDS.length]).join(" ");

@@ -7,6 +7,8 @@ import { createCluster, type Cluster } from "./cluster/index.ts";
 import { startControlListener } from "./api/control.ts";
 import { Lifecycle } from "./api/lifecycle.ts";
 import { removeControlFile, writeControlFile } from "./control-file.ts";
+import { lockDataDir, type DataLock } from "./data-lock.ts";
+import { assertPortFree, listenOrExplain } from "./port-owner.ts";
 import type { RequestLimits } from "./api/limits/request-limits.ts";
 import { declaredModel, discoverModelDirs, type DiscoveredModelDir } from "./engine/discovery.ts";
 import { parseKeepAlive } from "./engine/residency/settings.ts";
@@ -153,9 +155,30 @@ async function ensureLocalAccount(store: Store): Promise<string | null> {
   return (await store.keys.create(account.id, "created at first start")).key;
 }
 
-export async function startServer(opts: ServeOptions): Promise<RunningServer> {
-  const { log, engine } = opts;
+/**
+ * One server per port and per data directory: refused (an Error naming the port or directory and
+ * who holds it) before anything is opened or written. Returns the data directory's lock, which the
+ * server holds until it stops. `serve` claims first of all, before its engine starts.
+ */
+export function claimServe(opts: Pick<ServeOptions, "host" | "port" | "dataDir" | "workspaceHost" | "workspacePort">): DataLock {
+  assertPortFree(opts.host, opts.port);
+  if (opts.workspacePort !== undefined) assertPortFree(opts.workspaceHost ?? opts.host, opts.workspacePort, "--workspace-port");
+  return lockDataDir(opts.dataDir);
+}
+
+export async function startServer(opts: ServeOptions & { dataLock?: DataLock }): Promise<RunningServer> {
   if (opts.database && !opts.cluster?.secret) throw new Error("a shared database needs a cluster secret (--cluster-secret) to authenticate the hop between nodes");
+  const dataLock = opts.dataLock ?? claimServe(opts);
+  try {
+    return await start(opts, dataLock);
+  } catch (e) {
+    dataLock.release();
+    throw e;
+  }
+}
+
+async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningServer> {
+  const { log, engine } = opts;
   const store = await openStore({ database: opts.database, dataDir: opts.dataDir }, {
     watch: true,
     onSignalError: (e) => log.warn("database unreachable: caches are bypassed until it answers", { error: (e as Error).message }),
@@ -299,9 +322,12 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     tracing: tracing ?? undefined,
     // Several nodes count rate limits in the database, so a limit holds across them.
     guard: cluster ? new RateGuard(store, storeCounter(store.rates, nodeId, (e) => log.warn("rate-limit settlement failed", { error: (e as Error).message }))) : undefined,
+    // Under this address's /workspace/, or on its own port once that listens.
+    workspaceUrl: (request) => (opts.workspacePort !== undefined ? workspaceUrl : `${opts.publicUrl?.replace(/\/+$/, "") ?? new URL(request.url).origin}/workspace/`),
   });
   const ownPort = opts.workspacePort !== undefined;
   let apiUrl = () => "";
+  let workspaceUrl = "";
   const workspace = createWorkspace({
     store,
     log: log.child({ room: "workspace" }),
@@ -312,6 +338,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
       engine.residency && engine.loadModel && engine.unloadModel
         ? { summary: () => engine.residency!(), load: (id) => engine.loadModel!(id), unload: (id) => engine.unloadModel!(id) }
         : undefined,
+    bodyTimeoutMs: opts.limits?.bodyTimeoutMs,
     // The pages' CLI notes act on this server's database, wherever the operator keeps it.
     command: (...words) => commandLine(...words, ...(resolve(opts.dataDir) === resolve("data") ? [] : ["--data", opts.dataDir])),
   });
@@ -321,13 +348,18 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
     api.all("/workspace", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });
     api.all("/workspace/*", ({ request, server }) => workspace.fetch(request, server?.requestIP(request)?.address), { parse: "none" });
   }
-  api.listen({
-    hostname: opts.host,
-    port: opts.port,
-    // A hard cap above the API's own limit, so oversized bodies are refused before buffering.
-    maxRequestBodySize: (opts.limits?.maxBodyBytes ?? opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES) + 1024 * 1024,
-    idleTimeout: 255,
-  });
+  listenOrExplain(opts.host, opts.port, () =>
+    api.listen({
+      hostname: opts.host,
+      port: opts.port,
+      // Elysia's Bun adapter asks for SO_REUSEPORT: a second server on the port would then share
+      // its connections silently instead of failing.
+      reusePort: false,
+      // A hard cap above the API's own limit, so oversized bodies are refused before buffering.
+      maxRequestBodySize: (opts.limits?.maxBodyBytes ?? opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES) + 1024 * 1024,
+      idleTimeout: 255,
+    }),
+  );
   const server = api.server!;
   const url = `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${server.port}`;
   // Other nodes cannot dial a wildcard address: they are given this machine's name instead.
@@ -345,17 +377,25 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
   } catch (e) {
     log.warn("could not write control.json: models load/unload cannot reach this server", { error: (e as Error).message });
   }
+  dataLock.note(url);
   ready = true;
   log.info("listening", { url, version: VERSION });
   apiUrl = () => url;
   const wsServer = ownPort
-    ? Bun.serve({
-        hostname: opts.workspaceHost ?? opts.host,
-        port: opts.workspacePort,
-        fetch: (req, srv) => workspace.fetch(req, srv.requestIP(req)?.address),
-      })
+    ? listenOrExplain(
+        opts.workspaceHost ?? opts.host,
+        opts.workspacePort!,
+        () =>
+          Bun.serve({
+            hostname: opts.workspaceHost ?? opts.host,
+            port: opts.workspacePort,
+            reusePort: false,
+            fetch: (req, srv) => workspace.fetch(req, srv.requestIP(req)?.address),
+          }),
+        "--workspace-port",
+      )
     : null;
-  const workspaceUrl = wsServer
+  workspaceUrl = wsServer
     ? `http://${(opts.workspaceHost ?? opts.host).includes(":") ? `[${opts.workspaceHost ?? opts.host}]` : (opts.workspaceHost ?? opts.host)}:${wsServer.port}/workspace/`
     : `${url}/workspace/`;
   log.info("account workspace", { url: workspaceUrl });
@@ -402,13 +442,15 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
       // A handler is done once it has thrown its answer (a 503 as the engine closed); the answer is
       // written a few ticks later. Connections close once those are written (or after a bound).
       await Promise.race([api.server?.stop(false), Bun.sleep(1000)]);
-      await api.stop(true);
+      // Elysia prints a stack trace when asked to stop a server that is gone (stopped twice).
+      if (api.server) await api.stop(true);
       await wsServer?.stop(true);
       removeControlFile(opts.dataDir, controlToken);
       await control.stop();
       await store.close();
       // What the last requests left in the batch goes out, unless the collector keeps it waiting.
       await tracing?.shutdown();
+      dataLock.release();
     },
   };
 }

@@ -40,6 +40,22 @@ export interface ApiOptions {
   forwarding?: ChatForwarding;
   /** OpenTelemetry traces of chat requests (absent: off). */
   tracing?: Tracing;
+  /** Where the account workspace is, for `GET /` (a browser pointed at the server's address). */
+  workspaceUrl?: (request: Request) => string;
+}
+
+const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+/** `GET /` in a browser: where the API and the workspace are, instead of a bare JSON 404. */
+function rootPage(api: string, workspace: string | null): Response {
+  const link = (u: string) => `<a href="${escapeHtml(u)}">${escapeHtml(u)}</a>`;
+  const body = `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Sluice</title></head>
+<body style="font: 16px/1.5 system-ui, sans-serif; max-width: 40em; margin: 2em auto; padding: 0 1em">
+<h1>Sluice</h1>
+<p>This server speaks the OpenAI chat-completions API: point a client at the base URL <code>${escapeHtml(api)}</code> with an API key.</p>
+${workspace ? `<p>Keys, usage, models and billing: the account workspace at ${link(workspace)}.</p>` : ""}
+</body></html>`;
+  return new Response(body, { headers: { "content-type": "text/html; charset=utf-8", "cache-control": "no-store", "x-content-type-options": "nosniff", "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'" } });
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024;
@@ -236,10 +252,11 @@ export function createApi(opts: ApiOptions) {
     })
     .onError((ctx) => {
       const { code, error, request, path } = ctx;
-      // Absent when routing failed before the derive step (an unknown URL).
-      const scope = (ctx as { scope?: RequestScope }).scope;
-      const rid = scope?.requestId ?? newRequestId();
-      const headers = { ...scope?.headers, "x-request-id": rid };
+      // Absent when routing failed before the derive step (an unknown URL): made here, so that
+      // the access line carries the id the answer does.
+      const scope = (ctx as { scope?: RequestScope }).scope ?? newScope(request);
+      const rid = scope.requestId;
+      const headers = { ...scope.headers, "x-request-id": rid };
       const failure = asApiError();
       observe(request, scope, failure.status, failure.code);
       return failure.toResponse(headers);
@@ -280,6 +297,12 @@ export function createApi(opts: ApiOptions) {
         }
         return asKnownError(error, rid, path);
       }
+    })
+    .get("/", ({ request }) => {
+      const base = baseUrl(opts, request);
+      const workspace = opts.workspaceUrl?.(request) ?? null;
+      if ((request.headers.get("accept") ?? "").includes("text/html")) return rootPage(`${base}/v1`, workspace);
+      throw new ApiError(404, `Invalid URL (GET /). ${SUPPORTED_SUMMARY} The base URL is ${base}/v1${workspace ? `; the account workspace is at ${workspace}` : ""}.`, "invalid_request_error", null, "unknown_url");
     })
     .get("/health", () => ({ status: "ok" }))
     .get("/metrics", () => metricsResponse(opts.engine, metrics, opts.tracing))

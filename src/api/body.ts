@@ -1,10 +1,11 @@
+import { BodyTimeout, CLOSE_CONNECTION, readBodyBytes } from "../read-body.ts";
 import { ApiError, badRequest } from "./errors.ts";
 
 /**
  * Reads a JSON body under a byte limit, with the errors OpenAI clients expect; also its text as
  * received (what a forwarded request passes on unchanged).
  */
-export async function readJsonText(request: Request, maxBytes: number): Promise<{ text: string; value: unknown }> {
+export async function readJsonText(request: Request, maxBytes: number, timeoutMs = 0): Promise<{ text: string; value: unknown }> {
   const type = request.headers.get("content-type") ?? "";
   if (!/^application\/json\s*(;|$)/i.test(type)) {
     throw new ApiError(
@@ -27,8 +28,11 @@ export async function readJsonText(request: Request, maxBytes: number): Promise<
   if (Number.isFinite(declared) && declared > maxBytes) throw tooLarge();
   let bytes: Uint8Array;
   try {
-    bytes = new Uint8Array(await request.arrayBuffer());
-  } catch {
+    bytes = await readBodyBytes(request, timeoutMs);
+  } catch (e) {
+    if (e instanceof BodyTimeout) {
+      throw new ApiError(408, `${e.message} Send the whole body promptly (this server waits at most serve --body-timeout-seconds).`, "invalid_request_error", null, "request_timeout", CLOSE_CONNECTION);
+    }
     throw badRequest("The request body could not be read completely.", null, "invalid_body");
   }
   if (bytes.byteLength > maxBytes) throw tooLarge();

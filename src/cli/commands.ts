@@ -2,6 +2,8 @@
 // allows this while the server runs) or, with --database, the PostgreSQL database several nodes
 // share. Catalog, key and limit changes take effect on every server's next request (within a
 // second on a shared database).
+import { existsSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { describeKeepAlive, keepAliveSeconds, parseKeepAlive } from "../engine/residency/settings.ts";
 import { commandLine } from "../invocation.ts";
 import { describeSamplingDefaults } from "../protocol/sampling.ts";
@@ -13,11 +15,12 @@ export const DATABASE_OPTION: OptionSpec = {
   name: "database",
   type: "string",
   help: "PostgreSQL URL (postgres://user:pass@host:5432/db) of a store shared by several nodes; without it, the SQLite file under --data",
-  env: "SLUICE_DATABASE_URL",
 };
 /** Where a command finds the store: --database, else --data. */
 export const STORE_OPTIONS: OptionSpec[] = [DATA_OPTION, DATABASE_OPTION];
-export const JSON_OPTION: OptionSpec = { name: "json", type: "boolean", help: "Print JSON instead of a table", env: "SLUICE_JSON" };
+export const JSON_OPTION: OptionSpec = { name: "json", type: "boolean", help: "Print JSON instead of a table" };
+/** `--account NAME`: the account a command acts on. */
+export const accountOption = (help: string): OptionSpec => ({ name: "account", type: "string", help, argument: true });
 
 export const databaseOf = (args: CommandArgs) =>
   typeof args.values.database === "string" && args.values.database !== "" ? args.values.database : undefined;
@@ -26,8 +29,17 @@ export function openStoreFor(args: CommandArgs): Promise<Store> {
   return openStore({ database: databaseOf(args), dataDir: String(args.values.data) });
 }
 
-/** Opens the store for one command and closes it however the command ends. */
-export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T): Promise<T> {
+/**
+ * Opens the store for one command and closes it however the command ends. A command that only
+ * reads (`reads`) never creates an SQLite file: where there is none, it says where it looked.
+ */
+export async function withStore<T>(args: CommandArgs, fn: (store: Store) => Promise<T> | T, opts: { reads?: boolean } = {}): Promise<T> {
+  if (opts.reads && !databaseOf(args)) {
+    const file = join(String(args.values.data), "sluice.db");
+    if (!existsSync(file)) {
+      throw new Error(`there is no database in ${String(args.values.data)} (looked for ${resolve(file)}); this command only reads, and creates none. A server started with this --data creates it: ${seeCommand(args, "serve")}`);
+    }
+  }
   const store = await openStoreFor(args);
   try {
     return await fn(store);
@@ -40,7 +52,9 @@ function table(rows: Record<string, unknown>[], columns: string[]): string {
   if (rows.length === 0) return "(none)";
   const cell = (v: unknown) => (v === null || v === undefined ? "-" : String(v));
   const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
-  const line = (vals: string[]) => vals.map((v, i) => v.padEnd(widths[i]!)).join("  ").trimEnd();
+  // Numbers and amounts line up on their last digit.
+  const numeric = columns.map((c) => rows.every((r) => /^(-|[−-]?\$?[\d,]+(\.\d+)?)$/.test(cell(r[c]))));
+  const line = (vals: string[]) => vals.map((v, i) => (numeric[i] ? v.padStart(widths[i]!) : v.padEnd(widths[i]!))).join("  ").trimEnd();
   return [line(columns), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join("\n");
 }
 
@@ -54,7 +68,7 @@ const date = (ms: number | null) => (ms === null ? null : new Date(ms).toISOStri
  * or its shared database by the variable that names it (a URL may hold a password: never printed).
  */
 export function seeCommand(args: CommandArgs, ...words: string[]): string {
-  if (databaseOf(args)) return `${commandLine(...words)} --database "$SLUICE_DATABASE_URL"`;
+  if (databaseOf(args)) return `${commandLine(...words)} --database "$SLUICE_DATABASE"`;
   const data = args.values.data;
   return commandLine(...words, ...(typeof data === "string" && data !== DATA_OPTION.default ? ["--data", data] : []));
 }
@@ -93,14 +107,14 @@ export const storeCommands: Command[] = [
         }
         print(args, rows, ["name", "model_access", "priority", "keys", "created"]);
         return 0;
-      }),
+      }, { reads: true }),
   },
   {
     path: ["accounts", "set"],
     usage: "NAME --priority N",
     summary:
       "Set an account's priority (-100 to 100, default 0): on a busy model its requests are admitted before those of lower priorities, whose running requests are paused for them when memory runs out. Applies to the next request.",
-    options: [...STORE_OPTIONS, { name: "priority", type: "string", help: "Whole number from -100 to 100" }],
+    options: [...STORE_OPTIONS, { name: "priority", type: "string", help: "Whole number from -100 to 100", argument: true }],
     run: (args) =>
       withStore(args, async (s) => {
         const a = await findAccount(s, args, positional(args, 0, "account NAME"));
@@ -116,12 +130,12 @@ export const storeCommands: Command[] = [
   },
   {
     path: ["keys", "create"],
-    usage: "--account NAME [--label L]",
+    usage: "--account NAME [--label LABEL]",
     summary: "Create an API key. The key is printed once; only its hash is stored.",
     options: [
       ...STORE_OPTIONS,
-      { name: "account", type: "string", help: "Account that owns the key" },
-      { name: "label", type: "string", help: "A label to recognise the key by" },
+      accountOption("Account that owns the key"),
+      { name: "label", type: "string", help: "A label to recognise the key by", argument: true },
     ],
     run: (args) =>
       withStore(args, async (s) => {
@@ -137,7 +151,7 @@ export const storeCommands: Command[] = [
     path: ["keys", "list"],
     usage: "[--account NAME]",
     summary: "List API keys (never the keys themselves: their id and display prefix).",
-    options: [...STORE_OPTIONS, JSON_OPTION, { name: "account", type: "string", help: "Only this account's keys" }],
+    options: [...STORE_OPTIONS, JSON_OPTION, accountOption("Only this account's keys")],
     run: (args) =>
       withStore(args, async (s) => {
         const acct = typeof args.values.account === "string" ? await accountId(s, args, args.values.account) : undefined;
@@ -152,7 +166,7 @@ export const storeCommands: Command[] = [
         }));
         print(args, rows, ["id", "account", "prefix", "label", "created", "last_used", "revoked"]);
         return 0;
-      }),
+      }, { reads: true }),
   },
   {
     path: ["keys", "revoke"],
@@ -190,7 +204,7 @@ export const storeCommands: Command[] = [
         }));
         print(args, rows, ["id", "status", "served", "context", "in$/M", "cached$/M", "out$/M", "images", "sampling", "problem", "dir"]);
         return 0;
-      }),
+      }, { reads: true }),
   },
   ...(["enable", "disable"] as const).map(
     (verb): Command => ({
@@ -240,7 +254,7 @@ export const storeCommands: Command[] = [
         verb === "grant"
           ? "Allow an account to use a model. An account sees every model until its access is restricted; the first grant or revoke restricts it to an explicit list (starting from what it could use)."
           : "Take a model away from an account (restricting the account to an explicit list).",
-      options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account" }],
+      options: [...STORE_OPTIONS, accountOption("The account")],
       run: (args) =>
         withStore(args, async (s) => {
           const id = positional(args, 0, "model ID");
@@ -259,7 +273,7 @@ export const storeCommands: Command[] = [
     path: ["models", "allow-all"],
     usage: "--account NAME",
     summary: "Lift an account's model restriction: it sees every served model again, including new ones.",
-    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account" }],
+    options: [...STORE_OPTIONS, accountOption("The account")],
     run: (args) =>
       withStore(args, async (s) => {
         await s.catalog.allowAll(await accountId(s, args, requireString(args, "account")));
@@ -274,9 +288,9 @@ export const storeCommands: Command[] = [
       "Set a model's prices in USD per million input and output tokens, and optionally for prompt tokens served from the prefix cache (left as it was when not given; none: they cost the input price).",
     options: [
       ...STORE_OPTIONS,
-      { name: "input", type: "string", help: "USD per million prompt tokens" },
-      { name: "output", type: "string", help: "USD per million completion tokens" },
-      { name: "cached-input", type: "string", help: "USD per million prompt tokens served from the prefix cache, or none" },
+      { name: "input", type: "string", help: "USD per million prompt tokens", argument: true },
+      { name: "output", type: "string", help: "USD per million completion tokens", argument: true },
+      { name: "cached-input", type: "string", help: "USD per million prompt tokens served from the prefix cache, or none", argument: true },
     ],
     run: (args) =>
       withStore(args, async (s) => {

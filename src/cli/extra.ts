@@ -16,7 +16,7 @@ import { DATA_OPTION, DATABASE_OPTION, databaseOf } from "./commands.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 import { AUTO_DEVICE_OPTION, deviceFor } from "./pull-command.ts";
 
-const IMPORT_OUT_OPTION: OptionSpec = { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)" };
+const IMPORT_OUT_OPTION: OptionSpec = { name: "out", type: "string", help: "Output directory, which must not exist yet (put it under the models directory to serve it)", argument: true };
 
 /** An import command's --id (a canonical model id), --out, --dtype (one of `dtypes`) and --context. */
 function importTarget(args: CommandArgs, dtypes: readonly string[]): { id: string; out: string; dtype: string; contextLength: number | undefined } {
@@ -39,10 +39,10 @@ export const extraCommands: Command[] = [
     summary:
       "Import a llama2.c checkpoint (.bin) and tokenizer (.bin) as a model directory (ONNX graph, tokenizer.json, chat template).",
     options: [
-      { name: "id", type: "string", help: "Model id, e.g. karpathy/stories260k" },
-      { name: "out", type: "string", help: "Output directory (put it under the models directory to serve it)" },
-      { name: "variant", type: "string", help: "standard (any execution provider) or fused (ONNX Runtime contrib ops)", default: "fused" },
-      { name: "dtype", type: "string", help: "float32 or float16 weights", default: "float32" },
+      { name: "id", type: "string", help: "Model id, e.g. karpathy/stories260k", argument: true },
+      { name: "out", type: "string", help: "Output directory (put it under the models directory to serve it)", argument: true },
+      { name: "variant", type: "string", help: "standard (any execution provider) or fused (ONNX Runtime contrib ops)", default: "fused", argument: true },
+      { name: "dtype", type: "string", help: "float32 or float16 weights", default: "float32", argument: true },
     ],
     async run(args) {
       const checkpoint = positional(args, 0, "CHECKPOINT");
@@ -65,15 +65,16 @@ export const extraCommands: Command[] = [
     summary:
       `Import a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json; ${SUPPORTED_ARCHITECTURES.join(", ")}) as a model directory on the engine's fast path, with float32, float16 or 4-bit weights.`,
     options: [
-      { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4" },
+      { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4", argument: true },
       IMPORT_OUT_OPTION,
       {
         name: "dtype",
         type: "string",
         help: "fp32, fp16, q4 (4-bit weights in blocks of 32, float32 activations: the CPU choice) or q4f16 (4-bit weights, float16 activations: for CUDA)",
         default: "fp32",
+        argument: true,
       },
-      { name: "context", type: "string", help: "Serve at most this many positions (default: the checkpoint's max_position_embeddings)" },
+      { name: "context", type: "string", help: "Serve at most this many positions (default: the checkpoint's max_position_embeddings)", argument: true },
     ],
     async run(args) {
       const dir = positional(args, 0, "DIR");
@@ -91,16 +92,17 @@ export const extraCommands: Command[] = [
     summary:
       `Import a GGUF file (llama.cpp's and Ollama's format; architectures ${Object.keys(GGUF_ARCHITECTURES).join(", ")}; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights; a split model from any of its parts) as a model directory on the engine's fast path, with its tokenizer and chat template.`,
     options: [
-      { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4_k_m" },
+      { name: "id", type: "string", help: "Model id, e.g. qwen/qwen3-0.6b-q4_k_m", argument: true },
       IMPORT_OUT_OPTION,
       {
         name: "dtype",
         type: "string",
         help: "fp32, fp16, q4 (4-bit weights in blocks of 32, float32 activations), q4f16 (4-bit weights, float16 activations), or auto: the file's precision class (4- and 5-bit types: q4, q4f16 on CUDA; others: fp32, fp16 on CUDA)",
         default: "auto",
+        argument: true,
       },
       AUTO_DEVICE_OPTION,
-      { name: "context", type: "string", help: "Serve at most this many positions (default: the file's context_length)" },
+      { name: "context", type: "string", help: "Serve at most this many positions (default: the file's context_length)", argument: true },
     ],
     async run(args) {
       const file = positional(args, 0, "FILE");

@@ -1,6 +1,6 @@
 // Operator commands for rate limits: per account, or per key on top of its account's.
 import type { RateLimits, Store } from "../store/index.ts";
-import { findAccount, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
+import { accountOption, findAccount, JSON_OPTION, print, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
 import { requireString, UsageError, type Command, type CommandArgs } from "./framework.ts";
 
 const DIMENSIONS = [
@@ -32,8 +32,8 @@ const show = (l: RateLimits) =>
 
 const SCOPE_OPTIONS = [
   ...STORE_OPTIONS,
-  { name: "account", type: "string" as const, help: "The account" },
-  { name: "key", type: "string" as const, help: "A key id of the account (key_…): limits for that key only, on top of the account's" },
+  accountOption("The account"),
+  { name: "key", type: "string" as const, help: "A key id of the account (key_…): limits for that key only, on top of the account's", argument: true },
 ];
 
 export const limitsCommands: Command[] = [
@@ -41,7 +41,7 @@ export const limitsCommands: Command[] = [
     path: ["limits", "set"],
     usage: "--account NAME [--key ID] [--rpm N] [--tpm N] [--concurrent N]",
     summary: "Set rate limits of an account (or one of its keys). Omitted limits stay as they are; 'none' removes one. Accounts without limits are unlimited. Applies on the next request.",
-    options: [...SCOPE_OPTIONS, ...DIMENSIONS.map((d) => ({ name: d.flag, type: "string" as const, help: `${d.help}, or none`, env: `SLUICE_LIMIT_${d.flag.toUpperCase()}` }))],
+    options: [...SCOPE_OPTIONS, ...DIMENSIONS.map((d) => ({ name: d.flag, type: "string" as const, help: `${d.help}, or none`, argument: true }))],
     run: (args) =>
       withStore(args, async (s) => {
         const scope = await scopeOf(s, args);
@@ -62,7 +62,13 @@ export const limitsCommands: Command[] = [
       withStore(args, async (s) => {
         const scope = await scopeOf(s, args);
         await s.limits.set(scope.accountId, scope.keyId, { requestsPerMinute: null, tokensPerMinute: null, maxConcurrent: null });
-        console.log(`${scope.label}: unlimited`);
+        // An account's keys may keep limits of their own: it is unlimited only if none does.
+        const kept = scope.keyId ? [] : (await s.limits.list(scope.accountId)).filter((r) => r.keyId !== null);
+        if (kept.length === 0) console.log(`${scope.label}: unlimited`);
+        else {
+          const name = requireString(args, "account");
+          console.log(`${scope.label}: no limits of its own; ${kept.map((r) => `key ${r.keyId} keeps ${show(r)}`).join(", ")} (clear ${kept.length === 1 ? "it" : "each"}: ${seeCommand(args, "limits", "clear", "--account", name, "--key", kept.length === 1 ? kept[0]!.keyId! : "KEY_ID")})`);
+        }
         return 0;
       }),
   },
@@ -70,7 +76,7 @@ export const limitsCommands: Command[] = [
     path: ["limits", "list"],
     usage: "[--account NAME]",
     summary: "List the rate limits that are set (accounts and keys not listed are unlimited).",
-    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "Only this account" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, accountOption("Only this account"), JSON_OPTION],
     run: (args) =>
       withStore(args, async (s) => {
         let accountId: number | undefined;
@@ -79,9 +85,12 @@ export const limitsCommands: Command[] = [
         }
         const rows = await s.limits.list(accountId);
         if (args.values.json) console.log(JSON.stringify(rows, null, 2));
-        else if (rows.length === 0) console.log("(no limits set: every account is unlimited)");
-        else for (const r of rows) console.log(`${r.accountName.padEnd(16)} ${(r.keyId ?? "(account)").padEnd(22)} ${show(r)}`);
+        else if (rows.length === 0) console.log(`(no limits set: ${accountId === undefined ? "every account is" : `${args.values.account} and its keys are`} unlimited)`);
+        else {
+          const cell = (v: number | null) => v ?? "unlimited";
+          print(args, rows.map((r) => ({ account: r.accountName, key: r.keyId ?? "(account)", rpm: cell(r.requestsPerMinute), tpm: cell(r.tokensPerMinute), concurrent: cell(r.maxConcurrent) })), ["account", "key", "rpm", "tpm", "concurrent"]);
+        }
         return 0;
-      }),
+      }, { reads: true }),
   },
 ];

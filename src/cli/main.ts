@@ -14,13 +14,31 @@ import { keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
 
 const COMMANDS: Command[] = [serveCommand, ...storeCommands, ...extraCommands, pullCommand, ...workspaceCommands, ...limitsCommands, ...residencyCommands];
 
-function overview(): string {
-  const lines = [`sluice ${VERSION}: an OpenAI-compatible gateway that serves ONNX language models`, "", "Commands:"];
+/** A summary's first sentence, ending with its full stop. */
+const firstSentence = (summary: string) => summary.split(". ")[0]!.replace(/\.?$/, ".");
+
+/** Widest usage column before a summary moves to the line below it. */
+const USAGE_COLUMN = 56;
+
+/** Command lines and their summaries in two columns; a command line too long for the first puts its summary on the next line, in the same column. */
+export function commandTable(commands: Command[], summary: (c: Command) => string): string[] {
   const name = commandName();
-  for (const c of COMMANDS) lines.push(`  ${`${name} ${c.path.join(" ")} ${c.usage}`.padEnd(52 + name.length - "sluice".length)} ${c.summary.split(". ")[0]}`);
-  lines.push("", `A command's options (each also read from SLUICE_<OPTION>): ${name} COMMAND --help`);
+  const usages = commands.map((c) => `${name} ${c.path.join(" ")} ${c.usage}`.trimEnd());
+  const width = Math.min(USAGE_COLUMN + name.length - "sluice".length, Math.max(...usages.map((u) => u.length)));
+  return commands.flatMap((c, i) => {
+    const u = usages[i]!;
+    return u.length <= width ? [`  ${u.padEnd(width)}  ${summary(c)}`] : [`  ${u}`, `  ${" ".repeat(width)}  ${summary(c)}`];
+  });
+}
+
+function overview(): string {
+  const lines = [`sluice ${VERSION}: an OpenAI-compatible gateway that serves ONNX language models`, "", "Commands:", ...commandTable(COMMANDS, (c) => firstSentence(c.summary))];
+  lines.push("", `A command's options, and the settings it also reads from SLUICE_<OPTION>: ${commandName()} COMMAND --help`);
   return lines.join("\n");
 }
+
+/** The commands a group of words names (`models`, `models import`): those whose path goes on from them. */
+const groupOf = (words: string[]) => (words.length ? COMMANDS.filter((c) => c.path.length > words.length && words.every((w, i) => c.path[i] === w)) : []);
 
 export async function main(argv: string[]): Promise<number> {
   // First, while this is the only thread: every command that runs a model (serve, doctor) sees it.
@@ -37,10 +55,12 @@ export async function main(argv: string[]): Promise<number> {
     (a, b) => b.path.length - a.path.length,
   )[0];
   if (!command) {
-    const group = COMMANDS.filter((c) => c.path[0] === argv[0]);
-    if (group.length && (argv.length === 1 || argv.includes("--help"))) {
-      console.log(group.map((c) => `${commandName()} ${c.path.join(" ")} ${c.usage}\n    ${c.summary}`).join("\n"));
-      return argv.length === 1 ? 2 : 0;
+    const words = argv.filter((a) => a !== "--help" && a !== "-h");
+    const group = groupOf(words);
+    if (group.length) {
+      const help = words.length < argv.length;
+      (help ? console.log : console.error)([...commandTable(group, (c) => c.summary), "", `A command's options: ${commandName()} ${words.join(" ")} COMMAND --help`].join("\n"));
+      return help ? 0 : 2;
     }
     console.error(`sluice: unknown command '${argv.join(" ")}'; the commands: ${commandName()} --help`);
     return 2;
@@ -51,7 +71,9 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   try {
-    return await command.run(parseCommand(command, rest, process.env));
+    const args = parseCommand(command, rest, process.env);
+    for (const note of args.ignored ?? []) console.error(`sluice ${command.path.join(" ")}: ${note}`);
+    return await command.run(args);
   } catch (e) {
     if (e instanceof UsageError) {
       console.error(`sluice ${command.path.join(" ")}: ${e.message}`);

@@ -114,20 +114,20 @@ export const pullCommand: Command = {
   summary:
     "Fetch a model from the Hugging Face Hub into the models directory: an ONNX export (configs, tokenizer and one dtype's graphs), or weights it converts: a safetensors checkpoint, or one GGUF file (REPO:QUANT as llama-server -hf and Ollama's hf.co/ take it, e.g. Qwen/Qwen3-0.6B-GGUF:Q8_0, or --file; split files included; with neither, Q4_K_M). Resumable, SHA-256 verified, placed only when complete. HF_ENDPOINT chooses the Hub, HF_TOKEN (or huggingface-cli's token file) authenticates.",
   options: [
-    { name: "revision", type: "string", help: "Branch, tag or commit", default: "main", env: "SLUICE_PULL_REVISION" },
-    { name: "file", type: "string", help: "A GGUF file of the repo to pull and import (any part of a split one brings them all)", env: "SLUICE_PULL_FILE" },
+    { name: "revision", type: "string", help: "Branch, tag or commit", default: "main", argument: true },
+    { name: "file", type: "string", help: "A GGUF file of the repo to pull and import (any part of a split one brings them all)", argument: true },
     {
       name: "dtype",
       type: "string",
       help: `auto or one of ${ONNX_DTYPES.join(", ")} (transformers.js's file names: model_q4.onnx …); auto: CUDA fp16, else q4f16; CPU q4, else fp32. A GGUF file converts to fp32, fp16, q4 or q4f16; auto keeps its precision class (4- and 5-bit types: q4)`,
       default: "auto",
-      env: "SLUICE_PULL_DTYPE",
+      argument: true,
     },
-    { name: "id", type: "string", help: "Model id to serve it as (default: the repo name, with -QUANT for a GGUF file)", env: "SLUICE_PULL_ID" },
+    { name: "id", type: "string", help: "Model id to serve it as (default: the repo name, with -QUANT for a GGUF file)", argument: true },
     { name: "models", type: "string", help: "Models directory (the one serve reads)", default: "./models" },
-    { name: "subfolder", type: "string", help: "Folder of the repo holding the model (onnxruntime-genai repos keep one per variant)", env: "SLUICE_PULL_SUBFOLDER" },
+    { name: "subfolder", type: "string", help: "Folder of the repo holding the model (onnxruntime-genai repos keep one per variant)", argument: true },
     AUTO_DEVICE_OPTION,
-    { name: "stall-seconds", type: "string", help: "Cut and resume a transfer that receives nothing for this long", default: "30", env: "SLUICE_PULL_STALL_SECONDS" },
+    { name: "stall-seconds", type: "string", help: "Cut and resume a transfer that receives nothing for this long", default: "30" },
   ],
   async run(args) {
     const repo = positional(args, 0, "REPO (a Hub model repository, e.g. onnx-community/Qwen3-0.6B-ONNX, or REPO:QUANT for a GGUF file)");

@@ -89,7 +89,7 @@ export const residencyCommands: Command[] = [
     options: [DATA_OPTION, JSON_OPTION],
     async run(args) {
       const m = await ask<ModelResidency>(args, "/residency/unload", { model: positional(args, 0, "model ID") });
-      console.log(args.values.json ? JSON.stringify(m, null, 2) : line(m));
+      console.log(args.values.json ? JSON.stringify(m, null, 2) : m.state === "unloaded" ? `unloaded ${m.model}; it loads again on its next request` : line(m));
       return 0;
     },
   },

@@ -57,8 +57,8 @@ export const serveCommand: Command = {
     { name: "port", type: "string", help: "TCP port (0: any free port)", default: "8080" },
     DATA_OPTION,
     DATABASE_OPTION,
-    { name: "node-url", type: "string", help: "With --database: the URL other nodes reach this one at, e.g. http://10.0.0.5:8080 (default: the address it listens on)", env: "SLUICE_NODE_URL" },
-    { name: "cluster-secret", type: "string", help: "With --database (required): a secret shared by every node (16 characters or more) that authenticates requests forwarded between them", env: "SLUICE_CLUSTER_SECRET" },
+    { name: "node-url", type: "string", help: "With --database: the URL other nodes reach this one at, e.g. http://10.0.0.5:8080 (default: the address it listens on)" },
+    { name: "cluster-secret", type: "string", help: "With --database (required): a secret shared by every node (16 characters or more) that authenticates requests forwarded between them" },
     { name: "heartbeat-seconds", type: "string", help: "With --database: how often this node renews its registration and reads the others'", default: "1" },
     { name: "node-timeout-seconds", type: "string", help: "With --database: a node whose heartbeat is older than this is dead; its models leave the lists", default: "5" },
     { name: "models", type: "string", help: "Models directory", default: "./models" },
@@ -76,7 +76,12 @@ export const serveCommand: Command = {
     { name: "max-queue", type: "string", help: "Requests that may wait for KV memory per model before 503 (0: 64; per model: sluice.json's max_queue)", default: "0" },
     { name: "warmup-ms", type: "string", help: "Per model preloaded or loaded by an operator (not on demand: a request waits), run synthetic requests through the decoding code for up to this long so the first requests get full speed (0: none; default SLUICE_WARMUP_MS, else 2000)" },
     { name: "stream-interval-ms", type: "string", help: "A stream's tokens made within this long of the last chunk wait and go out together in one chunk (the first token and the end never wait; 0: a chunk per round of the model)", default: String(POST_INTERVAL_MS) },
-    { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, and in the account's earlier answers, verified by the model; the output is unchanged) or off", default: "ngram" },
+    {
+      name: "batch-invariant",
+      type: "boolean",
+      help: "Make each request's greedy and seeded output depend on the request alone: the same tokens alone or among others, with speculation on or off, after preemption, on a prefix-cache hit (GroupQueryAttention models on the CPU; costs speed, see docs/BENCHMARKS.md)",
+    },
+    { name: "speculate", type: "string", help: "Speculative decoding: ngram (drafts looked up in the prompt and the output, and in the account's earlier answers, verified by the model: with --batch-invariant the output is unchanged, without it an answer can differ where two tokens are nearly tied) or off", default: "ngram" },
     { name: "cuda-lib-dir", type: "string", help: "Directory holding the CUDA provider and CUDA libraries (see docs/GPU.md)" },
     { name: "cache-dir", type: "string", help: "Where the binary unpacks its native libraries (default ~/.cache/sluice)" },
     { name: "allow-image-hosts", type: "string", help: "Comma-separated hosts (name, IP or host:port) whose images may be fetched even on loopback/private/link-local addresses" },
@@ -118,7 +123,7 @@ export const serveCommand: Command = {
     const timeoutMs = seconds("node-timeout-seconds", 0.5);
     if (timeoutMs <= heartbeatMs) throw new UsageError("--node-timeout-seconds must be longer than --heartbeat-seconds");
     // Loaded here, not at the top: every other command starts without the server's modules.
-    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { DEFAULT_ACCOUNT, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
+    const [{ createEngine }, { chooseProviders }, { buildDemoModel }, { configureImagePolicy }, { claimServe, DEFAULT_ACCOUNT, startServer }, { tracingSettings, TracingConfigError }] = await Promise.all([
       import("../engine/index.ts"),
       import("../engine/providers.ts"),
       import("../modelkit/index.ts"),
@@ -134,6 +139,10 @@ export const serveCommand: Command = {
       throw e;
     }
     configureImagePolicy({ allowHosts: (str(args.values["allow-image-hosts"]) ?? "").split(",") });
+    const host = String(args.values.host);
+    const workspaceHost = typeof args.values["workspace-host"] === "string" ? args.values["workspace-host"] : undefined;
+    // Before anything starts or is written: a second server on this port or data directory stops here.
+    const dataLock = claimServe({ host, port, dataDir: String(args.values.data), workspaceHost, workspacePort: wsPort });
     const log = createLogger({ level: level as LogLevel, logPrompts: args.values["log-prompts"] === true });
     const count = (name: string) => {
       const v = Number(args.values[name]);
@@ -145,6 +154,7 @@ export const serveCommand: Command = {
       threads,
       device: device as "auto" | "cuda" | "cpu",
       binding,
+      batchInvariant: args.values["batch-invariant"] === true,
       kvBudgetBytes: count("kv-budget-mb") * 1024 * 1024,
       maxQueue: count("max-queue"),
       ...residency,
@@ -162,7 +172,8 @@ export const serveCommand: Command = {
       },
     });
     const server = await startServer({
-      host: String(args.values.host),
+      dataLock,
+      host,
       port,
       dataDir: String(args.values.data),
       database,
@@ -172,7 +183,7 @@ export const serveCommand: Command = {
       demoModel: args.values["no-demo"] !== true,
       limits,
       workspacePort: wsPort,
-      workspaceHost: typeof args.values["workspace-host"] === "string" ? args.values["workspace-host"] : undefined,
+      workspaceHost,
       buildDemoModel,
       log,
       engine,

@@ -1,6 +1,7 @@
 // Operator commands for the account workspace: users (who signs in) and billing (plans, credit).
 import { EMAIL, MIN_PASSWORD_LENGTH, type Plan, type Store, type UserRole } from "../store/index.ts";
-import { findAccount, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
+import { usd, usdColumn } from "../format-money.ts";
+import { accountOption, findAccount, JSON_OPTION, print, seeCommand, STORE_OPTIONS, withStore } from "./commands.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 import { readHiddenLine, stdinIsTerminal } from "./prompt.ts";
 
@@ -8,7 +9,6 @@ const PASSWORD_STDIN: OptionSpec = {
   name: "password-stdin",
   type: "boolean",
   help: "Read the password from standard input, asking for it (twice, not echoed) at a terminal (else from SLUICE_PASSWORD; never from the command line)",
-  env: "SLUICE_PASSWORD_STDIN",
 };
 
 
@@ -40,7 +40,7 @@ export const workspaceCommands: Command[] = [
     path: ["users", "create"],
     usage: "EMAIL --account NAME [--operator] [--password-stdin]",
     summary: "Create a workspace user (email and password, argon2id-hashed) in an account. Operators also see the admin pages.",
-    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "The account the user belongs to" }, { name: "operator", type: "boolean", help: "Make the user an operator" }, PASSWORD_STDIN],
+    options: [...STORE_OPTIONS, accountOption("The account the user belongs to"), { name: "operator", type: "boolean", help: "Make the user an operator" }, PASSWORD_STDIN],
     run: (args) =>
       withStore(args, async (s) => {
         const email = positional(args, 0, "EMAIL");
@@ -63,16 +63,14 @@ export const workspaceCommands: Command[] = [
     path: ["users", "list"],
     usage: "[--account NAME]",
     summary: "List workspace users.",
-    options: [...STORE_OPTIONS, { name: "account", type: "string", help: "Only this account's users" }, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, accountOption("Only this account's users"), JSON_OPTION],
     run: (args) =>
       withStore(args, async (s) => {
         const id = typeof args.values.account === "string" ? (await findAccount(s, args, args.values.account)).id : undefined;
         const rows = (await s.users.list(id)).map((u) => ({ email: u.email, account: u.accountName, role: u.role, created: date(u.createdAt) }));
-        if (args.values.json) console.log(JSON.stringify(rows, null, 2));
-        else if (rows.length === 0) console.log("(none)");
-        else for (const r of rows) console.log(`${r.email.padEnd(32)} ${r.account.padEnd(16)} ${r.role.padEnd(9)} ${r.created}`);
+        print(args, rows, ["email", "account", "role", "created"]);
         return 0;
-      }),
+      }, { reads: true }),
   },
   {
     path: ["users", "password"],
@@ -109,14 +107,14 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "topup"],
     usage: "ACCOUNT --usd AMOUNT [--note TEXT]",
     summary: "Add credit to an account.",
-    options: [...STORE_OPTIONS, { name: "usd", type: "string", help: "Amount in USD" }, { name: "note", type: "string", help: "Shown in the account's billing history" }],
+    options: [...STORE_OPTIONS, { name: "usd", type: "string", help: "Amount in USD", argument: true }, { name: "note", type: "string", help: "Shown in the account's billing history", argument: true }],
     run: (args) =>
       withStore(args, async (s) => {
         const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
-        const usd = Number(requireString(args, "usd"));
-        if (!Number.isFinite(usd) || usd <= 0) throw new UsageError("--usd must be a positive number");
-        await s.billing.topUp(a.id, usd, typeof args.values.note === "string" ? args.values.note : "top-up by the operator");
-        console.log(`added $${usd} to ${a.name}; balance $${await s.billing.balanceUsd(a.id)}`);
+        const amount = Number(requireString(args, "usd"));
+        if (!Number.isFinite(amount) || amount <= 0) throw new UsageError("--usd must be a positive number");
+        await s.billing.topUp(a.id, amount, typeof args.values.note === "string" ? args.values.note : "top-up by the operator");
+        console.log(`added ${usd(amount)} to ${a.name}; balance ${usd(await s.billing.balanceUsd(a.id))}`);
         return 0;
       }),
   },
@@ -139,17 +137,22 @@ export const workspaceCommands: Command[] = [
     path: ["billing", "show"],
     usage: "ACCOUNT",
     summary: "Show an account's plan, balance and recent charges and top-ups.",
-    options: [...STORE_OPTIONS, { name: "json", type: "boolean", help: "Print JSON", env: "SLUICE_JSON" }],
+    options: [...STORE_OPTIONS, JSON_OPTION],
     run: (args) =>
       withStore(args, async (s) => {
         const a = await findAccount(s, args, positional(args, 0, "ACCOUNT"));
         const out = { account: a.name, plan: await s.billing.plan(a.id), balance_usd: await s.billing.balanceUsd(a.id), history: await s.billing.history(a.id, { limit: 20 }) };
         if (args.values.json) console.log(JSON.stringify(out, null, 2));
         else {
-          console.log(`${out.account}: ${out.plan} plan, balance $${out.balance_usd}`);
-          for (const e of out.history) console.log(`  ${date(e.createdAt)}  ${e.kind.padEnd(6)} ${e.amountUsd.toFixed(9).padStart(16)}  ${e.modelId ?? e.note ?? ""}`);
+          // One number of decimals for the balance and every row, so that they read alike and add up.
+          const money = usdColumn([out.balance_usd, ...out.history.map((e) => e.amountUsd)]);
+          console.log(`${out.account}: ${out.plan} plan, balance ${money(out.balance_usd)}`);
+          if (out.history.length) {
+            console.log(`last ${out.history.length} charges and top-ups (UTC):`);
+            print(args, out.history.map((e) => ({ time: date(e.createdAt), type: e.kind === "topup" ? "top-up" : "charge", amount: money(e.amountUsd), details: e.modelId ?? e.note ?? "" })), ["time", "type", "amount", "details"]);
+          }
         }
         return 0;
-      }),
+      }, { reads: true }),
   },
 ];

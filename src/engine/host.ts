@@ -52,6 +52,8 @@ export interface EngineOptions {
   threads: number;
   /** How ONNX Runtime is called (see decoders.ts); absent: the default. */
   binding?: OrtBinding;
+  /** Load every model batch-invariant (see WorkerOptions.batchInvariant). */
+  batchInvariant?: boolean;
   /**
    * KV memory per model (running sequences + prefix cache). Absent: SLUICE_KV_BUDGET_MB from the
    * environment, else a quarter of the machine's memory up to 8 GiB.
@@ -645,6 +647,7 @@ export class WorkerEngine implements Engine {
         device: opts.device,
         threads: opts.threads,
         binding: opts.binding,
+        batchInvariant: opts.batchInvariant,
         // Each model's, when it loads (see loadWorker).
         kvBudgetBytes: 0,
         maxQueue: opts.maxQueue ?? 0,

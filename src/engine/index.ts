@@ -17,6 +17,8 @@ export interface CreateEngineOptions {
   threads: number;
   /** How ONNX Runtime is called on the CPU (CUDA always through the C API); absent: the default. */
   binding?: OrtBinding;
+  /** serve --batch-invariant: each request's output a function of the request alone (see runtime/canonical-attention.ts). */
+  batchInvariant?: boolean;
   /** KV cache memory per model, bytes (0: a quarter of the machine's memory, 256 MiB–8 GiB). */
   kvBudgetBytes?: number;
   /** Requests that may wait for KV memory per model before new ones get 503. */
@@ -76,6 +78,7 @@ export async function createEngine(opts: CreateEngineOptions): Promise<Engine> {
     device: opts.device,
     threads: opts.threads,
     binding: opts.binding,
+    batchInvariant: opts.batchInvariant,
     kvBudgetBytes: opts.kvBudgetBytes,
     maxQueue: opts.maxQueue,
     speculate: opts.speculate,

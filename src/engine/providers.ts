@@ -3,7 +3,8 @@
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
-import { CUDA_LIBRARIES, cudaSearchDirs, PROVIDER_LIBRARIES, probeLibrary, tryDlopen, versionFromFileName, type SearchDir } from "../packaging/cuda.ts";
+import ortPkg from "onnxruntime-node/package.json" with { type: "json" };
+import { CUDA_LIBRARIES, CUDA_PROVIDER, cudaProviderProblem, cudaSearchDirs, PROVIDER_LIBRARIES, probeLibrary, tryDlopen, versionFromFileName, type SearchDir } from "../packaging/cuda.ts";
 import { isPackaged, nativeDir } from "../packaging/native.ts";
 
 export type Device = "auto" | "cuda" | "cpu";
@@ -17,7 +18,12 @@ export interface LibraryCheck {
   /** Where it was loaded from (a path, or the soname the system linker resolved). */
   path?: string;
   version?: string | null;
+  /** CUDA is usable without it (a library only some operators use). */
+  optional?: boolean;
 }
+
+/** The checks CUDA cannot do without that failed. */
+export const missingRequired = (checks: LibraryCheck[]) => checks.filter((c) => !c.found && !c.optional);
 
 export interface ProviderChoice {
   providers: ("cuda" | "cpu")[];
@@ -36,9 +42,11 @@ export function onnxRuntimeLibDir(): string {
 }
 
 /**
- * Each library the CUDA provider needs, by dlopen, in the order a missing one is worth naming.
- * CUDA libraries are tried in the search directories, then next to ONNX Runtime, then through
- * the system linker; provider libraries count only next to ONNX Runtime, where it loads them.
+ * Each library the CUDA provider needs, in the order a missing one is worth naming. CUDA libraries
+ * are tried with dlopen in the search directories, then next to ONNX Runtime, then through the
+ * system linker, and those found stay loaded for the provider (see packaging/cuda.ts); provider
+ * libraries count only next to ONNX Runtime, where it loads them, and the CUDA provider is read,
+ * never loaded, here.
  */
 export function checkCudaLibraries(libDir = onnxRuntimeLibDir(), dirs: SearchDir[] = cudaSearchDirs()): LibraryCheck[] {
   const checks: LibraryCheck[] = [];
@@ -46,17 +54,17 @@ export function checkCudaLibraries(libDir = onnxRuntimeLibDir(), dirs: SearchDir
     // The driver must be the system's: a copy would not match the kernel module.
     const local = lib.soname === "libcuda.so.1" ? [] : [...dirs.map((d) => join(d.dir, lib.soname)), join(libDir, lib.soname)];
     const p = probeLibrary(lib, [...local, lib.soname]);
-    checks.push({ name: lib.soname, role: lib.role, found: p.ok, detail: p.detail, path: p.path, version: p.version });
+    checks.push({ name: lib.soname, role: lib.role, found: p.ok, detail: p.detail, path: p.path, version: p.version, ...(lib.optional ? { optional: true } : {}) });
   }
   for (const lib of PROVIDER_LIBRARIES) {
     const path = join(libDir, lib.soname);
     if (existsSync(path)) {
-      // Loading it proves the file is whole and its own dependencies (CUDA, cuDNN) resolve.
-      const error = tryDlopen(path);
+      // The bridge is loaded to prove it whole; the provider itself must not be (see cudaProviderProblem).
+      const error = lib.soname === CUDA_PROVIDER ? cudaProviderProblem(path, ortPkg.version) : tryDlopen(path)?.replace(`${path}: `, "") ?? null;
       checks.push(
         error === null
-          ? { name: lib.soname, role: lib.role, found: true, detail: "loaded", path, version: versionFromFileName(path) }
-          : { name: lib.soname, role: lib.role, found: false, detail: `present at ${path} but does not load: ${error.replace(`${path}: `, "")}`, path, version: null },
+          ? { name: lib.soname, role: lib.role, found: true, detail: lib.soname === CUDA_PROVIDER ? `usable with ONNX Runtime ${ortPkg.version}` : "loaded", path, version: versionFromFileName(path) }
+          : { name: lib.soname, role: lib.role, found: false, detail: `present at ${path} but does not load: ${error}`, path, version: null },
       );
       continue;
     }
@@ -79,8 +87,7 @@ export function checkCudaLibraries(libDir = onnxRuntimeLibDir(), dirs: SearchDir
 
 /** One line naming every missing piece, as `--device cuda` refuses and `auto` logs. */
 export function describeMissing(checks: LibraryCheck[]): string {
-  return `missing ${checks
-    .filter((c) => !c.found)
+  return `missing ${missingRequired(checks)
     .map((m) => `${m.role} (${m.name}: ${m.detail})`)
     .join("; ")}`;
 }
@@ -120,7 +127,7 @@ export function chooseProviders(device: Device, libDir?: string, dirs?: SearchDi
     return { providers: ["cpu"], cudaUnavailable: "CPU requested (--device cpu)", checks: [] };
   }
   const checks = checkCudaLibraries(libDir, dirs);
-  const missing = checks.filter((c) => !c.found);
+  const missing = missingRequired(checks);
   if (missing.length === 0) return { providers: ["cuda", "cpu"], cudaUnavailable: null, checks };
   const reason = describeMissing(checks);
   if (device === "cuda") {

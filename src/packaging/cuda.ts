@@ -2,10 +2,19 @@
 // npm package (too large), so the binary looks where the operator says, then in lib/ beside the
 // binary, then in the cache directory, and links what it finds next to the unpacked ONNX Runtime,
 // the only directory ONNX Runtime loads provider libraries from.
+//
+// The provider Sluice documents (docs/GPU.md) is ONNX Runtime 1.29.0's, built for CUDA 13. Its
+// ELF header NEEDs libcudart.so.13, libcublas.so.13, libcublasLt.so.13, libcurand.so.10 and
+// libcuda.so.1, has no RUNPATH, and opens cuDNN (libcudnn.so.9) and cuFFT (libcufft.so.12) itself
+// when an operator first needs them. The dynamic linker satisfies a NEEDED soname with a library
+// already loaded under that soname, so each CUDA library found is loaded from its path here and
+// kept loaded: the provider then resolves without LD_LIBRARY_PATH (onnxruntime's Python package
+// preloads the same way, preload_dlls()).
 import { dlopen, FFIType, ptr } from "bun:ffi";
-import { existsSync, lstatSync, readdirSync, readlinkSync, realpathSync, symlinkSync, unlinkSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readlinkSync, realpathSync, statSync, symlinkSync, unlinkSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { CUDA_LIB_DIR_ENV, resolveCacheDir } from "./cache-dir.ts";
+import { containsCString, readElfDynamic } from "./elf.ts";
 import { isPackaged } from "./native.ts";
 
 /**
@@ -49,8 +58,8 @@ export interface LinkResult {
 
 /**
  * Symlinks every shared library of the search directories into `nativeDir` (the first directory
- * holding a name wins). The CUDA provider's RUNPATH is $ORIGIN, so its cuBLAS and cuDNN
- * dependencies are found there too, without LD_LIBRARY_PATH.
+ * holding a name wins): ONNX Runtime loads the provider libraries only from beside itself, and
+ * the checks (checkCudaLibraries) find the CUDA libraries there too.
  */
 export function linkCudaLibraries(nativeDir: string, dirs: SearchDir[]): LinkResult {
   const result: LinkResult = { linked: [], errors: [] };
@@ -102,6 +111,10 @@ export interface CudaLibrary {
   role: string;
   /** Reads the version through the library's own API once loaded. */
   version?: (path: string) => string | null;
+  /** Used by a few operators only: listed, but CUDA is usable without it. */
+  optional?: boolean;
+  /** Files beside it that it opens by name itself (cuDNN's sub-libraries), kept loaded with it. */
+  companions?: RegExp;
 }
 
 function intOut(path: string, symbol: string): number | null {
@@ -147,9 +160,9 @@ export function cudaDeviceMemoryBytes(driver = "libcuda.so.1"): number | null {
 // The C library's own dlopen, because bun:ffi's refuses a library without naming a symbol, and a
 // check must load exactly as ONNX Runtime will: every dependency resolved now (RTLD_NOW).
 const RTLD_NOW = 2;
-let libdl: { open(path: string): string | null } | null = null;
+let libdl: { open(path: string, keep: boolean): string | null } | null = null;
 
-function systemDlopen(): { open(path: string): string | null } {
+function systemDlopen(): { open(path: string, keep: boolean): string | null } {
   if (libdl) return libdl;
   const libc = dlopen("libc.so.6", {
     dlopen: { args: [FFIType.cstring, FFIType.i32], returns: FFIType.ptr },
@@ -157,10 +170,10 @@ function systemDlopen(): { open(path: string): string | null } {
     dlerror: { args: [], returns: FFIType.cstring },
   });
   libdl = {
-    open(path: string): string | null {
+    open(path: string, keep: boolean): string | null {
       const handle = libc.symbols.dlopen(ptr(new TextEncoder().encode(`${path}\0`)), RTLD_NOW);
       if (!handle) return String(libc.symbols.dlerror() ?? "dlopen failed");
-      libc.symbols.dlclose(handle);
+      if (!keep) libc.symbols.dlclose(handle);
       return null;
     },
   };
@@ -169,22 +182,36 @@ function systemDlopen(): { open(path: string): string | null } {
 
 /** Loads and unloads a library the way the dynamic linker would for ONNX Runtime; null when it loads, else dlerror's message. */
 export function tryDlopen(path: string): string | null {
-  return systemDlopen().open(path);
+  return systemDlopen().open(path, false);
+}
+
+/**
+ * Loads a library and keeps it loaded for the life of the process, so that a library loaded later
+ * that NEEDs its soname is given this one (see the top of this file); null when it loads.
+ */
+export function dlopenAndKeep(path: string): string | null {
+  return systemDlopen().open(path, true);
 }
 
 const cudaStyle = (v: number | null) => (v === null ? null : `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}`);
 
+/**
+ * What the CUDA provider needs, in loading order (a library before those that NEED it): its ELF
+ * NEEDED entries (driver, runtime, cuBLASLt, cuBLAS, cuRAND, all CUDA 13), then what it opens by
+ * name on first use (cuDNN 9, built for CUDA 13; cuFFT, for the FFT operators only).
+ */
 export const CUDA_LIBRARIES: CudaLibrary[] = [
   { soname: "libcuda.so.1", role: "NVIDIA driver", version: (p) => cudaStyle(intOut(p, "cuDriverGetVersion")) },
-  { soname: "libcudart.so.12", role: "CUDA runtime", version: (p) => cudaStyle(intOut(p, "cudaRuntimeGetVersion")) },
-  { soname: "libcublasLt.so.12", role: "cuBLASLt" },
-  { soname: "libcublas.so.12", role: "cuBLAS" },
-  // The CUDA provider links these two as well, though most models never call them.
-  { soname: "libcufft.so.11", role: "cuFFT" },
+  { soname: "libcudart.so.13", role: "CUDA runtime", version: (p) => cudaStyle(intOut(p, "cudaRuntimeGetVersion")) },
+  { soname: "libcublasLt.so.13", role: "cuBLASLt" },
+  { soname: "libcublas.so.13", role: "cuBLAS" },
+  // Linked by the provider, though most models never call it.
   { soname: "libcurand.so.10", role: "cuRAND" },
   {
     soname: "libcudnn.so.9",
     role: "cuDNN",
+    // cuDNN 9's libcudnn.so.9 opens its engines (libcudnn_graph.so.9, libcudnn_ops.so.9 …) by name.
+    companions: /^libcudnn_[a-z_]+\.so\.9$/,
     version: (p) => {
       const lib = dlopen(p, { cudnnGetVersion: { args: [], returns: FFIType.u64 } });
       try {
@@ -195,6 +222,7 @@ export const CUDA_LIBRARIES: CudaLibrary[] = [
       }
     },
   },
+  { soname: "libcufft.so.12", role: "cuFFT (FFT operators only)", optional: true },
 ];
 
 export const PROVIDER_LIBRARIES = [
@@ -222,12 +250,15 @@ export interface Probe {
   version: string | null;
 }
 
-/** Tries each candidate with dlopen; on success reads the version (API first, then the file name). */
+/**
+ * Tries each candidate with dlopen and keeps the first that loads loaded (with its companions);
+ * on success reads the version (API first, then the file name).
+ */
 export function probeLibrary(lib: CudaLibrary, candidates: string[]): Probe {
   let last: Probe = { ok: false, path: lib.soname, detail: "not found", version: null };
   for (const c of candidates) {
     if (c.includes("/") && !existsSync(c)) continue;
-    const error = tryDlopen(c);
+    const error = dlopenAndKeep(c);
     if (error !== null) {
       // dlerror starts with the name it was given; the check already names it.
       const msg = error.split("\n")[0]!.replace(`${c}: `, "").slice(0, 300);
@@ -242,7 +273,81 @@ export function probeLibrary(lib: CudaLibrary, candidates: string[]): Probe {
     } catch {
       version = null;
     }
-    return { ok: true, path: c, detail: "loaded", version: version ?? versionFromFileName(c) };
+    const companions = lib.companions && c.includes("/") ? keepCompanions(dirname(c), lib.companions) : [];
+    const detail = companions.length ? `loaded; not loaded beside it: ${companions.join("; ")}` : "loaded";
+    return { ok: true, path: c, detail, version: version ?? versionFromFileName(c) };
   }
   return last;
+}
+
+/**
+ * Loads the files of `dir` matching `pattern` and keeps them loaded; they may need one another, so
+ * those that fail are tried again while others still load. Returns what never loaded, with why.
+ */
+function keepCompanions(dir: string, pattern: RegExp): string[] {
+  let pending: string[];
+  try {
+    pending = readdirSync(dir).filter((n) => pattern.test(n)).sort();
+  } catch {
+    return [];
+  }
+  const errors = new Map<string, string>();
+  for (let progress = true; progress && pending.length; ) {
+    progress = false;
+    for (const name of [...pending]) {
+      const error = dlopenAndKeep(join(dir, name));
+      if (error === null) {
+        pending = pending.filter((n) => n !== name);
+        errors.delete(name);
+        progress = true;
+      } else errors.set(name, error.split("\n")[0]!.replace(`${join(dir, name)}: `, "").slice(0, 200));
+    }
+  }
+  return [...errors].map(([name, error]) => `${name} (${error})`);
+}
+
+export const CUDA_PROVIDER = "libonnxruntime_providers_cuda.so";
+
+/** Results of inspecting a provider file, by path, size and modification time: reading it for its version costs a pass over 229 MB. */
+const inspected = new Map<string, string | null>();
+
+/**
+ * Why the CUDA provider at `path` cannot be used under ONNX Runtime `runtimeVersion`, or null when
+ * it can, as far as can be told without loading it. It is never loaded here: its initialisers
+ * call into ONNX Runtime's provider bridge and crash the process unless ONNX Runtime itself loads
+ * it. So its ELF header is read instead: the architecture, and each library it NEEDs must load (a
+ * CUDA 12 build names libcudart.so.12). And it must come from the same ONNX Runtime release:
+ * nothing checks that when it loads (the bridge between them is a C++ interface handed over by
+ * pointer), so its embedded version string (every CUDA provider carries ONNX Runtime's version
+ * for its tuning results) must be the runtime's.
+ */
+export function cudaProviderProblem(path: string, runtimeVersion: string): string | null {
+  let key: string;
+  try {
+    const st = statSync(path);
+    key = `${path}\0${st.size}\0${st.mtimeMs}\0${runtimeVersion}`;
+  } catch (e) {
+    return (e as Error).message;
+  }
+  if (!inspected.has(key)) inspected.set(key, inspectProvider(path, runtimeVersion));
+  return inspected.get(key)!;
+}
+
+function inspectProvider(path: string, runtimeVersion: string): string | null {
+  let needed: string[];
+  try {
+    needed = readElfDynamic(path).needed;
+  } catch (e) {
+    return (e as Error).message;
+  }
+  // Loaded and kept by the checks before this one when they are found; the C library's by soname.
+  const missing = needed.filter((soname) => dlopenAndKeep(soname) !== null);
+  if (missing.length) {
+    const cuda12 = missing.some((n) => /^libcu(dart|blas|blasLt)\.so\.12$/.test(n));
+    return `it needs ${missing.join(", ")}, which ${missing.length === 1 ? "does" : "do"} not load${cuda12 ? " (a provider built for CUDA 12: Sluice's ONNX Runtime needs the CUDA 13 build, see docs/GPU.md)" : ""}`;
+  }
+  if (!containsCString(path, runtimeVersion)) {
+    return `it is not from ONNX Runtime ${runtimeVersion} (it does not carry that version string); the provider must come from the same release as the runtime, see docs/GPU.md`;
+  }
+  return null;
 }

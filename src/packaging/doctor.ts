@@ -7,7 +7,7 @@ import { discoverModelDirs } from "../engine/discovery.ts";
 import { describeSamplingDefaults } from "../protocol/sampling.ts";
 import { healthFilePath, readHealthFile, writerAlive } from "../engine/health-file.ts";
 import type { WorkerHealth } from "../engine/types.ts";
-import { checkCudaLibraries, chooseProviders, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
+import { checkCudaLibraries, chooseProviders, missingRequired, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
 import { probeCApi } from "../engine/capi/probe.ts";
 import type { OrtBinding } from "../engine/ort-binding.ts";
 import { describeOrtTelemetry, keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
@@ -93,12 +93,12 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   }
 
   const checks = libDir ? checkCudaLibraries(libDir, dirs) : [];
-  out.push("cuda libraries (by dlopen):");
+  out.push("cuda libraries (by dlopen; the CUDA provider by its ELF header, see docs/GPU.md):");
   for (const c of checks) {
-    const where = c.found ? `${c.path}${c.version ? `, version ${c.version}` : ""}` : c.detail;
+    const where = c.found ? `${c.path}${c.version ? `, version ${c.version}` : ""}` : `${c.detail}${c.optional ? " (optional)" : ""}`;
     out.push(`  ${c.found ? "found  " : "missing"} ${c.role.padEnd(30)} ${c.name.padEnd(36)} ${where}`);
   }
-  const cudaOk = checks.length > 0 && checks.every((c) => c.found);
+  const cudaOk = checks.length > 0 && missingRequired(checks).length === 0;
   let providers: string[] = ["cpu"];
   let refused: string | null = null;
   try {
@@ -109,7 +109,7 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   }
   out.push(`execution providers: ${refused ? `none, --device ${opts.device} refuses to start` : `${providers.join(", ")} (--device ${opts.device})`}`);
   out.push(`  cpu: available`);
-  const missing = checks.filter((c) => !c.found).map((c) => c.name);
+  const missing = missingRequired(checks).map((c) => c.name);
   // The table above says why each one is missing.
   out.push(`  cuda: ${cudaOk ? "available" : `unavailable: ${checks.length ? `missing ${missing.join(", ")}` : "native libraries missing"}`}`);
   if (refused) out.push(`  ${refused}`);
@@ -127,7 +127,9 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   const health = readHealthFile(healthFilePath(data));
   if (health) {
     const live = writerAlive(health);
-    out.push(`model workers (as serve, pid ${health.pid}${live ? "" : ", which no longer runs,"} reported them at ${new Date(health.updatedAt).toISOString()}):`);
+    const reported = `as serve, pid ${health.pid}${live ? "" : ", which no longer runs,"} reported them at ${new Date(health.updatedAt).toISOString()}`;
+    if (health.models.length === 0) out.push(`model workers: none (no model loaded; ${reported})`);
+    else out.push(`model workers (${reported}):`);
     for (const w of health.models) out.push(`  ${w.model}: ${describeWorker(w)}`);
     if (live && health.models.some((w) => w.state === "unavailable")) ok = false;
   }

@@ -246,6 +246,15 @@ function canLeave(g: Grammar, s: number, outside: Int32Array): boolean {
 
 const UNKNOWN_RUN = -1;
 
+/** How CompletionBudget.expand reads one state (see walkPlan). */
+interface WalkPlan {
+  readonly run: number;
+  readonly classRun: number;
+  readonly cls: ClassFacts | null;
+  readonly below: Uint8Array | null;
+  readonly inside: ((b: number) => boolean) | null;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 /** A rule's ways out from one (state, partial token): trie node at the rule's end and tokens cut before it. */
@@ -784,7 +793,7 @@ export class CompletionBudget {
     if (g.final[s]) this.addExit(o, node, c);
     for (let j = g.callOffset[s]; j < g.callOffset[s + 1]; j++) this.wait(this.origin(g.callStart[j], node), o, g.callReturn[j], c);
     if (!g.hasBytes[s]) return;
-    const run = contentRun(g, s);
+    const { run, classRun: classRun_, cls, below, inside } = this.walkPlan(s);
     if (run > 0 && node === ROOT) {
       const f = this.facts;
       this.runMoves(o, s, c, run, 0x20, f.contentTokenChars, f.exits);
@@ -794,18 +803,37 @@ export class CompletionBudget {
       this.runMovesBelow(o, s, node, c, run);
       return;
     }
+    if (cls && node === ROOT) {
+      this.runMoves(o, s, c, classRun_, cls.first, cls.lengths, cls.exits);
+      return;
+    }
+    const skip = this.skipByte[s];
+    for (let child = node + 1; child < t.end[node]; child = t.end[child]) {
+      const b = t.byte[child];
+      if (skip && skipped(skip, b)) continue;
+      if (below && !below[child] && inside!(b)) continue;
+      const to = g.next[s * 256 + b];
+      if (to >= 0) this.relax(o, to, child, c);
+    }
+  }
+
+  /**
+   * How expand reads state `s`: its run of string characters or of a byte class, and what a
+   * token in progress may skip there. The same for every trie node the state expands (hundreds of
+   * thousands on a large vocabulary), so worked out once per state.
+   */
+  private walkPlan(s: number): WalkPlan {
+    const known = this.walkPlans[s];
+    if (known) return known;
+    const g = this.grammar;
+    const run = contentRun(g, s);
     const classes = classRuns(g);
     let classRun_ = 0;
     if (run === 0) {
       classRun_ = classes.run[s];
       if (classRun_ === UNKNOWN_RUN) classRun_ = classRun(g, classes, s);
     }
-    const cls = classRun_ > 0 ? this.classFacts(classes.outside, s) : null;
-    if (cls && node === ROOT) {
-      this.runMoves(o, s, c, classRun_, cls.first, cls.lengths, cls.exits);
-      return;
-    }
-    const skip = this.skipByte[s];
+    const cls = run <= 0 && classRun_ > 0 ? this.classFacts(classes.outside, s) : null;
     // Inside a token, what a state reads alike (string content, a class such as an email's
     // letters) is read only on the way to a byte beyond it when the state could stop reading it
     // here: a token that only adds such bytes is never cheaper than going on without them.
@@ -818,20 +846,21 @@ export class CompletionBudget {
       below = cls.exitBelow;
       inside = (b) => (classes.outside[s * 8 + (b >>> 5)] & (1 << (b & 31))) === 0;
     }
-    for (let child = node + 1; child < t.end[node]; child = t.end[child]) {
-      const b = t.byte[child];
-      if (skip && skipped(skip, b)) continue;
-      if (below && !below[child] && inside!(b)) continue;
-      const to = g.next[s * 256 + b];
-      if (to >= 0) this.relax(o, to, child, c);
-    }
+    const plan = { run, classRun: classRun_, cls, below, inside };
+    this.walkPlans[s] = plan;
+    return plan;
   }
+  private readonly walkPlans: (WalkPlan | undefined)[] = [];
 
   /** The per-vocabulary lists of a byte class (see ClassFacts), by the class's bytes. */
   private classFacts(outside: Int32Array, s: number): ClassFacts {
-    const words = outside.subarray(s * 8, s * 8 + 8);
-    return classFactsOf(this.vocab, words);
+    // Asked at every trie node a class state expands (hundreds of thousands on a large
+    // vocabulary): looked up by the class's bytes once per state, not once per node.
+    let f = this.classFactsByState.get(s);
+    if (f === undefined) this.classFactsByState.set(s, (f = classFactsOf(this.vocab, outside.subarray(s * 8, s * 8 + 8))));
+    return f;
   }
+  private readonly classFactsByState = new Map<number, ClassFacts>();
 
   /**
    * Tokens from a token boundary at a state that reads `run` units alike (string characters, or

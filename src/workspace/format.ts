@@ -1,11 +1,18 @@
-// Display formats shared by the pages; all times are UTC so that charts, tables and CSV agree.
+// Display formats shared by the pages; all times are UTC so that charts, tables and CSV agree, and
+// each says so.
+import { usd } from "../format-money.ts";
+import { html, type Html } from "./html.ts";
 
 export const DAY_MS = 86_400_000;
 
 export const isoDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
+/** "2026-11-28 04:57 UTC": every time the pages show says its zone. */
 export const dateTime = (ms: number | null) =>
-  ms === null ? "—" : new Date(ms).toISOString().slice(0, 16).replace("T", " ");
+  ms === null ? "—" : `${new Date(ms).toISOString().slice(0, 16).replace("T", " ")} UTC`;
+
+/** A time in a table: dateTime, marked up as a <time> with its exact instant. */
+export const timeCell = (ms: number): Html => html`<time datetime="${new Date(ms).toISOString()}">${dateTime(ms)}</time>`;
 
 /** Parses YYYY-MM-DD as the start of that UTC day, or null. */
 export function parseDay(s: string | null): number | null {
@@ -16,13 +23,7 @@ export function parseDay(s: string | null): number | null {
 
 export const integer = (n: number) => Math.round(n).toLocaleString("en-US");
 
-/** USD with enough digits that per-request charges of cheap models are not shown as $0.00. */
-export function usd(n: number): string {
-  const abs = Math.abs(n);
-  // Whole cents print as cents; anything finer keeps micro-dollars, so $4.999956 never shows as $5.00.
-  const digits = Math.abs(abs * 100 - Math.round(abs * 100)) < 1e-6 ? 2 : 6;
-  const s = abs.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
-  return `${n < 0 ? "−" : ""}$${s}`;
-}
+export { usd, usdColumn } from "../format-money.ts";
 
-export const price = (perMTok: number) => (perMTok === 0 ? "free" : `$${perMTok.toLocaleString("en-US", { maximumFractionDigits: 4 })}`);
+/** A price per million tokens: "$0.50", "$0.075", or "free". */
+export const price = (perMTok: number) => (perMTok === 0 ? "free" : usd(perMTok));

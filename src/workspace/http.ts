@@ -1,4 +1,5 @@
 // Request plumbing for the workspace: cookies, small bodies, CSRF comparison, redirects.
+import { BodyTimeout, readBodyBytes } from "../read-body.ts";
 
 export const SESSION_COOKIE = "sluice_session";
 /** Double-submit token for the sign-in form, before there is a session to hold one. */
@@ -54,11 +55,17 @@ export class BodyError extends Error {
   }
 }
 
-/** Fields of a urlencoded form or a JSON object (values as strings), at most MAX_FORM_BYTES. */
-export async function readFields(request: Request): Promise<Map<string, string[]>> {
+/** Fields of a urlencoded form or a JSON object (values as strings), at most MAX_FORM_BYTES, arrived within `timeoutMs`. */
+export async function readFields(request: Request, timeoutMs = 0): Promise<Map<string, string[]>> {
   const declared = Number(request.headers.get("content-length") ?? "0");
   if (declared > MAX_FORM_BYTES) throw new BodyError(413, "The request body is too large.");
-  const text = await request.text();
+  let text: string;
+  try {
+    text = new TextDecoder().decode(await readBodyBytes(request, timeoutMs));
+  } catch (e) {
+    if (e instanceof BodyTimeout) throw new BodyError(408, `${e.message} Send the form again.`);
+    throw new BodyError(400, "The request body could not be read completely.");
+  }
   if (text.length > MAX_FORM_BYTES) throw new BodyError(413, "The request body is too large.");
   const type = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
   const out = new Map<string, string[]>();

@@ -4,6 +4,7 @@
 import type { SessionInfo, User } from "../store/index.ts";
 import { ASSETS } from "./assets.ts";
 import { faviconResponse } from "./favicon.ts";
+import { clearFlash, FLASH_COOKIE, readFlash, redirectWithFlash } from "./flash.ts";
 import { BodyError, cookies, json, readFields, redirect, SESSION_COOKIE, sameToken } from "./http.ts";
 import { BASE } from "./layout.ts";
 import { adminRoutes } from "./pages/admin.ts";
@@ -26,6 +27,9 @@ export interface Workspace {
   /** Answers a request whose path starts with /workspace, or /favicon.ico; `client` is the peer address for throttling. */
   fetch(request: Request, client?: string | null): Promise<Response>;
 }
+
+/** As serve's --body-timeout-seconds by default. */
+const DEFAULT_BODY_TIMEOUT_MS = 30_000;
 
 const ROUTES = [...signInRoutes, ...keyRoutes, ...usageRoutes, ...modelRoutes, ...integrationRoutes, ...billingRoutes, ...adminRoutes, ...residencyRoutes, ...hubPullRoutes, ...apiRoutes].map(compile);
 
@@ -65,10 +69,13 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
       opts,
       store,
       client,
+      flash: null,
       field: () => "",
       fields: () => [],
     };
     const who = await signedIn(request);
+    // A page after a form's redirect shows what the form had to say, once.
+    if (request.method === "GET" && !isApi) base.flash = await readFlash(request, who?.session.csrfToken ?? null);
 
     if (path === "/") return redirect(who ? `${BASE}/keys` : `${BASE}/signin`);
 
@@ -81,10 +88,13 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
     if (request.method === "POST") {
       let fields: Map<string, string[]>;
       try {
-        fields = await readFields(request);
+        fields = await readFields(request, opts.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS);
       } catch (e) {
-        if (e instanceof BodyError) return isApi ? json({ error: e.message }, e.status) : errorPage(base, e.status, "Bad request", e.message);
-        throw e;
+        if (!(e instanceof BodyError)) throw e;
+        const res = isApi ? json({ error: e.message }, e.status) : errorPage(base, e.status, e.status === 408 ? "Request timeout" : "Bad request", e.message);
+        // What is left of a late body is never read: the connection ends with this answer.
+        if (e.status === 408) res.headers.set("connection", "close");
+        return res;
       }
       base.fields = (n) => fields.get(n) ?? [];
       base.field = (n) => (fields.get(n)?.[0] ?? "").trim();
@@ -94,7 +104,7 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
 
     if (!who) {
       if (isApi) return json({ error: "sign in first" }, 401);
-      return request.method === "GET" ? redirect(`${BASE}/signin`) : errorPage(base, 401, "Signed out", "Your session has ended. Sign in again.");
+      return request.method === "GET" ? redirect(`${BASE}/signin`) : redirectWithFlash(base, `${BASE}/signin`, { error: "Your session has ended. Sign in again." });
     }
     const ctx: SignedCtx = { ...base, ...who };
     if (route.access === "operator" && who.user.role !== "operator") {
@@ -115,6 +125,10 @@ export function createWorkspace(opts: WorkspaceOptions): Workspace {
     async fetch(request, client) {
       try {
         const res = await handle(request, client ?? "unknown");
+        // A flash is shown by the first page that reads it, and only by that one.
+        if (request.method === "GET" && res.status === 200 && cookies(request).has(FLASH_COOKIE) && (res.headers.get("content-type") ?? "").startsWith("text/html")) {
+          res.headers.append("set-cookie", clearFlash(request));
+        }
         return request.method === "HEAD" ? new Response(null, { status: res.status, headers: res.headers }) : res;
       } catch (e) {
         log.error("workspace error", { path: new URL(request.url).pathname, error: String((e as Error)?.stack ?? e) });

@@ -40,16 +40,21 @@ curl ${base}/chat/completions \\
     {
       id: "node",
       title: "Node.js (openai)",
-      where: "npm install openai, then:",
+      where: "npm install openai, then save as index.js and run node index.js:",
       language: "js",
-      text: `import OpenAI from "openai";
+      // No top-level import or await: the file runs as it is in a CommonJS project (what
+      // npm init makes) and in an ES module one alike.
+      text: `async function main() {
+  const { default: OpenAI } = await import("openai");
+  const client = new OpenAI({ baseURL: ${js(base)}, apiKey: process.env.${env} });
+  const completion = await client.chat.completions.create({
+    model: ${js(model)},
+    messages: [{ role: "user", content: "Hello!" }],
+  });
+  console.log(completion.choices[0].message.content);
+}
 
-const client = new OpenAI({ baseURL: ${js(base)}, apiKey: process.env.${env} });
-const completion = await client.chat.completions.create({
-  model: ${js(model)},
-  messages: [{ role: "user", content: "Hello!" }],
-});
-console.log(completion.choices[0].message.content);`,
+main();`,
     },
     {
       id: "python",

@@ -3,6 +3,7 @@ import { commandLine } from "../invocation.ts";
 import type { ModelResidency, ResidencySummary } from "../engine/types.ts";
 import type { Logger } from "../log.ts";
 import type { SessionInfo, Store, User } from "../store/index.ts";
+import type { Flash } from "./flash.ts";
 
 export interface WorkspaceOptions {
   store: Store;
@@ -17,6 +18,8 @@ export interface WorkspaceOptions {
   hubPulls?: HubPullService;
   /** The engine's residency, for the admin page's "Loaded models"; absent: not shown. */
   residency?: ResidencyControl;
+  /** A form's body must arrive within this long (serve --body-timeout-seconds); a later one gets 408. */
+  bodyTimeoutMs?: number;
   /** A CLI command line that acts on this server's data, as its operator would type it (default: without --data). */
   command?: (...words: string[]) => string;
 }
@@ -62,6 +65,8 @@ export interface BaseCtx {
   store: Store;
   /** The client's address (for throttling), or "unknown". */
   client: string;
+  /** What the form whose redirect led to this GET had to say (flash.ts); null otherwise. */
+  flash: Flash | null;
   /** First value of a submitted field, trimmed; "" when absent. */
   field(name: string): string;
   fields(name: string): string[];

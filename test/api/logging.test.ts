@@ -23,8 +23,14 @@ async function run(logPrompts: boolean) {
       await res.text();
     }
     await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${server.key}x` } });
+    // Routes no handler matched: an unsupported one and an unknown URL.
+    const unmatched: Record<string, string> = {};
+    for (const path of ["/v1/embeddings", "/nowhere"]) {
+      const res = await fetch(`${server.url}${path}`, { method: "POST", body: "{}" });
+      unmatched[path] = res.headers.get("x-request-id")!;
+    }
     await Bun.sleep(20);
-    return { lines, key: server.key };
+    return { lines, key: server.key, unmatched };
   } finally {
     await server.cleanup();
     models.remove();
@@ -40,6 +46,15 @@ describe("logs", () => {
     expect(text).not.toContain(key.slice(10));
     for (const l of lines) expect(() => JSON.parse(l)).not.toThrow();
     expect(lines.filter((l) => l.includes('"logged-false"') || l.includes('"logged-true"')).length).toBeGreaterThanOrEqual(2);
+  });
+
+  test("a route no handler matched is logged with the request id its answer carries", async () => {
+    const { lines, unmatched } = await run(false);
+    const access = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === "request");
+    for (const [path, id] of Object.entries(unmatched)) {
+      expect(id).toBeTruthy();
+      expect(access.filter((l) => l.path === path).map((l) => l.request_id)).toEqual([id]);
+    }
   });
 
   test("with --log-prompts: the prompt and the completion are logged at debug, still no key", async () => {

@@ -93,7 +93,7 @@ describe("a collector that is away", () => {
     expect(c.exportFailed + c.queueFull).toBeGreaterThanOrEqual(12 * 8);
     expect(c.exported).toBe(0);
     expect(refused.tracing!.spanCounts()).toEqual({ exported: 0, droppedQueueFull: c.queueFull, droppedExportFailed: c.exportFailed });
-  });
+  }, 60_000);
 
   test("taking connections and never answering: every request is answered; spans find the queue full, the hung export fails", async () => {
     await traffic(hanging);
@@ -103,7 +103,7 @@ describe("a collector that is away", () => {
     expect(c.exported).toBe(0);
     const later = await until(hanging, (c) => c.exportFailed > 0);
     expect(later.exportFailed).toBeGreaterThan(0);
-  });
+  }, 60_000);
 
   test("failing every export: after a failure the collector is left alone a while, its batches dropped without a request", async () => {
     const t0 = Date.now();
@@ -116,5 +116,5 @@ describe("a collector that is away", () => {
     expect(refusedExports).toBeLessThanOrEqual(1 + Math.ceil(Math.log2(seconds + 1)));
     expect(c.exportFailed).toBeGreaterThan(12 * 8 - 16 - 8);
     expect(c.exported).toBe(0);
-  });
+  }, 60_000);
 });

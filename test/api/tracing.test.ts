@@ -148,7 +148,7 @@ describe("traces of chat requests", () => {
     const again = await chat(plain, { model: COLD });
     const later = await traceOf(again.res.headers.get("x-trace-id")!, [`chat ${COLD}`]);
     expect(later.some((s) => s.name === "sluice.model_load")).toBe(false);
-  });
+  }, 60_000); // a cold load and a compilation: seconds on a busy machine, past the default 5 s
 
   test("a refused request is traced with its error code: a bad key fails authentication", async () => {
     const res = await fetch(`${plain.url}/v1/chat/completions`, {

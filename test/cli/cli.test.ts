@@ -32,8 +32,33 @@ describe("sluice CLI", () => {
       const r = sluice([...c, "--help"]);
       expect(r.code).toBe(0);
       expect(r.out).toContain(`Usage: ./sluice ${c.join(" ")}`);
-      expect(r.out).toContain("SLUICE_");
+      expect(r.out).toContain("\nEnvironment: ");
     }
+  });
+
+  test("the overview's summaries line up in one column; a group's --help lists that group only", () => {
+    const help = sluice(["--help"]).out.split("\n");
+    const column = new Set<number>();
+    help.forEach((l, i) => {
+      if (!l.startsWith("  ./sluice ")) return;
+      const same = /^ {2}\S.*? {2,}(?=\S)/.exec(l);
+      column.add(same ? same[0].length : /^ +/.exec(help[i + 1]!)![0].length);
+    });
+    expect([...column]).toHaveLength(1);
+    const imports = sluice(["models", "import", "--help"]);
+    expect(imports.code).toBe(0);
+    expect(imports.out.split("\n").filter((l) => l.startsWith("  ./sluice ")).map((l) => l.trim().split(" ").slice(0, 4).join(" "))).toEqual([
+      "./sluice models import llama2c",
+      "./sluice models import hf",
+      "./sluice models import gguf",
+    ]);
+    expect(sluice(["models", "import"]).code).toBe(2);
+  });
+
+  test("a placeholder left in a pasted command is refused, as every other one is", () => {
+    const r = sluice(["keys", "create", "--account", "acme", "--label", "LABEL", ...d()]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--label LABEL: LABEL is a placeholder");
   });
 
   test("accounts and keys: create prints the key once, list never shows it, revoke works", () => {
@@ -56,9 +81,53 @@ describe("sluice CLI", () => {
     expect(accounts).toEqual([expect.objectContaining({ name: "acme", keys: 0 })]);
   });
 
-  test("options also come from SLUICE_* environment variables", () => {
+  test("settings also come from SLUICE_<OPTION>; switches and a command's arguments never do", async () => {
     const r = sluice(["accounts", "list", "--json"], { SLUICE_DATA: data.path });
     expect(JSON.parse(r.out).map((a: { name: string }) => a.name)).toContain("acme");
+    // SLUICE_OPERATOR does not make an operator, nor SLUICE_PASSWORD_STDIN read a pipe, nor
+    // SLUICE_ACCOUNT choose the account: each is named as not read.
+    const made = sluice(["users", "create", "env@example.com", "--account", "acme", ...d()], {
+      SLUICE_OPERATOR: "1",
+      SLUICE_ACCOUNT: "nobody",
+      SLUICE_PASSWORD_STDIN: "true",
+      SLUICE_PASSWORD: "a long enough password",
+    });
+    expect(made.code).toBe(0);
+    expect(made.out).toContain("created member env@example.com in account acme");
+    for (const v of ["SLUICE_OPERATOR", "SLUICE_ACCOUNT", "SLUICE_PASSWORD_STDIN"]) expect(made.err).toContain(`${v} is not read`);
+    const store = openSqliteStore(join(data.path, "sluice.db"));
+    expect((await store.users.getByEmail("env@example.com"))!.role).toBe("member");
+    await store.close();
+    expect(sluice(["keys", "create", ...d()], { SLUICE_ACCOUNT: "acme" }).err).toContain("--account is required");
+    expect(sluice(["users", "list", ...d()], { SLUICE_JSON: "1" }).out).not.toStartWith("[");
+    // A retired name that chose the database is refused rather than dropped for the SQLite file.
+    const retired = sluice(["accounts", "list", ...d()], { SLUICE_DATABASE_URL: "postgres://x@127.0.0.1:1/none" });
+    expect(retired.code).toBe(2);
+    expect(retired.err).toContain("SLUICE_DATABASE_URL is no longer read: name it SLUICE_DATABASE");
+    expect(sluice(["limits", "set", "--account", "acme", ...d()], { SLUICE_LIMIT_RPM: "5" }).err).toContain("SLUICE_LIMIT_RPM is no longer read");
+  });
+
+  test("--help names each command's variables, by the one rule, and only settings'", () => {
+    const serve = sluice(["serve", "--help"]).out;
+    expect(serve).toContain("[env SLUICE_PORT]");
+    expect(serve).toContain("[env SLUICE_DATABASE]");
+    expect(serve).toContain("[env SLUICE_CLUSTER_SECRET]");
+    expect(serve).not.toContain("SLUICE_LOG_PROMPTS");
+    const users = sluice(["users", "create", "--help"]).out;
+    expect(users).toContain("Environment: SLUICE_DATA, SLUICE_DATABASE (each read when its option is not given)");
+    for (const v of ["SLUICE_OPERATOR", "SLUICE_PASSWORD_STDIN", "SLUICE_ACCOUNT"]) expect(users).not.toContain(v);
+    const pull = sluice(["models", "pull", "--help"]).out;
+    expect(pull).toContain("[env SLUICE_STALL_SECONDS]");
+    expect(pull).not.toContain("SLUICE_PULL_");
+    expect(sluice(["limits", "set", "--help"]).out).not.toContain("SLUICE_LIMIT_");
+    // Every variable --help names follows the rule.
+    for (const c of [["serve"], ["doctor"], ["models", "pull"], ["keys", "create"], ["limits", "set"], ["users", "create"], ["billing", "topup"]]) {
+      const help = sluice([...c, "--help"]).out;
+      for (const m of help.matchAll(/^ {2}--([a-z-]+) [A-Z]+ .*\[env (SLUICE_\w+)\]$/gm)) expect(m[2]).toBe(`SLUICE_${m[1]!.toUpperCase().replace(/-/g, "_")}`);
+      // The option column lines up: every description starts at the same place.
+      const starts = new Set(help.split("\n").filter((l) => l.startsWith("  --")).map((l) => /^ {2}\S+(?: [A-Z]+)? +/.exec(l)![0].length));
+      expect(starts.size).toBe(1);
+    }
   });
 
   test("models: enable, disable, grant, revoke, price", async () => {
@@ -102,7 +171,12 @@ describe("sluice CLI", () => {
     const r = sluice(["keys", "create", ...d()]);
     expect(r.code).toBe(2);
     expect(r.err).toContain("--account is required");
-    expect(sluice(["keys", "create", "--bogus", ...d()]).code).toBe(2);
+    const unknown = sluice(["keys", "create", "--bogus", ...d()]);
+    expect(unknown.code).toBe(2);
+    // One line, no stray quote, and a hint that runs.
+    expect(unknown.err).toBe("sluice keys create: unknown option --bogus (see: ./sluice keys create --help)\n");
+    expect(sluice(["keys", "create", "--help"]).code).toBe(0);
+    expect(sluice(["keys", "create", "--account"]).err).toContain("--account needs a value");
     expect(sluice(["frobnicate"]).code).toBe(2);
   });
 

@@ -15,7 +15,7 @@ function filesBelow(dir: string): string[] {
 describe("ONNX Runtime telemetry", () => {
   test("a server that has run a model leaves no telemetry device id, event store or debug log", async () => {
     const dir = tempDir("sluice-telemetry-");
-    // Where ONNX Runtime 1.30 writes them: $XDG_CACHE_HOME (else $HOME/.cache)/Microsoft/…, and
+    // Where ONNX Runtime (1.29 and 1.30) writes them: $XDG_CACHE_HOME (else $HOME/.cache)/Microsoft/…, and
     // /tmp/mat-debug-<pid>.log.
     const home = join(dir.path, "home");
     const cache = join(dir.path, "xdg-cache");

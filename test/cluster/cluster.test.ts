@@ -68,8 +68,8 @@ describe.skipIf(postgresMissing !== null)("two nodes on one PostgreSQL", () => {
 
   test("the second node's banner names the shared database, and its command runs as printed", async () => {
     const line = b.banner.split("\n").find((l) => l.includes("keys create"))!.trim();
-    expect(line).toEndWith(`keys create --account local --database "$SLUICE_DATABASE_URL"`);
-    const p = Bun.spawnSync(["/bin/sh", "-c", line], { cwd: REPO, stdout: "pipe", stderr: "pipe", env: { ...process.env, SLUICE_DATABASE_URL: c.database } });
+    expect(line).toEndWith(`keys create --account local --database "$SLUICE_DATABASE"`);
+    const p = Bun.spawnSync(["/bin/sh", "-c", line], { cwd: REPO, stdout: "pipe", stderr: "pipe", env: { ...process.env, SLUICE_DATABASE: c.database } });
     expect(p.exitCode).toBe(0);
     expect(p.stdout.toString().trim()).toMatch(/^sk-sluice-\w+$/);
   });
@@ -88,7 +88,7 @@ describe.skipIf(postgresMissing !== null)("two nodes on one PostgreSQL", () => {
     const doctor = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "doctor", "--device", "cpu", "--models", a.modelsDir, "--data", a.dataDir], {
       stdout: "pipe",
       stderr: "pipe",
-      env: { ...process.env, SLUICE_DATABASE_URL: c.database },
+      env: { ...process.env, SLUICE_DATABASE: c.database },
     });
     const out = doctor.stdout.toString();
     expect(doctor.exitCode).toBe(0);
@@ -100,7 +100,7 @@ describe.skipIf(postgresMissing !== null)("two nodes on one PostgreSQL", () => {
     const made = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "users", "create", "ops@example.com", "--account", "local", "--operator"], {
       stdout: "pipe",
       stderr: "pipe",
-      env: { ...process.env, SLUICE_DATABASE_URL: c.database, SLUICE_PASSWORD: PASSWORD },
+      env: { ...process.env, SLUICE_DATABASE: c.database, SLUICE_PASSWORD: PASSWORD },
     });
     expect(made.exitCode).toBe(0);
     const ws = new WorkspaceClient(a.url);

@@ -89,6 +89,8 @@ function hostileSchemas(r: ReturnType<typeof random>): Array<[string, unknown]> 
   add("pattern-unterminated", { type: "string", pattern: "^[a-" });
   add("pattern-unicode-property", { type: "string", pattern: "^\\p{L}+$" });
   add("pattern-dfa-blowup", { type: "string", pattern: "^.*a.{20}$" });
+  // Nested quantifiers, unanchored (an outside probe's slowest refusal, 2.55 s, as a tool's parameters).
+  add("pattern-(x+x+)+y", { type: "string", pattern: "(x+x+)+y" });
   // Nesting.
   for (const d of [65, 200, 1000]) {
     add(`nested-objects-${d}`, nest(d, (s) => ({ type: "object", properties: { a: s }, required: ["a"] })));

@@ -51,7 +51,7 @@ export async function startCluster(specs: NodeSpec[], opts: { pg?: PostgresServe
     for (const [name, s] of Object.entries(spec.models)) symlinkSync(await syntheticModel(tinyModelsRoot(), name, s), join(models.path, name));
     const node = await spawnServe(
       ["--data", data.path, "--models", models.path, "--no-demo", "--device", "cpu", "--threads", "1", ...FAST_HEARTBEAT, ...(spec.args ?? [])],
-      { env: { SLUICE_DATABASE_URL: database, SLUICE_CLUSTER_SECRET: SECRET, SLUICE_LOG_LEVEL: "warn", ...spec.env }, stderr: process.env.SLUICE_TEST_LOGS ? "inherit" : "ignore" },
+      { env: { SLUICE_DATABASE: database, SLUICE_CLUSTER_SECRET: SECRET, SLUICE_LOG_LEVEL: "warn", ...spec.env }, stderr: process.env.SLUICE_TEST_LOGS ? "inherit" : "ignore" },
     );
     const n = Object.assign(node, { modelsDir: models.path, dataDir: data.path });
     nodes.push(n);
@@ -67,7 +67,7 @@ export async function startCluster(specs: NodeSpec[], opts: { pg?: PostgresServe
     nodes,
     startNode,
     sluice(...args) {
-      const p = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), ...args], { stdout: "pipe", stderr: "pipe", env: { ...process.env, SLUICE_DATABASE_URL: database } });
+      const p = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), ...args], { stdout: "pipe", stderr: "pipe", env: { ...process.env, SLUICE_DATABASE: database } });
       if (p.exitCode !== 0) throw new Error(`sluice ${args.join(" ")}: ${p.stderr.toString()}`);
       return p.stdout.toString();
     },

@@ -1,9 +1,11 @@
 // Generated model directories for tests, built once per run (or reused from .cache/ when the
 // model kit's output for the same spec is already there).
-import { existsSync, readFileSync, symlinkSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
-import { buildSyntheticModel, type SyntheticSpec } from "../../src/modelkit/index.ts";
-import { BUN, cacheDir, REPO, STORIES_DIR } from "./paths.ts";
+import { buildSyntheticModel, type HfImportDType, importHfCheckpoint, type SyntheticSpec, writeHfCheckpoint } from "../../src/modelkit/index.ts";
+import { randomWeights } from "../../src/modelkit/llama/random.ts";
+import { writeStoriesHfCheckpoint } from "../modelkit/hf-fixtures.ts";
+import { BUN, cacheDir, REPO, STORIES_DIR, tempDir } from "./paths.ts";
 
 const built = new Map<string, Promise<string>>();
 
@@ -65,4 +67,53 @@ export function importStories(dir: string, id: string, variant: "fused" | "stand
     { cwd: REPO },
   );
   if (r.exitCode !== 0) throw new Error(`import failed: ${r.stderr.toString()}`);
+}
+
+const TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"];
+
+/**
+ * A synthetic preset as the Hugging Face importer writes it in `dtype` (the 4-bit dtypes exist
+ * only that way): the preset's weights from `spec.seed` written as a checkpoint, then imported.
+ * Built once into the shared test cache (by the whole spec and dtype) and linked into
+ * `modelsDir/name`; the directory's path.
+ */
+export async function importedSyntheticModel(modelsDir: string, name: string, spec: SyntheticSpec, dtype: HfImportDType): Promise<string> {
+  const dir = join(tinyModelsRoot(), `${name}-${dtype}-${Bun.hash(JSON.stringify(spec)).toString(36)}`);
+  const key = `${dir}:imported`;
+  let p = built.get(key);
+  if (!p) {
+    p = (async () => {
+      if (existsSync(join(dir, "sluice.json"))) return dir;
+      const scratch = tempDir("sluice-imported-");
+      try {
+        const info = await buildSyntheticModel(join(scratch.path, "synthetic"), { ...spec, variant: "fused" });
+        const ckpt = join(scratch.path, "checkpoint");
+        writeHfCheckpoint(ckpt, { config: info.config, weights: randomWeights(info.config, spec.seed ?? 1), dtype: "F32", copyFrom: { dir: info.dir, files: TOKENIZER_FILES } });
+        rmSync(dir, { recursive: true, force: true });
+        await importHfCheckpoint({ dir: ckpt, out: dir, id: spec.id ?? name, dtype, contextLength: info.config.maxPositionEmbeddings });
+      } finally {
+        scratch.remove();
+      }
+      return dir;
+    })();
+    built.set(key, p);
+  }
+  const made = await p;
+  symlinkSync(made, join(modelsDir, name));
+  return made;
+}
+
+/**
+ * stories260K written as a Hugging Face checkpoint and imported by the CLI in `dtype`, as an
+ * operator does (`models import hf --dtype`), into `dir/id`.
+ */
+export function importStoriesHf(dir: string, id: string, dtype: HfImportDType): void {
+  const scratch = tempDir("sluice-stories-hf-");
+  try {
+    writeStoriesHfCheckpoint(STORIES_DIR, scratch.path);
+    const r = Bun.spawnSync([BUN, join(REPO, "src/cli/main.ts"), "models", "import", "hf", scratch.path, "--id", id, "--out", join(dir, id), "--dtype", dtype], { cwd: REPO });
+    if (r.exitCode !== 0) throw new Error(`import failed: ${r.stderr.toString()}`);
+  } finally {
+    scratch.remove();
+  }
 }

@@ -1,14 +1,23 @@
 // CUDA discovery without a GPU: fake library directories stand in for an operator's lib/, so the
 // fallback (auto) and refusal (cuda) messages can be checked for naming what is missing.
 import { afterEach, describe, expect, test } from "bun:test";
-import { copyFileSync, existsSync, lstatSync, mkdirSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import ortPkg from "onnxruntime-node/package.json" with { type: "json" };
 import { checkCudaLibraries, chooseProviders, deviceLines } from "../../src/engine/providers.ts";
 import { createLogger } from "../../src/log.ts";
-import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent, versionFromFileName, type SearchDir } from "../../src/packaging/cuda.ts";
+import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent, tryDlopen, versionFromFileName, type SearchDir } from "../../src/packaging/cuda.ts";
 import { BUN, REPO, tempDir } from "../helpers/paths.ts";
 
 const LIBM = ["/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6"].find((p) => existsSync(p));
+/**
+ * Whether the system's dynamic linker finds this library without any directory of ours (a CUDA
+ * runtime installed system-wide, as some development images have): such a one is found, rightly,
+ * however empty the test's directories are.
+ */
+const onSystem = (soname: string) => tryDlopen(soname) === null;
+/** Of `wanted` (strings naming a library by its soname), those whose library the system does not have. */
+const notOnSystem = (wanted: string[]) => wanted.filter((w) => !/lib[\w.+-]+\.so[.\d]*/.exec(w) || !onSystem(/lib[\w.+-]+\.so[.\d]*/.exec(w)![0]));
 
 const dirs: { remove(): void }[] = [];
 function scratch() {
@@ -30,9 +39,10 @@ function fakeLibraries(dir: string, names: string[]) {
 }
 
 const ALL = [
-  "libcudart.so.12",
-  "libcublasLt.so.12",
-  "libcublas.so.12",
+  "libcudart.so.13",
+  "libcublasLt.so.13",
+  "libcublas.so.13",
+  "libcurand.so.10",
   "libcudnn.so.9",
   "libonnxruntime_providers_shared.so",
   "libonnxruntime_providers_cuda.so",
@@ -47,22 +57,25 @@ describe("CUDA library checks", () => {
       "CUDA runtime",
       "cuBLASLt",
       "cuBLAS",
-      "cuFFT",
       "cuRAND",
       "cuDNN",
+      "cuFFT (FFT operators only)",
       "ONNX Runtime provider bridge",
       "ONNX Runtime CUDA provider",
     ]);
-    expect(checks.every((c) => !c.found)).toBe(true);
+    expect(checks.filter((c) => c.found).map((c) => c.name)).toEqual(checks.filter((c) => onSystem(c.name)).map((c) => c.name));
     const provider = checks.find((c) => c.name === "libonnxruntime_providers_cuda.so")!;
     expect(provider.detail).toContain(s.fake);
     expect(provider.detail).toContain(s.native);
 
     const auto = chooseProviders("auto", s.native, s.search);
     expect(auto.providers).toEqual(["cpu"]);
-    for (const what of ["NVIDIA driver (libcuda.so.1", "CUDA runtime (libcudart.so.12", "cuBLAS (libcublas.so.12", "cuDNN (libcudnn.so.9", "ONNX Runtime CUDA provider"]) {
+    for (const what of notOnSystem(["NVIDIA driver (libcuda.so.1", "CUDA runtime (libcudart.so.13", "cuBLAS (libcublas.so.13", "cuRAND (libcurand.so.10", "cuDNN (libcudnn.so.9", "ONNX Runtime CUDA provider"])) {
       expect(auto.cudaUnavailable).toContain(what);
     }
+    // cuFFT serves the FFT operators only: named by doctor, but its absence does not stop CUDA.
+    expect(checks.find((c) => c.name === "libcufft.so.12")).toMatchObject({ found: false, optional: true });
+    expect(auto.cudaUnavailable).not.toContain("cuFFT");
   });
 
   test("--device cuda refuses, naming driver, runtime, cuBLAS, cuDNN and the provider libraries", () => {
@@ -75,10 +88,10 @@ describe("CUDA library checks", () => {
       message = (e as Error).message;
     }
     expect(message).toStartWith("--device cuda: the CUDA execution provider cannot be used");
-    expect(message).toContain("NVIDIA driver (libcuda.so.1");
+    if (!onSystem("libcuda.so.1")) expect(message).toContain("NVIDIA driver (libcuda.so.1");
     // Files that are there but do not load are reported with the path and the linker's reason.
-    expect(message).toContain(`CUDA runtime (libcudart.so.12: present at ${join(s.fake, "libcudart.so.12")} but does not load`);
-    expect(message).toContain("cuBLAS (libcublas.so.12");
+    expect(message).toContain(`CUDA runtime (libcudart.so.13: present at ${join(s.fake, "libcudart.so.13")} but does not load`);
+    expect(message).toContain("cuBLAS (libcublas.so.13");
     expect(message).toContain("cuDNN (libcudnn.so.9");
     // Provider libraries in a search directory but not beside ONNX Runtime are not usable yet.
     expect(message).toContain(`found at ${join(s.fake, "libonnxruntime_providers_cuda.so")} but not linked`);
@@ -102,15 +115,52 @@ describe("CUDA library checks", () => {
   test.skipIf(!LIBM)("a loadable library in the operator's directory is found there, with the version of its file name", () => {
     const s = scratch();
     // Any real shared object loads by path; the soname does not have to match for dlopen.
-    copyFileSync(LIBM!, join(s.fake, "libcudart.so.12.4.127"));
-    symlinkSync("libcudart.so.12.4.127", join(s.fake, "libcudart.so.12"));
+    copyFileSync(LIBM!, join(s.fake, "libcudart.so.13.0.96"));
+    symlinkSync("libcudart.so.13.0.96", join(s.fake, "libcudart.so.13"));
     const rt = checkCudaLibraries(s.native, s.search).find((c) => c.role === "CUDA runtime")!;
     expect(rt.found).toBe(true);
-    expect(rt.path).toBe(join(s.fake, "libcudart.so.12"));
-    expect(rt.version).toBe("12.4.127");
+    expect(rt.path).toBe(join(s.fake, "libcudart.so.13"));
+    expect(rt.version).toBe("13.0.96");
+    // Found means loaded, and kept loaded: the provider NEEDs it by soname and has no RUNPATH.
+    expect(readFileSync("/proc/self/maps", "utf8")).toContain(join(s.fake, "libcudart.so.13.0.96"));
     const auto = chooseProviders("auto", s.native, s.search);
     expect(auto.cudaUnavailable).not.toContain("CUDA runtime");
     expect(auto.cudaUnavailable).toContain("cuDNN");
+  });
+});
+
+describe("the CUDA provider is inspected, never loaded", () => {
+  // Loading it outside ONNX Runtime runs initialisers that call into the provider bridge and crash
+  // the process, so its ELF header and version string are read instead. Any real shared object
+  // stands in for it.
+  const provider = (s: ReturnType<typeof scratch>) => join(s.native, "libonnxruntime_providers_cuda.so");
+  const check = (s: ReturnType<typeof scratch>) => checkCudaLibraries(s.native, s.search).find((c) => c.role === "ONNX Runtime CUDA provider")!;
+
+  test.skipIf(!LIBM)("one from another ONNX Runtime release is refused, naming the version it lacks", () => {
+    const s = scratch();
+    copyFileSync(LIBM!, provider(s));
+    expect(check(s)).toMatchObject({ found: false });
+    expect(check(s).detail).toBe(
+      `present at ${provider(s)} but does not load: it is not from ONNX Runtime ${ortPkg.version} (it does not carry that version string); the provider must come from the same release as the runtime, see docs/GPU.md`,
+    );
+  });
+
+  test.skipIf(!LIBM)("one that carries the runtime's version and whose NEEDED libraries load is usable", () => {
+    const s = scratch();
+    copyFileSync(LIBM!, provider(s));
+    appendFileSync(provider(s), Buffer.from(`\0${ortPkg.version}\0`));
+    expect(check(s)).toMatchObject({ found: true, path: provider(s), detail: `usable with ONNX Runtime ${ortPkg.version}` });
+  });
+
+  test.skipIf(!LIBM)("a NEEDED library that does not load is named", () => {
+    const s = scratch();
+    // libm NEEDs libc.so.6: renamed in its string table to one that exists nowhere.
+    const bytes = readFileSync(LIBM!);
+    const at = bytes.indexOf(Buffer.from("\0libc.so.6\0"));
+    expect(at).toBeGreaterThan(0);
+    bytes.write("libq", at + 1, "latin1");
+    writeFileSync(provider(s), Buffer.concat([bytes, Buffer.from(`\0${ortPkg.version}\0`)]));
+    expect(check(s).detail).toStartWith(`present at ${provider(s)} but does not load: it needs libq.so.6, which does not load`);
   });
 });
 
@@ -148,7 +198,7 @@ describe("what a start logs about devices", () => {
     expect(line!.level).toBe("warn");
     expect(line!.msg).toContain("NVIDIA GPU is present");
     expect(line!.msg).toContain("docs/GPU.md");
-    for (const what of ["NVIDIA driver (libcuda.so.1", "CUDA runtime", "cuBLAS (libcublas.so.12", "cuDNN (libcudnn.so.9", "ONNX Runtime CUDA provider"]) {
+    for (const what of notOnSystem(["NVIDIA driver (libcuda.so.1", "CUDA runtime (libcudart.so.13", "cuBLAS (libcublas.so.13", "cuDNN (libcudnn.so.9", "ONNX Runtime CUDA provider"])) {
       expect(line!.reason).toContain(what);
     }
   });
@@ -176,7 +226,7 @@ describe("linking into the native directory", () => {
     fakeLibraries(s.fake, ["libonnxruntime_providers_cuda.so", "libcuda.so.1", "libonnxruntime.so.1", "README.txt"]);
     fakeLibraries(second, ["libonnxruntime_providers_cuda.so", "libcudnn.so.9"]);
     writeFileSync(join(s.native, "libonnxruntime.so.1"), "ours");
-    symlinkSync(join(s.root, "gone", "libcublas.so.12"), join(s.native, "libcublas.so.12"));
+    symlinkSync(join(s.root, "gone", "libcublas.so.13"), join(s.native, "libcublas.so.13"));
 
     const r = linkCudaLibraries(s.native, [...s.search, { dir: second, from: "second" }]);
     expect(r.errors).toEqual([]);
@@ -185,12 +235,12 @@ describe("linking into the native directory", () => {
     expect(existsSync(join(s.native, "libcuda.so.1"))).toBe(false);
     expect(existsSync(join(s.native, "README.txt"))).toBe(false);
     expect(lstatSync(join(s.native, "libonnxruntime.so.1")).isSymbolicLink()).toBe(false);
-    expect(lstatSync(join(s.native, "libcublas.so.12"), { throwIfNoEntry: false })).toBeUndefined();
+    expect(lstatSync(join(s.native, "libcublas.so.13"), { throwIfNoEntry: false })).toBeUndefined();
 
-    // Once linked, the provider library is checked where ONNX Runtime will load it, by loading it.
+    // Once linked, the provider library is checked where ONNX Runtime will load it.
     const provider = checkCudaLibraries(s.native, s.search).find((c) => c.role === "ONNX Runtime CUDA provider")!;
     expect(provider.found).toBe(false);
-    expect(provider.detail).toBe(`present at ${join(s.native, "libonnxruntime_providers_cuda.so")} but does not load: file too short`);
+    expect(provider.detail).toBe(`present at ${join(s.native, "libonnxruntime_providers_cuda.so")} but does not load: not a shared library (file too short)`);
   });
 
   test("search order: the operator's directory, lib/ beside the binary, then the cache", () => {
@@ -201,7 +251,7 @@ describe("linking into the native directory", () => {
   });
 
   test("version from a file name", () => {
-    expect(versionFromFileName("/nonexistent/libcudnn.so.9.1.0")).toBe("9.1.0");
+    expect(versionFromFileName("/nonexistent/libcudnn.so.9.13.0")).toBe("9.13.0");
     expect(versionFromFileName("/nonexistent/libcudnn.so.9")).toBeNull();
   });
 });

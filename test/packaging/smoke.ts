@@ -184,7 +184,7 @@ async function main(): Promise<void> {
       `${collector.spans.length} spans received; ${tree.map((s) => s.name).join(", ")}`,
     );
 
-    // The demo model has run: ONNX Runtime's telemetry (on by default since 1.30) would have left
+    // The demo model has run: ONNX Runtime's telemetry (on by default in 1.29 and 1.30) would have left
     // its device id and event store under HOME and a debug log in /tmp by now.
     // (A debug log of the same process id left by an earlier process is older than this server.)
     const telemetry = [join(dir, ".cache", "Microsoft"), `/tmp/mat-debug-${serve.pid}.log`].filter((f) => existsSync(f) && statSync(f).mtimeMs >= servedAt - 1000);

@@ -106,7 +106,7 @@ eachStore((kind) => {
         } finally {
           await admin.close();
         }
-      });
+      }, 60_000); // every migration from the first, on a database server: seconds on a busy machine
     });
   }
 

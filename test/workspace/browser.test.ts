@@ -96,9 +96,13 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     expect(key).toMatch(/^sk-sluice-[0-9A-Za-z]{40}$/);
     await expect(page.getByRole("button", { name: "Copy" }).isVisible()).resolves.toBe(true);
     await shot(page, "01-keys-created");
-    // Shown once: the list never shows it again.
-    await page.goto(`${server.url}/workspace/keys`);
+    // The form was answered with a redirect: the page showing the key is a GET.
+    expect(page.url()).toBe(`${server.url}/workspace/keys`);
+    // Shown once, made once: a reload shows the list, without the key, and no second key.
+    await page.reload();
     expect(await page.content()).not.toContain(key);
+    expect(await page.locator("#new-key").count()).toBe(0);
+    expect(await server.store.keys.list(a.account.id)).toHaveLength(1);
     expect(await page.locator("tbody tr").first().textContent()).toContain("laptop");
 
     const models = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
@@ -122,7 +126,7 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     expect(await rows.first().textContent()).toContain(MODEL);
     // The requests-per-day chart has a bar for today's three requests.
     const today = new Date().toISOString().slice(0, 10);
-    expect(await page.locator(`svg rect title`, { hasText: `${today}: 3 requests` }).count()).toBe(1);
+    expect(await page.locator(`svg.wide rect title`, { hasText: `${today}: 3 requests` }).count()).toBe(1);
     await shot(page, "02-usage");
 
     for (const [tab, name] of [["Models", "03-models"], ["Integrations", "04-integrations"], ["Billing", "05-billing"]] as const) {
@@ -138,8 +142,8 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     await page.getByRole("link", { name: /Revoke key/ }).click();
     await shot(page, "06-revoke-confirm");
     await page.getByRole("button", { name: "Revoke key" }).click();
-    await page.waitForURL(/revoked=/);
-    expect(await page.locator(".notice.ok").textContent()).toContain("revoked");
+    await page.waitForURL(/\/workspace\/keys$/);
+    expect(await page.locator(".notice.ok").textContent()).toContain("Key “laptop” (sk-sluice-");
     const after = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
     expect(after.status).toBe(401);
     
@@ -185,7 +189,8 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
     await admin.locator("#top-acct").selectOption("browser-c");
     await admin.locator("#top-usd").fill("2.5");
     await admin.getByRole("button", { name: "Add credit" }).click();
-    await admin.waitForURL(/ok=/);
+    await admin.locator(".notice.ok").waitFor();
+    expect(await admin.locator(".notice.ok").textContent()).toBe("added $2.50 to browser-c");
     expect((await server.store.billing.balanceUsd((await server.store.accounts.get("browser-c"))!.id))).toBe(2.5);
     await shot(admin, "09-admin");
   }, 60_000);
@@ -247,6 +252,78 @@ describe.skipIf(!hasChromium)("workspace in chromium", () => {
         await signin.close();
       }, 120_000);
     }
+
+    /**
+     * What a phone user must reach on each page, by selector: each one is scrolled to (down, never
+     * sideways) and must then lie wholly inside the viewport, with no box around it hiding
+     * content sideways.
+     */
+    const NAMED: Record<string, { operator?: boolean; selectors: string[] }> = {
+      keys: { selectors: ["tbody tr:first-child td.card-title", 'tbody tr:first-child td[data-label="Key"]', "tbody tr:first-child td.hide-sm time", "tbody tr:first-child a.button"] },
+      usage: { selectors: ['#recent tbody tr:first-child td[data-label="Latency"]', "#recent tbody tr:first-child td.card-aside .badge", '#recent tbody tr:first-child td[data-label="Reasoning"]', "#from", "#to"] },
+      models: { selectors: ['tbody tr:first-child td[data-label="Input"]', 'tbody tr:first-child td[data-label="Cached input"]', 'tbody tr:first-child td[data-label="Output"]', 'tbody tr:first-child td[data-label="Capabilities"] .badge:last-child'] },
+      billing: { selectors: ['[data-testid="balance"]', '[data-testid="spend"]', 'tbody tr:first-child [data-testid="amount"]', 'tbody tr:last-child [data-testid="amount"]', 'tbody tr:first-child td[data-label="Details"]'] },
+      admin: {
+        operator: true,
+        selectors: [
+          '#residency form[aria-label^="Unload"] button, #residency form[aria-label^="Load"] button',
+          "#residency input[name=keep_alive]",
+          "#residency form[aria-label^='Keep-alive'] button",
+          '#residency td[data-label="KV budget"]',
+          'section.panel:first-of-type tbody tr:first-child td[data-label="Users"]',
+          'section.panel:first-of-type tbody tr:first-child td[data-label="Model access"]',
+          'section.panel:first-of-type tbody tr:first-child td[data-label="Priority"]',
+          'section.panel:first-of-type tbody tr:first-child td[data-label="Created"]',
+          'form[action$="/admin/prices"] button',
+        ],
+      },
+    };
+
+    test("at 390 and 1280 px each named column and action is in view without sideways scrolling; charts stay legible; money and times read as such", async () => {
+      const member = people.find((p) => p.who === "member")!;
+      const operator = people.find((p) => p.who === "operator")!;
+      const context = await newContext({ width: 390, height: 844 });
+      for (const person of [member, operator]) {
+        await browser.clearCookies();
+        const page = await signIn(context, person.email);
+        for (const width of [390, 1280]) {
+          await page.setViewportSize({ width, height: 844 });
+          for (const [name, spec] of Object.entries(NAMED)) {
+            if (!!spec.operator !== person.operator) continue;
+            await page.goto(`${server.url}/workspace/${name}`);
+            for (const selector of spec.selectors) {
+              const where = await inView(page, selector);
+              expect({ width, name, selector, where }).toEqual({ width, name, selector, where: "in view" });
+            }
+            if (name === "usage") {
+              // Chart labels at 11 px or more, as drawn for this width.
+              const ticks = await page.evaluate(() =>
+                Array.from(document.querySelectorAll(".chart svg.plot text")).filter((t) => t.getBoundingClientRect().height > 0).map((t) => t.getBoundingClientRect().height),
+              );
+              expect(ticks.length).toBeGreaterThan(4);
+              expect(Math.min(...ticks)).toBeGreaterThanOrEqual(11);
+              // Days as everywhere else: YYYY-MM-DD, in a field that shows them so.
+              for (const field of ["#from", "#to"]) {
+                expect(await page.locator(field).getAttribute("type")).toBe("text");
+                expect(await page.locator(field).inputValue()).toMatch(/^\d{4}-\d{2}-\d{2}$/);
+              }
+            }
+            if (name === "billing") {
+              const amounts = await page.locator('[data-testid="amount"]').allTextContents();
+              // Money as money, every amount with the same decimals, adding up to the balance shown.
+              for (const t of amounts) expect(t).toMatch(/^−?\$\d[\d,]*\.\d{2,9}$/);
+              expect(new Set(amounts.map((t) => t.split(".")[1]!.length)).size).toBe(1);
+              const nano = (t: string) => Math.round(Number(t.replace(/[$,]/g, "").replace("−", "-")) * 1e9);
+              expect(amounts.map(nano).reduce((x, y) => x + y, 0)).toBe(nano((await page.locator('[data-testid="balance"]').textContent())!));
+            }
+            if (name === "models") expect(await page.locator('tbody td[data-label="Input"]').first().textContent()).toBe("$0.50");
+            if (name === "keys") expect(await page.locator("tbody time").first().textContent()).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/);
+            await page.screenshot({ path: join(SHOTS, `named-${width}-${person.who}-${name}.png`), fullPage: true });
+          }
+        }
+        await page.close();
+      }
+    }, 120_000);
 
     /** At 1280 px: the plan shown is the account's, a one-line checkbox, buttons alike, no empty panel area. */
     async function adminDetails(page: Page) {
@@ -316,6 +393,29 @@ function cutOff(page: Page): Promise<string[]> {
     }
     return out;
   });
+}
+
+/**
+ * Scrolls the first element matching `selector` into view, vertically, as a reader would; "in
+ * view" when it then lies wholly inside the viewport and no box around it hides anything
+ * sideways (a table that would have to be scrolled), else what is wrong.
+ */
+function inView(page: Page, selector: string): Promise<string> {
+  return page.evaluate((sel) => {
+    const el = document.querySelector(sel);
+    if (!el) return "absent";
+    el.scrollIntoView({ block: "center", inline: "nearest" });
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) return "hidden";
+    const width = document.documentElement.clientWidth;
+    if (document.documentElement.scrollWidth > width) return `the page scrolls sideways (${document.documentElement.scrollWidth} > ${width})`;
+    if (r.left < -0.5 || r.right > width + 0.5 || r.top < -0.5 || r.bottom > innerHeight + 0.5) return `at ${Math.round(r.left)}..${Math.round(r.right)} × ${Math.round(r.top)}..${Math.round(r.bottom)} of ${width} × ${innerHeight}`;
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX;
+      if (o !== "visible" && p.scrollWidth > p.clientWidth + 1) return `inside ${p.tagName.toLowerCase()}.${p.className} that scrolls sideways (${p.scrollWidth} > ${p.clientWidth})`;
+    }
+    return "in view";
+  }, selector);
 }
 
 /** The tab links Tab reaches from the top of the page, in order, each fully in view when focused. */

@@ -33,6 +33,12 @@ export class WorkspaceClient {
 
   get = (path: string) => this.request(path);
 
+  /** A form's answer is a 303: the page it leads to, which shows what the form had to say (once). */
+  async follow(res: Response): Promise<Response> {
+    if (res.status !== 303) throw new Error(`expected a 303 redirect, got ${res.status}: ${(await res.text()).slice(0, 300)}`);
+    return this.get(res.headers.get("location")!);
+  }
+
   form(path: string, fields: Record<string, string | string[]>, withCsrf = true): Promise<Response> {
     const body = new URLSearchParams();
     for (const [k, v] of Object.entries(fields)) for (const x of Array.isArray(v) ? v : [v]) body.append(k, x);
@@ -52,7 +58,8 @@ export class WorkspaceClient {
     const html = await page.text();
     const token = /name="_csrf" value="([^"]+)"/.exec(html)![1]!;
     const res = await this.form("/workspace/signin", { email, password, _csrf: token });
-    if (res.status === 303) {
+    // Failures are redirected back to the form (with the error); success goes to the keys.
+    if (res.status === 303 && res.headers.get("location") === "/workspace/keys") {
       const me = (await (await this.get("/workspace/api/me")).json()) as { csrf_token: string };
       this.csrf = me.csrf_token;
     }

@@ -40,8 +40,13 @@ describe("sign-in and sessions", () => {
     expect((await c.get("/workspace/api/keys")).status).toBe(401);
 
     const wrong = await c.signIn("alpha@example.com", "not the password");
-    expect(wrong.status).toBe(401);
-    expect(await wrong.text()).toContain("Wrong email or password");
+    // Answered with a redirect (a reload sends no password again); the form says why.
+    expect(wrong.headers.get("location")).toBe("/workspace/signin");
+    const again = await (await c.follow(wrong)).text();
+    expect(again).toContain("Wrong email or password");
+    expect(again).toContain('value="alpha@example.com"');
+    // Shown once: the form loaded again says nothing more.
+    expect(await (await c.get("/workspace/signin")).text()).not.toContain("Wrong email or password");
 
     const ok = await c.signIn("alpha@example.com", PASSWORD);
     expect(ok.status).toBe(303);
@@ -67,17 +72,19 @@ describe("sign-in and sessions", () => {
       body: new URLSearchParams({ email: "alpha@example.com", password: PASSWORD }),
       redirect: "manual",
     });
-    expect(res.status).toBe(403);
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toBe("/workspace/signin");
     expect(res.headers.getSetCookie().some((s) => s.startsWith("sluice_session="))).toBe(false);
   });
 
   test("repeated failures throttle the email, even with the right password", async () => {
     await makeAccount(server.store, "throttled");
     const c = new WorkspaceClient(server.url);
-    for (let i = 0; i < 5; i++) expect((await c.signIn("throttled@example.com", `wrong-${i}-password`)).status).toBe(401);
+    for (let i = 0; i < 5; i++) expect(await (await c.follow(await c.signIn("throttled@example.com", `wrong-${i}-password`))).text()).toContain("Wrong email or password");
     const blocked = await c.signIn("throttled@example.com", PASSWORD);
-    expect(blocked.status).toBe(429);
-    expect(await blocked.text()).toContain("Too many failed sign-ins");
+    expect(blocked.headers.get("location")).toBe("/workspace/signin");
+    expect(await (await c.follow(blocked)).text()).toContain("Too many failed sign-ins");
+    expect(blocked.headers.getSetCookie().some((s) => s.startsWith("sluice_session="))).toBe(false);
   });
 
   test("CSRF-less posts are refused and change nothing", async () => {
@@ -92,8 +99,55 @@ describe("sign-in and sessions", () => {
     expect((await c.postJson("/workspace/api/keys", { label: "sneaky" }, false)).status).toBe(403);
     expect((await server.store.keys.list(account.id)).length).toBe(before);
     const good = await c.form("/workspace/keys", { label: "fine" });
-    expect(good.status).toBe(200);
+    expect(good.status).toBe(303);
     expect((await server.store.keys.list(account.id)).length).toBe(before + 1);
+  });
+});
+
+describe("forms post, redirect, then get", () => {
+  test("a new key is shown once by the page its form leads to; a reload shows none and makes none; revoking names it by label and prefix", async () => {
+    const { account } = await makeAccount(server.store, "prg");
+    const c = new WorkspaceClient(server.url);
+    await c.signIn("prg@example.com", PASSWORD);
+    const posted = await c.form("/workspace/keys", { label: "laptop" });
+    expect(posted.status).toBe(303);
+    expect(posted.headers.get("location")).toBe("/workspace/keys");
+    const keys = await server.store.keys.list(account.id);
+    expect(keys).toHaveLength(1);
+    // The key travels sealed: the cookie does not hold it in the clear.
+    const flash = posted.headers.getSetCookie().find((x) => x.startsWith("sluice_flash="))!;
+    expect(flash).toContain("HttpOnly");
+    const shown = await (await c.follow(posted)).text();
+    const key = /id="new-key" readonly value="(sk-sluice-\w+)"/.exec(shown)![1]!;
+    expect(flash).not.toContain(key.slice(10, 30));
+    expect(key.startsWith(keys[0]!.prefix)).toBe(true);
+    // A reload: the list again, no key, no second key.
+    const reloaded = await (await c.get("/workspace/keys")).text();
+    expect(reloaded).not.toContain(key);
+    expect(reloaded).not.toContain('id="new-key"');
+    expect(await server.store.keys.list(account.id)).toHaveLength(1);
+    // Times say their zone.
+    expect(reloaded).toMatch(/<time datetime="[^"]+Z">\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC<\/time>/);
+    // Another session cannot open the flash (sealed with the session's own secret).
+    const other = new WorkspaceClient(server.url);
+    await other.signIn("prg@example.com", PASSWORD);
+    const stolen = await other.request("/workspace/keys", { headers: { cookie: `${flash.split(";")[0]}; sluice_session=${other.cookie("sluice_session")}` } });
+    expect(await stolen.text()).not.toContain('id="new-key"');
+
+    const revoked = await c.follow(await c.form(`/workspace/keys/${keys[0]!.id}/revoke`, {}));
+    const text = await revoked.text();
+    expect(text).toContain(`Key “laptop” (${keys[0]!.prefix}…) was revoked.`);
+    expect(/<div class="notice ok"[^>]*>([^<]*)</.exec(text)![1]).not.toContain(keys[0]!.id);
+    // An empty label: back to the form, which says why.
+    expect(await (await c.follow(await c.form("/workspace/keys", { label: "" }))).text()).toContain("Give the key a label of 1 to 80 characters.");
+    expect(await server.store.keys.list(account.id)).toHaveLength(1);
+  });
+
+  test("a form sent after the session ended leads to the sign-in, which says so", async () => {
+    const c = new WorkspaceClient(server.url);
+    const res = await c.form("/workspace/keys", { label: "late" }, false);
+    expect(res.headers.get("location")).toBe("/workspace/signin");
+    expect(await (await c.follow(res)).text()).toContain("Your session has ended. Sign in again.");
   });
 });
 
@@ -164,7 +218,7 @@ test("the admin page's CLI note names this server's data directory, and its plan
   expect(page).toContain(`<code>${commandName()} limits set --account ops-notes --key KEY_ID --rpm N --data ${server.dataDir}</code>`);
   // Without a script, the plan selector already shows the chosen account's plan.
   expect(page).toMatch(/<select id="plan-plan" name="plan"><option>prepaid<\/option><option selected>unlimited<\/option><\/select>/);
-  expect((await c.form("/workspace/admin/plan", { account: "ops-notes", plan: "free" })).status).toBe(400);
+  expect(await (await c.follow(await c.form("/workspace/admin/plan", { account: "ops-notes", plan: "free" }))).text()).toContain("choose a plan");
   expect((await server.store.billing.plan(op.account.id))).toBe("unlimited");
 });
 
@@ -201,22 +255,27 @@ test("an operator sets an account's priority, a model's keep-alive, and loads an
   expect((await server.store.accounts.get("ops-residency"))!.priority).toBe(7);
   // The key's cached record follows: the next request carries the new priority.
   expect((await server.store.keys.authenticate(key))!.accountPriority).toBe(7);
-  expect((await c.form("/workspace/admin/priority", { account: "ops-residency", priority: "1000" })).status).toBe(400);
+  expect(await (await c.follow(await c.form("/workspace/admin/priority", { account: "ops-residency", priority: "1000" }))).text()).toContain('class="notice error"');
+  expect((await server.store.accounts.get("ops-residency"))!.priority).toBe(7);
 
   expect((await c.form("/workspace/admin/keep-alive", { model: MODEL, keep_alive: "-1" })).status).toBe(303);
   expect((await server.store.catalog.get(MODEL))!.keepAliveSeconds).toBe(-1);
-  expect((await c.form("/workspace/admin/keep-alive", { model: MODEL, keep_alive: "soon" })).status).toBe(400);
+  expect(await (await c.follow(await c.form("/workspace/admin/keep-alive", { model: MODEL, keep_alive: "soon" }))).text()).toContain('class="notice error"');
+  expect((await server.store.catalog.get(MODEL))!.keepAliveSeconds).toBe(-1);
   try {
     expect((await c.form("/workspace/admin/residency", { model: MODEL, action: "load" })).status).toBe(303);
     let page = await (await c.get("/workspace/admin")).text();
     const row = (html: string) => /<tr data-model="ws\/tiny">([\s\S]*?)<\/tr>/.exec(html)![1]!;
-    expect(row(page)).toContain("<td>resident");
+    expect(row(page)).toContain('data-label="State">resident');
     expect(row(page)).toContain("Keep-alive (always)");
     expect(row(page)).toContain('aria-label="Unload ws/tiny"');
-    expect((await c.form("/workspace/admin/residency", { model: MODEL, action: "unload" })).status).toBe(303);
-    page = await (await c.get("/workspace/admin")).text();
-    expect(row(page)).toContain("<td>unloaded");
-    expect((await c.form("/workspace/admin/residency", { model: "no/such", action: "load" })).status).toBe(400);
+    const unloaded = await c.form("/workspace/admin/residency", { model: MODEL, action: "unload" });
+    // Back to the section, and the outcome shown there (a query string after the #section was lost).
+    expect(unloaded.headers.get("location")).toBe("/workspace/admin#residency");
+    page = await (await c.follow(unloaded)).text();
+    expect(page).toContain(`<div class="notice ok" role="status">unloaded ${MODEL}</div>`);
+    expect(row(page)).toContain('data-label="State">unloaded');
+    expect(await (await c.follow(await c.form("/workspace/admin/residency", { model: "no/such", action: "load" }))).text()).toContain("no model no/such on this server");
   } finally {
     await server.store.catalog.setKeepAlive(MODEL, null);
   }
@@ -243,10 +302,14 @@ describe("billing", () => {
       const usageBefore = (await server.store.usage.list(account.id)).length;
       const refused = await chat(key, 3);
       expect(refused.status).toBe(429);
-      expect(((await refused.json()) as { error: Record<string, unknown> }).error).toMatchObject({
+      const quota = ((await refused.json()) as { error: { message: string } }).error;
+      expect(quota).toMatchObject({
         type: "insufficient_quota",
         code: "insufficient_quota",
       });
+      // The account's members cannot add credit: the message sends them to an operator.
+      expect(quota.message).toContain("ask an operator of this server to add credit");
+      expect(quota.message).not.toMatch(/top it up in the (account )?workspace/i);
       // Refused before any generation: nothing recorded, nothing charged.
       expect((await server.store.usage.list(account.id)).length).toBe(usageBefore);
       expect((await server.store.billing.history(account.id)).filter((e) => e.kind === "charge").length).toBe(1);

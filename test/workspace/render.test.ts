@@ -31,7 +31,9 @@ test("date ranges: defaults, swapped ends, inclusive days, zero-filled", () => {
 test("bar charts scale to a round ceiling and title every bar", () => {
   expect([niceCeiling(0), niceCeiling(3), niceCeiling(11), niceCeiling(2000), niceCeiling(2001)]).toEqual([1, 5, 20, 2000, 5000]);
   const svg = barChart({ title: "Requests", unit: "requests", labels: ["2026-03-01", "2026-03-02"], series: [{ name: "requests", cls: "s1", values: [0, 4] }] }).value;
-  expect(svg.match(/<rect /g)?.length).toBe(2); // one bar (zero draws none) and the legend swatch
+  // One bar (zero draws none) in each drawing, the wide and the phone's, and the legend swatch.
+  expect(svg.match(/<rect /g)?.length).toBe(3);
+  expect(svg.match(/<svg class="plot (wide|narrow)"/g)).toEqual(['<svg class="plot wide"', '<svg class="plot narrow"']);
   expect(svg).toContain("<title>2026-03-02: 4 requests</title>");
   expect(svg).toContain('aria-label="Requests: 2 bars, highest 4 requests"');
 });

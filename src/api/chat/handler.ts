@@ -70,7 +70,7 @@ function generationFailure(e: unknown): ApiError | null {
 }
 
 const noCredit = () =>
-  new ApiError(429, "You exceeded your current quota: the account has no credit left. Top it up in the account workspace.", "insufficient_quota", null, "insufficient_quota");
+  new ApiError(429, "You exceeded your current quota: the account has no credit left; ask an operator of this server to add credit (members cannot).", "insufficient_quota", null, "insufficient_quota");
 
 /** A forwarded request's key, as the forwarding node authenticated it. */
 const hopKey = (hop: HopIdentity): ApiKeyInfo => ({
@@ -113,14 +113,14 @@ export async function handleChat(deps: ChatDeps, request: Request, requestId: st
   let key: ApiKeyInfo;
   let raw: { text: string; value: unknown };
   if (fromNode) {
-    raw = await readJsonText(request, deps.maxBodyBytes);
+    raw = await readJsonText(request, deps.maxBodyBytes, deps.limits?.bodyTimeoutMs);
     const text = raw.text;
     hop = await traced(trace, "sluice.authenticate", async () => deps.forwarding!.hop(request, text), failureCode, { "sluice.hop": true });
     key = hopKey(hop!);
     requestId = hop!.requestId;
   } else {
     key = await traced(trace, "sluice.authenticate", async () => authenticate(deps.store, request), failureCode);
-    raw = await readJsonText(request, deps.maxBodyBytes);
+    raw = await readJsonText(request, deps.maxBodyBytes, deps.limits?.bodyTimeoutMs);
   }
   if (scope) scope.accountId = key.accountId;
   // The account is no secret (the access log has it too); the key's id is, with the content.

@@ -5,6 +5,8 @@ import { badRequest } from "../errors.ts";
 export interface RequestLimits {
   /** Largest JSON body accepted (413 above). */
   maxBodyBytes: number;
+  /** A request body must arrive within this long once its handler reads it (408 after); 0: no bound. */
+  bodyTimeoutMs: number;
   /** Most messages in one chat request (400 above); 0: no limit. */
   maxMessages: number;
   /** Largest max_tokens a request may ask for (400 above) and the bound when it asks for none; 0: the context length. */
@@ -21,6 +23,7 @@ export interface RequestLimits {
 
 export const DEFAULT_REQUEST_LIMITS: RequestLimits = {
   maxBodyBytes: 20 * 1024 * 1024,
+  bodyTimeoutMs: 30_000,
   maxMessages: 2048,
   maxTokensCap: 0,
   maxGenerationMs: 600_000,

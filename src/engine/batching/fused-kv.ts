@@ -9,6 +9,7 @@
 // The buffers are the decoder's memory (runtime/kv-memory.ts): JavaScript arrays for
 // onnxruntime-node, the execution provider's own memory through the C API (capi/), where a GPU
 // keeps the cache and only a step's token ids, positions and lengths cross to it.
+import { CANONICAL_BLOCK } from "../runtime/canonical-attention.ts";
 import { chunkInputs, lastLogits, positionLogits, type Decoder, type Logits, type StepInputs } from "../runtime/decoder.ts";
 import type { KvBuffer, KvMemory } from "../runtime/kv-memory.ts";
 import type { KvBackend, PrefixKv, Sequence } from "./kv.ts";
@@ -134,6 +135,14 @@ export class FusedKvBackend implements KvBackend {
   private readonly dim: number;
   private readonly tensorCount: number;
   private readonly memory: KvMemory;
+  /**
+   * A batch-invariant decoder's runs compute two rows or more of its 4-bit products (see
+   * BatchInvariance): a lone sequence's decode step and one-token prompt chunk get a second row
+   * riding along, and its prompt chunks the logits of two positions.
+   */
+  private readonly pairRows: boolean;
+  /** Rows every pool allocates at least (the second row a paired run rides along on). */
+  private readonly minRows: number;
 
   constructor(
     private readonly decoder: Decoder,
@@ -145,6 +154,8 @@ export class FusedKvBackend implements KvBackend {
     this.tensorCount = decoder.spec.layers.length * 2;
     this.memory = decoder.memory;
     const elementBytes = decoder.spec.kvType === "float16" ? 2 : 4;
+    this.pairRows = decoder.invariance?.pairRows === true;
+    this.minRows = this.pairRows ? 2 : 1;
     this.spare = new SpareBuffers(this.memory, Math.min(budgetBytes / 8, 64 * 2 ** 20) / elementBytes);
   }
 
@@ -156,9 +167,14 @@ export class FusedKvBackend implements KvBackend {
     return Math.min(this.decoder.spec.maxCacheLength, this.decoder.spec.contextLength);
   }
 
-  /** The class (see capacityClass; at most the graph's limit) that holds `needed` positions. */
+  /**
+   * The class (see capacityClass; at most the graph's limit) that holds `needed` positions. The
+   * canonical attention reads the buffer in blocks of CANONICAL_BLOCK positions: a limit that is
+   * not a multiple of it is rounded up (the positions past it are never used).
+   */
   capacityFor(needed: number): number {
-    return Math.min(capacityClass(needed), this.limit);
+    const capacity = Math.min(capacityClass(needed), this.limit);
+    return this.decoder.invariance ? Math.ceil(capacity / CANONICAL_BLOCK) * CANONICAL_BLOCK : capacity;
   }
 
   /**
@@ -189,7 +205,7 @@ export class FusedKvBackend implements KvBackend {
     }
     if (pool.rows.length >= pool.maxRows) throw new Error(`KV pool of capacity ${capacity} is full`);
     if (pool.rows.length >= pool.allocatedRows) {
-      const rows = Math.min(pool.maxRows, Math.max(4, pool.allocatedRows * 2));
+      const rows = Math.max(this.minRows, Math.min(pool.maxRows, Math.max(4, pool.allocatedRows * 2)));
       const n = rows * pool.stride;
       const used = pool.rows.length * pool.stride;
       const old = pool.arrays;
@@ -247,11 +263,11 @@ export class FusedKvBackend implements KvBackend {
    * runs. A bigger jump (a prompt chunk) moves only its own sequence.
    */
   private growTogether(from: Pool, needed: number): boolean {
-    const next = Math.min(capacityClass(from.capacity + 1), this.limit);
+    const next = this.capacityFor(from.capacity + 1);
     if (needed > next || this.pools.has(next) || from.rows.some((r) => r.capacity < next)) return false;
     const to = this.newPool(next);
     if (from.rows.length > to.maxRows) return false;
-    to.allocatedRows = Math.min(to.maxRows, Math.max(4, from.rows.length));
+    to.allocatedRows = Math.max(this.minRows, Math.min(to.maxRows, Math.max(4, from.rows.length)));
     const n = to.allocatedRows * to.stride;
     to.arrays = from.arrays!.map((a) => {
       const out = this.spare.take(n);
@@ -372,7 +388,16 @@ export class FusedKvBackend implements KvBackend {
     if (total > seq.capacity) throw new Error(`sequence of capacity ${seq.capacity} cannot take ${total} positions`);
     // One position to spare: a decode step of the pool writes a placeholder past a prefilling row.
     this.ensure(seq, Math.min(total + 1, seq.capacity));
-    const logits = await this.run(chunkInputs(tokens, past, embeds), tokens.length, seq.pool!, seq.row, 1, [[0, past]]);
+    const pool = seq.pool!;
+    if (this.pairRows && tokens.length === 1) {
+      // One token of one row: a neighbouring row rides along (see pairRows).
+      const firstRow = seq.row + 1 < pool.allocatedRows ? seq.row : seq.row - 1;
+      const logits = await this.stepRows(pool, firstRow, 2, new Map([[seq, 0]]), tokens, embeds);
+      seq.tokens.push(...tokens);
+      return lastLogits(logits, seq.row - firstRow);
+    }
+    // Paired, the logits of the last two positions: the output head is a 4-bit product too.
+    const logits = await this.run(chunkInputs(tokens, past, embeds), tokens.length, pool, seq.row, 1, [[0, past]], this.pairRows ? 2 : 1);
     seq.tokens.push(...tokens);
     return lastLogits(logits, 0);
   }
@@ -384,37 +409,50 @@ export class FusedKvBackend implements KvBackend {
       this.ensure(seq, Math.min(seq.tokens.length + 1, seq.capacity));
     }
     for (const [pool, members] of byPool(list)) {
-      // Rows past the last member are left out; rows in between that are not decoding (still
-      // prefilling) ride along with a dummy token past their valid length, which is either not
-      // written (step outputs) or overwritten by their next prefill chunk.
       let rows = 0;
       for (const seq of members.keys()) rows = Math.max(rows, seq.row + 1);
-      const width = this.maskWidth(pool, 1, (r) => Math.min(pool.rows[r]!.tokens.length + 1, pool.capacity), rows);
-      const ids = new Array<number>(rows).fill(0);
-      const positions = new Array<number>(rows);
-      const lengths = new Array<number>(rows);
-      // int64 as the graph takes it: filled natively, no conversion per position.
-      const mask = this.decoder.takesMask ? new BigInt64Array(rows * width) : undefined;
-      const writes: Write[] = [];
-      for (let r = 0; r < rows; r++) {
-        const seq = pool.rows[r]!;
-        const i = members.get(seq);
-        const len = Math.min(seq.tokens.length + 1, pool.capacity);
-        if (i !== undefined) {
-          ids[r] = tokens[i]!;
-          writes.push([r, len - 1]);
-        }
-        positions[r] = len - 1;
-        lengths[r] = len;
-        mask?.fill(1n, r * width, r * width + len);
-      }
-      const logits = await this.run({ batch: rows, width: 1, ids, mask, maskWidth: width, lengths, positions }, 1, pool, 0, rows, writes);
+      // A lone row computes its 4-bit products otherwise: the next row rides along (see pairRows).
+      const logits = await this.stepRows(pool, 0, Math.max(rows, this.minRows), members, tokens);
       for (const [seq, i] of members) {
         seq.tokens.push(tokens[i]!);
         result[i] = lastLogits(logits, seq.row);
       }
     }
     return result;
+  }
+
+  /**
+   * One run of one token per row over `rows` pool rows from `firstRow`, in which `members` append
+   * their token (`tokens[index]`). Rows past the last member are left out by the callers; rows in
+   * between that are not decoding (still prefilling, or holding no sequence) ride along with a
+   * dummy token past their valid length, which is either not written (step outputs) or
+   * overwritten by their next prefill chunk. `embeds`: the members' token embeddings, in order.
+   */
+  private async stepRows(pool: Pool, firstRow: number, rows: number, members: Map<FusedSequence, number>, tokens: number[], embeds?: Float32Array): Promise<Logits> {
+    const length = (r: number) => Math.min((pool.rows[firstRow + r]?.tokens.length ?? 0) + 1, pool.capacity);
+    const width = this.maskWidth(pool, 1, length, rows);
+    const ids = new Array<number>(rows).fill(0);
+    const positions = new Array<number>(rows);
+    const lengths = new Array<number>(rows);
+    // int64 as the graph takes it: filled natively, no conversion per position.
+    const mask = this.decoder.takesMask ? new BigInt64Array(rows * width) : undefined;
+    const hidden = embeds ? embeds.length / members.size : 0;
+    const rowEmbeds = embeds ? new Float32Array(rows * hidden) : undefined;
+    const writes: Write[] = [];
+    for (let r = 0; r < rows; r++) {
+      const seq = pool.rows[firstRow + r];
+      const i = seq ? members.get(seq) : undefined;
+      const len = length(r);
+      if (i !== undefined) {
+        ids[r] = tokens[i]!;
+        rowEmbeds?.set(embeds!.subarray(i * hidden, (i + 1) * hidden), r * hidden);
+        writes.push([r, len - 1]);
+      }
+      positions[r] = len - 1;
+      lengths[r] = len;
+      mask?.fill(1n, r * width, r * width + len);
+    }
+    return this.run({ batch: rows, width: 1, ids, embeds: rowEmbeds, mask, maskWidth: width, lengths, positions }, 1, pool, firstRow, rows, writes);
   }
 
   /**
@@ -474,11 +512,13 @@ export class FusedKvBackend implements KvBackend {
       // not read and, with step outputs, nothing of theirs is written.
       let rows = 0;
       for (const seq of members.keys()) rows = Math.max(rows, seq.row + 1);
+      // One position of one row: the next rides along (see pairRows).
+      if (rows * width < this.minRows) rows = this.minRows;
       const lengths = new Array<number>(rows);
       for (let r = 0; r < rows; r++) {
-        const seq = pool.rows[r]!;
-        const len = seq.tokens.length;
-        lengths[r] = members.has(seq) ? len + width : Math.max(width, Math.min(len + width, pool.capacity));
+        const seq = pool.rows[r];
+        const len = seq?.tokens.length ?? 0;
+        lengths[r] = seq && members.has(seq) ? len + width : Math.max(width, Math.min(len + width, pool.capacity));
       }
       const maskWidth = this.maskWidth(pool, width, (r) => lengths[r]!, rows);
       const ids = new Array<number>(rows * width).fill(0);
@@ -486,8 +526,8 @@ export class FusedKvBackend implements KvBackend {
       const mask = this.decoder.takesMask ? new BigInt64Array(rows * maskWidth) : undefined;
       const writes: Write[] = [];
       for (let r = 0; r < rows; r++) {
-        const seq = pool.rows[r]!;
-        const i = members.get(seq);
+        const seq = pool.rows[r];
+        const i = seq ? members.get(seq) : undefined;
         const first = lengths[r]! - width;
         if (i !== undefined) {
           const t = tokens[i]!;

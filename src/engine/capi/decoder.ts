@@ -7,8 +7,10 @@
 // the buffer bound as both its past and its present, as onnxruntime-genai does.
 import { onnxRuntimeLibDir } from "../providers.ts";
 import {
+  poolDims,
   positionBytes,
   rightPaddedMask,
+  type BatchInvariance,
   type Decoder,
   type Logits,
   type PaddedRun,
@@ -99,6 +101,7 @@ export class CapiDecoder implements Decoder {
     private readonly hostInfo: MemoryInfo,
     private readonly allocator: Ptr | null,
     readonly traffic: HostDeviceTraffic,
+    readonly invariance: BatchInvariance | null,
   ) {
     this.general = { session: general, binding: new IoBinding(general), pool: null };
     this.oneToken = oneToken ? { session: oneToken, binding: new IoBinding(oneToken), pool: null } : null;
@@ -125,7 +128,7 @@ export class CapiDecoder implements Decoder {
     const inPlace = provider === "cuda" || opts.inPlace === true;
     const loaded = await loadSessions(
       d,
-      { stepOutputs: !inPlace, lengthsInput: true, mask: d.files.genai?.model?.decoder?.inputs?.attention_mask ?? "attention_mask" },
+      { stepOutputs: !inPlace, lengthsInput: true, mask: d.files.genai?.model?.decoder?.inputs?.attention_mask ?? "attention_mask", invariant: opts.batchInvariant === true },
       async (model) => CapiSession.create(lib, model, typeof model === "string" ? base : fromMemory),
       (s) => s.release(),
     );
@@ -150,7 +153,7 @@ export class CapiDecoder implements Decoder {
     }
     const stepMode: StepMode | null = stepKv ? loaded.step!.kind : spec.sharedBuffer ? "inplace" : null;
     const notes = [...loaded.notes, `ONNX Runtime ${lib.version} through its C API (${provider} provider): the KV cache stays in the provider's memory`];
-    return new CapiDecoder(lib, spec, provider, notes, stepMode, stepKv, loaded.trimmedLogits, session, loaded.oneToken, embedder, memory, deviceInfo, hostInfo, allocator, traffic);
+    return new CapiDecoder(lib, spec, provider, notes, stepMode, stepKv, loaded.trimmedLogits, session, loaded.oneToken, embedder, memory, deviceInfo, hostInfo, allocator, traffic, loaded.invariance);
   }
 
   /** The logits positions a run of `width` returns on `bound`'s graph. */
@@ -275,8 +278,8 @@ export class CapiDecoder implements Decoder {
     if (cached) return cached;
     const { spec } = this;
     const stride = spec.kvHeads * r.capacity * spec.headDim;
-    const dims = [r.rows, spec.kvHeads, r.capacity, spec.headDim];
-    const values = r.buffers.map((b) => {
+    const values = r.buffers.map((b, i) => {
+      const dims = poolDims(spec, this.stepKv, r.rows, r.capacity, i % 2 === 1);
       const v = tensorValue(this.lib, this.deviceInfo, b.address + r.firstRow * stride * this.elementBytes, r.rows * stride * this.elementBytes, dims, spec.kvType);
       this.views.add(v);
       return v;

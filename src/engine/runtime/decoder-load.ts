@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { onnxFileName } from "../../onnx-dtypes.ts";
 import { declaresSharedBuffer, decoderSpec, locateModelFiles, type DecoderSpec, type ModelFiles, type TensorInfo } from "./decoder-spec.ts";
-import { intraOpThreads, isSmallModel, type SessionOptions, type StepKvLayout } from "./decoder.ts";
+import { intraOpThreads, isSmallModel, type BatchInvariance, type SessionOptions, type StepKvLayout } from "./decoder.ts";
 import { prepareDecoderGraph, type GraphChoices } from "./load-graph.ts";
 import type { StepBlocks, StepKvOutputs } from "./step-kv-outputs.ts";
 
@@ -38,7 +38,15 @@ export interface LoadedSessions<S> {
   step: StepKvOutputs | null;
   trimmedLogits: boolean;
   notes: string[];
+  /** What the loaded graph needs to keep a request's output its own (see Decoder.invariance); null when not asked or not possible. */
+  invariance: BatchInvariance | null;
 }
+
+/** The notes for `serve --batch-invariant` on a graph the canonical attention does not take, or a decoder writing its cache in place. */
+const NOT_IN_PLACE =
+  "--batch-invariant needs the attention rewritten around the cache, as the CPU provider runs it; this decoder lets GroupQueryAttention write its cache in place (CUDA): its output may depend on the requests batched with it";
+const NOT_INVARIANT =
+  "--batch-invariant does not apply to this graph (its attention is not GroupQueryAttention the engine can rewrite): its output may depend on the requests batched with it";
 
 /**
  * Opens the decoder's sessions with `choices` of rewrites. `open` loads a model's bytes (with its
@@ -59,12 +67,18 @@ export async function loadSessions<S>(
     if (oneToken) notes.push("decode steps run a one-token graph (attention reshaped, not transposed: fewer nodes)");
     const dims = graph.step?.headDims;
     if (dims) notes.push(`heads of ${dims.used} dimensions, not the ${dims.exported} they were padded to for GroupQueryAttention's kernel (the padding's weights are zero)`);
-    return { session, oneToken, step: graph.step, trimmedLogits: graph.trimmedLogits, notes };
+    let invariance: BatchInvariance | null = null;
+    if (graph.invariant) {
+      invariance = { pairRows: graph.rowSensitive };
+      notes.push(`batch-invariant: canonical attention${graph.rowSensitive ? ", and every run computes two rows or more of its 4-bit products" : ""}${graph.halfProducts ? `, and its ${graph.halfProducts} float16 weight products in float32` : ""}`);
+    } else if (choices.invariant) notes.push(choices.stepOutputs === false ? NOT_IN_PLACE : NOT_INVARIANT);
+    return { session, oneToken, step: graph.step, trimmedLogits: graph.trimmedLogits, notes, invariance };
   } catch (e) {
     // The rewrites only save work; an export they do not fit still runs as it is.
     notes.push(`the load-time graph rewrites failed (${(e as Error).message.split("\n")[0]}); running the graph as exported`);
+    if (choices.invariant) notes.push(NOT_INVARIANT);
     if (oneToken) await release(oneToken);
-    return { session: await open(d.files.onnxPath), oneToken: null, step: null, trimmedLogits: false, notes };
+    return { session: await open(d.files.onnxPath), oneToken: null, step: null, trimmedLogits: false, notes, invariance: null };
   }
 }
 
@@ -72,7 +86,7 @@ export async function loadSessions<S>(
 export function describeDecoder(files: ModelFiles, inputs: TensorInfo[], outputs: TensorInfo[], step: StepKvOutputs | null): { spec: DecoderSpec; stepKv: StepKvLayout | null } {
   const spec = decoderSpec(files, inputs, outputs, step ? new Set(step.blocks.keys()) : undefined);
   const blocks = step ? spec.layers.map((l) => step.blocks.get(l.pastKey)) : [];
-  const stepKv = step && blocks.every((b) => b !== undefined) ? { output: step.packed, blocks: blocks as StepBlocks[] } : null;
+  const stepKv = step && blocks.every((b) => b !== undefined) ? { output: step.packed, blocks: blocks as StepBlocks[], valueBlock: step.valueBlock ?? null } : null;
   return { spec, stepKv };
 }
 

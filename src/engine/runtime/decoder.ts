@@ -24,6 +24,26 @@ export interface SessionOptions {
    * step outputs. What the C API binding does on a GPU; on the CPU, for tests and benchmarks.
    */
   inPlace?: boolean;
+  /**
+   * Keep each request's output a function of the request alone (serve --batch-invariant): the
+   * attention rewritten as canonical-attention.ts builds it, and the runs' rows as
+   * BatchInvariance says. Shared-buffer graphs on the CPU only (see decoder-load.ts's note).
+   */
+  batchInvariant?: boolean;
+}
+
+/**
+ * What a decoder loaded with `batchInvariant` needs of the runs the KV backends make, for a
+ * position's logits and cache entries to be the same bits whatever run computes it (alone or in
+ * a batch, a decode step, a verification run or a prompt chunk of any width).
+ */
+export interface BatchInvariance {
+  /**
+   * Every run must compute two rows or more of each product: the graph has 4-bit products
+   * (MatMulNBits) whose kernel computes a lone row otherwise. A run of one token for one sequence
+   * gets a second row riding along, and a prompt chunk the logits of its last two positions.
+   */
+  pairRows: boolean;
 }
 
 /**
@@ -114,6 +134,17 @@ export interface StepKvLayout {
   output: string;
   /** Per layer, as spec.layers. */
   blocks: StepBlocks[];
+  /** The value inputs take their buffer in blocks of this many positions (see StepKvOutputs.valueBlock); null: as it is. */
+  valueBlock: number | null;
+}
+
+/**
+ * The dims a pool buffer is fed with: [rows, kv_heads, capacity, head_dim], or for a value input
+ * of a graph that takes values in blocks, [rows, kv_heads, capacity / block, block, head_dim].
+ */
+export function poolDims(spec: DecoderSpec, stepKv: StepKvLayout | null, rows: number, capacity: number, value: boolean): number[] {
+  const block = value ? stepKv?.valueBlock : null;
+  return block ? [rows, spec.kvHeads, capacity / block, block, spec.headDim] : [rows, spec.kvHeads, capacity, spec.headDim];
 }
 
 /** A run's logits [batch, kept positions, vocab]: float32, or float16 as its bits. */
@@ -180,6 +211,8 @@ export interface Decoder {
   readonly traffic: HostDeviceTraffic;
   /** Bytes of one cached position of one layer's key (or value) for one sequence. */
   readonly positionBytes: number;
+  /** Set when the graph was loaded batch-invariant (SessionOptions.batchInvariant); null otherwise. */
+  readonly invariance: BatchInvariance | null;
   /** Token embeddings [ids.length, hidden] from the embed_tokens graph, as float32. */
   embed(ids: ArrayLike<number>): Promise<Float32Array>;
   /** One run over pool rows; the new positions go to `onStep`, or are already in the pool ("inplace"). */

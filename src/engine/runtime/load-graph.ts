@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { onnx } from "onnx-proto";
 import { trimLogitsToLastPosition } from "./last-logits.ts";
 import { takeLengthsAsInputs } from "./lengths-input.ts";
+import { float16ProductsInFloat32 } from "./half-products.ts";
 import { splitAttention } from "./split-attention.ts";
 import { addStepKvOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
 
@@ -21,7 +22,27 @@ export interface PreparedGraph {
   trimmedLogits: boolean;
   /** GroupQueryAttention's lengths are inputs of their own (see lengths-input.ts). */
   lengthsInput: boolean;
+  /** The attention is canonical-attention.ts's (asked for with `invariant`, and the graph took it). */
+  invariant: boolean;
+  /**
+   * The graph has products whose kernel computes a run of one row otherwise than a row among
+   * several (see ROW_SENSITIVE_OPS): a batch-invariant run must give them two rows or more.
+   */
+  rowSensitive: boolean;
+  /** Float16 weight products computed in float32 for batch invariance (half-products.ts). */
+  halfProducts: number;
 }
+
+/**
+ * Operators whose CPU kernel takes another path for a product of one row (M = 1) than for several,
+ * with other bits in each row: MatMulNBits measured so (docs/BENCHMARKS.md, "Batch invariance"),
+ * and the other quantised products and Gemm, whose weights may not be prepacked, by the same
+ * structure of their kernels. A float32 MatMul of prepacked weights gives every row the same bits
+ * whatever M is (measured too), so float32 models need no second row. A float16 decoder's products
+ * give other bits by the number of rows (ONNX Runtime 1.29.0): half-products.ts computes them in float32.
+ */
+const ROW_SENSITIVE_OPS = new Set(["MatMulNBits", "MatMulBnb4", "MatMulFpQ4", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm", "Gemm"]);
+
 
 export interface GraphChoices {
   /** Also a one-token graph for decode steps (small models; only where the attention is split). */
@@ -42,6 +63,11 @@ export interface GraphChoices {
   lengthsInput?: boolean;
   /** The attention mask's input name, for lengthsInput. */
   mask?: string;
+  /**
+   * The attention rewritten as canonical-attention.ts builds it (float16 caches too), so that a
+   * position's result does not depend on the run it is computed in (`serve --batch-invariant`).
+   */
+  invariant?: boolean;
 }
 
 /**
@@ -57,16 +83,29 @@ export function prepareDecoderGraph(onnxPath: string, logits: string, sharedBuff
   const trimmed = trimLogitsToLastPosition(model, logits, true);
   const lengthsInput = sharedBuffer && choices.lengthsInput === true && takeLengthsAsInputs(model, mask);
   const split = choices.split !== false;
-  const step = sharedBuffer && choices.stepOutputs !== false ? ((split ? splitAttention(model) : null) ?? addStepKvOutputs(model)) : null;
+  const invariant = choices.invariant === true;
+  const step = sharedBuffer && choices.stepOutputs !== false ? ((split || invariant ? splitAttention(model, false, invariant) : null) ?? addStepKvOutputs(model)) : null;
+  const halfProducts = invariant && step?.kind === "split" ? float16ProductsInFloat32(model) : 0;
+  const rowSensitive = (model.graph?.node ?? []).some((n) => ROW_SENSITIVE_OPS.has(n.opType ?? ""));
   let oneTokenBytes: Uint8Array | null = null;
   if (choices.oneToken && step?.kind === "split") {
     const decode = onnx.ModelProto.decode(file);
     trimLogitsToLastPosition(decode, logits);
     if (lengthsInput) takeLengthsAsInputs(decode, mask);
-    splitAttention(decode, true);
+    splitAttention(decode, true, invariant);
+    if (halfProducts) float16ProductsInFloat32(decode);
     oneTokenBytes = onnx.ModelProto.encode(decode).finish();
   }
   // Encoding a model with inline weights copies them all: only when something changed.
-  const changed = trimmed || step !== null || lengthsInput;
-  return { bytes: changed ? onnx.ModelProto.encode(model).finish() : null, step, oneTokenBytes, trimmedLogits: trimmed, lengthsInput };
+  const changed = trimmed || step !== null || lengthsInput || halfProducts > 0;
+  return {
+    bytes: changed ? onnx.ModelProto.encode(model).finish() : null,
+    step,
+    oneTokenBytes,
+    trimmedLogits: trimmed,
+    lengthsInput,
+    invariant: invariant && step?.kind === "split",
+    rowSensitive,
+    halfProducts,
+  };
 }

@@ -7,7 +7,9 @@ import type { DecoderSpec, TensorInfo } from "./decoder-spec.ts";
 import { decoderFiles, describeDecoder, embedderPath, loadSessions } from "./decoder-load.ts";
 import {
   chunkInputs,
+  poolDims,
   positionBytes,
+  type BatchInvariance,
   rightPaddedMask,
   type Decoder,
   type Logits,
@@ -73,6 +75,7 @@ export class NodeDecoder implements Decoder {
      * LOGITS_START_INPUT); false when they cover every position of a run (the rewrite failed).
      */
     readonly trimmedLogits: boolean,
+    readonly invariance: BatchInvariance | null,
   ) {
     this.memory = new HostKvMemory(spec.kvType === "float16", false);
     this.takesMask = spec.attentionMask !== null;
@@ -97,7 +100,7 @@ export class NodeDecoder implements Decoder {
     const fromMemory = { ...sessionOptions, extra: { session: { model_external_initializers_file_folder_path: d.weightsDir } } };
     const loaded = await loadSessions(
       d,
-      { stepOutputs: !opts.inPlace },
+      { stepOutputs: !opts.inPlace, invariant: opts.batchInvariant === true },
       (model) => (typeof model === "string" ? NativeSession.create(model, sessionOptions) : NativeSession.create(model, fromMemory)),
       (s) => s.release(),
     );
@@ -110,7 +113,7 @@ export class NodeDecoder implements Decoder {
     const { spec, stepKv } = describeDecoder(d.files, meta(loaded.session.inputMetadata), meta(loaded.session.outputMetadata), loaded.step);
     const path = embedderPath(dir, d, spec);
     const embedder = path ? await NodeHostSession.open(path, { providers: opts.providers, threads: d.threads }) : null;
-    return new NodeDecoder(loaded.session, loaded.oneToken, spec, opts.providers[0]!, embedder, stepKv, stepKv ? loaded.step!.kind : null, loaded.notes, loaded.trimmedLogits);
+    return new NodeDecoder(loaded.session, loaded.oneToken, spec, opts.providers[0]!, embedder, stepKv, stepKv ? loaded.step!.kind : null, loaded.notes, loaded.trimmedLogits, loaded.invariance);
   }
 
   /**
@@ -176,8 +179,7 @@ export class NodeDecoder implements Decoder {
     let kv = r.views.get(key) as ort.Tensor[] | undefined;
     if (!kv) {
       const stride = spec.kvHeads * r.capacity * spec.headDim;
-      const dims = [r.rows, spec.kvHeads, r.capacity, spec.headDim];
-      kv = r.buffers.map((b) => floatTensor(spec.kvType, b.host!.subarray(r.firstRow * stride, (r.firstRow + r.rows) * stride), dims));
+      kv = r.buffers.map((b, i) => floatTensor(spec.kvType, b.host!.subarray(r.firstRow * stride, (r.firstRow + r.rows) * stride), poolDims(spec, stepKv, r.rows, r.capacity, i % 2 === 1)));
       r.views.set(key, kv);
     }
     const fetches: Record<string, ort.Tensor | null> = { [spec.logits]: null };

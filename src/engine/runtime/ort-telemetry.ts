@@ -1,7 +1,7 @@
 // ONNX Runtime's own telemetry, kept off unless the operator turns it on.
 //
-// The Linux builds of onnxruntime-node from 1.30 on send usage events to Microsoft (1DS): at its
-// first session a process writes a device id and an offline event store under
+// The Linux builds of onnxruntime-node (1.29 and 1.30 alike) send usage events to Microsoft
+// (1DS): at its first session a process writes a device id and an offline event store under
 // ~/.cache/Microsoft/DeveloperTools/.onnxruntime (XDG_CACHE_HOME) and an empty
 // /tmp/mat-debug-<pid>.log, then tries to upload. Sluice runs accounts' requests on an operator's
 // box: nothing about them, or about the box, is to leave it unless the operator says so.

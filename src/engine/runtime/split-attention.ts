@@ -20,6 +20,8 @@
 // Packed q/k/v (one input holding all three, as onnxruntime-genai's builder makes for
 // GroupQueryAttention on the CPU) is split into its parts first.
 import type { onnx } from "onnx-proto";
+import { onnx as proto } from "onnx-proto";
+import { blockValueInputs, CANONICAL_BLOCK, canonicalAttentionNodes, canonicalSharedNodes, canonicalTiles } from "./canonical-attention.ts";
 import { FLOAT, floatConstant, INT64, inputInfo, int64Constant, node, numberAttr, positionNodes } from "./graph-edit.ts";
 import { packStepOutputs, type StepKvOutputs } from "./step-kv-outputs.ts";
 import { type AttentionLayer } from "./attention-weights.ts";
@@ -57,8 +59,13 @@ function presentRenames(graph: onnx.IGraphProto, nodes: onnx.INodeProto[]): onnx
   return renames;
 }
 
-/** The GroupQueryAttention nodes if every one can be rewritten, else null. */
-function supported(graph: onnx.IGraphProto): Layer[] | null {
+const FLOAT16 = proto.TensorProto.DataType.FLOAT16;
+
+/**
+ * The GroupQueryAttention nodes if every one can be rewritten, else null. `half`: float16 caches
+ * too (the canonical attention computes in float32 whatever the cache holds).
+ */
+function supported(graph: onnx.IGraphProto, half: boolean): Layer[] | null {
   const nodes = graph.node?.filter((n) => n.opType === "GroupQueryAttention") ?? [];
   if (nodes.length === 0 || !presentRenames(graph, nodes)) return null;
   const seqlensK = nodes[0]!.input?.[5];
@@ -81,7 +88,8 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
     const info = inputInfo(graph, inputs[3]);
     const [, kvHeads, , dim] = info?.dims ?? [];
     const heads = numberAttr(n, "num_heads", 0);
-    if (!info || info.elemType !== FLOAT || !kvHeads || !dim || numberAttr(n, "kv_num_heads", 0) !== kvHeads || heads % kvHeads !== 0) return null;
+    const elemOk = info?.elemType === FLOAT || (half && info?.elemType === FLOAT16);
+    if (!info || !elemOk || !kvHeads || !dim || numberAttr(n, "kv_num_heads", 0) !== kvHeads || heads % kvHeads !== 0) return null;
     // One packed step output: every layer's cache has the same shape.
     if (layers.length > 0 && (layers[0]!.kvHeads !== kvHeads || layers[0]!.dim !== dim)) return null;
     const rotaryDim = cosDims ? 2 * cosDims[1]! : 0;
@@ -100,16 +108,24 @@ function supported(graph: onnx.IGraphProto): Layer[] | null {
  * causal mask, and its own key and value enter by element-wise products instead of matrix
  * products of one column: about a fifth fewer nodes, which is most of a small model's step, and
  * no per-row, per-head calls for the new token, which are much of a batched step.
+ *
+ * `invariant`: the attention is canonical-attention.ts's instead (serve --batch-invariant), whose
+ * result for a position is the same bits in a one-token graph, a wider run and any batch; float16
+ * caches are taken too (it computes in float32), and the softmax scale stays its products' alpha.
  */
-export function splitAttention(model: onnx.IModelProto, oneToken = false): StepKvOutputs | null {
+export function splitAttention(model: onnx.IModelProto, oneToken = false, invariant = false): StepKvOutputs | null {
   const graph = model.graph;
-  const layers = graph ? supported(graph) : null;
+  const layers = graph ? supported(graph, invariant) : null;
   if (!graph || !layers) return null;
+  // The canonical attention's ops take their axes, sizes and batch dims as opset 13 has them.
+  if (invariant && Number(model.opsetImport?.find((o) => !o.domain || o.domain === "ai.onnx")?.version ?? 0) < 13) return null;
+  const half = inputInfo(graph, layers[0]!.node.input![3]!)?.elemType === FLOAT16;
   // Heads the model kit padded for GroupQueryAttention's kernel lose their padding here.
   const exported = layers[0]!.dim;
   const unpadded = unpadHeads(graph, layers);
   if (unpadded) for (const l of layers) [l.dim, l.rotaryDim] = [unpadded, l.rotaryDim ? unpadded : 0];
-  const folded = foldQueryScale(graph, layers);
+  // The canonical attention keeps the scale as its products' alpha (see canonical-attention.ts).
+  const folded = !invariant && foldQueryScale(graph, layers);
   const first = layers[0]!.node.input!;
   const p = "sluice_split";
   // ReduceSum takes its axes as an input from opset 13, as an attribute before.
@@ -163,9 +179,11 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
       node("Where", [`${p}_new_future`, `${p}_min_f`, `${p}_zero_f`], [`${p}_new_bias`]),
     );
   }
+  if (invariant) shared.push(...canonicalSharedNodes(p, oneToken, layers[0]!.kvHeads));
   const added: onnx.INodeProto[] = [];
   const steps: { pastKey: string; key: string; value: string }[] = [];
   const groupTiles = new Map<number, string>();
+  const canonicalGroupTiles = new Map<number, { diag: string; before: string }>();
 
   layers.forEach(({ node: gqa, heads, kvHeads, dim, packed, rotaryDim, scale }, i) => {
     let [q, k, v] = gqa.input!;
@@ -230,42 +248,84 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
         node("Transpose", [`${l}_k_4d`], [names.key], { perm: [0, 2, 1, 3] }),
         node("Reshape", [v!, `${l}_kv4`], [`${l}_v_4d`]),
         node("Transpose", [`${l}_v_4d`], [names.value], { perm: [0, 2, 1, 3] }),
-        node("Add", [`${l}_s_new_raw`, tile], [newScores]),
+      );
+      if (!invariant) added.push(node("Add", [`${l}_s_new_raw`, tile], [newScores]));
+    }
+    if (invariant) {
+      // In float32 whatever the cache holds (GroupQueryAttention on the CPU does the same).
+      const f32 = (name: string) => {
+        if (!half) return name;
+        added.push(node("Cast", [name], [`${name}_f32`], { to: FLOAT }));
+        return `${name}_f32`;
+      };
+      let tiles = null;
+      if (!oneToken) {
+        tiles = canonicalGroupTiles.get(group) ?? null;
+        if (!tiles) {
+          const made = canonicalTiles(p, group);
+          added.push(...made.nodes);
+          tiles = { diag: made.diag, before: made.before };
+          canonicalGroupTiles.set(group, tiles);
+        }
+      }
+      const canonicalOut = half ? `${l}_o_f32` : `${l}_o`;
+      added.push(
+        ...canonicalAttentionNodes(
+          {
+            l,
+            p,
+            q: f32(`${l}_q`),
+            key: f32(names.key),
+            value: f32(names.value),
+            pastKey: f32(pastK!),
+            pastValue: f32(pastV!),
+            group,
+            dim,
+            scale,
+            oneToken,
+            newBias: `${p}_new_bias_g${group}`,
+            tiles,
+            out: canonicalOut,
+          },
+          opset,
+        ),
+      );
+      if (half) added.push(node("Cast", [canonicalOut], [`${l}_o`], { to: FLOAT16 }));
+    } else {
+      // Against the new keys: with one token, a dot product per head and an outer product per
+      // head, element-wise (batched matrix products of a column cost ONNX Runtime a call per row
+      // and head: at 16 rows, more than the rest of the attention to the new token).
+      // The query comes scaled where the scale went into its weights (query-scale.ts).
+      const alpha = folded ? 1 : scale;
+      const byNewKeys = oneToken
+        ? [
+            node("Mul", [`${l}_q`, names.key], [`${l}_qk_new`]),
+            ...(folded
+              ? [reduceSumLast(`${l}_qk_new`, newScores)]
+              : [floatConstant(`${l}_scale`, scale), reduceSumLast(`${l}_qk_new`, `${l}_s_new_sum`), node("Mul", [`${l}_s_new_sum`, `${l}_scale`], [newScores])]),
+          ]
+        : [node("FusedMatMul", [`${l}_q`, names.key], [`${l}_s_new_raw`], { transB: 1, alpha: { float: alpha } }, MS)];
+      const withNewValues = oneToken
+        ? node("Mul", [`${l}_p_new`, names.value], [`${l}_o_new`])
+        : node("MatMul", [`${l}_p_new`, names.value], [`${l}_o_new`]);
+      added.push(
+        // scores against the buffer and against the new keys
+        node("FusedMatMul", [`${l}_q`, pastK!], [`${l}_s_past_raw`], { transB: 1, alpha: { float: alpha } }, MS),
+        node("Add", [`${l}_s_past_raw`, `${p}_past_bias`], [`${l}_s_past`]),
+        ...byNewKeys,
+        node("Concat", [`${l}_s_past`, newScores], [`${l}_s`], { axis: -1 }),
+        node("Softmax", [`${l}_s`], [`${l}_p`], { axis: -1 }),
+        ...(splitParts
+          ? [node("Split", [`${l}_p`, `${p}_parts`], [`${l}_p_past`, `${l}_p_new`], { axis: -1 })]
+          : [
+              node("Slice", [`${l}_p`, `${p}_i0`, `${p}_cap`, `${p}_last_axis`], [`${l}_p_past`]),
+              node("Slice", [`${l}_p`, `${p}_cap`, `${p}_big`, `${p}_last_axis`], [`${l}_p_new`]),
+            ]),
+        node("MatMul", [`${l}_p_past`, pastV!], [`${l}_o_past`]),
+        withNewValues,
+        node("Add", [`${l}_o_past`, `${l}_o_new`], [`${l}_o`]),
       );
     }
-    // Against the new keys: with one token, a dot product per head and an outer product per
-    // head, element-wise (batched matrix products of a column cost ONNX Runtime a call per row
-    // and head: at 16 rows, more than the rest of the attention to the new token).
-    // The query comes scaled where the scale went into its weights (query-scale.ts).
-    const alpha = folded ? 1 : scale;
-    const byNewKeys = oneToken
-      ? [
-          node("Mul", [`${l}_q`, names.key], [`${l}_qk_new`]),
-          ...(folded
-            ? [reduceSumLast(`${l}_qk_new`, newScores)]
-            : [floatConstant(`${l}_scale`, scale), reduceSumLast(`${l}_qk_new`, `${l}_s_new_sum`), node("Mul", [`${l}_s_new_sum`, `${l}_scale`], [newScores])]),
-        ]
-      : [node("FusedMatMul", [`${l}_q`, names.key], [`${l}_s_new_raw`], { transB: 1, alpha: { float: alpha } }, MS)];
-    const withNewValues = oneToken
-      ? node("Mul", [`${l}_p_new`, names.value], [`${l}_o_new`])
-      : node("MatMul", [`${l}_p_new`, names.value], [`${l}_o_new`]);
-    added.push(
-      // scores against the buffer and against the new keys
-      node("FusedMatMul", [`${l}_q`, pastK!], [`${l}_s_past_raw`], { transB: 1, alpha: { float: alpha } }, MS),
-      node("Add", [`${l}_s_past_raw`, `${p}_past_bias`], [`${l}_s_past`]),
-      ...byNewKeys,
-      node("Concat", [`${l}_s_past`, newScores], [`${l}_s`], { axis: -1 }),
-      node("Softmax", [`${l}_s`], [`${l}_p`], { axis: -1 }),
-      ...(splitParts
-        ? [node("Split", [`${l}_p`, `${p}_parts`], [`${l}_p_past`, `${l}_p_new`], { axis: -1 })]
-        : [
-            node("Slice", [`${l}_p`, `${p}_i0`, `${p}_cap`, `${p}_last_axis`], [`${l}_p_past`]),
-            node("Slice", [`${l}_p`, `${p}_cap`, `${p}_big`, `${p}_last_axis`], [`${l}_p_new`]),
-          ]),
-      node("MatMul", [`${l}_p_past`, pastV!], [`${l}_o_past`]),
-      withNewValues,
-      node("Add", [`${l}_o_past`, `${l}_o_new`], [`${l}_o`]),
-    );
     if (oneToken) {
       // [b, kv, group, d] -> [b, 1, heads*d]
       added.push(int64Constant(`${l}_o3`, [0, 1, heads * dim], [3]), node("Reshape", [`${l}_o`, `${l}_o3`], [out]));
@@ -282,8 +342,12 @@ export function splitAttention(model: onnx.IModelProto, oneToken = false): StepK
     steps.push({ pastKey: pastK!, ...names });
   });
   const { kvHeads, dim } = layers[0]!;
-  const packed = packStepOutputs("split", steps, FLOAT, kvHeads, dim);
+  const packed = packStepOutputs("split", steps, half ? FLOAT16 : FLOAT, kvHeads, dim);
   if (unpadded) packed.step.headDims = { exported, used: unpadded };
+  if (invariant) {
+    blockValueInputs(graph, layers.map((l) => l.node.input![4]!));
+    packed.step.valueBlock = CANONICAL_BLOCK;
+  }
 
   // The presents are no longer produced: drop them from the outputs with their nodes.
   const renames = presentRenames(graph, layers.map((l) => l.node))!;

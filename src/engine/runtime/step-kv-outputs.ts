@@ -34,6 +34,12 @@ export interface StepKvOutputs {
   blocks: Map<string, StepBlocks>;
   /** Set when the rewrite dropped zero-padded head dimensions (see unpad-heads.ts). */
   headDims?: { exported: number; used: number };
+  /**
+   * Set when the value inputs are declared in blocks of this many positions, [batch, kv_heads,
+   * capacity / block, block, head_dim] (the canonical attention's, see canonical-attention.ts):
+   * the same memory as the cache buffer, fed with these dims.
+   */
+  valueBlock?: number;
 }
 
 export const PACKED_STEP_OUTPUT = "sluice_step_kv";

@@ -51,7 +51,12 @@ export class ModelRunner {
 
   static async load(opts: Pick<WorkerOptions, "id" | "dir" | "device" | "threads"> & Partial<WorkerOptions>): Promise<ModelRunner> {
     const providers = chooseProviders(opts.device);
-    const decoder = await openDecoder(opts.dir, { providers: providers.providers, threads: opts.threads, binding: opts.binding ?? DEFAULT_ORT_BINDING });
+    const decoder = await openDecoder(opts.dir, {
+      providers: providers.providers,
+      threads: opts.threads,
+      binding: opts.binding ?? DEFAULT_ORT_BINDING,
+      batchInvariant: opts.batchInvariant === true,
+    });
     const tokenizer = TextTokenizer.load(opts.dir);
     const binding = opts.binding ?? DEFAULT_ORT_BINDING;
     const vision = await VisionModel.load(opts.dir, { open: (path) => openHostSession(path, { providers: providers.providers, threads: opts.threads, binding }) });

@@ -15,6 +15,12 @@ export interface WorkerOptions {
   threads: number;
   /** How ONNX Runtime is called on the CPU (CUDA always through the C API; see decoders.ts); absent: the default. */
   binding?: OrtBinding;
+  /**
+   * Load the decoder batch-invariant (serve --batch-invariant): a request's greedy and seeded
+   * output then depends on the request alone, not on what is batched with it, speculation,
+   * preemption or the prefix cache (see runtime/canonical-attention.ts).
+   */
+  batchInvariant?: boolean;
   /** KV memory this model may use (running sequences + prefix cache); 0 = the default. */
   kvBudgetBytes: number;
   /** Requests that may wait for KV memory before new ones get EngineUnavailableError; 0 = the default. */

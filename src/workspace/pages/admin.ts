@@ -1,8 +1,8 @@
 // Admin (operators only): accounts, users, model access per account, prices, plans and top-ups.
 import { PRIORITY_RANGE, type Account, type NodeInfo, type Plan, type UserRole } from "../../store/index.ts";
-import { dateTime, usd } from "../format.ts";
+import { timeCell, usd, usdColumn } from "../format.ts";
 import { html, type Html } from "../html.ts";
-import { redirect } from "../http.ts";
+import { redirectWithFlash } from "../flash.ts";
 import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
 import { operatorCommand, type Route, type SignedCtx } from "../router.ts";
 import { hubPullPanel } from "./hub-pull.ts";
@@ -20,13 +20,15 @@ async function accountRows(c: SignedCtx, accounts: Account[]) {
   return rows;
 }
 
-export async function adminPage(c: SignedCtx, notice: { ok?: string; error?: string } = {}): Promise<Response> {
+export async function adminPage(c: SignedCtx): Promise<Response> {
+  const notice = c.flash ?? {};
   const accounts = await c.store.accounts.list();
   const users = await c.store.users.list();
   const catalog = await c.store.catalog.list();
   const served = new Set((await c.store.catalog.listServed()).map((m) => m.id));
   const selected = (await c.store.accounts.get(c.url.searchParams.get("account") ?? "")) ?? accounts[0] ?? null;
   const rows = await accountRows(c, accounts);
+  const balance = usdColumn(rows.map((r) => r.balance ?? 0));
   const planOf = new Map(rows.map((r) => [r.account.id, r.plan]));
   const csrf = csrfField(c.session.csrfToken);
   const accountOptions = (current?: string, withPlans = false): Html =>
@@ -42,9 +44,10 @@ ${notice.error ? html`<div class="notice error" role="alert">${notice.error}</di
 <section class="panel"><h2>Accounts</h2>${scrollTable(
     "Accounts",
     html`<thead><tr><th scope="col">Account</th><th scope="col">Plan</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Keys</th><th scope="col" class="num">Users</th><th scope="col">Model access</th><th scope="col" class="num">Priority</th><th scope="col" class="hide-sm">Created</th></tr></thead>
-  <tbody>${rows.map(({ account: a, plan, balance, keys }) => {
-    return html`<tr><td><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td>${plan}</td><td class="num">${balance === null ? "∞" : usd(balance)}</td><td class="num">${keys}</td><td class="num">${users.filter((u) => u.accountId === a.id).length}</td><td>${a.modelAccess === "all" ? "all models" : "listed models"}</td><td class="num">${a.priority}</td><td class="hide-sm">${dateTime(a.createdAt)}</td></tr>`;
+  <tbody>${rows.map(({ account: a, plan, balance: credit, keys }) => {
+    return html`<tr><td class="card-title"><a href="${BASE}/admin?account=${a.name}#access">${a.name}</a></td><td data-label="Plan">${plan}</td><td class="num" data-label="Balance">${credit === null ? "∞" : balance(credit)}</td><td class="num" data-label="Keys">${keys}</td><td class="num" data-label="Users">${users.filter((u) => u.accountId === a.id).length}</td><td data-label="Model access">${a.modelAccess === "all" ? "all models" : "listed models"}</td><td class="num" data-label="Priority">${a.priority}</td><td class="hide-sm" data-label="Created">${timeCell(a.createdAt)}</td></tr>`;
   })}</tbody>`,
+    html` class="cards"`,
   )}
   <h3>Create an account</h3>
   <form class="inline" method="post" action="${BASE}/admin/accounts">${csrf}
@@ -73,7 +76,8 @@ ${residencyPanel(c, catalog, csrf)}
 <section class="panel"><h2>Users</h2>${scrollTable(
     "Users",
     html`<thead><tr><th scope="col">Email</th><th scope="col">Account</th><th scope="col">Role</th><th scope="col" class="hide-sm">Created</th></tr></thead>
-  <tbody>${users.map((u) => html`<tr><td>${u.email}</td><td>${u.accountName}</td><td>${u.role}</td><td class="hide-sm">${dateTime(u.createdAt)}</td></tr>`)}</tbody>`,
+  <tbody>${users.map((u) => html`<tr><td class="card-title">${u.email}</td><td data-label="Account">${u.accountName}</td><td data-label="Role">${u.role}</td><td class="hide-sm" data-label="Created">${timeCell(u.createdAt)}</td></tr>`)}</tbody>`,
+    html` class="cards"`,
   )}
   <h3>Create a user</h3>
   <form class="inline" method="post" action="${BASE}/admin/users">${csrf}
@@ -91,8 +95,9 @@ ${selected
     html`<thead><tr><th scope="col">Allowed</th><th scope="col">Model</th><th scope="col">Status</th></tr></thead>
   <tbody>${catalog.map((m) => {
     const isServed = served.has(m.id);
-    return html`<tr><td><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${isServed ? "" : html` disabled`}></td><td><label class="plain" for="acc-${m.id}"><code>${m.id}</code></label></td><td>${isServed ? "served" : m.loadError ? "failed to load" : m.status === "inactive" ? "disabled" : "missing"}</td></tr>`;
+    return html`<tr><td class="card-aside"><input type="checkbox" name="model" value="${m.id}" id="acc-${m.id}"${allowed.has(m.id) ? html` checked` : ""}${isServed ? "" : html` disabled`}></td><td class="card-title"><label class="plain" for="acc-${m.id}"><code>${m.id}</code></label></td><td data-label="Status">${isServed ? "served" : m.loadError ? "failed to load" : m.status === "inactive" ? "disabled" : "missing"}</td></tr>`;
   })}</tbody>`,
+    html` class="cards"`,
   )}
   <label class="check" for="acc-all"><input type="checkbox" name="all" value="on" id="acc-all"${selected.modelAccess === "all" ? html` checked` : ""}> Every served model, including models added later (ignores the list above)</label>
   <button type="submit">Save access</button></form></section>`
@@ -103,14 +108,15 @@ ${hubPullPanel(c, csrf)}
     "Model prices",
     html`<thead><tr><th scope="col">Model</th><th scope="col">Input / cached input / output</th></tr></thead>
   <tbody>${catalog.map(
-    (m) => html`<tr><td><code>${m.id}</code></td><td><form class="inline" method="post" action="${BASE}/admin/prices" aria-label="Prices of ${m.id}">${csrf}<input type="hidden" name="model" value="${m.id}">
+    (m) => html`<tr><td class="card-title"><code>${m.id}</code></td><td><form class="inline" method="post" action="${BASE}/admin/prices" aria-label="Prices of ${m.id}">${csrf}<input type="hidden" name="model" value="${m.id}">
       <div class="field"><label for="in-${m.id}">Input</label><input class="price" id="in-${m.id}" name="input" type="number" min="0" step="any" value="${m.inputPricePerMTok}" required></div>
       <div class="field"><label for="cin-${m.id}">Cached input</label><input class="price" id="cin-${m.id}" name="cached_input" type="number" min="0" step="any" value="${m.cachedInputPricePerMTok ?? ""}" placeholder="= input"></div>
       <div class="field"><label for="out-${m.id}">Output</label><input class="price" id="out-${m.id}" name="output" type="number" min="0" step="any" value="${m.outputPricePerMTok}" required></div>
       <button type="submit">Save</button></form></td></tr>`,
   )}</tbody>`,
+    html` class="cards"`,
   )}</section>`;
-  return htmlResponse(page({ title: "Admin", tab: "admin", user: c.user, csrf: c.session.csrfToken, body }), notice.error ? 400 : 200);
+  return htmlResponse(page({ title: "Admin", tab: "admin", user: c.user, csrf: c.session.csrfToken, body }));
 }
 
 /** The nodes sharing the database, as their heartbeats last reported them. */
@@ -124,8 +130,9 @@ function nodesPanel(nodes: NodeInfo[]): Html {
         "Nodes",
         html`<thead><tr><th scope="col">Node</th><th scope="col">Address</th><th scope="col" class="hide-sm">Version</th><th scope="col" class="num">Heartbeat</th><th scope="col">Models (queue)</th></tr></thead>
   <tbody>${nodes.map(
-    (n) => html`<tr data-node-id="${n.id}"><td><code>${n.id}</code></td><td>${n.url}</td><td class="hide-sm">${n.version}</td><td class="num">${Math.max(0, (now - n.heartbeatAt) / 1000).toFixed(1)} s ago</td><td>${n.models.length ? n.models.map((m, i) => html`${i ? ", " : ""}<code>${m.id}</code> (${m.queueDepth})`) : "none"}</td></tr>`,
+    (n) => html`<tr data-node-id="${n.id}"><td class="card-title"><code>${n.id}</code></td><td data-label="Address">${n.url}</td><td class="hide-sm" data-label="Version">${n.version}</td><td class="num" data-label="Heartbeat">${Math.max(0, (now - n.heartbeatAt) / 1000).toFixed(1)} s ago</td><td data-label="Models (queue)">${n.models.length ? n.models.map((m, i) => html`${i ? ", " : ""}<code>${m.id}</code> (${m.queueDepth})`) : "none"}</td></tr>`,
   )}</tbody>`,
+        html` class="cards"`,
       )}</section>`;
 }
 
@@ -155,14 +162,18 @@ function limitField(c: SignedCtx, name: string, what: string): number | null {
   return n;
 }
 
-/** Runs an admin change and redirects on success (so a reload does not repeat it) or re-renders the error. */
+/**
+ * Runs an admin change and answers with a redirect to `back` either way, the outcome in the flash
+ * (a reload of that page repeats nothing; `back` may end in a #section, which a query string
+ * after it would have broken).
+ */
 export async function change(c: SignedCtx, fn: () => string | Promise<string>, back = `${BASE}/admin`): Promise<Response> {
   try {
     const ok = await fn();
     c.opts.log.info("workspace admin change", { by: c.user.email, change: ok });
-    return redirect(`${back}${back.includes("?") ? "&" : "?"}ok=${encodeURIComponent(ok)}`);
+    return redirectWithFlash(c, back, { ok });
   } catch (e) {
-    return adminPage(c, { error: (e as Error).message });
+    return redirectWithFlash(c, back, { error: (e as Error).message });
   }
 }
 
@@ -182,7 +193,7 @@ export const adminRoutes: Route[] = [
     method: "GET",
     path: "/admin",
     access: "operator",
-    handle: (c) => adminPage(c, { ok: (c.url.searchParams.get("ok") ?? "").slice(0, 200) || undefined }),
+    handle: adminPage,
   },
   {
     method: "POST",

@@ -1,6 +1,6 @@
 // Billing: plan, balance, spend in the period, history of charges and top-ups.
 import type { SignedCtx } from "../router.ts";
-import { dateTime, integer, usd } from "../format.ts";
+import { integer, timeCell, usdColumn } from "../format.ts";
 import { html } from "../html.ts";
 import { htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route } from "../router.ts";
@@ -27,6 +27,9 @@ export const billingRoutes: Route[] = [
     async handle(c) {
       const { period, summary, history } = await billingData(c);
       const unlimited = summary.plan === "unlimited";
+      // One number of decimals for every amount on the page, the fewest that shows each exactly:
+      // the rows add up to the totals as shown.
+      const usd = usdColumn([summary.balanceUsd, summary.spendUsd, summary.topUpsUsd, ...history.map((e) => e.amountUsd)]);
       const body = html`<h1>Billing</h1>
 <p class="lead">Each request is charged at the model's prices when it finishes. ${unlimited ? "This account's plan is unlimited: requests are never refused for credit." : "Requests are refused with 429 insufficient_quota once the credit is used up."}</p>
 <div class="tiles">
@@ -42,11 +45,12 @@ export const billingRoutes: Route[] = [
     : scrollTable(
         "History",
         html`
-  <thead><tr><th scope="col">Time (UTC)</th><th scope="col">Type</th><th scope="col">Details</th><th scope="col" class="num">Amount</th></tr></thead>
+  <thead><tr><th scope="col">Time</th><th scope="col">Type</th><th scope="col">Details</th><th scope="col" class="num">Amount</th></tr></thead>
   <tbody>${history.map(
-    (e) => html`<tr><td>${dateTime(e.createdAt)}</td><td><span class="badge ${e.kind === "topup" ? "yes" : ""}">${e.kind === "topup" ? "top-up" : "charge"}</span></td>
-    <td>${e.kind === "charge" ? html`<code>${e.modelId}</code> · ${integer(e.promptTokens ?? 0)} in${e.cachedTokens ? html` (${integer(e.cachedTokens)} cached)` : ""} + ${integer(e.completionTokens ?? 0)} out tokens` : (e.note ?? "")}</td><td class="num">${usd(e.amountUsd)}</td></tr>`,
+    (e) => html`<tr><td class="card-title">${timeCell(e.createdAt)}</td><td data-label="Type"><span class="badge ${e.kind === "topup" ? "yes" : ""}">${e.kind === "topup" ? "top-up" : "charge"}</span></td>
+    <td data-label="Details">${e.kind === "charge" ? html`<code>${e.modelId}</code> · ${integer(e.promptTokens ?? 0)} in${e.cachedTokens ? html` (${integer(e.cachedTokens)} cached)` : ""} + ${integer(e.completionTokens ?? 0)} out tokens` : (e.note ?? "")}</td><td class="num card-aside" data-testid="amount">${usd(e.amountUsd)}</td></tr>`,
   )}</tbody>`,
+        html` class="cards"`,
       )}
 </section>`;
       return htmlResponse(page({ title: "Billing", tab: "billing", user: c.user, csrf: c.session.csrfToken, body }));

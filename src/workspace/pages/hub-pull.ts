@@ -5,9 +5,9 @@ import { formatBytes } from "../../format-bytes.ts";
 import { ONNX_DTYPES } from "../../onnx-dtypes.ts";
 import { HUB_PULL_JS_VERSION } from "../assets.ts";
 import { html, type Html } from "../html.ts";
-import { json, redirect } from "../http.ts";
+import { redirectWithFlash } from "../flash.ts";
+import { json } from "../http.ts";
 import { BASE } from "../layout.ts";
-import { adminPage } from "./admin.ts";
 import type { HubPullStatus, Route, SignedCtx } from "../router.ts";
 
 function jobView(j: HubPullStatus): Html {
@@ -70,9 +70,9 @@ export const hubPullRoutes: Route[] = [
     handle(c) {
       try {
         const job = start(c);
-        return redirect(`${BASE}/admin?ok=${encodeURIComponent(`pulling ${job.repo}: reload this page to follow it`)}#hub`);
+        return redirectWithFlash(c, `${BASE}/admin#hub`, { ok: `pulling ${job.repo}: reload this page to follow it` });
       } catch (e) {
-        return adminPage(c, { error: `The pull could not start: ${(e as Error).message}` });
+        return redirectWithFlash(c, `${BASE}/admin#hub`, { error: `The pull could not start: ${(e as Error).message}` });
       }
     },
   },

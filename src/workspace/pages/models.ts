@@ -34,8 +34,9 @@ export const modelRoutes: Route[] = [
         html`
     <thead><tr><th scope="col">Model id</th><th scope="col" class="num">Context</th><th scope="col" class="num">Input</th><th scope="col" class="num">Cached input</th><th scope="col" class="num">Output</th><th scope="col">Capabilities</th><th scope="col">Sampling defaults</th></tr></thead>
     <tbody>${models.map(
-      (m) => html`<tr><td><code>${m.id}</code>${m.displayName !== m.id ? html`<div class="muted">${m.displayName}</div>` : ""}</td><td class="num">${integer(m.contextLength)}</td><td class="num">${price(m.inputPricePerMTok)}</td><td class="num">${price(m.cachedInputPricePerMTok ?? m.inputPricePerMTok)}</td><td class="num">${price(m.outputPricePerMTok)}</td><td>${capabilityBadges(m)}</td><td>${samplingCell(m)}</td></tr>`,
+      (m) => html`<tr><td class="card-title"><code>${m.id}</code>${m.displayName !== m.id ? html`<div class="muted">${m.displayName}</div>` : ""}</td><td class="num" data-label="Context">${integer(m.contextLength)}</td><td class="num" data-label="Input">${price(m.inputPricePerMTok)}</td><td class="num" data-label="Cached input">${price(m.cachedInputPricePerMTok ?? m.inputPricePerMTok)}</td><td class="num" data-label="Output">${price(m.outputPricePerMTok)}</td><td data-label="Capabilities">${capabilityBadges(m)}</td><td data-label="Sampling defaults">${samplingCell(m)}</td></tr>`,
     )}</tbody>`,
+        html` class="cards"`,
       )}
 </section>`;
       return htmlResponse(page({ title: "Models", tab: "models", user: c.user, csrf: c.session.csrfToken, body }));

@@ -26,13 +26,14 @@ export function residencyPanel(c: SignedCtx, catalog: CatalogModel[], csrf: Html
     const own = stored.get(m.model);
     const until = m.unloadAt ? html`<div class="muted">unloads ${dateTime(m.unloadAt)}</div>` : "";
     const problem = m.lastError ? html`<div class="notice error">${m.lastError}</div>` : "";
-    return html`<tr data-model="${m.model}"><td><code>${m.model}</code>${problem}</td><td>${m.state}${until}</td><td class="num">${m.state === "unloaded" ? "–" : formatBytes(m.bytes)}</td><td class="num hide-sm">${formatBytes(m.weightsBytes)}</td><td class="num hide-sm">${formatBytes(m.kvBytes)}</td><td class="num">${m.activeRequests}</td>
+    return html`<tr data-model="${m.model}"><td class="card-title"><code>${m.model}</code>${problem}</td><td data-label="State">${m.state}${until}</td><td class="num" data-label="Memory">${m.state === "unloaded" ? "–" : formatBytes(m.bytes)}</td><td class="num hide-sm" data-label="Weights">${formatBytes(m.weightsBytes)}</td><td class="num hide-sm" data-label="KV budget">${formatBytes(m.kvBytes)}</td><td class="num" data-label="In flight">${m.activeRequests}</td>
       <td><form class="inline" method="post" action="${BASE}/admin/keep-alive" aria-label="Keep-alive of ${m.model}">${csrf}<input type="hidden" name="model" value="${m.model}">
         <div class="field"><label for="ka-${m.model}">Keep-alive (${describeKeepAlive(m.keepAliveMs)})</label><input class="price" id="ka-${m.model}" name="keep_alive" value="${own === null || own === undefined ? "" : String(own)}" placeholder="default" autocomplete="off"></div>
         <button type="submit" class="secondary">Save</button></form></td>
       <td><form method="post" action="${BASE}/admin/residency" aria-label="${m.state === "unloaded" ? "Load" : "Unload"} ${m.model}">${csrf}<input type="hidden" name="model" value="${m.model}"><input type="hidden" name="action" value="${m.state === "unloaded" ? "load" : "unload"}">
         <button type="submit"${m.state === "loading" || m.state === "unloading" ? html` disabled` : ""}>${m.state === "unloaded" ? "Load" : "Unload"}</button></form></td></tr>`;
   })}</tbody>`,
+    html` class="cards"`,
   )}</section>`;
 }
 

@@ -1,12 +1,18 @@
 // Usage: requests and tokens per day and per model, recent requests, a date range, CSV export.
 import type { DailyUsage, UsageRow } from "../../store/index.ts";
 import { barChart, rowChart } from "../charts.ts";
-import { DAY_MS, dateTime, integer, isoDay, parseDay } from "../format.ts";
+import { DAY_MS, integer, isoDay, parseDay, timeCell } from "../format.ts";
 import { html } from "../html.ts";
 import { BASE, htmlResponse, page, scrollTable } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
 
 export const MAX_RANGE_DAYS = 366;
+
+/**
+ * A day as the rest of the pages write it, YYYY-MM-DD: not type="date", which a browser shows in
+ * its own locale's order (MM/DD/YYYY in en-US) beside ISO dates everywhere else.
+ */
+const DAY_INPUT = html`type="text" inputmode="numeric" pattern="[0-9]{4}-[0-9]{2}-[0-9]{2}" placeholder="YYYY-MM-DD" maxlength="10" size="10" autocomplete="off"`;
 
 /** The [since, until) range of the query's from/to days (inclusive, UTC); the last 14 days by default. */
 export function usageRange(url: URL, now = Date.now()): { since: number; until: number; from: string; to: string } {
@@ -70,8 +76,8 @@ async function usagePage(c: SignedCtx) {
 <p class="lead">Requests made with ${c.user.accountName}'s keys, by UTC day.</p>
 <section class="panel">
   <form class="inline" method="get" action="${BASE}/usage" aria-label="Date range">
-    <div class="field"><label for="from">From</label><input id="from" name="from" type="date" value="${range.from}"></div>
-    <div class="field"><label for="to">To</label><input id="to" name="to" type="date" value="${range.to}"></div>
+    <div class="field"><label for="from">From (UTC day)</label><input id="from" name="from" ${DAY_INPUT} value="${range.from}"></div>
+    <div class="field"><label for="to">To (UTC day)</label><input id="to" name="to" ${DAY_INPUT} value="${range.to}"></div>
     <button type="submit">Show</button>
     <a class="button secondary right" href="${BASE}/usage.csv?${qs}" download>Export CSV</a>
   </form>
@@ -115,11 +121,11 @@ async function usagePage(c: SignedCtx) {
     : scrollTable(
         "Recent requests",
         html`
-    <thead><tr><th scope="col">Time (UTC)</th><th scope="col">Model</th><th scope="col" class="num">Prompt</th><th scope="col" class="num">Cached</th><th scope="col" class="num">Completion</th><th scope="col" class="num">Reasoning</th><th scope="col" class="num">Latency</th><th scope="col">Status</th></tr></thead>
+    <thead><tr><th scope="col">Time</th><th scope="col">Model</th><th scope="col" class="num">Prompt</th><th scope="col" class="num">Cached</th><th scope="col" class="num">Completion</th><th scope="col" class="num">Reasoning</th><th scope="col" class="num">Latency</th><th scope="col">Status</th></tr></thead>
     <tbody>${recent.map(
-      (u) => html`<tr><td>${dateTime(u.createdAt)}</td><td class="mono">${u.modelId}</td><td class="num">${integer(u.promptTokens)}</td><td class="num">${integer(u.cachedTokens)}</td><td class="num">${integer(u.completionTokens)}</td><td class="num">${integer(u.reasoningTokens)}</td><td class="num">${integer(u.latencyMs)} ms</td><td><span class="badge ${u.status === "ok" ? "yes" : u.status === "error" ? "bad" : ""}">${u.status}</span></td></tr>`,
+      (u) => html`<tr><td class="card-title">${timeCell(u.createdAt)}</td><td class="mono" data-label="Model">${u.modelId}</td><td class="num" data-label="Prompt">${integer(u.promptTokens)}</td><td class="num" data-label="Cached">${integer(u.cachedTokens)}</td><td class="num" data-label="Completion">${integer(u.completionTokens)}</td><td class="num" data-label="Reasoning">${integer(u.reasoningTokens)}</td><td class="num" data-label="Latency">${integer(u.latencyMs)} ms</td><td class="card-aside"><span class="badge ${u.status === "ok" ? "yes" : u.status === "error" ? "bad" : ""}">${u.status}</span></td></tr>`,
     )}</tbody>`,
-        html` id="recent"`,
+        html` id="recent" class="cards"`,
       )}
 </section>`;
   return htmlResponse(page({ title: "Usage", tab: "usage", user: c.user, csrf: c.session.csrfToken, body }));

@@ -1,15 +1,20 @@
 // Fair sharing through the real server: account A floods a model with 64 streams, account B sends
-// one. The model's KV budget holds 8 sequences, so most of the flood waits. B's first token comes
-// within a few batch rounds, counted as the tokens A's running streams receive meanwhile (each gets
-// one per round), not after A's queue drains; the same with B at a higher priority. Every stream of
-// A gives the text it gives without B (greedy), preempted or not.
+// one. The model's KV budget holds 8 sequences, so most of the flood waits. B is served within a
+// few batch rounds of being queued, not after A's queue drains; the same with B at a higher
+// priority. Every stream of A gives the text it gives without B (greedy), preempted or not.
 //
-// Speculation is off: it lets a round give a stream several tokens (drafts from the stream's own
-// text, and from the account's earlier answers, so the second flood of the same prompts most of
-// all), which breaks the count of rounds in tokens, and it lets A's first wave finish before B's
-// request is queued, so B takes a freed slot and nothing is preempted. Both failed in CI and
-// locally. Fairness with speculation on is the scheduler's own (test/engine/worker/fair-share.test.ts
-// counts rounds there, and test/engine/speculation/ covers preemption and cancellation mid-draft).
+// Everything here is counted in events, never in time, so that a busy machine cannot fail it: B is
+// sent from A's stream events (once A holds every slot), and its wait is counted as the A streams
+// that started between B's queueing and B's first token, in the order the client received them
+// (one worker posts them all, in order). When B is served fairly that is at most one wave of A (8:
+// B may be queued as A's running streams end); in first-come order it would be every A stream
+// queued before B (more than 16, checked). The exact bound in decode rounds (3) is the scheduler's
+// own test (test/engine/worker/fair-share.test.ts counts its steps). The tokens A's streams got in
+// between are printed too: read at the client they include the HTTP thread's delays (a loaded
+// machine counted 86 once), so they are not asserted.
+//
+// Speculation is off: with it A's first wave can end before B is queued (drafts from the
+// account's earlier answers make a round give several tokens), so nothing is preempted.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { unlimitedAccountKey } from "../../helpers/accounts.ts";
@@ -20,13 +25,12 @@ import { startTestServer, type TestServer } from "../../helpers/server.ts";
 const MODEL = "fair/tiny";
 const FLOOD = 64;
 const FLOOD_TOKENS = 180;
-/**
- * Rounds B may wait as the client sees them. At the scheduler the bound is 3 (the round running
- * when B is queued, its admission's, its prefill's: test/engine/worker/fair-share.test.ts counts
- * them exactly); here A's chunks of earlier rounds may reach the client after B's first chunk, so
- * the count has slack. In first-come order B would wait for 56 requests of 180 tokens, 8 at a time.
- */
-const BOUND_ROUNDS = 12;
+/** Sequences the KV budget holds. */
+const SLOTS = 8;
+/** A streams that may start while B waits: one wave, as when B is queued just as A's running ones end. */
+const BOUND_STARTS = SLOTS;
+/** A streams that must still wait when B is queued, for first-come order to show (it would start them all first). */
+const MIN_WAITING = 2 * SLOTS;
 
 let models: ReturnType<typeof tempDir>;
 let server: TestServer;
@@ -58,12 +62,14 @@ afterAll(async () => {
 
 interface Flood {
   texts: string[];
-  /** Per stream, the times its tokens arrived (those of one chunk at the same time). */
-  arrivals: number[][];
+  b?: { startsWhileWaiting: number; waitingAtQueue: number; tokensWhileWaiting: number };
 }
 
-/** `arrivals`: when each token came; `opened`: when the first chunk (the role, sent once the model queued the request) came. */
-async function stream(client: OpenAI, content: string, maxTokens: number, arrivals: number[], opened: number[] = []): Promise<string> {
+/** Each chunk's arrival, numbered across every stream: the order the client saw them in. */
+let clock = 0;
+
+/** `onToken` once per token (a chunk may carry several), `onOpened` at the first chunk (the role, sent once the model queued the request). */
+async function stream(client: OpenAI, content: string, maxTokens: number, on: { token?: () => void; opened?: () => void } = {}): Promise<string> {
   const s = await client.chat.completions.create({
     model: MODEL,
     messages: [{ role: "user", content }],
@@ -75,37 +81,54 @@ async function stream(client: OpenAI, content: string, maxTokens: number, arriva
     logit_bias: Object.fromEntries(eos.map((t) => [String(t), -100])),
   });
   let text = "";
+  let opened = false;
   for await (const chunk of s) {
-    if (opened.length === 0) opened.push(performance.now());
+    clock++;
+    if (!opened) {
+      opened = true;
+      on.opened?.();
+    }
     const piece = chunk.choices[0]?.delta.content;
     if (!piece) continue;
-    const now = performance.now();
-    for (const _ of chunk.choices[0]!.logprobs?.content ?? []) arrivals.push(now);
+    for (const _ of chunk.choices[0]!.logprobs?.content ?? []) on.token?.();
     text += piece;
   }
   return text;
 }
 
-async function flood(withB: { priority: number } | null): Promise<Flood & { bWait?: number }> {
-  const arrivals = Array.from({ length: FLOOD }, () => [] as number[]);
-  const all = Promise.all(Array.from({ length: FLOOD }, (_, i) => stream(a, `story ${i}: once upon a time`, FLOOD_TOKENS, arrivals[i]!)));
-  if (!withB) return { texts: await all, arrivals };
-  const accountB = (await server.store.accounts.get("tenant-b"))!;
-  await server.store.accounts.setPriority(accountB.id, withB.priority);
-  // B arrives once A holds every slot: some of A's streams are producing tokens.
-  while (arrivals.filter((x) => x.length >= 3).length < 8) await Bun.sleep(5);
-  const bArrivals: number[] = [];
-  const bOpened: number[] = [];
-  await stream(b, "hello there", 4, bArrivals, bOpened);
-  // From B's first chunk, which the server sends once the model has queued B's request, to its first token.
-  const sent = bOpened[0]!;
-  const first = bArrivals[0]!;
-  // Rounds passed: the most tokens any of A's streams received between B's queueing and its first token.
-  const bWait = Math.max(...arrivals.map((x) => x.filter((t) => t > sent && t <= first).length));
-  // B came while the flood still waited: some of A's streams had not started.
-  const waiting = arrivals.filter((x) => x.length === 0 || x[0]! > first).length;
-  expect(waiting).toBeGreaterThan(16);
-  return { texts: await all, arrivals, bWait };
+async function flood(withB: { priority: number } | null): Promise<Flood> {
+  /** Per A stream: the clock at its first token, and each token's clock. */
+  const started: (number | null)[] = Array(FLOOD).fill(null);
+  const tokens: number[][] = Array.from({ length: FLOOD }, () => []);
+  let holding = 0;
+  if (withB) await server.store.accounts.setPriority((await server.store.accounts.get("tenant-b"))!.id, withB.priority);
+  let sendB = () => {};
+  const holdsEverySlot = new Promise<void>((resolve) => (sendB = resolve));
+  const all = Promise.all(
+    Array.from({ length: FLOOD }, (_, i) =>
+      stream(a, `story ${i}: once upon a time`, FLOOD_TOKENS, {
+        token() {
+          started[i] ??= clock;
+          tokens[i]!.push(clock);
+          // B is sent once A holds every slot: eight of A's streams are producing tokens.
+          if (tokens[i]!.length === 3 && ++holding === SLOTS) sendB();
+        },
+      }),
+    ),
+  );
+  if (!withB) return { texts: await all };
+  let queuedAt = 0;
+  let firstAt = 0;
+  await holdsEverySlot;
+  await stream(b, "hello there", 4, { opened: () => (queuedAt = clock), token: () => (firstAt ||= clock) });
+  const between = (t: number) => t > queuedAt && t < firstAt;
+  const bWait = {
+    startsWhileWaiting: started.filter((t) => t !== null && between(t)).length,
+    waitingAtQueue: started.filter((t) => t === null || t > queuedAt).length,
+    tokensWhileWaiting: Math.max(...tokens.map((x) => x.filter(between).length)),
+  };
+  console.log(`fair share, B at priority ${withB.priority}: ${bWait.startsWhileWaiting} of A's streams started while B waited (${bWait.waitingAtQueue} were waiting when B was queued); A's streams got up to ${bWait.tokensWhileWaiting} tokens meanwhile as the client read them`);
+  return { texts: await all, b: bWait };
 }
 
 async function preemptions(): Promise<number> {
@@ -113,21 +136,23 @@ async function preemptions(): Promise<number> {
   return Number(/^sluice_preemptions_total\{model="fair\/tiny"\} (\d+)/m.exec(text)?.[1] ?? 0);
 }
 
-test(`B's first token comes within ${BOUND_ROUNDS} batch rounds of A's 64-stream flood; A's outputs are unchanged`, async () => {
-  const alone = await flood(null);
-  const before = await preemptions();
-  const shared = await flood({ priority: 0 });
-  expect(shared.bWait!).toBeLessThanOrEqual(BOUND_ROUNDS);
-  // Equal priorities: A held 8 sequences, B none, so one of A's was preempted for B.
-  expect(await preemptions()).toBeGreaterThan(before);
-  expect(shared.texts).toEqual(alone.texts);
-}, 180_000);
+/** A's flood with B, alone first for A's reference texts; again (at most twice) if B came too late to tell the orders apart. */
+async function fairRun(priority: number) {
+  for (let attempt = 1; ; attempt++) {
+    const alone = await flood(null);
+    const before = await preemptions();
+    const shared = await flood({ priority });
+    if (shared.b!.waitingAtQueue <= MIN_WAITING && attempt < 3) continue;
+    // B came while the flood still waited: first-come order would have served them all first.
+    expect(shared.b!.waitingAtQueue).toBeGreaterThan(MIN_WAITING);
+    expect(shared.b!.startsWhileWaiting).toBeLessThanOrEqual(BOUND_STARTS);
+    // A held 8 sequences, B none (or B outranks A), so one of A's was preempted for B.
+    expect(await preemptions()).toBeGreaterThan(before);
+    expect(shared.texts).toEqual(alone.texts);
+    return;
+  }
+}
 
-test("the same with B at a higher priority; preempted streams give their unpreempted greedy output", async () => {
-  const alone = await flood(null);
-  const before = await preemptions();
-  const shared = await flood({ priority: 10 });
-  expect(shared.bWait!).toBeLessThanOrEqual(BOUND_ROUNDS);
-  expect(await preemptions()).toBeGreaterThan(before);
-  expect(shared.texts).toEqual(alone.texts);
-}, 180_000);
+test(`B is served within one wave of A's 64-stream flood (at most ${BOUND_STARTS} of A's streams start meanwhile); A's outputs are unchanged`, () => fairRun(0), 360_000);
+
+test("the same with B at a higher priority; preempted streams give their unpreempted greedy output", () => fairRun(10), 360_000);

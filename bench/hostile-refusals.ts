@@ -1,0 +1,106 @@
+// How long hostile requests take to be refused, a few at a time, by one `serve` process with the
+// default compile limits and four models (bench/hostile-models.ts): each round sends every case
+// of test/hardening/hostile-cases.ts once, reseeded so that no schema is served from a cache.
+// Target: every refusal under 2 s at a concurrency of 4 (an outside probe read 2.55 s for the
+// schema {"type":"string","pattern":"(x+x+)+y"} as a tool's parameters, and up to 2.4 s for others).
+//
+//   bun bench/hostile-refusals.ts [--rounds 2] [--concurrency 4] [--only REGEX] [--write]
+import { rmSync } from "node:fs";
+import { loadavg } from "node:os";
+import { parseArgs } from "node:util";
+import { hostileCases, type HostileCase } from "../test/hardening/hostile-cases.ts";
+import { hostileModels } from "./hostile-models.ts";
+import { machine, median, percentile, table, writeSection } from "./report.ts";
+import { startServerProcess } from "./server-process.ts";
+
+const { values } = parseArgs({ options: { rounds: { type: "string", default: "2" }, concurrency: { type: "string", default: "4" }, only: { type: "string" }, write: { type: "boolean" } } });
+const ROUNDS = Number(values.rounds);
+const CONCURRENCY = Number(values.concurrency);
+const ONLY = values.only ? new RegExp(values.only) : null;
+const TARGET_MS = 2000;
+
+const { modelsDir, models } = await hostileModels();
+// Every model loaded and kept, as the hostile test has them: refusals are timed, not loads.
+const server = await startServerProcess(modelsDir, ["--preload", "all", "--keep-alive", "-1"]);
+const headers = { authorization: `Bearer ${server.key}`, "content-type": "application/json" };
+
+interface Refusal {
+  name: string;
+  ms: number;
+  code: string;
+}
+
+/** The request's time, and its refusal (a 4xx, or a stream's final error event) if it was refused. */
+async function send(c: HostileCase): Promise<Refusal | null> {
+  const body = typeof c.body === "string" ? c.body : JSON.stringify({ model: c.model, messages: [{ role: "user", content: "hi" }], ...c.body });
+  const t0 = performance.now();
+  const res = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers, body });
+  const text = await res.text();
+  const ms = performance.now() - t0;
+  let code: string | null = null;
+  if (res.status >= 400) code = (JSON.parse(text) as { error: { code: string | null } }).error.code ?? String(res.status);
+  else if (res.headers.get("content-type")?.startsWith("text/event-stream")) {
+    const last = text.trim().split("\n\n").at(-1)!;
+    if (last !== "data: [DONE]") code = (JSON.parse(last.slice(6)) as { error: { code: string | null } }).error.code ?? "stream error";
+  }
+  return code === null ? null : { name: `${c.model} ${c.name}`, ms, code };
+}
+
+const loadAtStart = loadavg()[0]!;
+const refusals: Refusal[] = [];
+let sent = 0;
+for (let round = 0; round < ROUNDS; round++) {
+  const cases = (await hostileCases(models, 23 + round)).filter((c) => !ONLY || ONLY.test(c.name));
+  // CONCURRENCY requests in flight at all times, at most one schema per model among them: a
+  // model compiles one schema at a time, and one account's schemas wait for each other (its own
+  // doing; the hostile test batches them the same way).
+  const compiling = new Set<string>();
+  const compiles = (c: HostileCase) => typeof c.body !== "string" && ("response_format" in c.body || "tools" in c.body);
+  const left = [...cases];
+  const take = (): HostileCase | null => {
+    const i = left.findIndex((c) => !compiles(c) || !compiling.has(c.model));
+    return i < 0 ? null : left.splice(i, 1)[0]!;
+  };
+  let wake = Promise.withResolvers<void>();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (left.length > 0) {
+        const c = take();
+        if (!c) {
+          await wake.promise;
+          continue;
+        }
+        if (compiles(c)) compiling.add(c.model);
+        const r = await send(c);
+        if (compiles(c)) compiling.delete(c.model);
+        wake.resolve();
+        wake = Promise.withResolvers<void>();
+        sent++;
+        if (r) refusals.push(r);
+      }
+    }),
+  );
+  console.log(`round ${round + 1}: ${sent} requests, ${refusals.length} refused, slowest ${Math.round(Math.max(...refusals.map((r) => r.ms)))} ms`);
+}
+await server.stop();
+rmSync(modelsDir, { recursive: true, force: true });
+
+const ms = refusals.map((r) => r.ms);
+const over = refusals.filter((r) => r.ms > TARGET_MS);
+const slowest = [...refusals].sort((a, b) => b.ms - a.ms).slice(0, 8);
+const out = [
+  table(["refusals", "median", "p95", "p99", "slowest", `over ${TARGET_MS / 1000} s`], [[refusals.length, `${Math.round(median(ms))} ms`, `${Math.round(percentile(ms, 95))} ms`, `${Math.round(percentile(ms, 99))} ms`, `${Math.round(Math.max(...ms))} ms`, over.length]]),
+  "",
+  table(["slowest refusals", "code", "ms"], slowest.map((r) => [r.name, r.code, Math.round(r.ms)])),
+  "",
+  `${sent} requests in ${ROUNDS} round${ROUNDS === 1 ? "" : "s"} at ${CONCURRENCY} in flight, at most one schema per model among them; serve with its default compile limits (--max-schema-seconds 1). The machine's load average was ${loadAtStart.toFixed(1)} at the start and ${loadavg()[0]!.toFixed(1)} at the end (other work shares its cores).`,
+  "",
+  "What bounds it: a schema refused by the compile time limit has spent --max-schema-seconds of its compile thread's CPU time (1 s by default), at the lowest priority; four such refusals at once on two cores take about 2 s of wall time on an idle machine, more on a busy one. Under 2 s at a concurrency of 4 needs a lower limit (test/hardening/hostile.test.ts runs --max-schema-seconds 0.5: slowest refusal 1.9 s), at the price of refusing large legitimate schemas on 150k vocabularies sooner.",
+].join("\n");
+console.log(out);
+if (values.write) {
+  writeSection(
+    "Hostile refusals at a concurrency of 4",
+    `Written by \`bench/hostile-refusals.ts\` on ${machine()}, ${new Date().toISOString().slice(0, 10)}: one \`serve\` process with ${Object.keys(models.vocab).join(", ")}, every case of test/hardening/hostile-cases.ts once per round (reseeded: no schema comes from a cache). Target: every refusal under 2 s.\n\n${out}`,
+  );
+}
