@@ -119,6 +119,7 @@ function catalogEntry(m: DiscoveredModelDir, model: EngineModel, loadError: stri
     supportsStructured: model.supportsStructuredOutput,
     ownedBy: m.card.owned_by ?? (m.id.includes("/") ? m.id.split("/")[0]! : "sluice"),
     loadError,
+    samplingDefaults: model.samplingDefaults,
   };
 }
 
@@ -278,6 +279,7 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
             supportsImages: e.model.supportsImages,
             supportsTools: e.model.supportsTools,
             supportsStructured: e.model.supportsStructuredOutput,
+            samplingDefaults: e.model.samplingDefaults,
           }
         : { ...before, loadError: `failed to load: ${e.error}` };
     if (JSON.stringify(after) === JSON.stringify(before)) return;

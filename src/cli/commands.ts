@@ -9,6 +9,7 @@ import { commandLine } from "../invocation.ts";
 import { describeBudget, keyLimitsFrom, parseBudget, parsePeriod } from "../key-limits.ts";
 import { hostname, userInfo } from "node:os";
 import { auditedStore, openStore, periodStart, type Account, type ApiKeyInfo, type AuditActor, type BudgetPeriod, type KeyLimits, type Store } from "../store/index.ts";
+import { describeSamplingDefaults } from "../protocol/sampling.ts";
 import { positional, requireString, UsageError, type Command, type CommandArgs, type OptionSpec } from "./framework.ts";
 
 export const DATA_OPTION: OptionSpec = { name: "data", type: "string", help: "Data directory (SQLite file)", default: "./data" };
@@ -297,10 +298,11 @@ export const storeCommands: Command[] = [
           "cached$/M": m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
           "out$/M": m.outputPricePerMTok,
           images: m.supportsImages ? "yes" : "no",
+          sampling: describeSamplingDefaults(m.samplingDefaults) || "API defaults",
           problem: m.loadError ?? (m.present ? null : "directory missing"),
           dir: m.sourceDir,
         }));
-        print(args, rows, ["id", "status", "served", "context", "in$/M", "cached$/M", "out$/M", "images", "problem", "dir"]);
+        print(args, rows, ["id", "status", "served", "context", "in$/M", "cached$/M", "out$/M", "images", "sampling", "problem", "dir"]);
         return 0;
       }, { reads: true }),
   },

@@ -5,7 +5,8 @@ import { join, relative, sep } from "node:path";
 import { isCanonicalModelId } from "../model-ids.ts";
 import { isOnnxDType, ONNX_DTYPES, onnxFileName } from "../onnx-dtypes.ts";
 import { modelDType } from "./runtime/decoder-spec.ts";
-import type { EngineModel } from "./types.ts";
+import { modelSamplingDefaults, type SamplingDefaultsCard } from "./sampling/defaults.ts";
+import type { EngineModel, SamplingDefaults } from "./types.ts";
 
 export { isCanonicalModelId, MODEL_ID } from "../model-ids.ts";
 
@@ -20,6 +21,8 @@ export interface ModelCard {
   dtype?: string;
   /** How long the model stays loaded once idle: seconds, -1 (always), or "30s", "5m", "2h". */
   keep_alive?: number | string;
+  /** Sampling defaults over generation_config.json's, or false to ignore that file (sampling/defaults.ts). */
+  defaults?: SamplingDefaultsCard;
 }
 
 export interface DiscoveredModelDir {
@@ -29,6 +32,8 @@ export interface DiscoveredModelDir {
   config: Record<string, unknown>;
   /** Why the directory cannot be served, when it cannot. */
   problem: string | null;
+  /** What the model samples with where a request leaves a parameter out. */
+  samplingDefaults: SamplingDefaults;
   /**
    * Changes when the directory is replaced (a pull places a new one under the same name) or its
    * card is edited: a loaded model whose stamp changed is loaded again.
@@ -64,11 +69,18 @@ function inspect(root: string, dir: string): DiscoveredModelDir {
   const stamp = stampOf(dir);
   let card: ModelCard = {};
   let config: Record<string, unknown> = {};
+  let samplingDefaults: SamplingDefaults = {};
   try {
     card = (readJson(join(dir, "sluice.json")) ?? {}) as ModelCard;
     config = readJson(join(dir, "config.json")) ?? readJson(join(dir, "genai_config.json")) ?? {};
   } catch (e) {
-    return { id: fallbackId, dir, card, config, stamp, problem: `unreadable metadata: ${(e as Error).message}` };
+    return { id: fallbackId, dir, card, config, stamp, samplingDefaults, problem: `unreadable metadata: ${(e as Error).message}` };
+  }
+  let defaultsProblem: string | null = null;
+  try {
+    samplingDefaults = modelSamplingDefaults(dir, card.defaults);
+  } catch (e) {
+    defaultsProblem = (e as Error).message;
   }
   const id = typeof card.id === "string" ? card.id : fallbackId;
   let problem: string | null = null;
@@ -76,7 +88,8 @@ function inspect(root: string, dir: string): DiscoveredModelDir {
   else if (!hasOnnx(dir)) problem = "no .onnx file in the directory or its onnx/ folder";
   else if (!existsSync(join(dir, "tokenizer.json"))) problem = "no tokenizer.json";
   else if (card.dtype !== undefined && !isOnnxDType(card.dtype)) problem = `sluice.json's dtype ${JSON.stringify(card.dtype)} is not one of ${ONNX_DTYPES.join(", ")}`;
-  return { id, dir, card, config, stamp, problem };
+  else if (defaultsProblem) problem = defaultsProblem;
+  return { id, dir, card, config, stamp, samplingDefaults, problem };
 }
 
 /**
@@ -146,5 +159,6 @@ export function declaredModel(m: DiscoveredModelDir): EngineModel {
     supportsStructuredOutput: caps.structured_output ?? false,
     dir: m.dir,
     provider: "not loaded",
+    samplingDefaults: m.samplingDefaults,
   };
 }

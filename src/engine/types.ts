@@ -15,14 +15,21 @@ export type {
 } from "../protocol/chat.ts";
 export { REASONING_EFFORTS } from "../protocol/chat.ts";
 import type { ChatMessage, FunctionTool, ReasoningEffort, ResponseFormat, ToolChoice } from "../protocol/chat.ts";
+import type { SamplingDefaults } from "../protocol/sampling.ts";
+export type { SamplingDefaults } from "../protocol/sampling.ts";
 
+/**
+ * A request's sampling. temperature, top_p, top_k and min_p are undefined where the request left
+ * them out: the engine then takes the model's defaults (generation_config.json, sluice.json
+ * `defaults`; see sampling/defaults.ts), else the OpenAI API's.
+ */
 export interface SamplingParams {
   /** 0 means greedy. */
-  temperature: number;
-  topP: number;
+  temperature?: number;
+  topP?: number;
   /** 0 or less means disabled. */
-  topK: number;
-  minP: number;
+  topK?: number;
+  minP?: number;
   presencePenalty: number;
   frequencyPenalty: number;
   /** token id -> bias added to its logit, as in the OpenAI API (-100..100). */
@@ -137,6 +144,8 @@ export interface EngineModel {
   supportsStructuredOutput: boolean;
   dir: string;
   provider: string;
+  /** What the model samples with where a request leaves a parameter out (empty: the API's defaults). */
+  samplingDefaults: SamplingDefaults;
 }
 
 /** A request the engine refuses before generating (maps to a 400 in the api room). */

@@ -53,6 +53,8 @@ export interface SluiceJson {
   capabilities: SluiceCapabilities;
   description: string;
   reasoning?: SluiceReasoning | false;
+  /** Sampling defaults over generation_config.json's, or false to ignore that file. */
+  defaults?: false | { temperature?: number; top_p?: number; top_k?: number; min_p?: number };
   graph?: SluiceGraphInfo;
 }
 

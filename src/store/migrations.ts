@@ -332,6 +332,9 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     },
     { index: "oidc_logins_expiry", on: "oidc_logins", columns: ["expires_at"] },
   ],
+  // 12: the model's sampling defaults (generation_config.json under sluice.json's "defaults"), JSON
+  // with temperature, topP, topK and minP where the model sets them; NULL: not known yet.
+  [{ addColumn: "models", column: { name: "sampling_defaults", type: "text" } }],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

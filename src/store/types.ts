@@ -2,6 +2,7 @@
 // Two implementations share it: SQLite (one file, one node) and PostgreSQL (several nodes). Every
 // operation that reaches the database is asynchronous; the few that a request needs on every call
 // (`keys.peek`, `limits.peekEffective`, `cacheGeneration`) answer from memory.
+import type { SamplingDefaults } from "../protocol/sampling.ts";
 import type { DialectName } from "./db.ts";
 
 export interface Account {
@@ -87,6 +88,8 @@ export interface CatalogModel {
   ownedBy: string;
   /** Seconds the model stays loaded once idle (-1: always); null: its sluice.json's, else the server's. */
   keepAliveSeconds: number | null;
+  /** What the model samples with where a request leaves a parameter out ({}: the API's defaults). */
+  samplingDefaults: SamplingDefaults;
   createdAt: number;
 }
 
@@ -102,6 +105,8 @@ export interface DiscoveredModel {
   ownedBy: string;
   /** Set when the directory could not be loaded: the entry is kept but not served. */
   loadError: string | null;
+  /** The model's sampling defaults (absent or {}: the API's). */
+  samplingDefaults?: SamplingDefaults;
 }
 
 export interface UsageRecord {

@@ -17,13 +17,23 @@ export function syntheticModel(root: string, relPath: string, spec: SyntheticSpe
   if (!p) {
     p = (async () => {
       const stamp = join(dir, "sluice.json");
-      if (existsSync(stamp) && JSON.parse(readFileSync(stamp, "utf8")).id === spec.id) return dir;
+      if (existsSync(stamp) && JSON.parse(readFileSync(stamp, "utf8")).id === spec.id && !staleSampling(dir, spec)) return dir;
       await buildSyntheticModel(dir, spec);
       return dir;
     })();
     built.set(key, p);
   }
   return p;
+}
+
+/**
+ * A model cached before the kit stopped writing `do_sample: false` (which now makes a model greedy
+ * by default) is built again.
+ */
+function staleSampling(dir: string, spec: SyntheticSpec): boolean {
+  const path = join(dir, "generation_config.json");
+  if (!existsSync(path)) return true;
+  return JSON.parse(readFileSync(path, "utf8")).do_sample === false && spec.generation?.do_sample !== false;
 }
 
 /** A shared tiny byte-level chat model for API tests. */

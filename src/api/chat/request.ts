@@ -104,10 +104,11 @@ export function planChat(body: ChatCompletionRequest, model: CatalogModel): Chat
     parallelToolCalls: body.parallel_tool_calls,
     responseFormat,
     sampling: {
-      temperature: body.temperature ?? 1,
-      topP: body.top_p ?? 1,
-      topK: body.top_k ?? 0,
-      minP: body.min_p ?? 0,
+      // Left out (or null): the engine takes the model's default, else the API's.
+      temperature: body.temperature ?? undefined,
+      topP: body.top_p ?? undefined,
+      topK: body.top_k ?? undefined,
+      minP: body.min_p ?? undefined,
       presencePenalty: body.presence_penalty ?? 0,
       frequencyPenalty: body.frequency_penalty ?? 0,
       logitBias,

@@ -20,15 +20,16 @@ function requestAttributes(model: string, plan: ChatPlan, responseId: string, re
     "gen_ai.response.id": responseId,
     "gen_ai.request.stream": plan.stream,
     "gen_ai.request.choice.count": plan.n,
-    "gen_ai.request.temperature": s.temperature,
-    "gen_ai.request.top_p": s.topP,
     "gen_ai.request.frequency_penalty": s.frequencyPenalty,
     "gen_ai.request.presence_penalty": s.presencePenalty,
     "gen_ai.output.type": plan.responseFormat && plan.responseFormat.type !== "text" ? "json" : "text",
     "sluice.request_id": requestId,
   };
   if (plan.maxTokens !== undefined) a["gen_ai.request.max_tokens"] = plan.maxTokens;
-  if (s.topK > 0) a["gen_ai.request.top_k"] = s.topK;
+  // What the request gave: a parameter it left out takes the model's default, in the engine.
+  if (s.temperature !== undefined) a["gen_ai.request.temperature"] = s.temperature;
+  if (s.topP !== undefined) a["gen_ai.request.top_p"] = s.topP;
+  if (s.topK !== undefined && s.topK > 0) a["gen_ai.request.top_k"] = s.topK;
   if (s.seed !== undefined) a["gen_ai.request.seed"] = s.seed;
   if (plan.tools?.length) a["sluice.request.tools"] = plan.tools.length;
   if (plan.reasoningEffort) a["sluice.request.reasoning_effort"] = plan.reasoningEffort;

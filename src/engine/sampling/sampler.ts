@@ -2,6 +2,7 @@
 // greedy argmax or temperature sampling with top-k / top-p / min-p.
 
 import type { SamplingParams } from "../types.ts";
+import { completeSampling } from "./defaults.ts";
 import { Candidates, NEGLIGIBLE } from "./candidates.ts";
 import { computeLogprobs, type LogprobsResult } from "./logprobs.ts";
 import type { TokenMask } from "./mask.ts";
@@ -58,6 +59,8 @@ class LogitsSampler implements Sampler {
   /** Every other temperature setting. */
   private readonly split: RowSplit | null;
   private readonly random: Random;
+  /** Every parameter set (what the request and the model left out: the API's defaults). */
+  private readonly params: ReturnType<typeof completeSampling>;
   private readonly greedy: boolean;
   /** The logits of the last sample() when the SIMD kernels hold them unedited (see logprobs()). */
   private placed: Float32Array | null = null;
@@ -65,10 +68,12 @@ class LogitsSampler implements Sampler {
   private readonly limitUnits: number;
 
   constructor(
-    private readonly params: SamplingParams,
+    given: SamplingParams,
     private readonly vocabSize: number,
     options: SamplerOptions,
   ) {
+    const params = completeSampling(given);
+    this.params = params;
     this.processors = buildProcessors(params, vocabSize);
     this.greedy = params.temperature <= 0 || params.topK === 1;
     this.runs = new AllowedRuns(vocabSize);

@@ -5,13 +5,15 @@ import { allocateTokenBitmask, type GrammarMatcher } from "../../structured/inde
 import { ToolCallStreamParser, type ToolStreamEvent } from "../../structured/tools/index.ts";
 import type { Detokenizer } from "../text/detokenizer.ts";
 import { StopMatcher } from "../text/stop.ts";
+import { withModelDefaults } from "../sampling/defaults.ts";
 import type { FinishReason, GenerationEvent, TokenLogprob } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
 import { createChoiceSampler, tokenLogprob, type ChoiceSampler } from "./sampling-bridge.ts";
 import { answerThinkingBudget, refuseShortBudget } from "./structured-budget.ts";
 import { createMatcher, type RequestStructure } from "./structured-support.ts";
-import { ThinkingStage, type SplitText, type ThinkingPlan } from "./thinking.ts";
+import { HarmonyStage } from "./harmony-stage.ts";
+import { ThinkingStage, type ReasoningStage, type SplitText, type ThinkingPlan } from "./thinking.ts";
 
 const ID_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 const callId = () => {
@@ -31,7 +33,7 @@ export class ChoiceStream {
   /** Splits tool calls out of the text when the request has tools. */
   private readonly tools: ToolCallStreamParser | null;
   /** Splits a thinking block off the answer, for models that write one. */
-  private readonly thinking: ThinkingStage | null;
+  private readonly thinking: ReasoningStage | null;
   private toolCalls = 0;
   generated = 0;
   finished = false;
@@ -50,16 +52,24 @@ export class ChoiceStream {
     structure: RequestStructure,
     thinking: ThinkingPlan | null = null,
   ) {
-    this.sampler = createChoiceSampler(request.sampling, model.tokenizer.vocabSize, index);
+    this.sampler = createChoiceSampler(withModelDefaults(request.sampling, model.info.samplingDefaults), model.tokenizer.vocabSize, index);
     this.detok = model.tokenizer.createDetokenizer();
     this.stop = new StopMatcher(request.stop);
     this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
     const plan = thinking && model.reasoning ? thinking : null;
-    // A constrained answer must fit after any thinking: the block closes in time to leave it room.
-    if (this.matcher) refuseShortBudget(this.matcher, maxNew, request, plan?.startsInside ? model.reasoning!.tokens.end.length : 0);
+    const harmony = model.reasoning?.harmony ?? null;
+    // A constrained answer must fit after any thinking: the block closes in time to leave it room
+    // (harmony: at least the answer's channel header comes first).
+    const before = harmony ? harmony.openFinal.length : plan?.startsInside ? model.reasoning!.tokens.end.length : 0;
+    if (this.matcher) refuseShortBudget(this.matcher, maxNew, request, before);
     this.mask = this.matcher ? allocateTokenBitmask(model.tokenizer.vocabSize) : null;
     this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax) : null;
-    this.thinking = plan ? new ThinkingStage(model.tokenizer, model.reasoning!, answerThinkingBudget(plan, this.matcher, maxNew), this.matcher !== null) : null;
+    this.thinking = !plan
+      ? null
+      : harmony
+        ? // After the thinking's <|end|> the answer needs its header, then the shortest document.
+          new HarmonyStage(model.tokenizer, harmony, answerThinkingBudget(plan, this.matcher, maxNew - harmony.nextFinal.length), this.matcher !== null)
+        : new ThinkingStage(model.tokenizer, model.reasoning!, answerThinkingBudget(plan, this.matcher, maxNew), this.matcher !== null);
   }
 
   /**

@@ -6,6 +6,7 @@ import { chooseProviders, type ProviderChoice } from "../providers.ts";
 import { DEFAULT_ORT_BINDING, openDecoder, openHostSession } from "../decoders.ts";
 import type { Decoder } from "../runtime/decoder.ts";
 import { ChatTemplateError, renderChatPrompt } from "../text/chat-template.ts";
+import { modelSamplingDefaults } from "../sampling/defaults.ts";
 import { PromptBound } from "../text/prompt-bound.ts";
 import { TextTokenizer } from "../text/tokenizer.ts";
 import { EngineRequestError, type EngineModel, type ImagePart } from "../types.ts";
@@ -26,6 +27,8 @@ interface ModelCard {
   reasoning?: ReasoningCard;
   /** Requests that may wait for this model's KV memory (over serve --max-queue). */
   max_queue?: number;
+  /** Sampling defaults over generation_config.json's (see sampling/defaults.ts). */
+  defaults?: unknown;
 }
 
 export class ModelRunner {
@@ -78,6 +81,7 @@ export class ModelRunner {
       supportsStructuredOutput: card.capabilities?.structured_output ?? false,
       dir: opts.dir,
       provider: decoder.provider,
+      samplingDefaults: modelSamplingDefaults(opts.dir, card.defaults),
     };
     const template = templateContext(tokenizer);
     const reasoning = await modelReasoning(tokenizer, card.reasoning, template);

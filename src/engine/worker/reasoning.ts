@@ -1,6 +1,14 @@
 // A model's thinking block (found when it loads) and, per request, what reasoning_effort and
 // chat_template_kwargs ask of the chat template and the thinking budget.
-import { detectReasoningFormat, type ReasoningCard, type ReasoningFormat, type ThinkTokens } from "../../structured/reasoning/index.ts";
+import {
+  detectReasoningFormat,
+  harmonyTokens,
+  isHarmonyTemplate,
+  type HarmonyTokens,
+  type ReasoningCard,
+  type ReasoningFormat,
+  type ThinkTokens,
+} from "../../structured/reasoning/index.ts";
 import { templateVariables } from "../text/template-variables.ts";
 import type { TextTokenizer } from "../text/tokenizer.ts";
 import { EngineRequestError, type ReasoningEffort } from "../types.ts";
@@ -12,6 +20,18 @@ export interface ModelReasoning {
   tokens: ThinkTokens;
   /** The template variable that switches thinking on and off (Qwen3's enable_thinking), if any. */
   switch: string | null;
+  /** Harmony's channels instead of a block (gpt-oss): the markers and the headers the engine writes. */
+  harmony: HarmonySetup | null;
+}
+
+export interface HarmonySetup {
+  tokens: HarmonyTokens;
+  /** `<|channel|>analysis<|message|>`: the turn's first message, thinking. */
+  openAnalysis: number[];
+  /** `<|channel|>final<|message|>`: the turn's first message when there is no thinking. */
+  openFinal: number[];
+  /** `<|start|>assistant<|channel|>final<|message|>`: the answer after the thinking's `<|end|>`. */
+  nextFinal: number[];
 }
 
 /** What the chat templates read, and what the server itself sets (never a client's kwarg). */
@@ -41,12 +61,36 @@ export function templateContext(tokenizer: TextTokenizer): TemplateContext {
 export async function modelReasoning(tokenizer: TextTokenizer, card: ReasoningCard | undefined, context: TemplateContext): Promise<ModelReasoning | null> {
   const t = tokenizer.chatTemplates;
   const templates = [t.default, t.toolUse, ...Object.values(t.named)].filter((s): s is string => !!s);
+  const harmony = card === false ? null : await harmonySetup(tokenizer, templates);
+  if (harmony) {
+    // The card may still set budgets (checked as for a block); harmony's "tags" are its analysis
+    // header and end marker.
+    const budgets = card && typeof card === "object" ? card.budgets : undefined;
+    const format = detectReasoningFormat([], new Set(), { start: "<|channel|>analysis<|message|>", end: "<|end|>", budgets })!;
+    return { format, tokens: { start: harmony.openAnalysis, end: [harmony.tokens.end] }, switch: null, harmony };
+  }
   const format = detectReasoningFormat(templates, new Set(tokenizer.addedTokens.map((a) => a.content)), card);
   if (!format) return null;
   const start = await tokenizer.encode(format.tags.start);
   const end = await tokenizer.encode(format.tags.end);
   if (start.length === 0 || end.length === 0) throw new Error(`the thinking tags ${format.tags.start} ${format.tags.end} encode to no tokens`);
-  return { format, tokens: { start, end }, switch: SWITCHES.find((s) => context.variables.has(s)) ?? null };
+  return { format, tokens: { start, end }, switch: SWITCHES.find((s) => context.variables.has(s)) ?? null, harmony: null };
+}
+
+/** Harmony's markers and headers, when the template writes channels and the tokenizer has the markers. */
+async function harmonySetup(tokenizer: TextTokenizer, templates: readonly string[]): Promise<HarmonySetup | null> {
+  if (!templates.some(isHarmonyTemplate)) return null;
+  const special = new Map(tokenizer.addedTokens.map((a) => [a.content, a.id]));
+  const tokens = harmonyTokens((c) => special.get(c));
+  if (!tokens) return null;
+  const text = async (s: string) => tokenizer.encode(s, { addSpecialTokens: false });
+  const [assistant, analysis, final] = [await text("assistant"), await text("analysis"), await text("final")];
+  return {
+    tokens,
+    openAnalysis: [tokens.channel, ...analysis, tokens.message],
+    openFinal: [tokens.channel, ...final, tokens.message],
+    nextFinal: [tokens.start, ...assistant, tokens.channel, ...final, tokens.message],
+  };
 }
 
 export interface TemplateSettings {
@@ -85,6 +129,12 @@ export function templateSettings(req: WireRequest, modelId: string, context: Tem
     throw new EngineRequestError(`The model '${modelId}' does not think (its chat template and tokenizer have no thinking block), so 'reasoning_effort' cannot be honoured.`, "reasoning_effort", "unsupported_value");
   }
   const off = effort === "none" || effort === "minimal";
+  if (off && reasoning.harmony) {
+    // Harmony's template knows low, medium and high; no thinking is the engine's: the answer's
+    // channel is opened at once.
+    if ("reasoning_effort" in kwargs && req.chatTemplateKwargs?.reasoning_effort === undefined) kwargs.reasoning_effort = "low";
+    return { kwargs, budget: 0 };
+  }
   if (off) {
     if (switchName === null) {
       throw new EngineRequestError(

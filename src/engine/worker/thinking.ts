@@ -13,6 +13,24 @@ export interface ThinkingPlan {
   budget: number;
 }
 
+/**
+ * What a choice asks of a model's thinking, whichever way the model writes it: a block between
+ * tags (ThinkingStage) or harmony's channels (HarmonyStage).
+ */
+export interface ReasoningStage {
+  readonly reasoningTokens: number;
+  /** Not in the answer: the grammar does not read the next token. */
+  readonly thinking: boolean;
+  /** The token to feed instead of sampling, or null. */
+  forced(): number | null;
+  /** Whether `token`, about to be pushed, is part of the answer (what a grammar reads). */
+  isAnswer(token: number): boolean;
+  /** Adjusts (or makes) the next token's mask; null where nothing is banned. */
+  mask(grammarMask: Uint32Array | null): Uint32Array | null;
+  push(token: number): SplitText;
+  finish(): SplitText;
+}
+
 export interface SplitText {
   reasoning: string;
   content: string;
@@ -57,7 +75,7 @@ class Trimmed {
   }
 }
 
-export class ThinkingStage {
+export class ThinkingStage implements ReasoningStage {
   private readonly splitter: ThinkBlockSplitter;
   private reasoningText: Detokenizer;
   private contentText: Detokenizer;
@@ -178,7 +196,7 @@ export class ThinkingStage {
   }
 }
 
-function setBit(mask: Uint32Array, id: number, on: boolean) {
+export function setBit(mask: Uint32Array, id: number, on: boolean) {
   const w = id >>> 5;
   if (w >= mask.length) return;
   if (on) mask[w]! |= 1 << (id & 31);
@@ -186,7 +204,7 @@ function setBit(mask: Uint32Array, id: number, on: boolean) {
 }
 
 /** A mask allowing every token of the vocabulary but `ids`. */
-function banning(vocabSize: number, ids: readonly number[]): Uint32Array {
+export function banning(vocabSize: number, ids: readonly number[]): Uint32Array {
   const mask = new Uint32Array((vocabSize + 31) >>> 5).fill(0xffffffff);
   for (const id of ids) setBit(mask, id, false);
   return mask;

@@ -192,7 +192,6 @@ export function buildSyntheticQwen2VL(outDir: string, spec: SyntheticQwen2VLSpec
     bos_token_id: config.bosTokenId,
     eos_token_id: [tok.id("<|im_end|>"), tok.id("<|endoftext|>")],
     pad_token_id: config.padTokenId,
-    do_sample: false,
     transformers_version: "4.51.0",
   });
   writeFileSync(join(outDir, "tokenizer.json"), tok.raw);

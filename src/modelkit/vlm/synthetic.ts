@@ -130,7 +130,6 @@ export function buildSyntheticVlm(outDir: string, spec: SyntheticVlmSpec = {}): 
     bos_token_id: config.bosTokenId,
     eos_token_id: [id("<|im_end|>"), id("<|endoftext|>")],
     pad_token_id: config.padTokenId,
-    do_sample: false,
     transformers_version: "4.51.0",
   });
   writeJson(join(outDir, "tokenizer.json"), json);

@@ -103,6 +103,13 @@ export const apiRoutes: Route[] = [
           cached_input_per_million_tokens: m.cachedInputPricePerMTok ?? m.inputPricePerMTok,
           output_per_million_tokens: m.outputPricePerMTok,
           capabilities: { tools: m.supportsTools, structured_output: m.supportsStructured, images: m.supportsImages },
+          // By the request's names; a parameter absent here takes the API's default.
+          sampling_defaults: {
+            ...(m.samplingDefaults.temperature !== undefined ? { temperature: m.samplingDefaults.temperature } : {}),
+            ...(m.samplingDefaults.topP !== undefined ? { top_p: m.samplingDefaults.topP } : {}),
+            ...(m.samplingDefaults.topK !== undefined ? { top_k: m.samplingDefaults.topK } : {}),
+            ...(m.samplingDefaults.minP !== undefined ? { min_p: m.samplingDefaults.minP } : {}),
+          },
         })),
       }),
   },
