@@ -52,8 +52,8 @@ describe("what the commands print", () => {
     expect(users[1]).toMatch(/^ops@example\.com +acme +operator +\d{4}-/);
     expect(sluice(["limits", "set", "--account", "acme", "--rpm", "60", ...d()]).code).toBe(0);
     const limits = sluice(["limits", "list", ...d()]).out.split("\n");
-    expect(limits[0]).toMatch(/^account +key +rpm +tpm +concurrent$/);
-    expect(limits[1]).toMatch(/^acme +\(account\) +60 +unlimited +unlimited$/);
+    expect(limits[0]).toMatch(/^account +key +model +rpm +tpm +concurrent$/);
+    expect(limits[1]).toMatch(/^acme +\(account\) +\(all models\) +60 +unlimited +unlimited$/);
   });
 
   test("billing: amounts as money, one number of decimals for a balance and its rows, which add up", async () => {

@@ -50,7 +50,7 @@ function wrap(kind: Deployment["kind"], nodes: string[], store: Store, env: Reco
           db.close();
         }
       }
-      const c = new SQL(env.SLUICE_DATABASE_URL!, { max: 1 });
+      const c = new SQL(env.SLUICE_DATABASE!, { max: 1 });
       try {
         return [...((await c.unsafe(sql)) as unknown[])];
       } finally {
@@ -92,5 +92,5 @@ export async function startPostgresDeployment(args: string[] = []): Promise<Depl
     { models: { "gov-b": { preset: "tiny-bytes", seed: 42, id: B_MODEL } }, args },
   ]);
   const store = await openPostgresStore(c.database);
-  return wrap("postgres", c.nodes.map((n) => n.url), store, { SLUICE_DATABASE_URL: c.database }, [], () => c.stop());
+  return wrap("postgres", c.nodes.map((n) => n.url), store, { SLUICE_DATABASE: c.database }, [], () => c.stop());
 }

@@ -66,7 +66,9 @@ describe("serve's --oidc-* flags", () => {
       expect(got.passwordSignIn).toBe(false);
       expect(got.oidc).toMatchObject({ clientSecret: "from-the-file", account: "corp", providerName: "Keycloak", scopes: "openid email profile", operatorClaim: { path: ["groups"], value: "admins" } });
       expect(parse(ISSUER, { SLUICE_OIDC_CLIENT_SECRET: "from-env" }).oidc?.clientSecret).toBe("from-env");
-      expect(parse([], { SLUICE_OIDC_ISSUER: "https://id.example.com", SLUICE_OIDC_CLIENT_ID: "c", SLUICE_NO_PASSWORD_SIGN_IN: "1" })).toMatchObject({ passwordSignIn: false, oidc: { clientId: "c" } });
+      // Settings read SLUICE_<OPTION>; switches, --no-password-sign-in among them, are command line only.
+      expect(parse([], { SLUICE_OIDC_ISSUER: "https://id.example.com", SLUICE_OIDC_CLIENT_ID: "c", SLUICE_NO_PASSWORD_SIGN_IN: "1" })).toMatchObject({ passwordSignIn: true, oidc: { clientId: "c" } });
+      expect(parse(["--no-password-sign-in"], { SLUICE_OIDC_ISSUER: "https://id.example.com", SLUICE_OIDC_CLIENT_ID: "c" })).toMatchObject({ passwordSignIn: false });
       expect(() => parse([...ISSUER, "--oidc-client-secret-file", file], { SLUICE_OIDC_CLIENT_SECRET: "x" })).toThrow(/not both/);
       expect(() => parse([...ISSUER, "--oidc-client-secret-file", join(d.path, "absent")])).toThrow(/cannot read/);
       // No secret: a public client (PKCE alone).
