@@ -91,6 +91,7 @@ function catalogEntry(m: DiscoveredModelDir, model: EngineModel, loadError: stri
     supportsImages: model.supportsImages,
     supportsTools: model.supportsTools,
     supportsStructured: model.supportsStructuredOutput,
+    toolFormat: model.toolFormat,
     ownedBy: m.card.owned_by ?? (m.id.includes("/") ? m.id.split("/")[0]! : "sluice"),
     loadError,
   };
@@ -227,6 +228,7 @@ export async function startServer(opts: ServeOptions): Promise<RunningServer> {
             supportsImages: e.model.supportsImages,
             supportsTools: e.model.supportsTools,
             supportsStructured: e.model.supportsStructuredOutput,
+            toolFormat: e.model.toolFormat,
           }
         : { ...before, loadError: `failed to load: ${e.error}` };
     if (JSON.stringify(after) === JSON.stringify(before)) return;

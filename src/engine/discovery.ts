@@ -5,6 +5,8 @@ import { join, relative, sep } from "node:path";
 import { isCanonicalModelId } from "../model-ids.ts";
 import { isOnnxDType, ONNX_DTYPES, onnxFileName } from "../onnx-dtypes.ts";
 import { modelDType } from "./runtime/decoder-spec.ts";
+import { chatTemplatesOf } from "./text/tokenizer.ts";
+import { resolveToolFormat, toolCardProblem } from "./tool-format.ts";
 import type { EngineModel } from "./types.ts";
 
 export { isCanonicalModelId, MODEL_ID } from "../model-ids.ts";
@@ -20,6 +22,10 @@ export interface ModelCard {
   dtype?: string;
   /** How long the model stays loaded once idle: seconds, -1 (always), or "30s", "5m", "2h". */
   keep_alive?: number | string;
+  /** The tool-call format (protocol/tools.ts) or "none"; absent: detected from the chat template. */
+  tool_format?: string;
+  /** false: a template with no known tool syntax takes no tools rather than the JSON envelope. */
+  tool_fallback?: boolean;
 }
 
 export interface DiscoveredModelDir {
@@ -76,6 +82,7 @@ function inspect(root: string, dir: string): DiscoveredModelDir {
   else if (!hasOnnx(dir)) problem = "no .onnx file in the directory or its onnx/ folder";
   else if (!existsSync(join(dir, "tokenizer.json"))) problem = "no tokenizer.json";
   else if (card.dtype !== undefined && !isOnnxDType(card.dtype)) problem = `sluice.json's dtype ${JSON.stringify(card.dtype)} is not one of ${ONNX_DTYPES.join(", ")}`;
+  else problem = toolCardProblem(card);
   return { id, dir, card, config, stamp, problem };
 }
 
@@ -144,7 +151,17 @@ export function declaredModel(m: DiscoveredModelDir): EngineModel {
     supportsImages: caps.images !== false && hasVisionEncoder(m.dir),
     supportsTools: caps.tools ?? false,
     supportsStructuredOutput: caps.structured_output ?? false,
+    toolFormat: declaredToolFormat(m),
     dir: m.dir,
     provider: "not loaded",
   };
+}
+
+/** The tool format the directory's card and chat template give (null: none, or unreadable). */
+function declaredToolFormat(m: DiscoveredModelDir): EngineModel["toolFormat"] {
+  try {
+    return resolveToolFormat(m.card, chatTemplatesOf(m.dir))?.name ?? null;
+  } catch {
+    return null;
+  }
 }

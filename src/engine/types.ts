@@ -15,6 +15,7 @@ export type {
 } from "../protocol/chat.ts";
 export { REASONING_EFFORTS } from "../protocol/chat.ts";
 import type { ChatMessage, FunctionTool, ReasoningEffort, ResponseFormat, ToolChoice } from "../protocol/chat.ts";
+import type { ToolFormatName } from "../protocol/tools.ts";
 
 export interface SamplingParams {
   /** 0 means greedy. */
@@ -135,6 +136,8 @@ export interface EngineModel {
   supportsImages: boolean;
   supportsTools: boolean;
   supportsStructuredOutput: boolean;
+  /** The tool-call format its calls are parsed and constrained in (null: it takes no tools). */
+  toolFormat: ToolFormatName | null;
   dir: string;
   provider: string;
 }

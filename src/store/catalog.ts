@@ -17,6 +17,7 @@ interface ModelRow {
   supports_structured: number;
   owned_by: string;
   keep_alive_seconds: number | null;
+  tool_format: string | null;
   created_at: number;
 }
 
@@ -36,6 +37,7 @@ const toModel = (r: ModelRow): CatalogModel => ({
   supportsStructured: r.supports_structured === 1,
   ownedBy: r.owned_by,
   keepAliveSeconds: r.keep_alive_seconds === null ? null : Number(r.keep_alive_seconds),
+  toolFormat: r.tool_format ?? null,
   createdAt: r.created_at,
 });
 
@@ -87,15 +89,15 @@ export function catalogStore(db: Db, opts: { shared: boolean }): CatalogStore {
             if (opts.shared && m.loadError) continue;
             await tx.run(
               `UPDATE models SET display_name = $1, present = 1, load_error = $2, context_length = $3, source_dir = $4,
-                 supports_images = $5, supports_tools = $6, supports_structured = $7, owned_by = $8 WHERE id = $9`,
-              [m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, m.id],
+                 supports_images = $5, supports_tools = $6, supports_structured = $7, owned_by = $8, tool_format = $9 WHERE id = $10`,
+              [m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, m.toolFormat ?? null, m.id],
             );
             updated.push(m.id);
           } else {
             await tx.run(
               `INSERT INTO models (id, display_name, present, load_error, context_length, source_dir, supports_images,
-                 supports_tools, supports_structured, owned_by, created_at) VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10)`,
-              [m.id, m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, Date.now()],
+                 supports_tools, supports_structured, owned_by, tool_format, created_at) VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+              [m.id, m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, m.toolFormat ?? null, Date.now()],
             );
             added.push(m.id);
           }

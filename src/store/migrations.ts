@@ -252,6 +252,9 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
     { addColumn: "accounts", column: { name: "priority", type: "int", notNull: true, default: "0" } },
     { addColumn: "models", column: { name: "keep_alive_seconds", type: "int", check: "keep_alive_seconds IS NULL OR keep_alive_seconds >= -1" } },
   ],
+  // 8: the tool-call format a model's calls are parsed and constrained in (NULL: it takes no tools),
+  // shown by /v1/models.
+  [{ addColumn: "models", column: { name: "tool_format", type: "text" } }],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

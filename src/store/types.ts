@@ -46,6 +46,8 @@ export interface CatalogModel {
   ownedBy: string;
   /** Seconds the model stays loaded once idle (-1: always); null: its sluice.json's, else the server's. */
   keepAliveSeconds: number | null;
+  /** The tool-call format its calls are parsed in (protocol/tools.ts), or null: it takes no tools. */
+  toolFormat: string | null;
   createdAt: number;
 }
 
@@ -59,6 +61,8 @@ export interface DiscoveredModel {
   supportsTools: boolean;
   supportsStructured: boolean;
   ownedBy: string;
+  /** The tool-call format its calls are parsed in, or null: it takes no tools (absent: not known). */
+  toolFormat?: string | null;
   /** Set when the directory could not be loaded: the entry is kept but not served. */
   loadError: string | null;
 }

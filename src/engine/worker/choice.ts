@@ -2,7 +2,7 @@
 // scheduler hands in, then detokenise, match stop strings and produce the OpenAI events. The
 // scheduler owns the model runs and KV caches; this owns everything per token after them.
 import { allocateTokenBitmask, type GrammarMatcher } from "../../structured/index.ts";
-import { ToolCallStreamParser, type ToolStreamEvent } from "../../structured/tools/index.ts";
+import { ToolCallStreamParser, toolFormat, type ToolStreamEvent } from "../../structured/tools/index.ts";
 import type { Detokenizer } from "../text/detokenizer.ts";
 import { StopMatcher } from "../text/stop.ts";
 import type { FinishReason, GenerationEvent, TokenLogprob } from "../types.ts";
@@ -51,14 +51,15 @@ export class ChoiceStream {
     thinking: ThinkingPlan | null = null,
   ) {
     this.sampler = createChoiceSampler(request.sampling, model.tokenizer.vocabSize, index);
-    this.detok = model.tokenizer.createDetokenizer();
+    // A tool format's control tokens are text its parser reads, even where the tokenizer marks them special.
+    this.detok = model.tokenizer.createDetokenizer(structure.toolSyntax ? (toolFormat(structure.toolSyntax)?.controlTokens ?? []) : []);
     this.stop = new StopMatcher(request.stop);
     this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
     const plan = thinking && model.reasoning ? thinking : null;
     // A constrained answer must fit after any thinking: the block closes in time to leave it room.
     if (this.matcher) refuseShortBudget(this.matcher, maxNew, request, plan?.startsInside ? model.reasoning!.tokens.end.length : 0);
     this.mask = this.matcher ? allocateTokenBitmask(model.tokenizer.vocabSize) : null;
-    this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax) : null;
+    this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax, request.tools ?? []) : null;
     this.thinking = plan ? new ThinkingStage(model.tokenizer, model.reasoning!, answerThinkingBudget(plan, this.matcher, maxNew), this.matcher !== null) : null;
   }
 
