@@ -170,9 +170,14 @@ export function renderChatPrompt(
   const format = options.toolFormat ?? null;
   const conversation = format
     ? toolConversation(format, messages, options.tools, options.toolChoice, source)
-    : { messages, tools: withTools ? options.tools! : null };
+    : { messages, tools: withTools ? options.tools! : null, systemFields: null };
+  const rendered = toTemplateMessages(conversation.messages, template.acceptsContentParts, format?.render);
+  if (conversation.systemFields) {
+    const system = rendered.find((m) => m.role === "system");
+    if (system) Object.assign(system, conversation.systemFields);
+  }
   return template.render({
-    messages: toTemplateMessages(conversation.messages, template.acceptsContentParts, format?.render),
+    messages: rendered,
     tools: conversation.tools && conversation.tools.length > 0 ? toTemplateTools(conversation.tools) : null,
     addGenerationPrompt: options.addGenerationPrompt ?? true,
     specialTokens: tokenizer.templateTokens,

@@ -56,6 +56,16 @@ export interface RenderHints {
   readonly argumentsAsText?: boolean;
   /** An assistant turn with tool calls keeps content null (DeepSeek's template tests `content is none`). */
   readonly nullContentWithCalls?: boolean;
+  /** The call ids the family's template writes and its model was trained on (Kimi's `functions.NAME:INDEX`). */
+  readonly callId?: (name: string, index: number) => string;
+  /** The tools go to the template as the system message's `tools` field, as JSON text (Phi-4-mini). */
+  readonly toolsInSystemMessage?: boolean;
+}
+
+/** A call as the history holds it: the name and the arguments' JSON text. */
+export interface WrittenCall {
+  readonly name: string;
+  readonly arguments: string;
 }
 
 export interface ToolFormat {
@@ -74,4 +84,6 @@ export interface ToolFormat {
    * text goes at the end of the system turn), written as the family's own prompts describe them.
    */
   describeTools(tools: readonly FunctionTool[]): string;
+  /** The calls as the model writes them (for templates that do not render an assistant's tool_calls). */
+  writeCalls(calls: readonly WrittenCall[]): string;
 }

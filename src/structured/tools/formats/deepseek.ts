@@ -31,6 +31,8 @@ export const deepseekV3: ToolFormat = {
   },
   // The template concatenates the arguments into the prompt and tests `content is none`.
   render: { argumentsAsText: true, nullContentWithCalls: true },
+  writeCalls: (calls) =>
+    `${CALLS_BEGIN}${calls.map((c) => `${CALL_BEGIN}function${SEP}${c.name}\n\`\`\`json\n${c.arguments}\n\`\`\`${CALL_END}`).join("\n")}${CALLS_END}`,
   describeTools: (tools) =>
     `## Tools\n\nYou have the following functions available:\n\n${toolLines(tools)}\n\nTo call functions, write:\n${CALLS_BEGIN}${CALL_BEGIN}function${SEP}<function name>\n\`\`\`json\n<arguments as a JSON object>\n\`\`\`${CALL_END}${CALLS_END}`,
 };

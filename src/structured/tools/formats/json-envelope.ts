@@ -8,6 +8,7 @@ import { container, ROOT } from "../../layout.ts";
 import { ENVELOPE_CALLS_KEY, ENVELOPE_RESPONSE_KEY, EnvelopeParser } from "../envelope.ts";
 import type { ToolFormat } from "../format.ts";
 import { toolLines } from "./describe.ts";
+import { callObject } from "./json-family.ts";
 
 export const jsonEnvelope: ToolFormat = {
   name: "json_envelope",
@@ -24,6 +25,7 @@ export const jsonEnvelope: ToolFormat = {
     return { calls, auto: { whole: alt(response, calls) } };
   },
   render: {},
+  writeCalls: (calls) => JSON.stringify({ [ENVELOPE_CALLS_KEY]: calls.map((c) => JSON.parse(callObject(c)) as unknown) }),
   describeTools: (tools) => envelopeInstructions(tools),
 };
 

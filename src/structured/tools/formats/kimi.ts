@@ -31,6 +31,9 @@ export const kimiK2: ToolFormat = {
     const one = alt(...ctx.tools.map((t, i) => seq(lit(`${CALL_BEGIN}functions.${t.function.name}:`), index, lit(ARGS_BEGIN), ctx.argsRe(i), lit(CALL_END))));
     return { calls: seq(lit(SECTION_BEGIN), ctx.repeat(one, EMPTY), lit(SECTION_END)), auto: { text: ctx.textWithout([SECTION_BEGIN]), order: "text-then-calls" } };
   },
-  render: {},
+  // Its template writes each call's id where the model wrote `functions.NAME:INDEX`, and the arguments as text.
+  render: { argumentsAsText: true, callId: (name, index) => `functions.${name}:${index}` },
+  writeCalls: (calls) =>
+    `${SECTION_BEGIN}${calls.map((c, i) => `${CALL_BEGIN}functions.${c.name}:${i}${ARGS_BEGIN}${c.arguments}${CALL_END}`).join("")}${SECTION_END}`,
   describeTools: (tools) => `# Tools\n\n${toolLines(tools)}\n\nTo call tools, write ${SECTION_BEGIN}${CALL_BEGIN}functions.<name>:<index>${ARGS_BEGIN}<arguments as JSON>${CALL_END}${SECTION_END}.`,
 };
