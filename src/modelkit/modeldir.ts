@@ -54,6 +54,10 @@ export interface SluiceJson {
   description: string;
   reasoning?: SluiceReasoning | false;
   graph?: SluiceGraphInfo;
+  /** The tool-call format (docs/TOOLS.md) or "none"; absent: detected from the chat template. */
+  tool_format?: string;
+  /** false: no generic JSON-envelope fallback for a template without tool syntax. */
+  tool_fallback?: boolean;
 }
 
 export interface ModelDirContents {

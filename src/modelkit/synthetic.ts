@@ -53,6 +53,10 @@ export interface SyntheticSpec {
   tokenizerDir?: string;
   /** Written to sluice.json (the thinking block's tags and budgets, or false). */
   reasoning?: SluiceReasoning | false;
+  /** Written to sluice.json: the tool-call format, or "none" (docs/TOOLS.md). */
+  toolFormat?: string;
+  /** Written to sluice.json: false turns the JSON-envelope fallback off. */
+  toolFallback?: boolean;
 }
 
 export interface SyntheticScript {
@@ -267,6 +271,8 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
           ? `Synthetic ${spec.preset} model whose logits follow a fixed token script: the real layout and tokenizer. For tests only.`
           : `Synthetic ${spec.preset} model with random weights (seed ${seed}): the real layout and tokenizer, but its output is noise. For tests and benchmarks only.`),
       ...(spec.reasoning !== undefined ? { reasoning: spec.reasoning } : {}),
+      ...(spec.toolFormat !== undefined ? { tool_format: spec.toolFormat } : {}),
+      ...(spec.toolFallback !== undefined ? { tool_fallback: spec.toolFallback } : {}),
     },
     readme: spec.readme,
     externalDataThreshold: spec.externalDataThreshold,
