@@ -51,10 +51,19 @@ const CASES: Array<{ format: ToolFormatName; text: string; content: string; call
   },
   { format: "json_envelope", text: '{"response": "Hello \\"you\\"\\n\\u00e9\\ud83d\\ude00!"}', content: 'Hello "you"\né😀!', calls: [] },
   { format: "json_envelope", text: "plain text", content: "plain text", calls: [] },
+  {
+    // As Qwen3-Coder's chat template writes two calls; `a` is not in any schema, so its value is JSON when it parses.
+    format: "qwen3_xml",
+    text: "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=add>\n<parameter=a>\n5\n</parameter>\n<parameter=b>\n{\"x\": [1]}\n</parameter>\n</function>\n</tool_call>",
+    content: "Checking.",
+    calls: [["get_weather", { city: "New York", unit: "celsius" }], ["add", { a: 5, b: { x: [1] } }]],
+  },
+  { format: "qwen3_xml", text: "<tool_call>\n<function=f>\n</function>\n</tool_call> done", content: "done", calls: [["f", {}]] },
+  { format: "qwen3_xml", text: "a <tool_call> b", content: "a <tool_call> b", calls: [] },
 ];
 
 function streamInPieces(text: string, cuts: number[], format: ToolFormatName) {
-  const p = new ToolCallStreamParser(format);
+  const p = new ToolCallStreamParser(format, TOOLS);
   const events = [];
   let last = 0;
   for (const cut of [...new Set(cuts)].sort((a, b) => a - b)) {
@@ -68,7 +77,7 @@ function streamInPieces(text: string, cuts: number[], format: ToolFormatName) {
 describe("real-format strings", () => {
   for (const c of CASES) {
     test(`${c.format}: ${JSON.stringify(c.text).slice(0, 70)}`, () => {
-      const r = parseToolCalls(c.text, c.format);
+      const r = parseToolCalls(c.text, c.format, TOOLS);
       expect(r.content).toBe(c.content);
       expect(r.toolCalls.map((t) => [t.name, JSON.parse(t.arguments)])).toEqual(c.calls);
       fc.assert(
@@ -87,6 +96,7 @@ describe("detection from templates", () => {
     expect(detectToolCallSyntax(`{{ '${KIMI.sb}' }}{{ '${KIMI.b}' + tool_call['id'] }}`)).toBe("kimi_k2");
     expect(detectToolCallSyntax("{% if tools %}<|system|>{{ system }}<|tool|>{{ tools | tojson }}<|/tool|><|end|>{% endif %}")).toBe("phi4_mini");
     expect(detectToolCallSyntax("<|start_of_role|>assistant<|end_of_role|>{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls | tojson }}{% endif %}")).toBe("granite");
+    expect(detectToolCallSyntax("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{{- '<parameter=' + args_name + '>\\n' }}")).toBe("qwen3_xml");
     expect(detectToolCallSyntax("<start_of_turn>model\n{{ content }}<end_of_turn>")).toBeNull();
   });
 });
@@ -106,7 +116,7 @@ const TOOLS: FunctionTool[] = [
   },
 ];
 
-const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "kimi_k2", "phi4_mini", "granite", "json_envelope"];
+const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "json_envelope"];
 
 describe("grammars", () => {
   const ajv = makeAjv();
@@ -131,7 +141,7 @@ describe("grammars", () => {
         for (let seed = 1; seed <= 5; seed++) {
           const walk = randomWalk(g, qwen, QWEN_EOS, seed * 37, 30);
           expect(walk.mismatches).toEqual([]);
-          const parsed = parseToolCalls(walk.text, format);
+          const parsed = parseToolCalls(walk.text, format, TOOLS);
           expect(parsed.content).toBe("");
           expect(parsed.toolCalls.length).toBeGreaterThan(0);
           if (!parallel || expectName) expect(parsed.toolCalls).toHaveLength(1);
@@ -148,7 +158,7 @@ describe("grammars", () => {
       for (let seed = 1; seed <= 6; seed++) {
         const walk = randomWalk(g, qwen, QWEN_EOS, seed * 131, 20);
         expect(walk.mismatches).toEqual([]);
-        checkCalls(parseToolCalls(walk.text, format).toolCalls);
+        checkCalls(parseToolCalls(walk.text, format, TOOLS).toolCalls);
       }
     });
   }

