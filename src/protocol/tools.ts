@@ -12,6 +12,7 @@ export const TOOL_FORMAT_NAMES = [
   "phi4_mini",
   "granite",
   "qwen3_xml",
+  "glm45",
   "pythonic",
   "json_envelope",
 ] as const;
@@ -21,7 +22,7 @@ export const TOOL_FORMAT_NAMES = [
  * JSON object with "parameters"; mistral: `[TOOL_CALLS][…]`; deepseek_v3: DeepSeek V3/R1's
  * `<｜tool▁calls▁begin｜>…`; kimi_k2: Kimi K2's `<|tool_calls_section_begin|>…`; phi4_mini:
  * `<|tool_call|>[…]<|/tool_call|>`; granite: Granite 3's `<|tool_call|>[…]`; qwen3_xml: Qwen3-Coder
- * and GLM-4.5's `<function=…><parameter=…>`; pythonic: Llama 4's `[f(a=1)]`; json_envelope:
+ * `<function=…><parameter=…>`; glm45: GLM-4.5's `<tool_call>NAME<arg_key>…<arg_value>…`; pythonic: Llama 4's `[f(a=1)]`; json_envelope:
  * Sluice's fallback for templates with no tool syntax (docs/TOOLS.md).
  */
 export type ToolFormatName = (typeof TOOL_FORMAT_NAMES)[number];

