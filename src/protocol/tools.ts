@@ -8,6 +8,7 @@ export const TOOL_FORMAT_NAMES = [
   "llama3",
   "mistral",
   "deepseek_v3",
+  "deepseek_v31",
   "kimi_k2",
   "phi4_mini",
   "granite",
@@ -20,7 +21,7 @@ export const TOOL_FORMAT_NAMES = [
 /**
  * hermes: `<tool_call>{"name", "arguments"}</tool_call>` (Qwen 2.5/3, Hermes); llama3: Llama 3.1's
  * JSON object with "parameters"; mistral: `[TOOL_CALLS][…]`; deepseek_v3: DeepSeek V3/R1's
- * `<｜tool▁calls▁begin｜>…`; kimi_k2: Kimi K2's `<|tool_calls_section_begin|>…`; phi4_mini:
+ * `<｜tool▁calls▁begin｜>…`; deepseek_v31: V3.1's `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}`; kimi_k2: Kimi K2's `<|tool_calls_section_begin|>…`; phi4_mini:
  * `<|tool_call|>[…]<|/tool_call|>`; granite: Granite 3's `<|tool_call|>[…]`; qwen3_xml: Qwen3-Coder
  * `<function=…><parameter=…>`; glm45: GLM-4.5's `<tool_call>NAME<arg_key>…<arg_value>…`; pythonic: Llama 4's `[f(a=1)]`; json_envelope:
  * Sluice's fallback for templates with no tool syntax (docs/TOOLS.md).

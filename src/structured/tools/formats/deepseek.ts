@@ -2,7 +2,7 @@
 // <｜tool▁calls▁begin｜> and <｜tool▁calls▁end｜>, each
 // <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>, as the model's own
 // chat template (tokenizer_config.json of deepseek-ai/DeepSeek-V3) renders assistant tool calls.
-import { alt, lit, seq } from "../../automaton.ts";
+import { alt, EMPTY, lit, seq } from "../../automaton.ts";
 import { DelimitedParser } from "../delimited.ts";
 import type { ToolFormat } from "../format.ts";
 import { toolLines } from "./describe.ts";
@@ -35,4 +35,32 @@ export const deepseekV3: ToolFormat = {
     `${CALLS_BEGIN}${calls.map((c) => `${CALL_BEGIN}function${SEP}${c.name}\n\`\`\`json\n${c.arguments}\n\`\`\`${CALL_END}`).join("\n")}${CALLS_END}`,
   describeTools: (tools) =>
     `## Tools\n\nYou have the following functions available:\n\n${toolLines(tools)}\n\nTo call functions, write:\n${CALLS_BEGIN}${CALL_BEGIN}function${SEP}<function name>\n\`\`\`json\n<arguments as a JSON object>\n\`\`\`${CALL_END}${CALLS_END}`,
+};
+
+/**
+ * DeepSeek V3.1 (and V3.2's chat format): the same markers without the type and the fenced block,
+ * `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>`, as deepseek-ai/DeepSeek-V3.1's chat
+ * template renders them. Detected before V3 (its template shows the name right after the call's
+ * opening marker).
+ */
+export const deepseekV31: ToolFormat = {
+  name: "deepseek_v31",
+  detect: (t) => t.includes(CALLS_BEGIN) && /tool▁call▁begin｜>'\s*\+\s*tool\[?\.?['"]?function/.test(t),
+  controlTokens: [CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP],
+  parser: () =>
+    new DelimitedParser({
+      start: CALLS_BEGIN,
+      head: [{ ws: true }, { lit: CALL_BEGIN }, { name: /[^\s<｜`]/ }, { lit: SEP }, { ws: true }],
+      tail: [{ ws: true }, { lit: CALL_END }],
+      next: [],
+      end: [{ ws: true }, { lit: CALLS_END }],
+    }),
+  grammar: (ctx) => {
+    const one = alt(...ctx.tools.map((t, i) => seq(lit(`${CALL_BEGIN}${t.function.name}${SEP}`), ctx.argsRe(i), lit(CALL_END))));
+    return { calls: seq(lit(CALLS_BEGIN), ctx.repeat(one, EMPTY), lit(CALLS_END)), auto: { text: ctx.textWithout([CALLS_BEGIN]), order: "text-then-calls" } };
+  },
+  render: { argumentsAsText: true, nullContentWithCalls: true },
+  writeCalls: (calls) => `${CALLS_BEGIN}${calls.map((c) => `${CALL_BEGIN}${c.name}${SEP}${c.arguments}${CALL_END}`).join("")}${CALLS_END}`,
+  describeTools: (tools) =>
+    `## Tools\n\nYou have access to the following tools:\n\n${toolLines(tools)}\n\nTo call tools, write:\n${CALLS_BEGIN}${CALL_BEGIN}<tool name>${SEP}<arguments as a JSON object>${CALL_END}${CALLS_END}`,
 };
