@@ -117,6 +117,7 @@ function catalogEntry(m: DiscoveredModelDir, model: EngineModel, loadError: stri
     supportsImages: model.supportsImages,
     supportsTools: model.supportsTools,
     supportsStructured: model.supportsStructuredOutput,
+    toolFormat: model.toolFormat,
     ownedBy: m.card.owned_by ?? (m.id.includes("/") ? m.id.split("/")[0]! : "sluice"),
     loadError,
     samplingDefaults: model.samplingDefaults,
@@ -280,6 +281,7 @@ async function start(opts: ServeOptions, dataLock: DataLock): Promise<RunningSer
             supportsTools: e.model.supportsTools,
             supportsStructured: e.model.supportsStructuredOutput,
             samplingDefaults: e.model.samplingDefaults,
+            toolFormat: e.model.toolFormat,
           }
         : { ...before, loadError: `failed to load: ${e.error}` };
     if (JSON.stringify(after) === JSON.stringify(before)) return;

@@ -69,6 +69,7 @@ function modelObject(m: CatalogModel): ModelObject {
     context_length: m.contextLength,
     max_model_len: m.contextLength,
     capabilities: { tools: m.supportsTools, structured_output: m.supportsStructured, images: m.supportsImages },
+    sluice: { tool_format: m.toolFormat },
     pricing: {
       input_per_million_tokens: m.inputPricePerMTok,
       cached_input_per_million_tokens: m.cachedInputPricePerMTok ?? m.inputPricePerMTok,

@@ -184,6 +184,11 @@ export const ModelObject = T.Object({
   context_length: T.Integer(),
   max_model_len: T.Integer(),
   capabilities: T.Object({ tools: T.Boolean(), structured_output: T.Boolean(), images: T.Boolean() }),
+  /**
+   * Sluice's own facts about the model: tool_format is how its tool calls are written, parsed and
+   * constrained (a family's name, "json_envelope" for the generic fallback, null: no tools).
+   */
+  sluice: T.Object({ tool_format: T.Union([T.String(), T.Null()]) }),
   pricing: T.Object({
     input_per_million_tokens: T.Number(),
     /** Prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens). */

@@ -6,6 +6,8 @@ import { isCanonicalModelId } from "../model-ids.ts";
 import { isOnnxDType, ONNX_DTYPES, onnxFileName } from "../onnx-dtypes.ts";
 import { modelDType } from "./runtime/decoder-spec.ts";
 import { modelSamplingDefaults, type SamplingDefaultsCard } from "./sampling/defaults.ts";
+import { chatTemplatesOf } from "./text/tokenizer.ts";
+import { resolveToolFormat, toolCardProblem } from "./tool-format.ts";
 import type { EngineModel, SamplingDefaults } from "./types.ts";
 
 export { isCanonicalModelId, MODEL_ID } from "../model-ids.ts";
@@ -23,6 +25,10 @@ export interface ModelCard {
   keep_alive?: number | string;
   /** Sampling defaults over generation_config.json's, or false to ignore that file (sampling/defaults.ts). */
   defaults?: SamplingDefaultsCard;
+  /** The tool-call format (protocol/tools.ts) or "none"; absent: detected from the chat template. */
+  tool_format?: string;
+  /** false: a template with no known tool syntax takes no tools rather than the JSON envelope. */
+  tool_fallback?: boolean;
 }
 
 export interface DiscoveredModelDir {
@@ -89,6 +95,7 @@ function inspect(root: string, dir: string): DiscoveredModelDir {
   else if (!existsSync(join(dir, "tokenizer.json"))) problem = "no tokenizer.json";
   else if (card.dtype !== undefined && !isOnnxDType(card.dtype)) problem = `sluice.json's dtype ${JSON.stringify(card.dtype)} is not one of ${ONNX_DTYPES.join(", ")}`;
   else if (defaultsProblem) problem = defaultsProblem;
+  else problem = toolCardProblem(card);
   return { id, dir, card, config, stamp, samplingDefaults, problem };
 }
 
@@ -157,8 +164,18 @@ export function declaredModel(m: DiscoveredModelDir): EngineModel {
     supportsImages: caps.images !== false && hasVisionEncoder(m.dir),
     supportsTools: caps.tools ?? false,
     supportsStructuredOutput: caps.structured_output ?? false,
+    toolFormat: declaredToolFormat(m),
     dir: m.dir,
     provider: "not loaded",
     samplingDefaults: m.samplingDefaults,
   };
+}
+
+/** The tool format the directory's card and chat template give (null: none, or unreadable). */
+function declaredToolFormat(m: DiscoveredModelDir): EngineModel["toolFormat"] {
+  try {
+    return resolveToolFormat(m.card, chatTemplatesOf(m.dir))?.name ?? null;
+  } catch {
+    return null;
+  }
 }

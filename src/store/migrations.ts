@@ -335,6 +335,9 @@ export const MIGRATIONS: readonly (readonly Step[])[] = [
   // 12: the model's sampling defaults (generation_config.json under sluice.json's "defaults"), JSON
   // with temperature, topP, topK and minP where the model sets them; NULL: not known yet.
   [{ addColumn: "models", column: { name: "sampling_defaults", type: "text" } }],
+  // 13: the tool-call format a model's calls are parsed and constrained in (NULL: it takes no tools),
+  // shown by /v1/models.
+  [{ addColumn: "models", column: { name: "tool_format", type: "text" } }],
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -90,6 +90,8 @@ export interface CatalogModel {
   keepAliveSeconds: number | null;
   /** What the model samples with where a request leaves a parameter out ({}: the API's defaults). */
   samplingDefaults: SamplingDefaults;
+  /** The tool-call format its calls are parsed in (protocol/tools.ts), or null: it takes no tools. */
+  toolFormat: string | null;
   createdAt: number;
 }
 
@@ -103,6 +105,8 @@ export interface DiscoveredModel {
   supportsTools: boolean;
   supportsStructured: boolean;
   ownedBy: string;
+  /** The tool-call format its calls are parsed in, or null: it takes no tools (absent: not known). */
+  toolFormat?: string | null;
   /** Set when the directory could not be loaded: the entry is kept but not served. */
   loadError: string | null;
   /** The model's sampling defaults (absent or {}: the API's). */

@@ -3,7 +3,9 @@
 // chat messages to the message shape Hugging Face templates expect.
 
 import { Template } from "@huggingface/jinja";
-import type { ChatMessage, FunctionTool } from "../types.ts";
+import type { RenderHints, ToolFormat } from "../../structured/tools/index.ts";
+import { toolConversation } from "../../structured/tools/render.ts";
+import type { ChatMessage, FunctionTool, ToolChoice } from "../types.ts";
 import type { ChatTemplates } from "./tokenizer.ts";
 
 export class ChatTemplateError extends Error {
@@ -106,11 +108,12 @@ function parseArguments(args: string): unknown {
  * templates test `'x' in message.content`), "developer" becomes "system" (templates know no
  * developer role), and lists of parts are joined with "\n" unless the template loops over parts.
  */
-export function toTemplateMessages(messages: readonly ChatMessage[], acceptsContentParts: boolean): TemplateMessage[] {
+export function toTemplateMessages(messages: readonly ChatMessage[], acceptsContentParts: boolean, hints: RenderHints = {}): TemplateMessage[] {
   return messages.map((m, i) => {
     const out: TemplateMessage = { role: m.role === "developer" ? "system" : m.role };
+    const calls = (m.tool_calls?.length ?? 0) > 0;
     if (typeof m.content === "string") out.content = m.content;
-    else if (m.content === null) out.content = "";
+    else if (m.content === null) out.content = hints.nullContentWithCalls && calls ? null : "";
     else if (acceptsContentParts) {
       out.content = m.content.map((p) =>
         p.type === "text" ? { type: "text", text: p.text } : { type: "image", image_url: p.image_url.url },
@@ -126,7 +129,7 @@ export function toTemplateMessages(messages: readonly ChatMessage[], acceptsCont
       out.tool_calls = m.tool_calls.map((c) => ({
         id: c.id,
         type: c.type,
-        function: { name: c.function.name, arguments: parseArguments(c.function.arguments) },
+        function: { name: c.function.name, arguments: hints.argumentsAsText ? c.function.arguments : parseArguments(c.function.arguments) },
       }));
     }
     if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
@@ -148,6 +151,9 @@ export function toTemplateTools(tools: readonly FunctionTool[]): unknown[] {
 
 export interface ChatPromptOptions {
   tools?: readonly FunctionTool[];
+  /** The model's tool-call format: how tools, calls and results are put into its template. */
+  toolFormat?: ToolFormat | null;
+  toolChoice?: ToolChoice;
   addGenerationPrompt?: boolean;
   kwargs?: Readonly<Record<string, unknown>>;
 }
@@ -159,10 +165,20 @@ export function renderChatPrompt(
   options: ChatPromptOptions = {},
 ): string {
   const withTools = options.tools !== undefined && options.tools.length > 0;
-  const template = compileChatTemplate(selectChatTemplate(tokenizer.chatTemplates, withTools));
+  const source = selectChatTemplate(tokenizer.chatTemplates, withTools);
+  const template = compileChatTemplate(source);
+  const format = options.toolFormat ?? null;
+  const conversation = format
+    ? toolConversation(format, messages, options.tools, options.toolChoice, source)
+    : { messages, tools: withTools ? options.tools! : null, systemFields: null };
+  const rendered = toTemplateMessages(conversation.messages, template.acceptsContentParts, format?.render);
+  if (conversation.systemFields) {
+    const system = rendered.find((m) => m.role === "system");
+    if (system) Object.assign(system, conversation.systemFields);
+  }
   return template.render({
-    messages: toTemplateMessages(messages, template.acceptsContentParts),
-    tools: withTools ? toTemplateTools(options.tools!) : null,
+    messages: rendered,
+    tools: conversation.tools && conversation.tools.length > 0 ? toTemplateTools(conversation.tools) : null,
     addGenerationPrompt: options.addGenerationPrompt ?? true,
     specialTokens: tokenizer.templateTokens,
     kwargs: options.kwargs,

@@ -54,6 +54,9 @@ function idList(value: unknown): number[] {
   return [];
 }
 
+/** The chat templates of a model directory, read without loading its tokenizer. */
+export const chatTemplatesOf = (dir: string): ChatTemplates => readChatTemplates(dir, readJson(join(dir, "tokenizer_config.json")));
+
 function readChatTemplates(dir: string, tokenizerConfig: Json | null): ChatTemplates {
   const named: Record<string, string> = {};
   const raw = tokenizerConfig?.chat_template;
@@ -234,8 +237,25 @@ export class TextTokenizer {
    * A streaming decoder whose pieces concatenate to `decode(ids, {skipSpecialTokens: true})`.
    * Throws if the tokenizer's decoder uses a component the streaming decoder does not model.
    */
-  createDetokenizer(): Detokenizer {
+  createDetokenizer(textTokens: readonly string[] = []): Detokenizer {
     if (this.decodePlan instanceof Error) throw this.decodePlan;
-    return new Detokenizer(this.decodePlan, this.pieces);
+    return new Detokenizer(this.decodePlan, textTokens.length === 0 ? this.pieces : this.piecesShowing(textTokens));
+  }
+
+  private readonly showing = new Map<string, TokenPieces>();
+
+  /**
+   * Pieces in which these special tokens are text (a tool format's control tokens, such as
+   * Phi-4's <|tool_call|>, that its parser must see); one cache per set.
+   */
+  private piecesShowing(textTokens: readonly string[]): TokenPieces {
+    const key = textTokens.join("\u0000");
+    let p = this.showing.get(key);
+    if (!p) {
+      const shown = new Set(textTokens.map((t) => this.native.tokenToId(t)).filter((id): id is number => id !== null && id !== undefined));
+      p = new TokenPieces((id) => this.native.idToToken(id), new Set([...this.specialIds].filter((id) => !shown.has(id))));
+      this.showing.set(key, p);
+    }
+    return p;
   }
 }

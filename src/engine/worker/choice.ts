@@ -2,7 +2,7 @@
 // scheduler hands in, then detokenise, match stop strings and produce the OpenAI events. The
 // scheduler owns the model runs and KV caches; this owns everything per token after them.
 import { allocateTokenBitmask, type GrammarMatcher } from "../../structured/index.ts";
-import { ToolCallStreamParser, type ToolStreamEvent } from "../../structured/tools/index.ts";
+import { ToolCallStreamParser, toolFormat, type ToolStreamEvent } from "../../structured/tools/index.ts";
 import type { Detokenizer } from "../text/detokenizer.ts";
 import { StopMatcher } from "../text/stop.ts";
 import { withModelDefaults } from "../sampling/defaults.ts";
@@ -53,7 +53,8 @@ export class ChoiceStream {
     thinking: ThinkingPlan | null = null,
   ) {
     this.sampler = createChoiceSampler(withModelDefaults(request.sampling, model.info.samplingDefaults), model.tokenizer.vocabSize, index);
-    this.detok = model.tokenizer.createDetokenizer();
+    // A tool format's control tokens are text its parser reads, even where the tokenizer marks them special.
+    this.detok = model.tokenizer.createDetokenizer(structure.toolSyntax ? (toolFormat(structure.toolSyntax)?.controlTokens ?? []) : []);
     this.stop = new StopMatcher(request.stop);
     this.matcher = structure.grammar ? createMatcher(structure.grammar, model) : null;
     const plan = thinking && model.reasoning ? thinking : null;
@@ -63,7 +64,7 @@ export class ChoiceStream {
     const before = harmony ? harmony.openFinal.length : plan?.startsInside ? model.reasoning!.tokens.end.length : 0;
     if (this.matcher) refuseShortBudget(this.matcher, maxNew, request, before);
     this.mask = this.matcher ? allocateTokenBitmask(model.tokenizer.vocabSize) : null;
-    this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax) : null;
+    this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax, request.tools ?? []) : null;
     this.thinking = !plan
       ? null
       : harmony

@@ -17,8 +17,10 @@ import { promptOpensBlock, type ReasoningCard } from "../../structured/reasoning
 import type { WireRequest, WorkerOptions } from "./protocol.ts";
 import { modelReasoning, templateContext, templateSettings, type ModelReasoning, type TemplateContext } from "./reasoning.ts";
 import type { ThinkingPlan } from "./thinking.ts";
+import { resolveToolFormat, type ToolFormatCard } from "../tool-format.ts";
+import { toolFormat } from "../../structured/tools/index.ts";
 
-interface ModelCard {
+interface ModelCard extends ToolFormatCard {
   id?: string;
   display_name?: string;
   context_length?: number;
@@ -79,6 +81,7 @@ export class ModelRunner {
       supportsImages: vision !== null && card.capabilities?.images !== false,
       supportsTools: card.capabilities?.tools ?? false,
       supportsStructuredOutput: card.capabilities?.structured_output ?? false,
+      toolFormat: resolveToolFormat(card, tokenizer.chatTemplates)?.name ?? null,
       dir: opts.dir,
       provider: decoder.provider,
       samplingDefaults: modelSamplingDefaults(opts.dir, card.defaults),
@@ -132,7 +135,13 @@ export class ModelRunner {
     const settings = templateSettings(req, this.info.id, this.template, this.reasoning);
     let text: string;
     try {
-      text = renderChatPrompt(this.tokenizer, req.messages, { tools: req.tools, addGenerationPrompt: true, kwargs: settings.kwargs });
+      text = renderChatPrompt(this.tokenizer, req.messages, {
+        tools: req.tools,
+        toolChoice: req.toolChoice,
+        toolFormat: this.info.toolFormat ? toolFormat(this.info.toolFormat) : null,
+        addGenerationPrompt: true,
+        kwargs: settings.kwargs,
+      });
     } catch (e) {
       if (e instanceof ChatTemplateError) {
         throw new EngineRequestError(`The model's chat template refused the messages: ${e.message}`, "messages", "invalid_value");

@@ -17,7 +17,7 @@ import {
   type SharedVocabulary,
   type TokenVocabulary,
 } from "../../structured/index.ts";
-import { detectToolCallSyntax, toolCallGrammar, type ToolCallSyntax } from "../../structured/tools/index.ts";
+import { toolCallGrammar, toolFormat, type ToolCallSyntax } from "../../structured/tools/index.ts";
 import { EngineRequestError, type FunctionTool, type ResponseFormat, type ToolChoice } from "../types.ts";
 import type { ModelRunner } from "./model-runner.ts";
 import type { WireRequest } from "./protocol.ts";
@@ -36,12 +36,13 @@ export function modelStructure(model: ModelRunner): ModelStructure {
   let s = perModel.get(model);
   if (!s) {
     const tokenizerJson = JSON.parse(readFileSync(join(model.info.dir, "tokenizer.json"), "utf8")) as object;
-    const templates = model.tokenizer.chatTemplates;
-    const template = [templates.toolUse, templates.default, ...Object.values(templates.named)].filter((t): t is string => !!t).join("\n");
-    const syntax = detectToolCallSyntax(template);
-    // Mistral's [TOOL_CALLS] is a control token the grammar must be able to produce as text.
-    // In shared memory: the compile thread reads the same tables without a copy.
-    const { vocab, data: shared } = shareVocabulary(tokenVocabulary(tokenizerJson, { textSpecialTokens: syntax === "mistral" ? ["[TOOL_CALLS]"] : [] }));
+    // The format was settled when the model loaded (sluice.json, the template, or the fallback).
+    const syntax = model.info.toolFormat;
+    // Control tokens of its calls (Mistral's [TOOL_CALLS], DeepSeek's <｜tool▁calls▁begin｜>, …) are
+    // text the grammar must be able to produce. In shared memory: the compile thread reads the same
+    // tables without a copy.
+    const textSpecialTokens = syntax ? [...toolFormat(syntax)!.controlTokens] : [];
+    const { vocab, data: shared } = shareVocabulary(tokenVocabulary(tokenizerJson, { textSpecialTokens }));
     // Masks shared by all schemas (string contents, numbers, formats, json_object): computed here
     // once, so the first steps of each new schema do not walk the whole vocabulary.
     prepareVocabulary(vocab);
@@ -85,7 +86,7 @@ export function planStructure(request: WireRequest, model: ModelRunner): Structu
   const { syntax } = modelStructure(model);
   if (hasTools && syntax === null) {
     throw new EngineRequestError(
-      `The model '${model.info.id}' has no tool-call format Sluice can parse (its chat template shows no Hermes, Llama 3.1 or Mistral tool calls), so 'tools' cannot be honoured.`,
+      `The model '${model.info.id}' takes no tools: its sluice.json sets tool_format "none", or its chat template shows no tool-call format Sluice knows and its sluice.json turns the generic fallback off (tool_fallback: false). GET /v1/models shows each model's tool_format.`,
       "tools",
       "tools_not_supported",
     );
@@ -93,6 +94,14 @@ export function planStructure(request: WireRequest, model: ModelRunner): Structu
   if (wantsFormat && hasTools && forcing(request)) {
     throw new EngineRequestError(
       "'response_format' cannot be combined with a tool_choice that forces a call: the answer would have to be both.",
+      "response_format",
+      "invalid_value",
+    );
+  }
+  if (wantsFormat && hasTools && syntax === "json_envelope") {
+    // The envelope is itself the answer's JSON: a response_format could only be nested inside it.
+    throw new EngineRequestError(
+      `'response_format' cannot be combined with 'tools' on '${model.info.id}': its template has no tool syntax, so Sluice's JSON envelope (tool_format json_envelope) already shapes the answer. Send tool_choice "none" or leave out response_format.`,
       "response_format",
       "invalid_value",
     );

@@ -1,4 +1,5 @@
 export { detectToolCallSyntax, type ToolCallSyntax } from "./syntax.ts";
-export { ToolCallStreamParser, type ToolStreamEvent } from "./stream.ts";
-export { assemble, parseToolCalls, type ParsedCompletion, type ParsedToolCall } from "./parse.ts";
+export type { RenderHints, ToolCallParser, ToolFormat, ToolStreamEvent } from "./format.ts";
+export { detectToolFormat, implementedToolFormats, toolFormat } from "./formats/index.ts";
+export { assemble, parseToolCalls, ToolCallStreamParser, type ParsedCompletion, type ParsedToolCall } from "./parse.ts";
 export { toolCallGrammar, type ToolGrammarRequest } from "./grammar.ts";

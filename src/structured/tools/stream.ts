@@ -4,11 +4,27 @@
 // (marker, name, arguments key) is malformed is given back as content. Arguments are streamed
 // as the model writes them, so a truncated call keeps its partial arguments (as OpenAI does).
 
-import { HERMES_END, START_MARKERS, type ToolCallSyntax } from "./syntax.ts";
+import type { ToolCallParser, ToolStreamEvent } from "./format.ts";
 
-export type ToolStreamEvent =
-  | { readonly type: "content"; readonly text: string }
-  | { readonly type: "tool_call"; readonly index: number; readonly name?: string; readonly argumentsDelta: string };
+export type { ToolStreamEvent } from "./format.ts";
+
+/** How a family writes JSON call objects (`{"name": …, "arguments": {…}}`) into its text. */
+export interface JsonCallsSyntax {
+  /** Markers that open calls in free text. */
+  readonly markers: readonly string[];
+  /** After the marker comes a JSON list of call objects (Mistral, Phi-4-mini, Granite). */
+  readonly list: boolean;
+  /** Mistral's newer compact form `[TOOL_CALLS]name[ARGS]{…}` is accepted too. */
+  readonly compact?: boolean;
+  /** A bare call object may open the message without a marker (Llama 3.1). */
+  readonly bareAtStart?: boolean;
+  /** Closes each call (Hermes' `</tool_call>`). */
+  readonly callEnd?: string;
+  /** Closes the list after its `]` (Phi-4-mini's `<|/tool_call|>`). */
+  readonly listEnd?: string;
+  /** Between two call objects outside a list (Llama 3.1's ";"). */
+  readonly separator?: string;
+}
 
 type Mode =
   | "text" // free text, scanning for a start marker
@@ -101,7 +117,7 @@ function matchCompactHeader(s: string, from: number): HeaderResult {
   return s[i] === "{" ? { status: "ok", name, end: i } : { status: "fail" };
 }
 
-export class ToolCallStreamParser {
+export class JsonCallsParser implements ToolCallParser {
   private mode: Mode = "text";
   private readonly markers: readonly string[];
   private readonly out: ToolStreamEvent[] = [];
@@ -125,9 +141,11 @@ export class ToolCallStreamParser {
   private afterBuf = "";
   /** The current call is Mistral's compact form (no call object around the arguments). */
   private compact = false;
+  /** A list's closing marker still expected after its "]" (matched so far, dropped if it comes). */
+  private swallow: { want: string; got: string } | null = null;
 
-  constructor(readonly syntax: ToolCallSyntax) {
-    this.markers = START_MARKERS[syntax];
+  constructor(readonly syntax: JsonCallsSyntax) {
+    this.markers = syntax.markers;
   }
 
   /** Feeds the next piece of generated text; returns the events it completes. */
@@ -140,6 +158,10 @@ export class ToolCallStreamParser {
   /** End of generation: whatever is still held back is resolved. */
   finish(): ToolStreamEvent[] {
     this.flushArgs();
+    if (this.swallow) {
+      // A list's closing marker cut short is dropped: it was syntax, never an answer.
+      this.swallow = null;
+    }
     if (this.mode === "text") {
       this.content(this.tail);
       this.tail = "";
@@ -193,9 +215,24 @@ export class ToolCallStreamParser {
   }
 
   private textChar(c: string): void {
+    if (this.swallow) {
+      const sw = this.swallow;
+      if (sw.got === "" && isWs(c)) return;
+      if (sw.want[sw.got.length] === c) {
+        sw.got += c;
+        if (sw.got === sw.want) {
+          this.swallow = null;
+          this.dropWs = true;
+        }
+        return;
+      }
+      // Not the closing marker: what was held is text again.
+      this.swallow = null;
+      for (const ch of sw.got) this.textChar(ch);
+    }
     if (this.dropWs && isWs(c)) return;
     this.dropWs = false;
-    if (this.syntax === "llama3" && this.atStart) {
+    if (this.syntax.bareAtStart && this.atStart) {
       if (isWs(c)) {
         this.tail += c;
         return;
@@ -217,7 +254,7 @@ export class ToolCallStreamParser {
         const trimmed = before.replace(/[ \t\r\n]+$/, "");
         this.content(trimmed);
         this.tail = "";
-        this.startHeader(before.slice(trimmed.length), m, this.syntax === "mistral");
+        this.startHeader(before.slice(trimmed.length), m, this.syntax.list);
         return;
       }
     }
@@ -257,6 +294,7 @@ export class ToolCallStreamParser {
       while (i < this.pending.length && isWs(this.pending[i])) i++;
       if (i >= this.pending.length) return;
       if (this.pending[i] === "[") r = matchCallHeader(this.pending, i + 1);
+      else if (!this.syntax.compact) r = { status: "fail" };
       else {
         r = matchCompactHeader(this.pending, i);
         this.compact = true;
@@ -340,13 +378,14 @@ export class ToolCallStreamParser {
    * and Llama: further members of the call object (e.g. an "id") are skipped up to its "}".
    */
   private afterChar(c: string): void {
-    if (this.syntax === "hermes") {
+    const end = this.syntax.callEnd;
+    if (end) {
       this.afterBuf += c;
-      if (this.afterBuf.endsWith(HERMES_END)) {
+      if (this.afterBuf.endsWith(end)) {
         this.mode = "text";
         this.dropWs = true;
         this.afterBuf = "";
-      } else if (this.afterBuf.length > 4 * HERMES_END.length) this.afterBuf = this.afterBuf.slice(-HERMES_END.length);
+      } else if (this.afterBuf.length > 4 * end.length) this.afterBuf = this.afterBuf.slice(-end.length);
       return;
     }
     const bracket = this.bracket(c);
@@ -362,7 +401,7 @@ export class ToolCallStreamParser {
 
   private betweenChar(c: string): void {
     if (isWs(c)) return;
-    const sep = this.syntax === "mistral" ? "," : ";";
+    const sep = this.syntax.list ? "," : (this.syntax.separator ?? ";");
     if (c === sep) {
       // The separator is kept with the header so a malformed next call gives it back as text.
       this.startHeader("", c, false);
@@ -370,7 +409,10 @@ export class ToolCallStreamParser {
     }
     this.mode = "text";
     this.dropWs = true;
-    if (this.syntax === "mistral" && c === "]") return;
+    if (this.syntax.list && c === "]") {
+      if (this.syntax.listEnd) this.swallow = { want: this.syntax.listEnd, got: "" };
+      return;
+    }
     this.textChar(c);
   }
 }

@@ -1,25 +1,10 @@
-// The tool-call syntaxes models are trained on, and how to recognise them from a chat template.
+// Which tool-call format a chat template shows (formats/index.ts holds the families).
+import type { ToolFormatName } from "../../protocol/tools.ts";
+import { detectToolFormat } from "./formats/index.ts";
 
-export type ToolCallSyntax = "hermes" | "llama3" | "mistral";
+export type ToolCallSyntax = ToolFormatName;
 
-/** Markers that open tool calls in each syntax (Llama 3.1 may also open with a bare "{"). */
-export const START_MARKERS: Record<ToolCallSyntax, readonly string[]> = {
-  hermes: ["<tool_call>"],
-  llama3: ["<|python_tag|>"],
-  mistral: ["[TOOL_CALLS]"],
-};
-
-export const HERMES_END = "</tool_call>";
-
-/**
- * The syntax a chat template renders tool calls in, found by its markers; null when the template
- * shows no tool-call syntax we know.
- */
+/** The format a chat template renders tool calls in; null when it shows none Sluice knows. */
 export function detectToolCallSyntax(chatTemplate: string): ToolCallSyntax | null {
-  if (chatTemplate.includes("<tool_call>")) return "hermes";
-  if (chatTemplate.includes("[TOOL_CALLS]")) return "mistral";
-  if (chatTemplate.includes("<|python_tag|>")) return "llama3";
-  // Llama 3.x templates without built-in tools still describe the JSON call format.
-  if (chatTemplate.includes("<|start_header_id|>") && /"parameters"/.test(chatTemplate)) return "llama3";
-  return null;
+  return detectToolFormat(chatTemplate)?.name ?? null;
 }

