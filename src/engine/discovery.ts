@@ -6,7 +6,7 @@ import { isCanonicalModelId } from "../model-ids.ts";
 import { isOnnxDType, ONNX_DTYPES, onnxFileName } from "../onnx-dtypes.ts";
 import { modelDType } from "./runtime/decoder-spec.ts";
 import { modelSamplingDefaults, type SamplingDefaultsCard } from "./sampling/defaults.ts";
-import { chatTemplatesOf } from "./text/tokenizer.ts";
+import { chatTemplatesOf } from "./text/chat-templates.ts";
 import { resolveToolFormat, toolCardProblem } from "./tool-format.ts";
 import type { EngineModel, SamplingDefaults } from "./types.ts";
 

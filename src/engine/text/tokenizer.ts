@@ -9,6 +9,9 @@ import { Tokenizer as NativeTokenizer } from "tokenizers";
 import { Detokenizer, compileDecoder, pieceBytes, type DecodePlan, type DecoderConfig } from "./detokenizer.ts";
 import { TokenPieces } from "./token-pieces.ts";
 import { nativeCall } from "../../native-calls.ts";
+import { readChatTemplates, readJson, type ChatTemplates } from "./chat-templates.ts";
+
+export { chatTemplatesOf, type ChatTemplates } from "./chat-templates.ts";
 
 export class TokenizerLoadError extends Error {
   constructor(message: string) {
@@ -23,21 +26,8 @@ export interface AddedTokenInfo {
   special: boolean;
 }
 
-/** Chat templates found in the model directory; `default` is what a plain chat renders with. */
-export interface ChatTemplates {
-  default: string | null;
-  /** The template named "tool_use", used when tools are given (as transformers does). */
-  toolUse: string | null;
-  named: Record<string, string>;
-}
-
 type Json = Record<string, unknown>;
 
-function readJson(path: string): Json | null {
-  if (!existsSync(path)) return null;
-  const parsed: unknown = JSON.parse(readFileSync(path, "utf8"));
-  return parsed !== null && typeof parsed === "object" && !Array.isArray(parsed) ? (parsed as Json) : null;
-}
 
 /** A token entry in tokenizer_config / special_tokens_map: a string or an AddedToken object. */
 function tokenContent(value: unknown): string | null {
@@ -52,36 +42,6 @@ function idList(value: unknown): number[] {
   if (typeof value === "number" && Number.isInteger(value)) return [value];
   if (Array.isArray(value)) return value.filter((v): v is number => typeof v === "number" && Number.isInteger(v));
   return [];
-}
-
-/** The chat templates of a model directory, read without loading its tokenizer. */
-export const chatTemplatesOf = (dir: string): ChatTemplates => readChatTemplates(dir, readJson(join(dir, "tokenizer_config.json")));
-
-function readChatTemplates(dir: string, tokenizerConfig: Json | null): ChatTemplates {
-  const named: Record<string, string> = {};
-  const raw = tokenizerConfig?.chat_template;
-  let single: string | null = null;
-  if (typeof raw === "string") single = raw;
-  else if (Array.isArray(raw)) {
-    for (const entry of raw) {
-      if (entry && typeof entry === "object" && typeof entry.name === "string" && typeof entry.template === "string") {
-        named[entry.name] = entry.template;
-      }
-    }
-  }
-  // Newer checkpoints ship the template as a separate file; transformers prefers it when present.
-  const jinjaPath = join(dir, "chat_template.jinja");
-  if (existsSync(jinjaPath)) single = readFileSync(jinjaPath, "utf8");
-  const jsonPath = join(dir, "chat_template.json");
-  if (single === null && Object.keys(named).length === 0 && existsSync(jsonPath)) {
-    const t = readJson(jsonPath)?.chat_template;
-    if (typeof t === "string") single = t;
-  }
-  return {
-    default: single ?? named.default ?? null,
-    toolUse: named.tool_use ?? null,
-    named,
-  };
 }
 
 export interface EncodeOptions {
