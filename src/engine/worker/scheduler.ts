@@ -16,16 +16,15 @@
 // prefill gives its first token when its prompt fits one prefill chunk.
 import { KvBudget, defaultKvBudgetBytes } from "../batching/budget.ts";
 import { FusedKvBackend } from "../batching/fused-kv.ts";
-import type { KvBackend, PrefixKv, Sequence } from "../batching/kv.ts";
+import type { KvBackend, PrefixKv } from "../batching/kv.ts";
 import { PaddedKvBackend } from "../batching/padded-kv.ts";
 import { PrefixCache } from "../batching/prefix-cache.ts";
-import { NoAllowedTokenError } from "../sampling/index.ts";
 import { heapSize } from "bun:jsc";
 import { EngineBusyError, EngineRequestError, EngineUnavailableError, type GenerationEvent, type ModelStats, type SpeculateMode } from "../types.ts";
 import { ChoiceStream } from "./choice.ts";
-import { FairQueue, type QueueOrder, type Waiting } from "./fair-queue.ts";
+import { FairQueue, type QueueOrder } from "./fair-queue.ts";
 import type { ModelRunner } from "./model-runner.ts";
-import { mergeImageFeatures, type PromptImages } from "../vision/vision-model.ts";
+import { mergeImageFeatures } from "../vision/vision-model.ts";
 import type { WireRequest } from "./protocol.ts";
 import { prefixKey } from "./prefix-key.ts";
 import { NgramHistory, ownerSalt } from "../speculation/history.ts";
@@ -33,6 +32,7 @@ import { NgramDrafter } from "../speculation/ngram.ts";
 import { ChoiceSpeculation, MAX_DRAFT, SpeculationPlanner, type Plan, type PlanRow } from "../speculation/planner.ts";
 import { inlineStructures, type StructureSource } from "./structure-compiler.ts";
 import { epochMs, RequestClock, type WorkerTimings } from "./request-clock.ts";
+import { advanceChoice, keyed, replayKey, type ChoiceRun, type Job, type Row } from "./jobs.ts";
 
 export interface JobSink {
   events(rid: number, events: GenerationEvent[]): void;
@@ -85,46 +85,6 @@ export interface SchedulerOptions {
   structures?: StructureSource;
   /** The clock of requests' timings, epoch ms (absent: epochMs; tests that control time give their own). */
   clock?: () => number;
-}
-
-interface ChoiceRun {
-  stream: ChoiceStream;
-  seq: Sequence | null;
-  /** The token to feed next, once sampled. */
-  next: number | null;
-  /** Its text for draft lookups and how its drafts fared; made at its first decode round. */
-  spec?: ChoiceSpeculation;
-}
-
-/** A decoding choice of a request, as a row of a round's batch. */
-interface Row {
-  job: Job;
-  choice: ChoiceRun;
-}
-
-interface Job extends Waiting {
-  rid: number;
-  request: WireRequest;
-  prompt: number[];
-  /** Image features of the prompt. */
-  images: PromptImages | null;
-  /** The prompt as the prefix cache matches it (image positions stand for their content). */
-  key: number[];
-  maxNew: number;
-  state: "queued" | "prefill" | "decode";
-  choices: ChoiceRun[];
-  cancelled: boolean;
-  out: GenerationEvent[];
-  /** Admitted at least once (its prompt event went out). */
-  startedOnce: boolean;
-  /** Preempted while decoding: per choice, the tokens its cache held, to recompute on resuming. */
-  replay: (number[] | null)[] | null;
-  /** Tokens charged to its key so far (see chargeService). */
-  charged: number;
-  /** When it was last admitted (a counter): the latest admitted is preempted first. */
-  admittedAt: number;
-  /** Its timing points (queue, prefill, tokens). */
-  clock: RequestClock;
 }
 
 export class Scheduler {
@@ -819,29 +779,3 @@ export class Scheduler {
 
 const mib = (b: number) => Math.ceil(b / 2 ** 20);
 const IDLE_GC_MS = 2000;
-
-/** One token of a choice; a state where nothing is allowed becomes the request's error, naming the choice. */
-function advanceChoice(stream: ChoiceStream, logits: Float32Array, out: GenerationEvent[]): number | null {
-  try {
-    return stream.advance(logits, out);
-  } catch (e) {
-    if (e instanceof NoAllowedTokenError) {
-      throw new EngineRequestError(
-        `No token is allowed next in choice ${stream.index}: ${stream.constrained ? "logit_bias bans every token the response format or tool-call grammar allows at this point" : "logit_bias bans every token the model can produce"}.`,
-        "logit_bias",
-        "no_allowed_token",
-      );
-    }
-    throw e;
-  }
-}
-
-/** The prefix-cache key of a resumed sequence's tokens: its prompt by its key, then generated ids. */
-function replayKey(job: Job, tokens: number[]): number[] {
-  return [...job.key, ...tokens.slice(job.key.length)];
-}
-
-/** A snapshot filed under the prefix key of its positions rather than their token ids, for the account it serves. */
-function keyed(kv: PrefixKv, key: number[], owner: string): PrefixKv {
-  return { ...kv, tokens: key.slice(0, kv.tokens.length), owner };
-}
