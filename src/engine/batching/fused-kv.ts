@@ -323,16 +323,17 @@ export class FusedKvBackend implements KvBackend {
    * token): with step outputs only those are copied in; otherwise ONNX Runtime writes every row
    * in place.
    */
-  private async run(
+  private async run<T>(
     inputs: StepInputs,
     tokens: number,
     pool: Pool,
     firstRow: number,
     rows: number,
     writes: Write[],
+    read: (logits: Logits) => T,
     logitPositions = 1,
     general = false,
-  ): Promise<Logits> {
+  ): Promise<T> {
     const { stepKv } = this.decoder;
     return this.decoder.runPool({
       inputs,
@@ -353,7 +354,7 @@ export class FusedKvBackend implements KvBackend {
             });
           }
         : undefined,
-    });
+    }, read);
   }
 
   /**
@@ -392,14 +393,15 @@ export class FusedKvBackend implements KvBackend {
     if (this.pairRows && tokens.length === 1) {
       // One token of one row: a neighbouring row rides along (see pairRows).
       const firstRow = seq.row + 1 < pool.allocatedRows ? seq.row : seq.row - 1;
-      const logits = await this.stepRows(pool, firstRow, 2, new Map([[seq, 0]]), tokens, embeds);
+      const row = seq.row - firstRow;
+      const logits = await this.stepRows(pool, firstRow, 2, new Map([[seq, 0]]), tokens, (l) => lastLogits(l, row), embeds);
       seq.tokens.push(...tokens);
-      return lastLogits(logits, seq.row - firstRow);
+      return logits;
     }
     // Paired, the logits of the last two positions: the output head is a 4-bit product too.
-    const logits = await this.run(chunkInputs(tokens, past, embeds), tokens.length, pool, seq.row, 1, [[0, past]], this.pairRows ? 2 : 1);
+    const logits = await this.run(chunkInputs(tokens, past, embeds), tokens.length, pool, seq.row, 1, [[0, past]], (l) => lastLogits(l, 0), this.pairRows ? 2 : 1);
     seq.tokens.push(...tokens);
-    return lastLogits(logits, 0);
+    return logits;
   }
 
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
@@ -412,11 +414,10 @@ export class FusedKvBackend implements KvBackend {
       let rows = 0;
       for (const seq of members.keys()) rows = Math.max(rows, seq.row + 1);
       // A lone row computes its 4-bit products otherwise: the next row rides along (see pairRows).
-      const logits = await this.stepRows(pool, 0, Math.max(rows, this.minRows), members, tokens);
-      for (const [seq, i] of members) {
-        seq.tokens.push(tokens[i]!);
-        result[i] = lastLogits(logits, seq.row);
-      }
+      await this.stepRows(pool, 0, Math.max(rows, this.minRows), members, tokens, (logits) => {
+        for (const [seq, i] of members) result[i] = lastLogits(logits, seq.row);
+      });
+      for (const [seq, i] of members) seq.tokens.push(tokens[i]!);
     }
     return result;
   }
@@ -428,7 +429,15 @@ export class FusedKvBackend implements KvBackend {
    * dummy token past their valid length, which is either not written (step outputs) or
    * overwritten by their next prefill chunk. `embeds`: the members' token embeddings, in order.
    */
-  private async stepRows(pool: Pool, firstRow: number, rows: number, members: Map<FusedSequence, number>, tokens: number[], embeds?: Float32Array): Promise<Logits> {
+  private async stepRows<T>(
+    pool: Pool,
+    firstRow: number,
+    rows: number,
+    members: Map<FusedSequence, number>,
+    tokens: number[],
+    read: (logits: Logits) => T,
+    embeds?: Float32Array,
+  ): Promise<T> {
     const length = (r: number) => Math.min((pool.rows[firstRow + r]?.tokens.length ?? 0) + 1, pool.capacity);
     const width = this.maskWidth(pool, 1, length, rows);
     const ids = new Array<number>(rows).fill(0);
@@ -452,7 +461,7 @@ export class FusedKvBackend implements KvBackend {
       lengths[r] = len;
       mask?.fill(1n, r * width, r * width + len);
     }
-    return this.run({ batch: rows, width: 1, ids, embeds: rowEmbeds, mask, maskWidth: width, lengths, positions }, 1, pool, firstRow, rows, writes);
+    return this.run({ batch: rows, width: 1, ids, embeds: rowEmbeds, mask, maskWidth: width, lengths, positions }, 1, pool, firstRow, rows, writes, read);
   }
 
   /**
@@ -499,9 +508,8 @@ export class FusedKvBackend implements KvBackend {
         const seq = s as FusedSequence;
         const t = tokens[i]!;
         const past = seq.tokens.length;
-        const logits = await this.run(chunkInputs(t, past), t.length, seq.pool!, seq.row, 1, [[0, past]], t.length, true);
+        result[i] = await this.run(chunkInputs(t, past), t.length, seq.pool!, seq.row, 1, [[0, past]], (l) => t.map((_, j) => positionLogits(l, 0, j, t.length)), t.length, true);
         seq.tokens.push(...t);
-        result[i] = t.map((_, j) => positionLogits(logits, 0, j, t.length));
       }
       return result;
     }
@@ -537,12 +545,11 @@ export class FusedKvBackend implements KvBackend {
         for (let j = 0; j < width; j++) positions[r * width + j] = first + j;
         mask?.fill(1n, r * maskWidth, r * maskWidth + lengths[r]!);
       }
-      const logits = await this.run({ batch: rows, width, ids, mask, maskWidth, lengths, positions }, width, pool, 0, rows, writes, width, true);
-      for (const [seq, i] of members) {
-        const t = tokens[i]!;
-        seq.tokens.push(...t);
-        result[i] = t.map((_, j) => positionLogits(logits, seq.row, j, width));
-      }
+      const read = (logits: Logits) => {
+        for (const [seq, i] of members) result[i] = tokens[i]!.map((_, j) => positionLogits(logits, seq.row, j, width));
+      };
+      await this.run({ batch: rows, width, ids, mask, maskWidth, lengths, positions }, width, pool, 0, rows, writes, read, width, true);
+      for (const [seq, i] of members) seq.tokens.push(...tokens[i]!);
     }
     return result;
   }

@@ -59,7 +59,7 @@ export class PaddedKvBackend implements KvBackend {
   }
 
   /** Copies row `b` of each present [batch, heads, width, dim] (its last `len` positions) into new buffers. */
-  private rowOf(out: PaddedRun, b: number, width: number, len: number): KvBuffer[] {
+  private rowOf(out: PaddedRun<unknown>, b: number, width: number, len: number): KvBuffer[] {
     const { heads, dim } = this;
     const outRow = heads * width * dim;
     return out.presents.map((a) => {
@@ -84,11 +84,11 @@ export class PaddedKvBackend implements KvBackend {
   async prefill(s: Sequence, tokens: number[], embeds?: Float32Array): Promise<Float32Array> {
     const seq = s as PaddedSequence;
     const past = seq.tokens.length;
-    const out = await this.decoder.runPadded(chunkInputs(tokens, past, embeds, seq.rope), seq.arrays, past, 1);
+    const out = await this.decoder.runPadded(chunkInputs(tokens, past, embeds, seq.rope), seq.arrays, past, 1, (l) => lastLogits(l, 0));
     // One row: the presents are the sequence's cache as they are.
     this.replace(seq, out.presents);
     seq.tokens.push(...tokens);
-    return lastLogits(out.logits, 0);
+    return out.read;
   }
 
   async decode(list: Sequence[], tokens: number[]): Promise<Float32Array[]> {
@@ -107,12 +107,12 @@ export class PaddedKvBackend implements KvBackend {
       lengths.push(len + 1);
     });
     const past = this.padded(seqs, P);
-    const out = await this.decoder.runPadded({ batch: B, width: 1, ids: tokens, mask, maskWidth: P + 1, lengths, positions }, past, P, 1);
+    const out = await this.decoder.runPadded({ batch: B, width: 1, ids: tokens, mask, maskWidth: P + 1, lengths, positions }, past, P, 1, (l) => seqs.map((_, b) => lastLogits(l, b)));
     for (const a of past) this.memory.free(a);
     const result = seqs.map((s, b) => {
       this.replace(s, this.rowOf(out, b, P + 1, s.tokens.length + 1));
       s.tokens.push(tokens[b]!);
-      return lastLogits(out.logits, b);
+      return out.read[b]!;
     });
     for (const a of out.presents) this.memory.free(a);
     return result;
@@ -141,7 +141,9 @@ export class PaddedKvBackend implements KvBackend {
       }
     });
     const past = this.padded(seqs, P);
-    const out = await this.decoder.runPadded({ batch: B, width, ids, mask, maskWidth: P + width, lengths, positions }, past, P, width);
+    const out = await this.decoder.runPadded({ batch: B, width, ids, mask, maskWidth: P + width, lengths, positions }, past, P, width, (l) =>
+      tokens.map((t, b) => t.map((_, j) => positionLogits(l, b, j, width))),
+    );
     for (const a of past) this.memory.free(a);
     const { heads, dim } = this;
     const result = seqs.map((s, b) => {
@@ -159,7 +161,7 @@ export class PaddedKvBackend implements KvBackend {
         }),
       );
       s.tokens.push(...t);
-      return t.map((_, j) => positionLogits(out.logits, b, j, width));
+      return out.read[b]!;
     });
     for (const a of out.presents) this.memory.free(a);
     return result;

@@ -39,6 +39,8 @@ interface Bound {
   binding: IoBinding;
   /** The pool tensors bound last (rebinding the same ones is skipped). */
   pool: Ptr[] | null;
+  /** Host memory the runs' logits are written into, reused from run to run (grown as needed). */
+  logits: Float32Array | Uint16Array | null;
 }
 
 /** Host arrays handed to one run, as OrtValues; released after it. */
@@ -103,8 +105,8 @@ export class CapiDecoder implements Decoder {
     readonly traffic: HostDeviceTraffic,
     readonly invariance: BatchInvariance | null,
   ) {
-    this.general = { session: general, binding: new IoBinding(general), pool: null };
-    this.oneToken = oneToken ? { session: oneToken, binding: new IoBinding(oneToken), pool: null } : null;
+    this.general = { session: general, binding: new IoBinding(general), pool: null, logits: null };
+    this.oneToken = oneToken ? { session: oneToken, binding: new IoBinding(oneToken), pool: null, logits: null } : null;
     this.positionBytes = positionBytes(spec);
     this.takesMask = spec.attentionMask !== null;
     this.elementBytes = spec.kvType === "float16" ? 2 : 4;
@@ -190,16 +192,21 @@ export class CapiDecoder implements Decoder {
     if (this.trimmedLogits && bound === this.general) b.input(LOGITS_START_INPUT, run.add(BigInt64Array.of(BigInt(-logitPositions)), [1], "int64"));
   }
 
-  /** Binds a new host array for the logits [batch, kept, vocab]. */
+  /**
+   * Binds the logits [batch, kept, vocab] to host memory this binding reuses: the logits are the
+   * one output that crosses back, and a fresh array per step would be allocated and zeroed only to
+   * be copied out of (lastLogits copies each row it reads). Grown to the largest run, never shrunk.
+   */
   private bindLogits(bound: Bound, run: RunValues, batch: number, kept: number): Logits {
     const { spec } = this;
     const half = spec.logitsType === "float16";
     const n = batch * kept * spec.vocabSize;
-    const data = half ? new Uint16Array(n) : new Float32Array(n);
+    if (!bound.logits || bound.logits.length < n) bound.logits = half ? new Uint16Array(n) : new Float32Array(n);
+    const data = bound.logits.subarray(0, n);
     const dims = [batch, kept, spec.vocabSize];
     bound.binding.output(spec.logits, run.add(data, dims, spec.logitsType));
     run.bytes -= data.byteLength;
-    return { data, half, dims };
+    return { data, half, dims, reused: true };
   }
 
   /**
@@ -221,7 +228,7 @@ export class CapiDecoder implements Decoder {
     return this.spec.inputsEmbeds && !s.embeds ? { ...s, embeds: await this.embed(s.ids) } : s;
   }
 
-  async runPool(r: PoolRun): Promise<Logits> {
+  async runPool<T>(r: PoolRun, read: (logits: Logits) => T): Promise<T> {
     const { spec, stepKv } = this;
     const inputs = await this.withEmbeds(r.inputs);
     const bound = r.width === 1 && this.oneToken && !r.general ? this.oneToken : this.general;
@@ -252,11 +259,11 @@ export class CapiDecoder implements Decoder {
       }
       const stopping = this.execute(bound);
       if (stopping) await stopping;
-      // Before anything else can run and overwrite the scratch (see execute).
+      // Before anything else can run and overwrite the scratch and the logits (see execute).
       if (step) r.onStep?.(step);
       this.traffic.toDevice += run.bytes;
       this.traffic.toHost += logits.data.byteLength;
-      return logits;
+      return read(logits);
     } finally {
       run.release();
     }
@@ -299,7 +306,7 @@ export class CapiDecoder implements Decoder {
     views.clear();
   }
 
-  async runPadded(given: StepInputs, pasts: KvBuffer[], pastLength: number, logitPositions: number): Promise<PaddedRun> {
+  async runPadded<T>(given: StepInputs, pasts: KvBuffer[], pastLength: number, logitPositions: number, read: (logits: Logits) => T): Promise<PaddedRun<T>> {
     const { spec } = this;
     const inputs = await this.withEmbeds(given);
     const bound = this.general;
@@ -333,7 +340,7 @@ export class CapiDecoder implements Decoder {
         const t = valueTensor(this.lib, v);
         return this.memory.adopt(v, t.address, t.dims.reduce((a, x) => a * x, 1));
       });
-      return { logits, presents, done: () => presents.forEach((p) => this.memory.free(p)) };
+      return { read: read(logits), presents, done: () => presents.forEach((p) => this.memory.free(p)) };
     } finally {
       b.clear();
       run.release();

@@ -152,6 +152,12 @@ export interface Logits {
   data: Float32Array | Uint16Array;
   half: boolean;
   dims: readonly number[];
+  /**
+   * The data lives in host memory the decoder reuses: it holds until the decoder's next run (the
+   * runs' `read` callbacks take it before then), so what is read from it (lastLogits,
+   * positionLogits) is copied out.
+   */
+  reused?: boolean;
 }
 
 /** One run over consecutive rows of a fused (shared-buffer) pool. */
@@ -184,8 +190,9 @@ export interface StepOutput {
   tokens: number;
 }
 
-export interface PaddedRun {
-  logits: Logits;
+export interface PaddedRun<T> {
+  /** What `read` made of the run's logits. */
+  read: T;
   /** Per layer's key and value: [batch, kv_heads, past + width, head_dim]. */
   presents: KvBuffer[];
   /** Frees the presents (the caller has copied what it keeps). */
@@ -215,12 +222,16 @@ export interface Decoder {
   readonly invariance: BatchInvariance | null;
   /** Token embeddings [ids.length, hidden] from the embed_tokens graph, as float32. */
   embed(ids: ArrayLike<number>): Promise<Float32Array>;
-  /** One run over pool rows; the new positions go to `onStep`, or are already in the pool ("inplace"). */
-  runPool(run: PoolRun): Promise<Logits>;
+  /**
+   * One run over pool rows; the new positions go to `onStep`, or are already in the pool
+   * ("inplace"). `read` takes what it needs of the logits as soon as the run is over, before any
+   * other run: they may be in memory the decoder reuses (Logits.reused).
+   */
+  runPool<T>(run: PoolRun, read: (logits: Logits) => T): Promise<T>;
   /** Releases what runPool kept in a pool's `views`, and clears it. */
   dropViews(views: Map<number, unknown>): void;
   /** One run of the standard contract: pasts [batch, kv_heads, pastLength, head_dim] (left padded). */
-  runPadded(inputs: StepInputs, pasts: KvBuffer[], pastLength: number, logitPositions: number): Promise<PaddedRun>;
+  runPadded<T>(inputs: StepInputs, pasts: KvBuffer[], pastLength: number, logitPositions: number, read: (logits: Logits) => T): Promise<PaddedRun<T>>;
   release(): Promise<void>;
 }
 
@@ -231,7 +242,8 @@ export function positionBytes(spec: DecoderSpec): number {
 
 /**
  * The logits of column `column` of row `row` of a run `width` tokens wide, from its output (the
- * last dims[1] columns), as float32: a view of float32 output (no copy).
+ * last dims[1] columns), as float32: a view of float32 output the run made for itself (no copy),
+ * a copy of output in memory the decoder reuses.
  */
 export function positionLogits(t: Logits, row: number, column: number, width: number): Float32Array {
   const vocab = t.dims[2]!;
@@ -240,13 +252,15 @@ export function positionLogits(t: Logits, row: number, column: number, width: nu
   if (at < 0) throw new Error(`the run returned the logits of its last ${kept} positions, not of column ${column} of ${width}`);
   const offset = (row * kept + at) * vocab;
   if (t.half) return halfToFloat((t.data as Uint16Array).subarray(offset, offset + vocab));
-  return (t.data as Float32Array).subarray(offset, offset + vocab);
+  const data = t.data as Float32Array;
+  return t.reused ? data.slice(offset, offset + vocab) : data.subarray(offset, offset + vocab);
 }
 
 /**
  * The logits of row `row`'s last position as float32. A float32 output that is exactly those
  * logits is returned as it is (the run made it for itself): at a 151k vocabulary a copy per token
- * is some 20 µs. Otherwise a copy, which outlives the decoder's next run.
+ * is some 20 µs. Otherwise (and always from memory the decoder reuses) a copy, which outlives
+ * the decoder's next run.
  */
 export function lastLogits(t: Logits, row: number): Float32Array {
   const vocab = t.dims[2]!;
@@ -254,7 +268,7 @@ export function lastLogits(t: Logits, row: number): Float32Array {
   const offset = (row * width + width - 1) * vocab;
   if (t.half) return halfToFloat((t.data as Uint16Array).subarray(offset, offset + vocab));
   const data = t.data as Float32Array;
-  return offset === 0 && vocab === data.length ? data : data.slice(offset, offset + vocab);
+  return offset === 0 && vocab === data.length && !t.reused ? data : data.slice(offset, offset + vocab);
 }
 
 /** A right-padded mask of each row's length, int64 [batch, maskWidth] (the fused layout). */

@@ -170,7 +170,7 @@ export class NodeDecoder implements Decoder {
     for (const k in out) this.traffic.toHost += tensorBytes(out[k]!);
   }
 
-  async runPool(r: PoolRun): Promise<Logits> {
+  async runPool<T>(r: PoolRun, read: (logits: Logits) => T): Promise<T> {
     const { spec, stepKv } = this;
     const feeds = await this.feeds(r.inputs);
     // Tensors over the rows, made again only when the buffers are replaced: onnxruntime-common
@@ -198,14 +198,14 @@ export class NodeDecoder implements Decoder {
       const packed = out[stepKv.output]!;
       r.onStep?.({ buffer: hostBuffer(packed.type === "float16" ? halfBits(packed.data) : (packed.data as Float32Array)), tokens: packed.dims[2]! });
     }
-    return logitsOf(out[spec.logits]!);
+    return read(logitsOf(out[spec.logits]!));
   }
 
   dropViews(views: Map<number, unknown>): void {
     views.clear();
   }
 
-  async runPadded(inputs: StepInputs, pasts: KvBuffer[], pastLength: number, logitPositions: number): Promise<PaddedRun> {
+  async runPadded<T>(inputs: StepInputs, pasts: KvBuffer[], pastLength: number, logitPositions: number, read: (logits: Logits) => T): Promise<PaddedRun<T>> {
     const { spec } = this;
     const feeds = await this.feeds(inputs);
     const dims = [inputs.batch, spec.kvHeads, pastLength, spec.headDim];
@@ -217,7 +217,7 @@ export class NodeDecoder implements Decoder {
     this.count(feeds, out);
     const data = (t: ort.Tensor): KvArray => (t.type === "float16" ? halfBits(t.data) : (t.data as Float32Array));
     const presents = spec.layers.flatMap((l) => [hostBuffer(data(out[l.presentKey]!)), hostBuffer(data(out[l.presentValue]!))]);
-    return { logits: logitsOf(out[spec.logits]!), presents, done: () => {} };
+    return { read: read(logitsOf(out[spec.logits]!)), presents, done: () => {} };
   }
 
   /**

@@ -86,9 +86,9 @@ describe.each(BINDINGS)("a decoding batch crossing a class boundary (%s binding)
       const seen = new Set<number>();
       let runs = 0;
       const run = decoder.runPool.bind(decoder);
-      decoder.runPool = (r) => {
+      decoder.runPool = (r, read) => {
         runs++;
-        return run(r);
+        return run(r, read);
       };
       try {
         for (let s = 0; s < steps; s++) {

@@ -113,6 +113,34 @@ describe("what a decode step hands over", () => {
       await node.release();
     }
   });
+
+  test("the logits come back into host memory the binding reuses, and what was read from one step outlives the next", async () => {
+    const info = await fused("reused", 8);
+    const capi = await openDecoder(info.dir, { providers: ["cpu"], threads: 1, binding: "capi" });
+    try {
+      const kv = new FusedKvBackend(capi, 1 << 26);
+      const seqs = [kv.open(100), kv.open(100)];
+      const first = [await kv.prefill(seqs[0]!, [5, 6, 7]), await kv.prefill(seqs[1]!, [8, 9])];
+      const outputs: ArrayBufferLike[] = [];
+      const run = capi.runPool.bind(capi);
+      capi.runPool = (r, read) =>
+        run(r, (l) => {
+          expect(l.reused).toBe(true);
+          outputs.push(l.data.buffer);
+          return read(l);
+        });
+      const a = await kv.decode(seqs, first.map(argmax));
+      const kept = a.map((l) => Float32Array.from(l));
+      const b = await kv.decode(seqs, a.map(argmax));
+      expect(outputs).toHaveLength(2);
+      expect(outputs[1]).toBe(outputs[0]!);
+      // The rows read from the first step are the first step's, not overwritten by the second.
+      expect(a).toEqual(kept);
+      expect(b[0]).not.toEqual(a[0]);
+    } finally {
+      await capi.release();
+    }
+  });
 });
 
 describe("the provider's memory", () => {
