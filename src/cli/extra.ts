@@ -7,7 +7,7 @@ import { GGUF_ARCHITECTURES } from "../modelkit/gguf/config.ts";
 import type { GgufImportDType } from "../modelkit/gguf/import.ts";
 import { SUPPORTED_ARCHITECTURES } from "../modelkit/hf/config.ts";
 import type { HfImportDType } from "../modelkit/index.ts";
-import { doctorReport } from "../packaging/doctor.ts";
+import { doctorReport } from "./doctor.ts";
 import { ORT_BINDING_OPTION, parseOrtBinding } from "./engine-options.ts";
 import { configureNative } from "../packaging/native.ts";
 import { inspectPostgres, openPostgresStore } from "../store/index.ts";

@@ -101,7 +101,7 @@ export function embeddedPackages(inputs: string[]): string[] {
 export async function buildBinary(opts: BuildOptions): Promise<{ outfile: string; bytes: number; manifestId: string; packages: string[] }> {
   const { source, manifest } = await manifestModule(opts.target);
   const result = await Bun.build({
-    entrypoints: [join(ROOT, "src/packaging/binary-main.ts"), join(ROOT, "src/packaging/worker-entry.ts")],
+    entrypoints: [join(ROOT, "src/binary/main.ts"), join(ROOT, "src/binary/worker-entry.ts")],
     compile: {
       target: `bun-${opts.target}`,
       outfile: opts.outfile,

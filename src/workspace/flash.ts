@@ -5,7 +5,13 @@
 // from the session's CSRF token, which lives in the shared store: whichever node the GET reaches
 // can read it, and the cookie alone (a new key!) is of no use without the session.
 import { clearCookie, cookies, redirect, setCookie } from "./http.ts";
-import type { BaseCtx, SignedCtx } from "./router.ts";
+
+/** What a form's answer needs of the request's context (router.ts' BaseCtx or SignedCtx). */
+interface FormCtx {
+  request: Request;
+  /** Present once signed in: its CSRF token seals the flash. */
+  session?: { csrfToken: string };
+}
 
 export const FLASH_COOKIE = "sluice_flash";
 /** A flash nobody read within this long (the redirect not followed) is dropped by the browser. */
@@ -63,8 +69,8 @@ export async function readFlash(request: Request, secret: string | null): Promis
 }
 
 /** A form's answer: 303 to `location`, carrying `flash` to the page there. */
-export async function redirectWithFlash(c: BaseCtx | SignedCtx, location: string, flash: Flash, headers: Record<string, string | string[]> = {}): Promise<Response> {
-  const secret = "session" in c ? c.session.csrfToken : null;
+export async function redirectWithFlash(c: FormCtx, location: string, flash: Flash, headers: Record<string, string | string[]> = {}): Promise<Response> {
+  const secret = c.session?.csrfToken ?? null;
   const extra = headers["set-cookie"] ?? [];
   return redirect(location, { ...headers, "set-cookie": [...(Array.isArray(extra) ? extra : [extra]), await flashCookie(c.request, flash, secret)] });
 }

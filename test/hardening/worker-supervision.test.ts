@@ -7,7 +7,7 @@ import { afterEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import type { WorkerEngine } from "../../src/engine/host.ts";
 import { TextTokenizer } from "../../src/engine/text/tokenizer.ts";
-import { doctorReport } from "../../src/packaging/doctor.ts";
+import { doctorReport } from "../../src/cli/doctor.ts";
 import { syntheticModel, tinyModelsRoot } from "../helpers/models.ts";
 import { tempDir } from "../helpers/paths.ts";
 import { spawnServe } from "../helpers/serve-process.ts";

@@ -1,5 +1,5 @@
 // What OpenTelemetry tracing is configured to do: serve's flags over OpenTelemetry's standard
-// environment variables (the flags take them as their defaults, see cli/serve.ts), checked once at
+// environment variables (the serve command's flags take them as their defaults), checked once at
 // start so that a bad value is a clear error there rather than traces silently missing later.
 // Tracing is off unless an OTLP endpoint is given. Only OTLP over HTTP with protobuf is spoken.
 import { AlwaysOffSampler, AlwaysOnSampler, ParentBasedSampler, TraceIdRatioBasedSampler, type Sampler } from "@opentelemetry/sdk-trace";

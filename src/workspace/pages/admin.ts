@@ -3,9 +3,9 @@ import { PRIORITY_RANGE, type Account, type NodeInfo, type Plan, type UserRole }
 import { parseBudget, parsePeriod } from "../../key-limits.ts";
 import { dateTime, timeCell, usd, usdColumn } from "../format.ts";
 import { html, type Html } from "../html.ts";
-import { redirectWithFlash } from "../flash.ts";
 import { BASE, csrfField, htmlResponse, page, scrollTable } from "../layout.ts";
 import { operatorCommand, type Route, type SignedCtx } from "../router.ts";
+import { change } from "./admin-change.ts";
 import { hubPullPanel } from "./hub-pull.ts";
 import { residencyPanel } from "./residency.ts";
 
@@ -180,21 +180,6 @@ function limitField(c: SignedCtx, name: string, what: string): number | null {
   const n = Number(v);
   if (!Number.isInteger(n) || n <= 0) throw new Error(`${what} must be a positive whole number, or blank for no limit`);
   return n;
-}
-
-/**
- * Runs an admin change and answers with a redirect to `back` either way, the outcome in the flash
- * (a reload of that page repeats nothing; `back` may end in a #section, which a query string
- * after it would have broken).
- */
-export async function change(c: SignedCtx, fn: () => string | Promise<string>, back = `${BASE}/admin`): Promise<Response> {
-  try {
-    const ok = await fn();
-    c.opts.log.info("workspace admin change", { by: c.user.email, change: ok });
-    return redirectWithFlash(c, back, { ok });
-  } catch (e) {
-    return redirectWithFlash(c, back, { error: (e as Error).message });
-  }
 }
 
 async function account(c: SignedCtx) {

@@ -1,9 +1,9 @@
 // Admin: "Add a model from the Hub". The server runs the pull as a job (see the server's
-// PullJobs); the form starts one, and hub-pull.js polls its state into a progress bar. Without
+// PullJobs); the form starts one, and pull-progress.js polls its state into a progress bar. Without
 // script the form posts and the page lists the jobs with their state as of the last load.
 import { formatBytes } from "../../format-bytes.ts";
 import { ONNX_DTYPES } from "../../onnx-dtypes.ts";
-import { HUB_PULL_JS_VERSION } from "../assets.ts";
+import { PULL_PROGRESS_VERSION } from "../assets.ts";
 import { html, type Html } from "../html.ts";
 import { redirectWithFlash } from "../flash.ts";
 import { json } from "../http.ts";
@@ -27,7 +27,7 @@ export function hubPullPanel(c: SignedCtx, csrf: Html): Html | "" {
   const pulls = c.opts.hubPulls;
   if (!pulls) return "";
   // The section's own style and script come first: the panel ends with its content.
-  return html`<section class="panel" id="hub"><link rel="stylesheet" href="${BASE}/assets/hub-pull.css?v=${HUB_PULL_JS_VERSION}"><script src="${BASE}/assets/hub-pull.js?v=${HUB_PULL_JS_VERSION}" defer></script><h2>Add a model from the Hub</h2>
+  return html`<section class="panel" id="hub"><link rel="stylesheet" href="${BASE}/assets/pull-progress.css?v=${PULL_PROGRESS_VERSION}"><script src="${BASE}/assets/pull-progress.js?v=${PULL_PROGRESS_VERSION}" defer></script><h2>Add a model from the Hub</h2>
   <p class="muted">Fetches an ONNX export (transformers.js or onnxruntime-genai layout) into the models directory: its configs, tokenizer and one dtype's graphs, checked against the Hub's SHA-256; or weights it converts: a safetensors checkpoint, or one GGUF file, named as <code>REPO:QUANT</code> (<code>Qwen/Qwen3-0.6B-GGUF:Q8_0</code>, as llama.cpp and Ollama take it; Q4_K_M when no quantisation is given). The model is served as soon as it is complete. Gated repositories need <code>HF_TOKEN</code> in the server's environment.</p>
   <form class="inline" id="hub-pull-form" method="post" action="${BASE}/admin/hub-pull" data-api="${BASE}/api/hub-pulls">${csrf}
     <div class="field grow"><label for="hub-repo">Repository (or REPO:QUANT for a GGUF file)</label><input id="hub-repo" name="repo" required placeholder="onnx-community/Qwen3-0.6B-ONNX" autocomplete="off" spellcheck="false"></div>

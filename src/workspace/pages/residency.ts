@@ -8,7 +8,7 @@ import { dateTime } from "../format.ts";
 import { html, type Html } from "../html.ts";
 import { BASE, scrollTable } from "../layout.ts";
 import type { Route, SignedCtx } from "../router.ts";
-import { change } from "./admin.ts";
+import { change } from "./admin-change.ts";
 
 /** The admin page's section; empty when the server's engine does not load on demand. */
 export function residencyPanel(c: SignedCtx, catalog: CatalogModel[], csrf: Html): Html | "" {

@@ -12,7 +12,7 @@ import {
   SamplingDefaultsError,
   withModelDefaults,
 } from "../../../src/engine/sampling/defaults.ts";
-import { doctorReport } from "../../../src/packaging/doctor.ts";
+import { doctorReport } from "../../../src/cli/doctor.ts";
 import { describeSamplingDefaults } from "../../../src/protocol/sampling.ts";
 import { tempDir } from "../../helpers/paths.ts";
 

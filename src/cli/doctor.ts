@@ -12,10 +12,10 @@ import { probeCApi } from "../engine/capi/probe.ts";
 import type { OrtBinding } from "../engine/ort-binding.ts";
 import { describeOrtTelemetry, keepOrtTelemetryOff } from "../engine/runtime/ort-telemetry.ts";
 import { VERSION } from "../version.ts";
-import { resolveCacheDir } from "./cache-dir.ts";
-import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "./cuda.ts";
-import { embeddedManifest, isPackaged, nativeDir } from "./native.ts";
-import { verifyUnpacked } from "./unpack.ts";
+import { resolveCacheDir } from "../packaging/cache-dir.ts";
+import { cudaSearchDirs, linkCudaLibraries, nvidiaGpuPresent } from "../packaging/cuda.ts";
+import { embeddedManifest, isPackaged, nativeDir } from "../packaging/native.ts";
+import { verifyUnpacked } from "../packaging/unpack.ts";
 
 export interface DoctorOptions {
   dataDir: string;
