@@ -5,7 +5,7 @@
 // token to position k + j at a boundary or inside a character, or j characters and a byte that
 // leaves the string), listed once per chain from the vocabulary's lists (content-below.ts), so a
 // position costs a few hundred minimums over small exit lists. Searching each position on its
-// own with the label-correcting search of completion-budget.ts cost about 5 s for the 2,000
+// own with the label-correcting search of budget/exit-search.ts cost about 5 s for the 2,000
 // positions of a string of up to 2,000 characters on Qwen3's vocabulary (every position redid
 // the list of tokens that end a string, and passed each improvement along 92 token lengths).
 //
@@ -33,7 +33,7 @@ export interface ChainExits {
 export interface ChainContext {
   readonly grammar: Grammar;
   readonly vocab: TokenVocabulary;
-  /** Whether the search leaves out byte b at state s (an optional newline or escape, see completion-budget.ts). */
+  /** Whether the search leaves out byte b at state s (an optional newline or escape, see budget/state-bytes.ts). */
   readonly skipped: (s: number, b: number) => boolean;
 }
 

@@ -39,7 +39,7 @@ const BELOW_LIMIT = 4096;
 
 /**
  * String content below a trie node, read from a character boundary at that node: what a search
- * needs from a content state with a token in progress (completion-budget.ts runMovesBelow). A
+ * needs from a content state with a token in progress (budget/search-moves.ts runMovesBelow). A
  * token such as "n" after a backslash has thousands of tokens below it; a search used to walk
  * them once per state.
  */

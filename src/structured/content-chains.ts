@@ -31,7 +31,7 @@ export interface ContentChain {
   readonly endless: boolean;
   /**
    * The states after 0, 1, 2, ... characters from the first position: the positions, then
-   * `beyond`, then `beyond` again when it loops (the form of completion-budget.ts's chains).
+   * `beyond`, then `beyond` again when it loops (the form of budget/unit-runs.ts's chains).
    */
   readonly states: Int32Array;
 }

@@ -1,10 +1,10 @@
-// What a completion budget (completion-budget.ts) knows of a vocabulary before any grammar: string
+// What a completion budget (../completion-budget.ts) knows of a vocabulary before any grammar: string
 // content as seen from the trie root, per vocabulary and per character class, computed once and
 // shared by every grammar's budget on that vocabulary.
-import type { Grammar } from "./grammar.ts";
-import type { TokenVocabulary } from "./token-bytes.ts";
-import { byCharacters, prepareContentLists } from "./content-below.ts";
-import { CONTENT_STATES, CONTENT_STEP } from "./trie.ts";
+import type { Grammar } from "../grammar.ts";
+import type { TokenVocabulary } from "../token-bytes.ts";
+import { byCharacters, prepareContentLists } from "../content-below.ts";
+import { CONTENT_STATES, CONTENT_STEP } from "../trie.ts";
 
 /** The trie's root node. */
 export const ROOT = 0;

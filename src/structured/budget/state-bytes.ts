@@ -1,6 +1,6 @@
-// Per grammar state, the bytes a completion search leaves out or follows (completion-budget.ts):
-// optional newlines and escapes, the bytes that may follow a state, and where a state chain cycles.
-import type { Grammar } from "./grammar.ts";
+// Per grammar state, the bytes a completion search leaves out or follows (../completion-budget.ts):
+// optional newlines and escapes, and the bytes that may follow a rule.
+import type { Grammar } from "../grammar.ts";
 
 const NEWLINE = 1;
 const BACKSLASH = 2;
@@ -71,13 +71,3 @@ export function followBytes(g: Grammar): Uint32Array {
   }
   return follow;
 }
-
-export function loopIndex(chain: Int32Array, k: number): number {
-  // The chain ends with a repeat of an earlier state: from there it cycles.
-  const last = chain[chain.length - 1];
-  const start = chain.indexOf(last);
-  const period = chain.length - 1 - start;
-  return start + ((k - start) % period);
-}
-
-
