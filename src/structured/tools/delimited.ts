@@ -5,6 +5,7 @@
 // gives back as content a header that turns out not to be one, and streams the arguments as written.
 
 import type { ToolCallParser, ToolStreamEvent } from "./format.ts";
+import { beforeMarker, isWs, releasableLength, ToolEventStream } from "./stream-text.ts";
 
 export type Piece =
   | { readonly lit: string }
@@ -29,7 +30,6 @@ export interface DelimitedSyntax {
 }
 
 type Match = { status: "partial" } | { status: "fail" } | { status: "ok"; end: number; name: string | null };
-const isWs = (c: string) => c === " " || c === "\n" || c === "\r" || c === "\t";
 const MAX_HELD = 4096;
 
 /** Matches `pieces` at s[from..]; "partial" when s ends before they are decided. */
@@ -59,9 +59,8 @@ export function matchPieces(s: string, from: number, pieces: readonly Piece[]): 
 
 type Mode = "text" | "head" | "args" | "tail" | "after";
 
-export class DelimitedParser implements ToolCallParser {
+export class DelimitedParser extends ToolEventStream implements ToolCallParser {
   private mode: Mode = "text";
-  private readonly out: ToolStreamEvent[] = [];
   /** Free text not yet given out: a possible prefix of `start` and whitespace before it. */
   private tail = "";
   /** Framing text held back until it is decided. */
@@ -69,13 +68,13 @@ export class DelimitedParser implements ToolCallParser {
   /** The marker (start or the text of `next`) the held header follows, given back if it fails. */
   private opener = "";
   private dropWs = false;
-  private index = -1;
   private depth = 0;
   private inString = false;
   private escaped = false;
-  private argBuf = "";
 
-  constructor(readonly syntax: DelimitedSyntax) {}
+  constructor(readonly syntax: DelimitedSyntax) {
+    super();
+  }
 
   push(text: string): ToolStreamEvent[] {
     for (const c of text) this.char(c);
@@ -91,29 +90,6 @@ export class DelimitedParser implements ToolCallParser {
     this.mode = "text";
     this.tail = this.held = this.opener = "";
     return this.drain();
-  }
-
-  private drain(): ToolStreamEvent[] {
-    const merged: ToolStreamEvent[] = [];
-    for (const e of this.out.splice(0)) {
-      const last = merged[merged.length - 1];
-      if (last?.type === "content" && e.type === "content") merged[merged.length - 1] = { type: "content", text: last.text + e.text };
-      else if (last?.type === "tool_call" && e.type === "tool_call" && last.index === e.index && e.name === undefined && last.name === undefined) {
-        merged[merged.length - 1] = { ...last, argumentsDelta: last.argumentsDelta + e.argumentsDelta };
-      } else merged.push(e);
-    }
-    return merged;
-  }
-
-  private content(text: string): void {
-    if (text) this.out.push({ type: "content", text });
-  }
-
-  private flushArgs(): void {
-    if (this.argBuf) {
-      this.out.push({ type: "tool_call", index: this.index, argumentsDelta: this.argBuf });
-      this.argBuf = "";
-    }
   }
 
   private char(c: string): void {
@@ -138,24 +114,15 @@ export class DelimitedParser implements ToolCallParser {
     const m = this.syntax.start;
     if (this.tail.endsWith(m)) {
       // Whitespace before the calls is framing, not the answer (given back if no call follows).
-      const before = this.tail.slice(0, -m.length);
-      const trimmed = before.replace(/[ \t\r\n]+$/, "");
-      this.content(trimmed);
+      const { content, ws } = beforeMarker(this.tail, m.length);
+      this.content(content);
       this.tail = "";
       this.mode = "head";
-      this.opener = before.slice(trimmed.length) + m;
+      this.opener = ws + m;
       this.held = "";
       return;
     }
-    let keep = 0;
-    for (let k = Math.min(m.length - 1, this.tail.length); k > 0; k--) {
-      if (this.tail.endsWith(m.slice(0, k))) {
-        keep = k;
-        break;
-      }
-    }
-    let cut = this.tail.length - keep;
-    while (cut > 0 && isWs(this.tail[cut - 1]!)) cut--;
+    const cut = releasableLength(this.tail, [m]);
     if (cut > 0) {
       this.content(this.tail.slice(0, cut));
       this.tail = this.tail.slice(cut);

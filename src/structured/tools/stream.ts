@@ -5,6 +5,7 @@
 // as the model writes them, so a truncated call keeps its partial arguments (as OpenAI does).
 
 import type { ToolCallParser, ToolStreamEvent } from "./format.ts";
+import { beforeMarker, isWs, releasableLength, ToolEventStream } from "./stream-text.ts";
 
 export type { ToolStreamEvent } from "./format.ts";
 
@@ -33,7 +34,6 @@ type Mode =
   | "after" // after the arguments: closing brace, end marker or separator
   | "between"; // mistral/llama: after a call object, expecting a separator or the list's end
 
-const isWs = (c: string) => c === " " || c === "\n" || c === "\r" || c === "\t";
 const MAX_HEADER = 4096;
 
 type HeaderResult = { status: "partial" } | { status: "fail" } | { status: "ok"; name: string; end: number };
@@ -117,10 +117,9 @@ function matchCompactHeader(s: string, from: number): HeaderResult {
   return s[i] === "{" ? { status: "ok", name, end: i } : { status: "fail" };
 }
 
-export class JsonCallsParser implements ToolCallParser {
+export class JsonCallsParser extends ToolEventStream implements ToolCallParser {
   private mode: Mode = "text";
   private readonly markers: readonly string[];
-  private readonly out: ToolStreamEvent[] = [];
   /** Unflushed free text: trailing whitespace and a possible marker prefix. */
   private tail = "";
   /** Whitespace just before a marker: dropped if a call follows, content otherwise. */
@@ -133,11 +132,9 @@ export class JsonCallsParser implements ToolCallParser {
   private expectList = false;
   private dropWs = false;
   private atStart = true;
-  private index = -1;
   private depth = 0;
   private inString = false;
   private escaped = false;
-  private argBuf = "";
   private afterBuf = "";
   /** The current call is Mistral's compact form (no call object around the arguments). */
   private compact = false;
@@ -145,6 +142,7 @@ export class JsonCallsParser implements ToolCallParser {
   private swallow: { want: string; got: string } | null = null;
 
   constructor(readonly syntax: JsonCallsSyntax) {
+    super();
     this.markers = syntax.markers;
   }
 
@@ -172,31 +170,6 @@ export class JsonCallsParser implements ToolCallParser {
     }
     this.mode = "text";
     return this.drain();
-  }
-
-  private drain(): ToolStreamEvent[] {
-    const events = this.out.splice(0);
-    // Coalesce neighbours (a call's name keeps its own event, as OpenAI's first delta does).
-    const merged: ToolStreamEvent[] = [];
-    for (const e of events) {
-      const last = merged[merged.length - 1];
-      if (last && last.type === "content" && e.type === "content") merged[merged.length - 1] = { type: "content", text: last.text + e.text };
-      else if (last && last.type === "tool_call" && e.type === "tool_call" && last.index === e.index && e.name === undefined && last.name === undefined) {
-        merged[merged.length - 1] = { ...last, argumentsDelta: last.argumentsDelta + e.argumentsDelta };
-      } else merged.push(e);
-    }
-    return merged;
-  }
-
-  private content(text: string): void {
-    if (text) this.out.push({ type: "content", text });
-  }
-
-  private flushArgs(): void {
-    if (this.argBuf) {
-      this.out.push({ type: "tool_call", index: this.index, argumentsDelta: this.argBuf });
-      this.argBuf = "";
-    }
   }
 
   private char(c: string): void {
@@ -250,26 +223,15 @@ export class JsonCallsParser implements ToolCallParser {
     this.tail += c;
     for (const m of this.markers) {
       if (this.tail.endsWith(m)) {
-        const before = this.tail.slice(0, -m.length);
-        const trimmed = before.replace(/[ \t\r\n]+$/, "");
-        this.content(trimmed);
+        const { content, ws } = beforeMarker(this.tail, m.length);
+        this.content(content);
         this.tail = "";
-        this.startHeader(before.slice(trimmed.length), m, this.syntax.list);
+        this.startHeader(ws, m, this.syntax.list);
         return;
       }
     }
     // Keep back the longest suffix that could still become a marker, and whitespace before it.
-    let keep = 0;
-    for (const m of this.markers) {
-      for (let k = Math.min(m.length - 1, this.tail.length); k > keep; k--) {
-        if (this.tail.endsWith(m.slice(0, k))) {
-          keep = k;
-          break;
-        }
-      }
-    }
-    let cut = this.tail.length - keep;
-    while (cut > 0 && isWs(this.tail[cut - 1])) cut--;
+    const cut = releasableLength(this.tail, this.markers);
     if (cut > 0) {
       this.content(this.tail.slice(0, cut));
       this.tail = this.tail.slice(cut);

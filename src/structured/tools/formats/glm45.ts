@@ -4,7 +4,7 @@
 import { alt, lit, seq } from "../../automaton.ts";
 import type { ToolFormat, WrittenCall } from "../format.ts";
 import { toolLines } from "./describe.ts";
-import { GLM_PARAM, GLM_XML, parametersRe, XmlCallsParser } from "./qwen3-xml.ts";
+import { GLM_PARAM, GLM_XML, parametersRe, XmlCallsParser, xmlParameters } from "./qwen3-xml.ts";
 
 const START = "<tool_call>";
 const END = "</tool_call>";
@@ -22,13 +22,7 @@ export const glm45: ToolFormat = {
   writeCalls: (calls: readonly WrittenCall[]) =>
     calls
       .map((c) => {
-        let args: Record<string, unknown> = {};
-        try {
-          args = JSON.parse(c.arguments) as Record<string, unknown>;
-        } catch {
-          // Arguments that are not JSON are written as none.
-        }
-        const params = Object.entries(args).map(([k, v]) => `<arg_key>${k}</arg_key>\n<arg_value>${typeof v === "string" ? v : JSON.stringify(v)}</arg_value>\n`);
+        const params = xmlParameters(c.arguments).map(([k, v]) => `<arg_key>${k}</arg_key>\n<arg_value>${v}</arg_value>\n`);
         return `${START}${c.name}\n${params.join("")}${END}`;
       })
       .join("\n"),

@@ -9,11 +9,11 @@ import { UnsupportedSchemaError } from "../../errors.ts";
 import { ROOT } from "../../layout.ts";
 import { utf8Sequences } from "../../utf8.ts";
 import type { ToolCallParser, ToolFormat, ToolGrammarContext, ToolStreamEvent, WrittenCall } from "../format.ts";
+import { beforeMarker, isWs, releasableLength } from "../stream-text.ts";
 import { toolLines } from "./describe.ts";
 
 const START = "<tool_call>";
 const END = "</tool_call>";
-const isWs = (c: string) => c === " " || c === "\n" || c === "\r" || c === "\t";
 
 type Schema = Record<string, unknown>;
 const propertiesOf = (t: FunctionTool): Record<string, Schema> => {
@@ -164,24 +164,15 @@ export class XmlCallsParser implements ToolCallParser {
     this.dropWs = false;
     this.tail += c;
     if (this.tail.endsWith(START)) {
-      const before = this.tail.slice(0, -START.length);
-      const trimmed = before.replace(/[ \t\r\n]+$/, "");
-      this.content(trimmed);
-      this.heldWs = before.slice(trimmed.length);
+      const { content, ws } = beforeMarker(this.tail, START.length);
+      this.content(content);
+      this.heldWs = ws;
       this.tail = this.held = "";
       this.mode = "call";
       this.current = null;
       return;
     }
-    let keep = 0;
-    for (let k = Math.min(START.length - 1, this.tail.length); k > 0; k--) {
-      if (this.tail.endsWith(START.slice(0, k))) {
-        keep = k;
-        break;
-      }
-    }
-    let cut = this.tail.length - keep;
-    while (cut > 0 && isWs(this.tail[cut - 1]!)) cut--;
+    const cut = releasableLength(this.tail, [START]);
     if (cut > 0) {
       this.content(this.tail.slice(0, cut));
       this.tail = this.tail.slice(cut);
@@ -283,6 +274,21 @@ export function parametersRe(ctx: ToolGrammarContext, i: number, frame: ParamFra
   );
 }
 
+/**
+ * A call's arguments as the XML formats write them: each parameter's name and value, strings raw
+ * and other values as JSON (arguments that are not a JSON object are written as no parameters).
+ */
+export function xmlParameters(argumentsJson: string): [string, string][] {
+  let args: unknown;
+  try {
+    args = JSON.parse(argumentsJson);
+  } catch {
+    return [];
+  }
+  if (typeof args !== "object" || args === null || Array.isArray(args)) return [];
+  return Object.entries(args).map(([k, v]) => [k, typeof v === "string" ? v : JSON.stringify(v)]);
+}
+
 export const qwen3Xml: ToolFormat = {
   name: "qwen3_xml",
   detect: (t) => t.includes("<function=") && t.includes("<parameter="),
@@ -296,13 +302,7 @@ export const qwen3Xml: ToolFormat = {
   writeCalls: (calls: readonly WrittenCall[]) =>
     calls
       .map((c) => {
-        let args: Record<string, unknown> = {};
-        try {
-          args = JSON.parse(c.arguments) as Record<string, unknown>;
-        } catch {
-          // Arguments that are not JSON are written as no parameters.
-        }
-        const params = Object.entries(args).map(([k, v]) => `<parameter=${k}>\n${typeof v === "string" ? v : JSON.stringify(v)}\n</parameter>\n`);
+        const params = xmlParameters(c.arguments).map(([k, v]) => `<parameter=${k}>\n${v}\n</parameter>\n`);
         return `${START}\n<function=${c.name}>\n${params.join("")}</function>\n${END}`;
       })
       .join("\n"),
