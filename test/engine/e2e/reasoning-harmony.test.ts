@@ -14,6 +14,7 @@ import OpenAI from "openai";
 import type { SyntheticSpec } from "../../../src/modelkit/index.ts";
 import { linkModelForSpec } from "../../helpers/models.ts";
 import { serverFixture } from "../../helpers/server.ts";
+import { completionCounts, reasoningOf, wholeAndStreamed, type ChatBody } from "../../helpers/reasoning-answers.ts";
 
 const HARMONY_TEMPLATE = `{%- if reasoning_effort is not defined %}{%- set reasoning_effort = "medium" %}{%- endif -%}
 <|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.
@@ -54,37 +55,10 @@ const fx = serverFixture(async (dir) => {
   await linkModelForSpec(dir, "gpt-oss-random", gptOss(RANDOM, { seed: 9, reasoning: { budgets: BUDGETS } }));
 });
 
-type Body = Omit<OpenAI.ChatCompletionCreateParamsNonStreaming, "model" | "messages">;
+type Body = ChatBody;
 const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is 2+2?" }];
-/** The completion's counts (the prompt's cached tokens differ once the prefix cache holds it). */
-const completion = (u: OpenAI.CompletionUsage) => ({ tokens: u.completion_tokens, reasoning: u.completion_tokens_details?.reasoning_tokens });
-const reasoningOf = (m: unknown) => (m as { reasoning_content?: string }).reasoning_content ?? "";
-
-async function both(model: string, body: Body) {
-  const whole = await fx.client.chat.completions.create({ model, messages, ...body });
-  const stream = await fx.client.chat.completions.create({ model, messages, ...body, stream: true, stream_options: { include_usage: true } });
-  let reasoning = "";
-  let content = "";
-  const order: string[] = [];
-  let usage: OpenAI.CompletionUsage | undefined;
-  let finish: string | null = null;
-  for await (const chunk of stream) {
-    usage = chunk.usage ?? usage;
-    const c = chunk.choices[0];
-    if (!c) continue;
-    const d = c.delta as { reasoning_content?: string; content?: string | null };
-    if (d.reasoning_content) {
-      reasoning += d.reasoning_content;
-      if (order.at(-1) !== "reasoning") order.push("reasoning");
-    }
-    if (d.content) {
-      content += d.content;
-      if (order.at(-1) !== "content") order.push("content");
-    }
-    finish = c.finish_reason ?? finish;
-  }
-  return { whole, streamed: { reasoning, content, order, usage: usage!, finish } };
-}
+const completion = completionCounts;
+const both = (model: string, body: Body) => wholeAndStreamed(fx.client, model, messages, body);
 
 describe("harmony channels (gpt-oss)", () => {
   test("reasoning_effort is the template's Reasoning line; none and minimal ask it for low", async () => {

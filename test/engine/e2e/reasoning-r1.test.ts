@@ -16,6 +16,7 @@ import type { SyntheticSpec } from "../../../src/modelkit/index.ts";
 import type { ChatMessage } from "../../../src/protocol/chat.ts";
 import { linkModelForSpec } from "../../helpers/models.ts";
 import { serverFixture } from "../../helpers/server.ts";
+import { completionCounts, reasoningOf, wholeAndStreamed, type ChatBody } from "../../helpers/reasoning-answers.ts";
 
 const SCRIPTED = "scripted/deepseek-r1";
 const RANDOM = "synthetic/random-deepseek-r1";
@@ -49,37 +50,10 @@ const fx = serverFixture(async (dir) => {
   await linkModelForSpec(dir, "r1-random", deepseek(RANDOM, { seed: 5, reasoning: { budgets: BUDGETS } }));
 });
 
-type Body = Omit<OpenAI.ChatCompletionCreateParamsNonStreaming, "model" | "messages">;
+type Body = ChatBody;
 const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is 2+2?" }];
-/** The completion's counts (the prompt's cached tokens differ once the prefix cache holds it). */
-const completion = (u: OpenAI.CompletionUsage) => ({ tokens: u.completion_tokens, reasoning: u.completion_tokens_details?.reasoning_tokens });
-const reasoningOf = (m: unknown) => (m as { reasoning_content?: string }).reasoning_content ?? "";
-
-async function both(model: string, body: Body) {
-  const whole = await fx.client.chat.completions.create({ model, messages, ...body });
-  const stream = await fx.client.chat.completions.create({ model, messages, ...body, stream: true, stream_options: { include_usage: true } });
-  let reasoning = "";
-  let content = "";
-  const order: string[] = [];
-  let usage: OpenAI.CompletionUsage | undefined;
-  let finish: string | null = null;
-  for await (const chunk of stream) {
-    usage = chunk.usage ?? usage;
-    const c = chunk.choices[0];
-    if (!c) continue;
-    const d = c.delta as { reasoning_content?: string; content?: string | null };
-    if (d.reasoning_content) {
-      reasoning += d.reasoning_content;
-      if (order.at(-1) !== "reasoning") order.push("reasoning");
-    }
-    if (d.content) {
-      content += d.content;
-      if (order.at(-1) !== "content") order.push("content");
-    }
-    finish = c.finish_reason ?? finish;
-  }
-  return { whole, streamed: { reasoning, content, order, usage: usage!, finish } };
-}
+const completion = completionCounts;
+const both = (model: string, body: Body) => wholeAndStreamed(fx.client, model, messages, body);
 
 describe("DeepSeek R1: the template opens the block", () => {
   test("the rendered prompt ends inside the block, and earlier turns lose their thinking", async () => {
