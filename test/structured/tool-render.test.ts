@@ -76,4 +76,19 @@ describe("native formats", () => {
     expect(c.messages[0]!.role).toBe("system");
     expect(JSON.parse(c.systemFields!.tools as string)).toEqual([tools[0]!.function]);
   });
+
+  test("harmony: a template that does not render tools gets gpt-oss's namespace functions in the system turn", () => {
+    const weather: FunctionTool = {
+      type: "function",
+      function: {
+        name: "get_weather",
+        description: "Weather for a city",
+        parameters: { type: "object", properties: { city: { type: "string", description: "The city" }, unit: { enum: ["C", "F"] }, days: { type: "array", items: { type: "integer" } } }, required: ["city"] },
+      },
+    };
+    const c = toolConversation(toolFormat("harmony")!, history.slice(1), [weather, { type: "function", function: { name: "now" } }], "auto", "{{ m.tool_calls }}");
+    expect(c.messages[0]!.content).toBe(
+      '# Tools\n\n## functions\n\nnamespace functions {\n\n// Weather for a city\ntype get_weather = (_: {\n// The city\ncity: string,\nunit?: "C" | "F",\ndays?: number[],\n}) => any;\n\ntype now = () => any;\n\n} // namespace functions',
+    );
+  });
 });
