@@ -15,6 +15,7 @@ export const TOOL_FORMAT_NAMES = [
   "qwen3_xml",
   "glm45",
   "pythonic",
+  "harmony",
   "json_envelope",
 ] as const;
 
@@ -23,7 +24,8 @@ export const TOOL_FORMAT_NAMES = [
  * JSON object with "parameters"; mistral: `[TOOL_CALLS][…]`; deepseek_v3: DeepSeek V3/R1's
  * `<｜tool▁calls▁begin｜>…`; deepseek_v31: V3.1's `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}`; kimi_k2: Kimi K2's `<|tool_calls_section_begin|>…`; phi4_mini:
  * `<|tool_call|>[…]<|/tool_call|>`; granite: Granite 3's `<|tool_call|>[…]`; qwen3_xml: Qwen3-Coder
- * `<function=…><parameter=…>`; glm45: GLM-4.5's `<tool_call>NAME<arg_key>…<arg_value>…`; pythonic: Llama 4's `[f(a=1)]`; json_envelope:
+ * `<function=…><parameter=…>`; glm45: GLM-4.5's `<tool_call>NAME<arg_key>…<arg_value>…`; pythonic: Llama 4's `[f(a=1)]`; harmony: gpt-oss's
+ * `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}<|call|>`; json_envelope:
  * Sluice's fallback for templates with no tool syntax (docs/TOOLS.md).
  */
 export type ToolFormatName = (typeof TOOL_FORMAT_NAMES)[number];

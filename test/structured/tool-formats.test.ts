@@ -83,6 +83,24 @@ const CASES: Array<{ format: ToolFormatName; text: string; content: string; call
   { format: "pythonic", text: "<|python_start|>[f()]<|python_end|> ok", content: "ok", calls: [["f", {}]] },
   { format: "pythonic", text: "[1, 2] is a list", content: "[1, 2] is a list", calls: [] },
   { format: "pythonic", text: "Hello [f()]", content: "Hello [f()]", calls: [] },
+  // Harmony (gpt-oss): the output begins inside the header the prompt's `<|start|>assistant` opened.
+  {
+    format: "harmony",
+    text: '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>',
+    content: "",
+    calls: [["get_weather", { city: "Oslo" }]],
+  },
+  {
+    // The recipient before the channel, as gpt-oss's template writes earlier calls, after a preamble and an analysis.
+    format: "harmony",
+    text: '<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.add<|channel|>commentary json<|message|>{"a": 1}<|call|>',
+    content: "Need weather.Checking.",
+    calls: [["add", { a: 1 }]],
+  },
+  { format: "harmony", text: "<|channel|>final<|message|>It is <b>12</b> <|degrees|>.<|return|>", content: "It is <b>12</b> <|degrees|>.", calls: [] },
+  // A header that never reaches its body, and a marker inside a body, lose nothing.
+  { format: "harmony", text: "<|channel|>final to=functions.f", content: "final to=functions.f", calls: [] },
+  { format: "harmony", text: '<|channel|>commentary to=functions.f<|message|>{"a"<|start|>assistant<|channel|>final<|message|>ok', content: "ok", calls: [["f", '{"a"']] },
 ];
 
 function streamInPieces(text: string, cuts: number[], format: ToolFormatName) {
@@ -102,7 +120,7 @@ describe("real-format strings", () => {
     test(`${c.format}: ${JSON.stringify(c.text).slice(0, 70)}`, () => {
       const r = parseToolCalls(c.text, c.format, TOOLS);
       expect(r.content).toBe(c.content);
-      expect(r.toolCalls.map((t) => [t.name, JSON.parse(t.arguments)])).toEqual(c.calls);
+      expect(r.toolCalls.map((t, i) => [t.name, typeof c.calls[i]?.[1] === "string" ? t.arguments : JSON.parse(t.arguments)])).toEqual(c.calls);
       fc.assert(
         fc.property(fc.array(fc.integer({ min: 0, max: c.text.length }), { maxLength: 12 }), (cuts) => {
           expect(assemble(streamInPieces(c.text, cuts, c.format))).toEqual(r);
@@ -123,6 +141,8 @@ describe("detection from templates", () => {
     expect(detectToolCallSyntax("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{{- '<parameter=' + args_name + '>\\n' }}")).toBe("qwen3_xml");
     expect(detectToolCallSyntax("{{ '<tool_call>' + tc.name }}{% for k, v in tc.arguments.items() %}<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value>{% endfor %}")).toBe("glm45");
     expect(detectToolCallSyntax("you MUST put it in the format of [func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]")).toBe("pythonic");
+    expect(detectToolCallSyntax('{{- "<|start|>assistant to=" }}{{- "functions." + tool_call.name + "<|channel|>commentary " }}{{- "<|call|>" }}')).toBe("harmony");
+    expect(detectToolCallSyntax("<|start|>assistant to=functions.{{ call.name }}<|channel|>commentary json<|message|>")).toBe("harmony");
     expect(detectToolCallSyntax("<start_of_turn>model\n{{ content }}<end_of_turn>")).toBeNull();
   });
 });
@@ -142,7 +162,7 @@ const TOOLS: FunctionTool[] = [
   },
 ];
 
-const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "deepseek_v31", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "glm45", "pythonic", "json_envelope"];
+const GRAMMAR_FORMATS: ToolFormatName[] = ["deepseek_v3", "deepseek_v31", "kimi_k2", "phi4_mini", "granite", "qwen3_xml", "glm45", "pythonic", "harmony", "json_envelope"];
 
 describe("grammars", () => {
   const ajv = makeAjv();

@@ -71,9 +71,30 @@ describe("native formats", () => {
     );
   });
 
+  test("Mistral: call ids as the 9 characters its templates insist on, results following", () => {
+    const c = toolConversation(toolFormat("mistral")!, history, tools, "auto", "{{ tools }}{{ m.tool_calls }}");
+    expect(c.messages[2]!.tool_calls!.map((t) => t.id)).toEqual(["000000000", "000000001"]);
+    expect(c.messages.filter((m) => m.role === "tool").map((m) => m.tool_call_id)).toEqual(["000000000", "000000001"]);
+  });
+
   test("Phi-4-mini: the tools as the system message's tools field", () => {
     const c = toolConversation(toolFormat("phi4_mini")!, history.slice(1), tools, "auto", "{{ message['tools'] }}{{ tool_calls }}");
     expect(c.messages[0]!.role).toBe("system");
     expect(JSON.parse(c.systemFields!.tools as string)).toEqual([tools[0]!.function]);
+  });
+
+  test("harmony: a template that does not render tools gets gpt-oss's namespace functions in the system turn", () => {
+    const weather: FunctionTool = {
+      type: "function",
+      function: {
+        name: "get_weather",
+        description: "Weather for a city",
+        parameters: { type: "object", properties: { city: { type: "string", description: "The city" }, unit: { enum: ["C", "F"] }, days: { type: "array", items: { type: "integer" } } }, required: ["city"] },
+      },
+    };
+    const c = toolConversation(toolFormat("harmony")!, history.slice(1), [weather, { type: "function", function: { name: "now" } }], "auto", "{{ m.tool_calls }}");
+    expect(c.messages[0]!.content).toBe(
+      '# Tools\n\n## functions\n\nnamespace functions {\n\n// Weather for a city\ntype get_weather = (_: {\n// The city\ncity: string,\nunit?: "C" | "F",\ndays?: number[],\n}) => any;\n\ntype now = () => any;\n\n} // namespace functions',
+    );
   });
 });

