@@ -156,7 +156,10 @@ const fx = serverFixture(async (modelsDir) => {
   await linkModelForSpec(modelsDir, "tools-no-fallback", { preset: "tiny-qwen3", seed: 9, id: "tools/no-fallback", chatTemplate: CHATML, toolFallback: false, reasoning: false });
   await linkModelForSpec(modelsDir, "tools-forced", { preset: "tiny-qwen3", seed: 9, id: "tools/forced-envelope", toolFormat: "json_envelope", reasoning: false });
   await linkModelForSpec(modelsDir, "tools-unknown", { preset: "tiny-qwen3", seed: 9, id: "tools/unknown-format", toolFormat: "smoke_signals", reasoning: false });
-});
+  // Batch-invariant: a streamed answer is compared with the whole one token for token, and the
+  // second request of a pair reuses the first's cached prompt and drafts from its answer; without
+  // the option those runs may differ in the last bits and flip a near-uniform draw of a random model.
+}, { engine: { batchInvariant: true } });
 
 describe("sluice.json's tool settings", () => {
   test("tool_fallback false: no tool format, and tools are refused naming the setting; the plain template still chats", async () => {
