@@ -293,7 +293,7 @@ async function main() {
       `default limit), a tight step at a new position 3 to 26 ms, and generation with the schema ran at 38% of free text.\n\n` +
       `Generation with and without a schema through the HTTP API (tiny-qwen3 widened: 4 layers, hidden 256, vocab 151,936, fused graph; ` +
       `greedy, streamed, max_tokens 160; per-token time from the first to the last token, median of runs; the schema is the story schema above, ` +
-      `compiled with its tables under the default --max-schema-seconds (1 s when this was measured); nine alternating runs of each; 1-minute load average ${generationLoad.toFixed(1)} before it). ` +
+      `compiled with its tables under the default --max-schema-seconds 1; nine alternating runs of each; 1-minute load average ${generationLoad.toFixed(1)} before it). ` +
       `The last two rows send the same requests to the model worker's own code in the benchmark's process (bench/in-process-engine.ts: no HTTP ` +
       `thread, no messages between threads), which separates what the grammar and its budget masks cost the engine from how a shared ` +
       `two-core machine schedules the server's threads. The story grammar (18,000 states, 18 MB of transitions) is larger than the default ` +

@@ -93,9 +93,9 @@ const out = [
   "",
   table(["slowest refusals", "code", "ms"], slowest.map((r) => [r.name, r.code, Math.round(r.ms)])),
   "",
-  `${sent} requests in ${ROUNDS} round${ROUNDS === 1 ? "" : "s"} at ${CONCURRENCY} in flight, at most one schema per model among them; serve with its default compile limits (--max-schema-seconds 0.5). The machine's load average was ${loadAtStart.toFixed(1)} at the start and ${loadavg()[0]!.toFixed(1)} at the end (other work shares its cores).`,
+  `${sent} requests in ${ROUNDS} round${ROUNDS === 1 ? "" : "s"} at ${CONCURRENCY} in flight, at most one schema per model among them; serve with its default compile limits (--max-schema-seconds 1). The machine's load average was ${loadAtStart.toFixed(1)} at the start and ${loadavg()[0]!.toFixed(1)} at the end (other work shares its cores).`,
   "",
-  "What bounds it: a schema refused by the compile time limit has spent --max-schema-seconds of its compile thread's CPU time (0.5 s by default; it was 1 s, when four such refusals at once on two cores took 2 s of wall time on an idle machine and 4 of 478 refusals took 2.29 to 2.42 s at a load of 3.7), at the lowest priority: four at once take about 1 s of wall time on an idle machine, more on a busy one. The largest legitimate schema of bench/grammar.ts (a story of 400 to 2,000 characters) compiles with its tables in 0.34 s on a 150k vocabulary; an operator who serves larger ones raises the limit.",
+  "What bounds it: a schema refused by the compile time limit has spent --max-schema-seconds of its compile thread's CPU time (1 s by default), at the lowest priority; four such refusals at once on two cores take about 2 s of wall time on an idle machine, more on a busy one. Under 2 s at a concurrency of 4 needs a lower limit (test/hardening/hostile.test.ts runs --max-schema-seconds 0.5: slowest refusal 1.9 s), at the price of refusing large legitimate schemas on 150k vocabularies sooner.",
 ].join("\n");
 console.log(out);
 if (values.write) {

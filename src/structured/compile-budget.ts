@@ -30,11 +30,7 @@ export const DEFAULT_COMPILE_LIMITS: CompileLimits = {
   maxDepth: 64,
   maxRepeat: 4096,
   maxPatternLength: 4096,
-  // Half a second: a refusal by time spends all of it, and four refusals at once on two cores then
-  // take about 1 s of wall time, 2 s on a machine as busy again (bench/hostile-refusals.ts). The
-  // largest legitimate schema bench/grammar.ts measures (a story of 400 to 2,000 characters) takes
-  // 0.34 s with its tables on a 150k vocabulary; an operator who needs more raises the limit.
-  maxMillis: 500,
+  maxMillis: 1000,
 };
 
 export type LimitName = "states" | "size" | "depth" | "repeat" | "pattern-length" | "time";
