@@ -80,8 +80,8 @@ export class ChoiceStream {
             grammarHeaders: harmonyCalls && toolsGrammar,
           })
         : new ThinkingStage(model.tokenizer, model.reasoning!, answerThinkingBudget(plan, this.matcher, maxNew), this.matcher !== null);
-    const callEnd = format?.callEnd ? model.tokenizer.addedTokens.find((a) => a.content === format.callEnd)?.id : undefined;
-    this.callEnd = this.matcher && callEnd !== undefined && model.tokenizer.isEos(callEnd) ? callEnd : null;
+    const callEnd = format?.callEnd ? model.tokenizer.tokenToId(format.callEnd) : null;
+    this.callEnd = this.matcher && callEnd !== null && model.tokenizer.isEos(callEnd) ? callEnd : null;
   }
 
   /**

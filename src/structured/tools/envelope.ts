@@ -7,11 +7,11 @@
 
 import type { ToolCallParser, ToolStreamEvent } from "./format.ts";
 import { JsonCallsParser } from "./stream.ts";
+import { isWs } from "./stream-text.ts";
 
 export const ENVELOPE_RESPONSE_KEY = "response";
 export const ENVELOPE_CALLS_KEY = "tool_calls";
 
-const isWs = (c: string) => c === " " || c === "\n" || c === "\r" || c === "\t";
 /** A marker no model writes: it opens the delegate parser's list. */
 const OPEN = "\u0000";
 

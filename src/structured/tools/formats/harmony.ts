@@ -48,7 +48,7 @@ function partialMarker(s: string, markers: readonly string[]): number {
 
 const stripMarkers = (s: string) => HARMONY_CONTROL_TOKENS.reduce((t, m) => t.split(m).join(""), s);
 
-/** The first of `markers` in `s` at or after `from`: its index and which. */
+/** The first of `markers` in `s`: its index and which. */
 function firstMarker(s: string, markers: readonly string[]): { at: number; marker: string } | null {
   let best: { at: number; marker: string } | null = null;
   for (const m of markers) {
