@@ -28,6 +28,9 @@ interface Refusal {
   name: string;
   ms: number;
   code: string;
+  /** Refused by the compile time limit; `shared`: at a share of it (more schemas compiling than cores). */
+  time: boolean;
+  shared: boolean;
 }
 
 /** The request's time, and its refusal (a 4xx, or a stream's final error event) if it was refused. */
@@ -37,13 +40,15 @@ async function send(c: HostileCase): Promise<Refusal | null> {
   const res = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers, body });
   const text = await res.text();
   const ms = performance.now() - t0;
-  let code: string | null = null;
-  if (res.status >= 400) code = (JSON.parse(text) as { error: { code: string | null } }).error.code ?? String(res.status);
+  let error: { code: string | null; message: string } | null = null;
+  if (res.status >= 400) error = (JSON.parse(text) as { error: { code: string | null; message: string } }).error;
   else if (res.headers.get("content-type")?.startsWith("text/event-stream")) {
     const last = text.trim().split("\n\n").at(-1)!;
-    if (last !== "data: [DONE]") code = (JSON.parse(last.slice(6)) as { error: { code: string | null } }).error.code ?? "stream error";
+    if (last !== "data: [DONE]") error = (JSON.parse(last.slice(6)) as { error: { code: string | null; message: string } }).error;
   }
-  return code === null ? null : { name: `${c.model} ${c.name}`, ms, code };
+  if (error === null) return null;
+  const time = /s to compile/.test(error.message);
+  return { name: `${c.model} ${c.name}`, ms, code: error.code ?? String(res.status), time, shared: time && / s shared by [0-9]+ schemas/.test(error.message) };
 }
 
 const loadAtStart = loadavg()[0]!;
@@ -92,6 +97,8 @@ const out = [
   table(["refusals", "median", "p95", "p99", "slowest", `over ${TARGET_MS / 1000} s`], [[refusals.length, `${Math.round(median(ms))} ms`, `${Math.round(percentile(ms, 95))} ms`, `${Math.round(percentile(ms, 99))} ms`, `${Math.round(Math.max(...ms))} ms`, over.length]]),
   "",
   table(["slowest refusals", "code", "ms"], slowest.map((r) => [r.name, r.code, Math.round(r.ms)])),
+  "",
+  `Refused by the compile time limit: ${refusals.filter((r) => r.time).length}, ${refusals.filter((r) => r.shared).length} of them at a share of it (more schemas compiling at once than cores); slowest of those ${Math.round(Math.max(0, ...refusals.filter((r) => r.time).map((r) => r.ms)))} ms.`,
   "",
   `${sent} requests in ${ROUNDS} round${ROUNDS === 1 ? "" : "s"} at ${CONCURRENCY} in flight, at most one schema per model among them; serve with its default compile limits (--max-schema-seconds 1). The machine's load average was ${loadAtStart.toFixed(1)} at the start and ${loadavg()[0]!.toFixed(1)} at the end (other work shares its cores).`,
   "",

@@ -30,7 +30,7 @@ export const ENGINE_OPTIONS: OptionSpec[] = [
   { name: "max-schema-depth", type: "string", help: "Nesting of objects and arrays in a schema, of $ref chains and of pattern groups", default: String(L.maxDepth) },
   { name: "max-schema-repeat", type: "string", help: "Largest count in a schema: a pattern's {n,m}, minLength, maxLength", default: String(L.maxRepeat) },
   { name: "max-schema-pattern-length", type: "string", help: "Characters in one pattern", default: String(L.maxPatternLength) },
-  { name: "max-schema-seconds", type: "string", help: "CPU time to compile one request's schemas and prepare their token budgets (on the model's compile thread, at low priority)", default: String(L.maxMillis / 1000) },
+  { name: "max-schema-seconds", type: "string", help: "CPU time to compile one request's schemas and prepare their token budgets (on the model's compile thread, at low priority; with more schemas compiling at once than cores, each gets this × cores / compiling)", default: String(L.maxMillis / 1000) },
   { name: "grammar-cache-mb", type: "string", help: "Memory for each model's compiled grammars, reused by requests with the same schema", default: String(DEFAULT_GRAMMAR_CACHE_BYTES / 2 ** 20) },
   { name: "worker-stall-seconds", type: "string", help: "A model worker that answers nothing this long while requests wait is restarted", default: String(S.stallMs / 1000) },
   { name: "crash-loop-crashes", type: "string", help: "Worker crashes within --crash-loop-seconds that make a model unavailable (503) for a growing pause", default: String(S.crashLoopCrashes) },

@@ -321,6 +321,8 @@ export class WorkerEngine implements Engine {
         streamIntervalMs: opts.streamIntervalMs,
         warmupMs: opts.warmupMs ?? envNumber("SLUICE_WARMUP_MS"),
         compileLimits: this.compileLimits,
+        // One count for the process: the models' compile threads share the cores' time limit.
+        compiling: new SharedArrayBuffer(4),
         grammarCacheBytes: opts.grammarCacheBytes ?? DEFAULT_GRAMMAR_CACHE_BYTES,
         // The binary starts every thread from its one embedded entry, told apart by an argument.
         compileWorker: packaged

@@ -100,24 +100,53 @@ export class CompileCancelledError extends Error {
 /** Ticks between two looks at the clock and the cancellation flag. */
 const CHECK_EVERY = 1024;
 
+/**
+ * Compilations running at once in the process (every model's compile thread counts itself in
+ * `running[0]`) and the cores they share. When more run than there are cores, each may spend its
+ * share of the time limit, maxMillis × cores / running, looked up as it goes: a burst of schemas
+ * refused by time is then refused within about maxMillis of wall time however many come at once
+ * (all the compile threads together spend at most maxMillis of each core), where a fixed limit
+ * each took maxMillis × running / cores (four refusals of 1 s on two cores: over 2 s).
+ */
+export interface CompileShare {
+  running: Int32Array;
+  cores: number;
+}
+
 class Budget {
   ticks = 0;
   states = 0;
   nfaStates = 0;
   failure: Error | null = null;
-  readonly deadline: number;
+  readonly start: number;
   constructor(
     readonly limits: CompileLimits,
     private readonly cancel: { flags: Int32Array; job: number } | null,
     readonly clock: () => number,
+    private readonly share: CompileShare | null,
   ) {
-    this.deadline = clock() + limits.maxMillis;
+    this.start = clock();
+  }
+
+  /** Schemas compiling at once beyond the cores (1 when they fit). */
+  private crowding(): number {
+    if (!this.share) return 1;
+    return Math.max(1, Atomics.load(this.share.running, 0) / Math.max(1, this.share.cores));
+  }
+
+  /** This compilation's time limit now, milliseconds: its share of the cores (see CompileShare). */
+  limitNow(): number {
+    return this.limits.maxMillis / this.crowding();
   }
 
   check(): void {
     if (this.failure) throw this.failure;
     if (this.cancel && Atomics.load(this.cancel.flags, 0) === this.cancel.job) this.fail(new CompileCancelledError());
-    if (this.clock() > this.deadline) this.fail(new SchemaLimitError("time", this.limits.maxMillis));
+    const crowding = this.crowding();
+    const limit = this.limits.maxMillis / crowding;
+    if (this.clock() - this.start <= limit) return;
+    const detail = crowding > 1 ? `${this.limits.maxMillis / 1000} s shared by ${Atomics.load(this.share!.running, 0)} schemas compiling at once on ${this.share!.cores} cores` : undefined;
+    this.fail(new SchemaLimitError("time", Math.round(limit), undefined, detail));
   }
 
   fail(e: Error): never {
@@ -133,16 +162,18 @@ let active: Budget | null = null;
 /**
  * Runs `fn` (a synchronous compilation) under the limits. `cancel`: a shared flag another thread
  * sets to `job` to stop this compilation at its next tick. `clock` (milliseconds) measures the time
- * limit: the thread's CPU time where available, else wall time.
+ * limit: the thread's CPU time where available, else wall time. `share`: the process's count of
+ * compilations running at once, which divides the limit when they outnumber the cores.
  */
 export function withCompileBudget<T>(
   limits: CompileLimits,
   cancel: { flags: Int32Array; job: number } | null,
   fn: () => T,
   clock: () => number = () => performance.now(),
+  share: CompileShare | null = null,
 ): T {
   const outer = active;
-  active = new Budget(limits, cancel, clock);
+  active = new Budget(limits, cancel, clock, share);
   try {
     return fn();
   } finally {
@@ -155,7 +186,9 @@ export function withCompileBudget<T>(
  * only worth doing while it cannot push a schema over its limit asks first.
  */
 export function budgetTimeLeft(): number {
-  return active === null ? 1 : (active.deadline - active.clock()) / active.limits.maxMillis;
+  if (active === null) return 1;
+  const limit = active.limitNow();
+  return (limit - (active.clock() - active.start)) / limit;
 }
 
 /** The limits of the compilation running on this thread, if any. */

@@ -40,6 +40,7 @@ export {
   checkSchemaShape,
   withCompileBudget,
   type CompileLimits,
+  type CompileShare,
   type LimitName,
 } from "./compile-budget.ts";
 export { canonicalJson, canonicalJsonWithin } from "./canonical.ts";

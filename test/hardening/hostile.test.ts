@@ -5,6 +5,7 @@
 // what bounds it (the compile thread's CPU budget, --max-schema-seconds) is counted, not timed.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { existsSync, symlinkSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { TextTokenizer } from "../../src/engine/text/tokenizer.ts";
 import { buildSyntheticVlm, importLlama2c } from "../../src/modelkit/index.ts";
@@ -163,3 +164,29 @@ test("hostile requests: no 5xx, no worker crash, every model answers after every
     expect(metrics).toContain(`sluice_model_available{model="${model}"} 1`);
   }
 }, 600_000);
+
+test("schemas refused by time at once on every model share the cores' limit: each refusal names its share", async () => {
+  // The compile threads count themselves (one per model): with more of them at once than cores,
+  // each may spend --max-schema-seconds × cores / compiling of CPU, so that a burst is refused in
+  // about the limit's wall time, not the limit × compiling / cores (bench/hostile-refusals.ts).
+  const cores = availableParallelism();
+  const names = Object.keys(models.vocab);
+  const outcomes = await Promise.all(
+    names.map((model) =>
+      send({ name: "a pattern of 4,000 characters", model, body: { response_format: { type: "json_schema", json_schema: { name: "s", schema: { type: "string", pattern: "a".repeat(4000), $comment: model } } }, max_tokens: 2 } }),
+    ),
+  );
+  for (const o of outcomes) {
+    expect(o.status).toBe(400);
+    expect(o.error!.code).toBe("schema_too_complex");
+    expect(o.error!.message).toMatch(/took more than [0-9.]+ s to compile.*serve --max-schema-seconds/);
+  }
+  const shared = outcomes.filter((o) => / s shared by [0-9]+ schemas compiling at once on [0-9]+ cores/.test(o.error!.message));
+  // The first refused was refused while every other still compiled (all need far more than their limit).
+  if (names.length > cores) expect(shared.length).toBeGreaterThan(0);
+  else expect(shared).toEqual([]);
+  for (const o of shared) {
+    const [, n] = o.error!.message.match(new RegExp(`\\(0\\.5 s shared by ([0-9]+) schemas compiling at once on ${cores} cores\\)`))!;
+    expect(Number(n)).toBeGreaterThan(cores);
+  }
+}, 120_000);

@@ -95,6 +95,36 @@ describe("limits", () => {
     expect(performance.now() - t0).toBeLessThan(1500);
   });
 
+  test("schemas compiling at once beyond the cores share the time limit, as they go", () => {
+    // A clock of 1 ms per look: the limit is counted in looks, whatever the machine's load.
+    const spentAtRefusal = (running: Int32Array, onLook: (ms: number) => void = () => {}) => {
+      let ms = 0;
+      const clock = () => (onLook(ms), ms++);
+      const e = refusal(() =>
+        withCompileBudget({ ...DEFAULT_COMPILE_LIMITS, maxMillis: 1000 }, null, () => compileJsonSchema({ type: "string", pattern: "a".repeat(4000), $comment: `${Math.random()}` }), clock, { running, cores: 2 }),
+      );
+      return { ms, e };
+    };
+    const count = (n: number) => new Int32Array(new SharedArrayBuffer(4)).fill(n);
+    // Two compiles on two cores: each has the whole limit.
+    const alone = spentAtRefusal(count(2));
+    expect(alone.e.limit).toBe("time");
+    expect(alone.ms).toBeGreaterThan(1000);
+    expect(alone.ms).toBeLessThan(1010);
+    expect(alone.e.message).toContain("took more than 1 s to compile, over this server's limit");
+    // Four: half each, and the refusal says why.
+    const crowded = spentAtRefusal(count(4));
+    expect(crowded.ms).toBeGreaterThan(500);
+    expect(crowded.ms).toBeLessThan(510);
+    expect(crowded.e.message).toContain("took more than 0.5 s to compile (1 s shared by 4 schemas compiling at once on 2 cores)");
+    expect(crowded.e.message).toContain("serve --max-schema-seconds");
+    // Four at first, then two of them done at 400 ms: the limit is whole again.
+    const running = count(4);
+    const eased = spentAtRefusal(running, (ms) => ms === 400 && Atomics.store(running, 0, 2));
+    expect(eased.ms).toBeGreaterThan(1000);
+    expect(eased.e.message).not.toContain("shared");
+  });
+
   test("a compile stops when its job is cancelled through the shared flag", () => {
     const flags = new Int32Array(new SharedArrayBuffer(4));
     Atomics.store(flags, 0, 7);

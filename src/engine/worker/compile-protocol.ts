@@ -11,7 +11,7 @@ export type CompileRequest =
    * (structured/built-in-tables.ts), leaving out the parts an earlier compile thread finished
    * (`builtIns`, in shared memory), and none when `builtInsDone`.
    */
-  | { type: "init"; cancel: SharedArrayBuffer; vocab: SharedVocabulary | null; builtIns: BuiltInPart[]; builtInsDone: boolean }
+  | { type: "init"; cancel: SharedArrayBuffer; compiling: SharedArrayBuffer | null; vocab: SharedVocabulary | null; builtIns: BuiltInPart[]; builtInsDone: boolean }
   | { type: "compile"; job: number; spec: StructureSpec; limits: CompileLimits };
 
 export type CompileFailure =

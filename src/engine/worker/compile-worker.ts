@@ -12,6 +12,7 @@ import {
   type BuiltInPart,
   builtInSearches,
   CompileCancelledError,
+  type CompileShare,
   configureGrammarCache,
   GrammarMatcher,
   prepareCompletionFacts,
@@ -23,6 +24,7 @@ import {
   type TokenVocabulary,
 } from "../../structured/index.ts";
 import { heapSize } from "bun:jsc";
+import { availableParallelism } from "node:os";
 import type { CompileFailure, CompileReply, CompileRequest } from "./compile-protocol.ts";
 import { compileStructureSpec, schemaRefusal, specParam } from "./structured-support.ts";
 import { lowerThreadPriority, threadCpuClock } from "./thread-priority.ts";
@@ -37,6 +39,8 @@ lowerThreadPriority();
 // The time limit is this thread's CPU time: at low priority it may wait for a CPU without working.
 const clock = threadCpuClock() ?? (() => performance.now());
 let flags: Int32Array<ArrayBufferLike> = new Int32Array(1);
+/** The process's compilations running at once (see CompileShare): null where the host gave none. */
+let share: CompileShare | null = null;
 let vocab: TokenVocabulary | null = null;
 
 const post = (m: CompileReply, transfer: Transferable[] = []) => self.postMessage(m, transfer);
@@ -100,6 +104,7 @@ self.onmessage = (e: MessageEvent<CompileRequest>) => {
   const m = e.data;
   if (m.type === "init") {
     flags = new Int32Array(m.cancel);
+    share = m.compiling ? { running: new Int32Array(m.compiling), cores: availableParallelism() } : null;
     if (!m.vocab) {
       // No vocabulary, no budgets: nothing to compute.
       post({ type: "built-ins-done", heapBytes: heapSize() });
@@ -114,7 +119,7 @@ self.onmessage = (e: MessageEvent<CompileRequest>) => {
   }
   const started = performance.now();
   try {
-    const { grammar, budget } = withCompileBudget(m.limits, { flags, job: m.job }, () => compile(m), clock);
+    const { grammar, budget } = withCompileBudget(m.limits, { flags, job: m.job }, () => compile(m), clock, share);
     post({ type: "compiled", job: m.job, grammar, budget, ms: performance.now() - started, heapBytes: heapSize() }, grammar ? buffers(grammar, budget) : []);
   } catch (err) {
     post({ type: "failed", job: m.job, failure: failure(err, specParam(m.spec), m.limits.maxDepth), ms: performance.now() - started, heapBytes: heapSize() });

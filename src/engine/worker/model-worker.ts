@@ -83,6 +83,7 @@ self.onmessage = async (e: MessageEvent<HostMessage>) => {
         if (runner.info.supportsStructuredOutput || runner.info.supportsTools) modelStructure(runner);
         structures = new ThreadedStructures(runner, {
           limits: m.options.compileLimits,
+          compiling: m.options.compiling,
           cacheBytes: m.options.grammarCacheBytes,
           worker: m.options.compileWorker,
           log: (level, msg, fields) => post({ type: "log", level, msg, fields }),

@@ -39,6 +39,8 @@ export interface WorkerOptions {
   warmupMs?: number;
   /** What compiling one request's schemas may cost (see structured/compile-budget.ts). */
   compileLimits: CompileLimits;
+  /** Schema compilations running now, every model's together (one Int32; see structured's CompileShare). */
+  compiling?: SharedArrayBuffer;
   /** Memory for this model's cached grammars, bytes. */
   grammarCacheBytes: number;
   /** Entry of the compile thread and its arguments (the binary runs every thread from one entry). */

@@ -43,6 +43,8 @@ export function inlineStructures(model: ModelRunner): StructureSource {
 
 export interface CompilerOptions {
   limits: CompileLimits;
+  /** Compilations running now in the process, all models (Int32; see structured's CompileShare): each job counts itself while it runs. */
+  compiling?: SharedArrayBuffer;
   /** Memory for cached grammars (their transition tables), bytes. */
   cacheBytes: number;
   /** The compile thread's entry and its arguments. */
@@ -195,6 +197,8 @@ export class ThreadedStructures implements StructureSource {
 
   close(): void {
     this.closed = true;
+    if (this.running) this.countRunning(-1);
+    this.running = null;
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.worker?.terminate();
     this.worker = null;
@@ -240,6 +244,7 @@ export class ThreadedStructures implements StructureSource {
     else this.queues.delete(fairness);
     job.running = true;
     this.running = job;
+    this.countRunning(1);
     const worker = this.thread();
     worker.postMessage({ type: "compile", job: job.id, spec: job.spec, limits: this.opts.limits });
     // The thread checks its CPU time itself; this catches a compile stuck where it does not look,
@@ -251,6 +256,10 @@ export class ThreadedStructures implements StructureSource {
       this.restartThread();
       this.finish(job, null, { message: `${new SchemaLimitError("time", this.opts.limits.maxMillis).message}.`, param: job.param, code: "schema_too_complex" });
     }, this.opts.limits.maxMillis + grace);
+  }
+
+  private countRunning(d: 1 | -1) {
+    if (this.opts.compiling) Atomics.add(new Int32Array(this.opts.compiling), 0, d);
   }
 
   private thread(): Worker {
@@ -266,7 +275,7 @@ export class ThreadedStructures implements StructureSource {
       if (job) this.finish(job, null, { message: "The schema could not be compiled: the compiler ran out of resources on it. Simplify the schema.", param: job.param, code: "schema_too_complex" });
     });
     // planStructure built the model's vocabulary before any job could start a thread.
-    w.postMessage({ type: "init", cancel: this.cancelFlag, vocab: modelStructure(this.model).shared, builtIns: this.builtIns, builtInsDone: this.builtInsDone });
+    w.postMessage({ type: "init", cancel: this.cancelFlag, compiling: this.opts.compiling ?? null, vocab: modelStructure(this.model).shared, builtIns: this.builtIns, builtInsDone: this.builtInsDone });
     this.worker = w;
     return w;
   }
@@ -331,6 +340,7 @@ export class ThreadedStructures implements StructureSource {
   private finish(job: Job, grammar: Grammar | null, refusal: Refusal | null, error?: Error, budget: CompletionTables | null = null) {
     if (this.running === job) {
       this.running = null;
+      this.countRunning(-1);
       if (this.runningTimer) clearTimeout(this.runningTimer);
       this.runningTimer = null;
     }

@@ -29,7 +29,7 @@ function start(builtIns: BuiltInPart[], builtInsDone: boolean): { thread: Worker
     if (reader) reader(e.data);
     else unread.set(e.data.type, [...(unread.get(e.data.type) ?? []), e.data]);
   });
-  thread.postMessage({ type: "init", cancel: new SharedArrayBuffer(4), vocab, builtIns, builtInsDone } satisfies CompileRequest);
+  thread.postMessage({ type: "init", cancel: new SharedArrayBuffer(4), compiling: null, vocab, builtIns, builtInsDone } satisfies CompileRequest);
   const next = (type: CompileReply["type"]) => {
     const r = unread.get(type)?.shift();
     return r ? Promise.resolve(r) : new Promise<CompileReply>((resolve) => waiting.set(type, [...(waiting.get(type) ?? []), resolve]));
