@@ -103,10 +103,12 @@ const CHECK_EVERY = 1024;
 /**
  * Compilations running at once in the process (every model's compile thread counts itself in
  * `running[0]`) and the cores they share. When more run than there are cores, each may spend its
- * share of the time limit, maxMillis × cores / running, looked up as it goes: a burst of schemas
- * refused by time is then refused within about maxMillis of wall time however many come at once
- * (all the compile threads together spend at most maxMillis of each core), where a fixed limit
- * each took maxMillis × running / cores (four refusals of 1 s on two cores: over 2 s).
+ * share of the time limit, maxMillis × cores / running, at the most crowded the cores have been
+ * during its compile (looked up as it goes): a burst of schemas refused by time is then refused
+ * within about maxMillis of wall time however many come at once (all the compile threads together
+ * spend at most maxMillis of each core), where a fixed limit each took maxMillis × running / cores
+ * (four refusals of 1 s on two cores: over 2 s). The share does not grow back when others end: the
+ * last of a burst would otherwise be refused half a limit later than the first.
  */
 export interface CompileShare {
   running: Int32Array;
@@ -119,6 +121,8 @@ class Budget {
   nfaStates = 0;
   failure: Error | null = null;
   readonly start: number;
+  /** Compilations per core at the most crowded so far (at least 1). */
+  private crowded = 1;
   constructor(
     readonly limits: CompileLimits,
     private readonly cancel: { flags: Int32Array; job: number } | null,
@@ -128,10 +132,10 @@ class Budget {
     this.start = clock();
   }
 
-  /** Schemas compiling at once beyond the cores (1 when they fit). */
+  /** Schemas compiling at once per core, at the most crowded since this compile began (1 when they fit). */
   private crowding(): number {
     if (!this.share) return 1;
-    return Math.max(1, Atomics.load(this.share.running, 0) / Math.max(1, this.share.cores));
+    return (this.crowded = Math.max(this.crowded, Atomics.load(this.share.running, 0) / Math.max(1, this.share.cores)));
   }
 
   /** This compilation's time limit now, milliseconds: its share of the cores (see CompileShare). */
@@ -145,7 +149,7 @@ class Budget {
     const crowding = this.crowding();
     const limit = this.limits.maxMillis / crowding;
     if (this.clock() - this.start <= limit) return;
-    const detail = crowding > 1 ? `${this.limits.maxMillis / 1000} s shared by ${Atomics.load(this.share!.running, 0)} schemas compiling at once on ${this.share!.cores} cores` : undefined;
+    const detail = crowding > 1 ? `${this.limits.maxMillis / 1000} s shared by ${Math.round(crowding * this.share!.cores)} schemas compiling at once on ${this.share!.cores} cores` : undefined;
     this.fail(new SchemaLimitError("time", Math.round(limit), undefined, detail));
   }
 

@@ -5,13 +5,15 @@ import Ajv from "ajv";
 import OpenAI from "openai";
 import { zodFunction, zodResponseFormat } from "openai/helpers/zod";
 import { z } from "zod";
-import { linkCachedModel } from "../../helpers/models.ts";
+import { linkModelForSpec } from "../../helpers/models.ts";
 import { serverFixture } from "../../helpers/server.ts";
 import { weather } from "../../helpers/weather-tools.ts";
 
 const MODEL = "synthetic/tiny-qwen3";
 const ajv = new Ajv({ strict: false });
-const fx = serverFixture((dir) => linkCachedModel(dir, "qwen", { preset: "tiny-qwen3", seed: 7, id: MODEL }));
+// Fused and batch-invariant: streamed answers are compared with whole ones token for token, and the
+// second of a pair reuses the first's cached prompt and drafts from its answer (see tool-formats.test.ts).
+const fx = serverFixture((dir) => linkModelForSpec(dir, "qwen", { preset: "tiny-qwen3", seed: 7, id: MODEL, variant: "fused" }), { engine: { batchInvariant: true } });
 
 const SCHEMAS: Record<string, Record<string, unknown>> = {
   nested: {
