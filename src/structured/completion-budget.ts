@@ -52,7 +52,8 @@ import { budgetTimeLeft } from "./compile-budget.ts";
 import { type BudgetContext, budgetContext, type Distances, MEMO_LIMIT, UNREACHABLE } from "./budget/context.ts";
 import { ExitSearch } from "./budget/exit-search.ts";
 import { type NextProfile, NextProfiles } from "./budget/next-profile.ts";
-import { adoptedTables, type CompletionTables, completionTables, ruleTablesOf } from "./budget/tables.ts";
+import { completionTables, ruleTablesOf } from "./budget/export-tables.ts";
+import { adoptedTables, type CompletionTables } from "./budget/tables.ts";
 import { tokenReach } from "./budget/token-reach.ts";
 import { ROOT } from "./budget/vocab-facts.ts";
 

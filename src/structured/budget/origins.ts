@@ -1,7 +1,7 @@
 // The searches of a completion budget (exit-search.ts), one per (state, partial token) whose
 // exits are wanted: what each holds while it runs and once it has finished.
 
-import { UNREACHABLE } from "./context.ts";
+import { UNREACHABLE } from "./unreachable.ts";
 
 /** A rule's ways out from one (state, partial token): trie node at the rule's end and tokens cut before it. */
 export interface Exits {
