@@ -132,7 +132,8 @@ for (const t of await targets()) {
         load.push(loadavg()[0]!);
         samples.get(b)!.push(await measure(servers.get(b)!, t, clients.get(b)!));
       }
-      console.error(`${t.label}: round ${round + 1}/${ROUNDS}`);
+      // Each round's rates too: the medians hide whether a gap is steady or a few slow rounds.
+      console.error(`${t.label}: round ${round + 1}/${ROUNDS}: ${BINDINGS.map((b) => `${b} ${fmt(samples.get(b)!.at(-1)!.single, 1)} / ${fmt(samples.get(b)!.at(-1)!.batched, 1)} tok/s`).join(", ")}`);
     }
     const med = (b: OrtBinding, k: keyof Sample) => median(samples.get(b)!.map((s) => s[k]));
     cpuRatios.push(med("capi", "cpuPerToken") / med("node", "cpuPerToken"));
