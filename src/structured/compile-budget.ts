@@ -146,10 +146,9 @@ class Budget {
   check(): void {
     if (this.failure) throw this.failure;
     if (this.cancel && Atomics.load(this.cancel.flags, 0) === this.cancel.job) this.fail(new CompileCancelledError());
-    const crowding = this.crowding();
-    const limit = this.limits.maxMillis / crowding;
+    const limit = this.limitNow();
     if (this.clock() - this.start <= limit) return;
-    const detail = crowding > 1 ? `${this.limits.maxMillis / 1000} s shared by ${Math.round(crowding * this.share!.cores)} schemas compiling at once on ${this.share!.cores} cores` : undefined;
+    const detail = this.crowded > 1 ? `${this.limits.maxMillis / 1000} s shared by ${Math.round(this.crowded * this.share!.cores)} schemas compiling at once on ${this.share!.cores} cores` : undefined;
     this.fail(new SchemaLimitError("time", Math.round(limit), undefined, detail));
   }
 

@@ -106,3 +106,18 @@ export function serverFixture(
   });
   return fx;
 }
+
+/** A logger that keeps the server's lines (JSON, one per line) for a test to read. */
+export function capturedLog(): { lines: string[]; log: Logger } {
+  const lines: string[] = [];
+  return { lines, log: createLogger({ write: (line) => void lines.push(line) }) };
+}
+
+/**
+ * The messages `model`'s load logged about `serve --batch-invariant`: ["batch-invariant: canonical
+ * attention…"] where the option applies; a note that it does not apply on a graph it cannot
+ * rewrite (the server runs on, so a test comparing answers token for token must look).
+ */
+export function batchInvariantNotes(lines: readonly string[], model: string): string[] {
+  return lines.filter((l) => l.includes(`"model":"${model}"`) && l.includes("batch-invariant")).map((l) => (JSON.parse(l) as { msg: string }).msg);
+}

@@ -107,6 +107,8 @@ export class ThreadedStructures implements StructureSource {
   private idleTimer: ReturnType<typeof setTimeout> | null = null;
   private worker: Worker | null = null;
   private readonly cancelFlag = new SharedArrayBuffer(4);
+  /** The process's count of compilations running (CompilerOptions.compiling), as an Int32 view. */
+  private readonly compiling: Int32Array | null;
   private nextJob = 1;
   /** The compile thread's heap as of its last reply. */
   private heapBytes = 0;
@@ -121,7 +123,9 @@ export class ThreadedStructures implements StructureSource {
   constructor(
     private readonly model: ModelRunner,
     private readonly opts: CompilerOptions,
-  ) {}
+  ) {
+    this.compiling = opts.compiling ? new Int32Array(opts.compiling) : null;
+  }
 
   stats() {
     const builtInBytes = this.builtIns.reduce((n, p) => n + ruleTablesBytes(p.tables), 0);
@@ -259,7 +263,7 @@ export class ThreadedStructures implements StructureSource {
   }
 
   private countRunning(d: 1 | -1) {
-    if (this.opts.compiling) Atomics.add(new Int32Array(this.opts.compiling), 0, d);
+    if (this.compiling) Atomics.add(this.compiling, 0, d);
   }
 
   private thread(): Worker {

@@ -6,14 +6,15 @@ import OpenAI from "openai";
 import { zodFunction, zodResponseFormat } from "openai/helpers/zod";
 import { z } from "zod";
 import { linkModelForSpec } from "../../helpers/models.ts";
-import { serverFixture } from "../../helpers/server.ts";
+import { batchInvariantNotes, capturedLog, serverFixture } from "../../helpers/server.ts";
 import { weather } from "../../helpers/weather-tools.ts";
 
 const MODEL = "synthetic/tiny-qwen3";
 const ajv = new Ajv({ strict: false });
 // Fused and batch-invariant: streamed answers are compared with whole ones token for token, and the
 // second of a pair reuses the first's cached prompt and drafts from its answer (see tool-formats.test.ts).
-const fx = serverFixture((dir) => linkModelForSpec(dir, "qwen", { preset: "tiny-qwen3", seed: 7, id: MODEL, variant: "fused" }), { engine: { batchInvariant: true } });
+const logged = capturedLog();
+const fx = serverFixture((dir) => linkModelForSpec(dir, "qwen", { preset: "tiny-qwen3", seed: 7, id: MODEL, variant: "fused" }), { engine: { batchInvariant: true }, log: logged.log });
 
 const SCHEMAS: Record<string, Record<string, unknown>> = {
   nested: {
@@ -79,6 +80,8 @@ describe("response_format", () => {
         const whole = await jsonSchemaRun(schema, seed, false);
         const streamed = await jsonSchemaRun(schema, seed, true);
         expect(streamed).toEqual(whole);
+        // Exact because the model loaded with the rewrite that makes it so.
+        expect(batchInvariantNotes(logged.lines, MODEL)).toEqual([expect.stringContaining("batch-invariant: canonical attention")]);
         if (whole.finish !== "stop") continue;
         finished++;
         const value = JSON.parse(whole.text);

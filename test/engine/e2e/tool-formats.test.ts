@@ -19,8 +19,7 @@ import type { ChatMessage } from "../../../src/protocol/chat.ts";
 import type { ToolFormatName } from "../../../src/protocol/tools.ts";
 import { toolFormat } from "../../../src/structured/tools/index.ts";
 import { linkModelForSpec } from "../../helpers/models.ts";
-import { serverFixture } from "../../helpers/server.ts";
-import { createLogger } from "../../../src/log.ts";
+import { batchInvariantNotes, capturedLog, serverFixture } from "../../helpers/server.ts";
 import { time, validate, weather } from "../../helpers/weather-tools.ts";
 
 const req = createRequire(import.meta.url);
@@ -151,7 +150,7 @@ const CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}
 
 const dirs = new Map<string, string>();
 /** The server's log lines: each family's model must say that it loaded batch-invariant. */
-const logLines: string[] = [];
+const logged = capturedLog();
 const fx = serverFixture(async (modelsDir) => {
   // The fused graph (a shared KV buffer, GroupQueryAttention): the one --batch-invariant rewrites.
   for (const f of FAMILIES) dirs.set(f.model, await linkModelForSpec(modelsDir, f.model.replace("/", "-"), { ...f.spec, reasoning: false, variant: "fused" }));
@@ -165,7 +164,7 @@ const fx = serverFixture(async (modelsDir) => {
   // the option those runs may differ in the last bits and flip a near-uniform draw of a random
   // model (on the standard graph, where the option does not apply, 8 of 12 repeats of one seeded harmony
   // request differed from the first).
-}, { engine: { batchInvariant: true }, log: createLogger({ write: (line) => void logLines.push(line) }) });
+}, { engine: { batchInvariant: true }, log: logged.log });
 
 describe("sluice.json's tool settings", () => {
   test("tool_fallback false: no tool format, and tools are refused naming the setting; the plain template still chats", async () => {
@@ -267,8 +266,8 @@ for (const f of FAMILIES) {
         }
       }
       // Loaded by these requests, with the rewrite that makes the comparison exact.
-      const notes = logLines.filter((l) => l.includes(`"model":"${f.model}"`) && l.includes("batch-invariant"));
-      expect(notes.map((l) => (JSON.parse(l) as { msg: string }).msg.split(":")[0])).toEqual(["batch-invariant"]);
+      const notes = batchInvariantNotes(logged.lines, f.model);
+      expect(notes.map((msg) => msg.split(":")[0])).toEqual(["batch-invariant"]);
       expect(notes[0]).toContain("batch-invariant: canonical attention");
     }, 120_000);
 
