@@ -7,11 +7,11 @@
 // both live, what one left running after its own measurement (its threads finishing, collecting
 // and compiling) lands in the other's. --side-by-side leaves both running. Each measure is also
 // compared round by round (capi against node in the same round): the ratio of two medians over 7
-// rounds read the ~50M single stream anywhere from 0.90x to 1.04x in runs a few hours apart,
-// while the rounds' ratios put it at parity in every run with 20 or more rounds.
+// rounds read the ~50M single stream at 0.90x to 0.93x in three runs (BENCHMARKS as of 303f128 and
+// cd669c6), while the rounds' ratios of the 40 and 20 single-stream rounds now there read parity.
 //
 //   bun bench/bindings.ts [--rounds 7] [--single-rounds 40] [--tokens 128] [--side-by-side] [--quick]
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -19,7 +19,7 @@ import OpenAI from "openai";
 import type { OrtBinding } from "../src/engine/ort-binding.ts";
 import { buildSyntheticModel, importLlama2c } from "../src/modelkit/index.ts";
 import { machine, median, rotated, table, writeSection } from "./report.ts";
-import { startServerProcess, type ServerProcess } from "./server-process.ts";
+import { startServerProcess, threadsCpu, type ServerProcess } from "./server-process.ts";
 import { streamChat, tpot } from "./stream-chat.ts";
 
 const { values } = parseArgs({
@@ -94,21 +94,8 @@ function processCpuUs(pid: number): number {
   // Fields 14 and 15 of stat(5), counted from the state (field 3) here.
   return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS) * 1e6;
 }
-/**
- * The CPU time of a process's live threads (each /proc/PID/task/TID/schedstat, nanoseconds), µs: finer
- * than stat's 10 ms ticks, for one stream of stories260K, which takes some 60 ms.
- */
-function threadsCpuUs(pid: number): number {
-  let ns = 0;
-  for (const task of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, "utf8").split(" ")[0]);
-    } catch {
-      // The thread exited meanwhile.
-    }
-  }
-  return ns / 1000;
-}
+/** The CPU time of a process's live threads, µs (server-process.ts' threadsCpu). */
+const liveThreadsCpuUs = (pid: number) => threadsCpu(pid).reduce((n, t) => n + t.cpuNs, 0) / 1000;
 /** sysconf(_SC_CLK_TCK): 100 on Linux's x86-64 and arm64 builds. */
 const CLOCK_TICKS = 100;
 
@@ -122,8 +109,11 @@ async function counters(server: ServerProcess, id: string): Promise<{ toDevice: 
   };
 }
 
+/** The logit_bias that bans a target's end-of-text ids, so that every stream runs its full length. */
+const eosBanned = (t: Target) => Object.fromEntries(t.eos.map((e) => [e, -100]));
+
 async function measure(server: ServerProcess, t: Target, client: OpenAI): Promise<Sample> {
-  const logitBias = Object.fromEntries(t.eos.map((e) => [e, -100]));
+  const logitBias = eosBanned(t);
   const before = await counters(server, t.id);
   const cpu0 = processCpuUs(server.pid);
   const one = await streamChat(client, t.id, t.prompt, TOKENS, { logitBias });
@@ -148,7 +138,6 @@ const fmt = (n: number, digits = 0) => n.toLocaleString("en-US", { maximumFracti
 const bytes = (n: number) => (n >= 10 * 1024 ? `${fmt(n / 1024)} KiB` : `${fmt(n)} B`);
 
 const rows: (string | number)[][] = [];
-/** capi over node, per model: the server's CPU per token, and the rates (1 stream, 16 streams). */
 /**
  * Each measure's rounds compared in pairs (capi against node in the same round, measured one after
  * the other): the rates of a shared two-core machine move by tens of percent from round to round,
@@ -198,9 +187,10 @@ for (const t of await targets()) {
         const server = servers.get(b)!;
         singles.get(b)!.push(
           await alone(servers, b, async () => {
-            const cpu0 = threadsCpuUs(server.pid);
-            const one = await streamChat(clients.get(b)!, t.id, `${t.prompt} [${round}]`, TOKENS, { logitBias: Object.fromEntries(t.eos.map((e) => [e, -100])) });
-            return { rate: 1000 / tpot(one), cpu: (threadsCpuUs(server.pid) - cpu0) / one.tokens };
+            // The live threads' schedstat: finer than stat's 10 ms ticks, for one stories260K stream of some 60 ms.
+            const cpu0 = liveThreadsCpuUs(server.pid);
+            const one = await streamChat(clients.get(b)!, t.id, `${t.prompt} [${round}]`, TOKENS, { logitBias: eosBanned(t) });
+            return { rate: 1000 / tpot(one), cpu: (liveThreadsCpuUs(server.pid) - cpu0) / one.tokens };
           }),
         );
       }

@@ -132,15 +132,15 @@ class Budget {
     this.start = clock();
   }
 
-  /** Schemas compiling at once per core, at the most crowded since this compile began (1 when they fit). */
-  private crowding(): number {
+  /** Schemas compiling at once per core, at the most crowded since this compile began (1 when they fit); records a new most. */
+  private crowdedSoFar(): number {
     if (!this.share) return 1;
     return (this.crowded = Math.max(this.crowded, Atomics.load(this.share.running, 0) / Math.max(1, this.share.cores)));
   }
 
   /** This compilation's time limit now, milliseconds: its share of the cores (see CompileShare). */
   limitNow(): number {
-    return this.limits.maxMillis / this.crowding();
+    return this.limits.maxMillis / this.crowdedSoFar();
   }
 
   check(): void {

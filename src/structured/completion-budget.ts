@@ -49,7 +49,8 @@ import type { Grammar } from "./grammar.ts";
 import type { RuleTables } from "./rule-tables.ts";
 import type { TokenVocabulary } from "./token-bytes.ts";
 import { budgetTimeLeft } from "./compile-budget.ts";
-import { type BudgetContext, budgetContext, type Distances, MEMO_LIMIT, UNREACHABLE } from "./budget/context.ts";
+import { type BudgetContext, budgetContext, type Distances, MEMO_LIMIT } from "./budget/context.ts";
+import { UNREACHABLE } from "./budget/unreachable.ts";
 import { ExitSearch } from "./budget/exit-search.ts";
 import { type NextProfile, NextProfiles } from "./budget/next-profile.ts";
 import { completionTables, ruleTablesOf } from "./budget/export-tables.ts";
@@ -57,7 +58,7 @@ import { adoptedTables, type CompletionTables } from "./budget/tables.ts";
 import { tokenReach } from "./budget/token-reach.ts";
 import { ROOT } from "./budget/vocab-facts.ts";
 
-export { UNREACHABLE } from "./budget/context.ts";
+export { UNREACHABLE } from "./budget/unreachable.ts";
 export type { NextProfile } from "./budget/next-profile.ts";
 export { adoptCompletionTables, type CompletionTables, completionTablesBytes } from "./budget/tables.ts";
 export { prepareCompletionFacts } from "./budget/vocab-facts.ts";

@@ -6,7 +6,8 @@
 import { type ChainContext, type ChainExits, chainDependencies, solveChain } from "../chain-solver.ts";
 import { chainUnits, contentChains } from "../content-chains.ts";
 import type { TokenTrie } from "../trie.ts";
-import { type BudgetContext, UNREACHABLE } from "./context.ts";
+import type { BudgetContext } from "./context.ts";
+import { UNREACHABLE } from "./unreachable.ts";
 import type { Exits } from "./origins.ts";
 import { skipped } from "./state-bytes.ts";
 import { ROOT } from "./vocab-facts.ts";

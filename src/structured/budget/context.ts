@@ -12,10 +12,7 @@ import { byteDistancesWhere } from "../distances.ts";
 import { followBytes, optionalBytes, skipped } from "./state-bytes.ts";
 import type { CompletionTables } from "./tables.ts";
 import { UnitRuns } from "./unit-runs.ts";
-import { UNREACHABLE } from "./unreachable.ts";
 import { factsOf, type VocabFacts } from "./vocab-facts.ts";
-
-export { UNREACHABLE };
 
 /** Past this many cached entries a table starts over (values are recomputed on demand). */
 export const MEMO_LIMIT = 400_000;

@@ -10,7 +10,8 @@ import { chainPosition, chainUnitsAt, runAt, stateAfter } from "../content-chain
 import type { Grammar } from "../grammar.ts";
 import { type Configs, type Stack, simpleStates } from "../parser-state.ts";
 import { contentRun, Levels } from "../token-walk.ts";
-import { type BudgetContext, type Distances, MEMO_LIMIT, UNREACHABLE } from "./context.ts";
+import { type BudgetContext, type Distances, MEMO_LIMIT } from "./context.ts";
+import { UNREACHABLE } from "./unreachable.ts";
 import { classRunOf, forEachExit, loopIndex } from "./unit-runs.ts";
 import { prefixesAt, ROOT } from "./vocab-facts.ts";
 
